@@ -1,0 +1,118 @@
+"""`manifest.json`: what a model version is, what it expects, and the sha256 of every file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MANIFEST_FORMAT_VERSION = 1
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+def new_version_id(now: dt.datetime | None = None) -> str:
+    """A version id that sorts by creation time: `20261122T061500123456Z-1a2b3c`."""
+    now = now or dt.datetime.now(dt.UTC)
+    return now.strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MissingValueRule(_Strict):
+    """How a missing feature value (absent name, null, NaN) reaches the model.
+
+    `encoding` is always NaN on the wire to the scorer; `handled_by` says what the model does with it:
+    trees send it down each split's default direction, networks impute the training mean inside
+    the exported graph.
+    """
+
+    encoding: Literal["nan"] = "nan"
+    handled_by: Literal["tree_default_direction", "mean_imputation"]
+
+
+class BucketedField(_Strict):
+    """One profile field of the cluster scheme.
+
+    categorical: the token is the value itself when in `values`, else `other`.
+    numeric: the token is `prefix` + bucket index, bucket i holding edges[i-1] <= v < edges[i]
+    (so there are len(edges) + 1 buckets); a missing or non-numeric value gives `prefix` + `x`.
+    """
+
+    name: str
+    kind: Literal["categorical", "numeric"]
+    prefix: str = ""
+    values: list[str] = Field(default_factory=list)
+    edges: list[float] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> BucketedField:
+        if self.kind == "numeric":
+            if not self.prefix:
+                raise ValueError(f"numeric field {self.name!r} needs a prefix")
+            if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+                raise ValueError(f"edges of {self.name!r} must increase")
+        return self
+
+
+class ClusterScheme(_Strict):
+    """Profile → cluster id such as `US_lt1_pn3` (seed 002, after Airbnb KDD 2018).
+
+    A cluster id not in the embedding table falls back to coarser ids by dropping trailing
+    tokens (`US_lt1_pn3` → `US_lt1` → `US`), then to `unknown`.
+    """
+
+    fields: list[BucketedField]
+    separator: str = "_"
+    unknown: str = "unknown"
+
+
+class UserClusters(_Strict):
+    scheme: ClusterScheme
+    embedding_dim: int = Field(gt=0)
+    clusters_file: str = "clusters.json"  # JSON list of cluster ids; index = row in embeddings
+    embeddings_file: str = "embeddings.npy"  # float32 [n_clusters, embedding_dim]
+    # "features": the embedding is appended to each candidate's features (trees; the names are
+    # the last `embedding_dim` entries of feature_names). "onnx_input": second ONNX input `user`.
+    input: Literal["features", "onnx_input"] = "features"
+
+
+class Manifest(_Strict):
+    format_version: Literal[1] = MANIFEST_FORMAT_VERSION
+    name: str = Field(pattern=NAME_PATTERN)
+    version: str = Field(pattern=NAME_PATTERN)
+    kind: Literal["lambdamart", "lambdadnn"]
+    created_at: dt.datetime
+    feature_names: list[str] = Field(min_length=1)
+    missing_value: MissingValueRule
+    user_clusters: UserClusters | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    training: dict[str, Any] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256 hex
+
+    @model_validator(mode="after")
+    def _check(self) -> Manifest:
+        if len(set(self.feature_names)) != len(self.feature_names):
+            raise ValueError("feature_names must be unique")
+        model_file = "model.json" if self.kind == "lambdamart" else "model.onnx"
+        if self.files and model_file not in self.files:
+            raise ValueError(f"a {self.kind} manifest must list {model_file} in files")
+        for fname in self.files:
+            if "/" in fname or fname.startswith("."):
+                raise ValueError(f"file name {fname!r} must be a plain name")
+        return self
+
+    @property
+    def model_file(self) -> str:
+        return "model.json" if self.kind == "lambdamart" else "model.onnx"
+
+    @property
+    def request_feature_names(self) -> list[str]:
+        """The features a client sends: all but the appended user-cluster embedding columns."""
+        uc = self.user_clusters
+        if uc is not None and uc.input == "features":
+            return self.feature_names[: -uc.embedding_dim]
+        return self.feature_names

@@ -1,0 +1,157 @@
+"""Model versions on disk: `<registry>/<name>/<version>/` and `<registry>/<name>/CURRENT`.
+
+Writes are never half-visible: a version is written under a temporary name and renamed into
+place; CURRENT is replaced with an atomic rename. Loading verifies every file's sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from app.artifacts.manifest import Manifest
+
+MANIFEST_FILE = "manifest.json"
+CURRENT_FILE = "CURRENT"
+ALLOWED_FILES = {"model.json", "model.onnx", "embeddings.npy", "clusters.json"}
+MAX_ARTIFACT_BYTES = 512 * 1024 * 1024
+
+
+class ArtifactError(ValueError):
+    """A model version that is missing, malformed, or fails verification."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A verified model version: its manifest and the bytes of every file it lists."""
+
+    path: Path
+    manifest: Manifest
+    files: dict[str, bytes]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_version(registry: Path, manifest: Manifest, files: dict[str, bytes]) -> Path:
+    """Write a version directory atomically; the manifest gets the files' sha256 filled in."""
+    unknown = set(files) - ALLOWED_FILES
+    if unknown:
+        raise ArtifactError(f"files not allowed in an artifact: {sorted(unknown)}")
+    final = Path(registry) / manifest.name / manifest.version
+    if final.exists():
+        raise ArtifactError(f"{final} already exists")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    stamped = manifest.model_copy(update={"files": {n: sha256_hex(b) for n, b in files.items()}})
+    stamped = Manifest.model_validate(stamped.model_dump())
+    tmp = Path(tempfile.mkdtemp(prefix=f".{manifest.version}.", dir=final.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        (tmp / MANIFEST_FILE).write_text(stamped.model_dump_json(indent=2) + "\n")
+        for child in tmp.iterdir():
+            with open(child, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, final)
+        _fsync_dir(final.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def load_version(path: Path) -> Artifact:
+    """Read and verify a version directory; raises ArtifactError saying what is wrong."""
+    path = Path(path)
+    mpath = path / MANIFEST_FILE
+    try:
+        raw = mpath.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"{mpath}: cannot read ({exc.strerror})") from None
+    try:
+        manifest = Manifest.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise ArtifactError(f"{mpath}: {loc}: {first['msg']}") from None
+    if manifest.version != path.name:
+        raise ArtifactError(f"{mpath}: version {manifest.version!r} != directory {path.name!r}")
+    if not manifest.files:
+        raise ArtifactError(f"{mpath}: lists no files")
+    files: dict[str, bytes] = {}
+    for name, digest in manifest.files.items():
+        if name not in ALLOWED_FILES:
+            raise ArtifactError(f"{mpath}: file {name!r} is not allowed in an artifact")
+        fpath = path / name
+        try:
+            if fpath.stat().st_size > MAX_ARTIFACT_BYTES:
+                raise ArtifactError(f"{fpath}: larger than {MAX_ARTIFACT_BYTES} bytes")
+            data = fpath.read_bytes()
+        except OSError as exc:
+            raise ArtifactError(f"{fpath}: cannot read ({exc.strerror})") from None
+        if sha256_hex(data) != digest:
+            raise ArtifactError(f"{fpath}: sha256 mismatch (corrupt or truncated)")
+        files[name] = data
+    return Artifact(path=path, manifest=manifest, files=files)
+
+
+def read_current(registry: Path, name: str) -> str | None:
+    try:
+        text = (Path(registry) / name / CURRENT_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    return text or None
+
+
+def set_current(registry: Path, name: str, version: str) -> None:
+    """Point CURRENT at `version` with an atomic rename."""
+    model_dir = Path(registry) / name
+    if not (model_dir / version / MANIFEST_FILE).is_file():
+        raise ArtifactError(f"{model_dir / version}: no such version")
+    fd, tmp = tempfile.mkstemp(prefix=".CURRENT.", dir=model_dir)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(version + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, model_dir / CURRENT_FILE)
+        _fsync_dir(model_dir)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def list_models(registry: Path) -> list[str]:
+    root = Path(registry)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def list_versions(registry: Path, name: str) -> list[str]:
+    """Complete version directories of a model, oldest first (version ids sort by time)."""
+    model_dir = Path(registry) / name
+    if not model_dir.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in model_dir.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file()
+    )
+

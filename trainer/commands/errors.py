@@ -1,0 +1,34 @@
+"""One clear line and a non-zero exit for every expected failure of a command."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+import typer
+
+
+class CommandError(Exception):
+    """An expected failure whose message is the whole story (file, line, what is wrong)."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def clear_errors(*expected: type[BaseException]) -> Iterator[None]:
+    """Turn expected exceptions into `error: <message>` on stderr and exit code 2."""
+    try:
+        yield
+    except (CommandError, FileNotFoundError, *expected) as exc:
+        fail(str(exc))
+
+
+def echo_err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+

@@ -1,0 +1,75 @@
+"""The one in-memory shape of ranking data: documents grouped by query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RankingDataset:
+    """Query-grouped documents.
+
+    Query q owns rows `group_offsets[q]:group_offsets[q + 1]`; queries are contiguous.
+    Missing feature values are NaN.
+    """
+
+    features: np.ndarray  # float32 [n_docs, n_features], C-contiguous
+    labels: np.ndarray  # float64 [n_docs]
+    group_offsets: np.ndarray  # int64 [n_queries + 1], group_offsets[0] == 0
+    query_ids: np.ndarray  # [n_queries] (str or int), for reports
+    feature_names: list[str] | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        n = self.features.shape[0]
+        if self.features.ndim != 2:
+            raise ValueError("features must be 2-D [n_docs, n_features]")
+        if self.labels.shape != (n,):
+            raise ValueError(f"labels has {self.labels.shape[0]} rows, features {n}")
+        off = self.group_offsets
+        if off.ndim != 1 or off.size < 1 or off[0] != 0 or off[-1] != n:
+            raise ValueError("group_offsets must start at 0 and end at n_docs")
+        if np.any(np.diff(off) <= 0):
+            raise ValueError("every query must have at least one document")
+        if self.query_ids.shape[0] != off.size - 1:
+            raise ValueError("one query id per group expected")
+        if self.feature_names is not None and len(self.feature_names) != self.features.shape[1]:
+            raise ValueError("one feature name per column expected")
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def num_queries(self) -> int:
+        return int(self.group_offsets.size - 1)
+
+    @property
+    def group_sizes(self) -> np.ndarray:
+        return np.diff(self.group_offsets)
+
+    def names(self) -> list[str]:
+        """Feature names, defaulting to LETOR's 1-based ids as strings."""
+        return self.feature_names or [f"f{i + 1}" for i in range(self.num_features)]
+
+    def subset_queries(self, query_index: np.ndarray) -> RankingDataset:
+        """The dataset restricted to the given queries (in the given order)."""
+        query_index = np.asarray(query_index, dtype=np.int64)
+        starts = self.group_offsets[query_index]
+        sizes = self.group_offsets[query_index + 1] - starts
+        rows = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+        rows = rows + np.arange(int(sizes.sum()))
+        return RankingDataset(
+            features=np.ascontiguousarray(self.features[rows]),
+            labels=self.labels[rows],
+            group_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+            query_ids=self.query_ids[query_index],
+            feature_names=self.feature_names,
+            source=self.source,
+        )

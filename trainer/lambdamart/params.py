@@ -1,0 +1,31 @@
+"""Hyper-parameters of the native LambdaMART learner (names follow LightGBM where they exist)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LambdaMARTParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    num_trees: int = Field(100, ge=1)
+    num_leaves: int = Field(31, ge=2)
+    learning_rate: float = Field(0.1, gt=0)
+    min_data_in_leaf: int = Field(20, ge=1)
+    min_sum_hessian_in_leaf: float = Field(1e-3, ge=0)
+    lambda_l2: float = Field(0.0, ge=0)
+    max_bin: int = Field(255, ge=2, le=65535)
+    sigma: float = Field(1.0, gt=0)
+    # Truncation of delta NDCG (seed 002's NDCG_num): only pairs with at least one document in
+    # the current top `ndcg_truncation` positions count. None = the whole list.
+    ndcg_truncation: int | None = Field(None, ge=1)
+    # max_sort_size-style limit: only documents ranked in the top `max_pairs_rank` positions
+    # form pairs. None = all pairs.
+    max_pairs_rank: int | None = Field(None, ge=1)
+    bagging_fraction: float = Field(1.0, gt=0, le=1)  # fraction of queries per tree
+    feature_fraction: float = Field(1.0, gt=0, le=1)  # fraction of features per tree
+    early_stopping_rounds: int | None = Field(None, ge=1)
+    eval_at: int = Field(10, ge=1)  # NDCG@k for early stopping and progress
+    empty_query_ndcg: float = Field(1.0, ge=0, le=1)  # NDCG of a query with no relevant doc
+    seed: int = 0
+    threads: int = Field(0, ge=0)  # 0 = all cores

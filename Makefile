@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= serve,train,dnn,dev
 REGISTRY ?= ./registry
+comma := ,
 
 .PHONY: run test lint install redis bench clean
 
@@ -16,7 +17,6 @@ $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
 
-comma := ,
 install: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 # redis-server for the tests that start their own; Debian's package when missing.

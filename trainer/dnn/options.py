@@ -1,0 +1,33 @@
+"""Options of the neural (LambdaDNN) engine, shared by `ltr train --engine dnn` and the nightly job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DNNOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    loss: Literal["lambdarank", "ranknet", "listnet", "pointwise"] = "lambdarank"
+    arch: Literal["mlp", "dcn"] = "mlp"
+    hidden: list[int] = Field(default_factory=lambda: [256, 128])
+    cross_layers: int = Field(3, ge=1)  # DCN only
+    dropout: float = Field(0.1, ge=0, lt=1)
+    epochs: int = Field(100, ge=1)
+    batch_queries: int = Field(32, ge=1)  # query lists per batch; a list is never split
+    learning_rate: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    sigma: float = Field(1.0, gt=0)
+    ndcg_k: int | None = Field(None, ge=1)  # truncation of |delta NDCG| in the lambdarank loss
+    early_stopping_rounds: int | None = Field(10, ge=1)  # in epochs
+    eval_at: int = Field(10, ge=1)
+    seed: int = 0
+    threads: int = Field(0, ge=0)
+    # User-cluster embeddings: the profile table (user_id → fields) and the cluster scheme config.
+    user_profiles: Path | None = None
+    cluster_config: Path | None = None
+    embedding_dim: int = Field(8, ge=1)
+    min_cluster_count: int = Field(20, ge=1)

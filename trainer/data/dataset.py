@@ -21,6 +21,11 @@ class RankingDataset:
     query_ids: np.ndarray  # [n_queries] (str or int), for reports
     feature_names: list[str] | None = None
     source: str = ""
+    # Optional: the user each query list was served to ([n_queries]; Parquet column `user_id`
+    # or a `<file>.user` side file), and the position each document was shown at ([n_docs],
+    # 1-based; Parquet column `position` or a `<file>.position` side file), for click logs.
+    user_ids: np.ndarray | None = None
+    positions: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.features.shape[0]
@@ -37,6 +42,10 @@ class RankingDataset:
             raise ValueError("one query id per group expected")
         if self.feature_names is not None and len(self.feature_names) != self.features.shape[1]:
             raise ValueError("one feature name per column expected")
+        if self.user_ids is not None and self.user_ids.shape[0] != off.size - 1:
+            raise ValueError("one user id per query expected")
+        if self.positions is not None and self.positions.shape != (n,):
+            raise ValueError("one position per document expected")
 
     @property
     def num_docs(self) -> int:
@@ -72,4 +81,6 @@ class RankingDataset:
             query_ids=self.query_ids[query_index],
             feature_names=self.feature_names,
             source=self.source,
+            user_ids=None if self.user_ids is None else self.user_ids[query_index],
+            positions=None if self.positions is None else self.positions[rows],
         )

@@ -154,4 +154,3 @@ def list_versions(registry: Path, name: str) -> list[str]:
         for p in model_dir.iterdir()
         if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file()
     )
-

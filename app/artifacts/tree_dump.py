@@ -90,7 +90,9 @@ class Tree:
             if arr.shape != (n,):
                 raise TreeDumpError(f"{where}: {name} has {arr.shape[0]} entries, expected {n}")
         if self.num_leaves != n + 1:
-            raise TreeDumpError(f"{where}: {self.num_leaves} leaves for {n} splits, expected {n + 1}")
+            raise TreeDumpError(
+                f"{where}: {self.num_leaves} leaves for {n} splits, expected {n + 1}"
+            )
         if not np.all(np.isfinite(self.leaf_value)):
             raise TreeDumpError(f"{where}: leaf values must be finite")
         if np.any(np.isnan(self.threshold)):

@@ -1,0 +1,67 @@
+"""A circuit breaker: stop calling a dependency that keeps failing, probe it again later.
+
+closed → (N consecutive failures) → open → (reset seconds) → half-open: one probe call is let
+through; its success closes the breaker, its failure opens it for another reset period.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Literal
+
+State = Literal["closed", "open", "half_open"]
+
+
+class CircuitBreaker:
+    """Not thread-safe: meant for one asyncio event loop, where calls do not interleave."""
+
+    def __init__(
+        self,
+        failure_threshold: int,
+        reset_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if failure_threshold < 1:
+            raise ValueError("failure_threshold must be >= 1")
+        if reset_seconds <= 0:
+            raise ValueError("reset_seconds must be > 0")
+        self.failure_threshold = failure_threshold
+        self.reset_seconds = reset_seconds
+        self._clock = clock
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._probe_started: float | None = None
+
+    @property
+    def state(self) -> State:
+        if self._opened_at is None:
+            return "closed"
+        if self._clock() - self._opened_at >= self.reset_seconds:
+            return "half_open"
+        return "open"
+
+    def allow(self) -> bool:
+        """Whether a call may go out now; in half-open state only one probe at a time does."""
+        state = self.state
+        if state == "closed":
+            return True
+        if state == "open":
+            return False
+        now = self._clock()
+        # A probe whose caller vanished without reporting must not wedge the breaker half-open.
+        if self._probe_started is not None and now - self._probe_started < self.reset_seconds:
+            return False
+        self._probe_started = now
+        return True
+
+    def record_success(self) -> None:
+        self._failures = 0
+        self._opened_at = None
+        self._probe_started = None
+
+    def record_failure(self) -> None:
+        self._failures += 1
+        self._probe_started = None
+        if self._opened_at is not None or self._failures >= self.failure_threshold:
+            self._opened_at = self._clock()

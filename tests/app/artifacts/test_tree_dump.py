@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from app.artifacts.tree_dump import TreeDumpError, TreeEnsemble
+from app.scoring.reference import predict
+
+
+def test_round_trip_keeps_scores(ensemble: TreeEnsemble) -> None:
+    back = TreeEnsemble.from_json_bytes(ensemble.to_json_bytes())
+    x = np.array([[0.1, 0.1], [0.9, 0.9], [np.nan, np.nan], [0.5, 0.5]], dtype=np.float32)
+    np.testing.assert_array_equal(predict(back, x), predict(ensemble, x))
+
+
+def test_scores_follow_the_contract(ensemble: TreeEnsemble) -> None:
+    x = np.array([[0.1, 0.1], [0.3, 0.1], [0.9, 0.9], [np.nan, np.nan], [0.5, 0.5]], np.float32)
+    # stump: f0 <= 0.5 → 0 else 1 (NaN left); deep: f1 <= 0.5 → (f0 <= 0.25 → -1 else 0.5) else 2,
+    # NaN on f1 goes right, NaN on f0 goes left.
+    expected = 0.25 + np.array([0 - 1.0, 0 + 0.5, 1 + 2.0, 0 + 2.0, 0 + 0.5])
+    np.testing.assert_allclose(predict(ensemble, x), expected)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda t: t.update(left=[5]), "child node index out of range"),
+        (lambda t: t.update(leaf_value=[1.0]), "1 leaves for 1 splits"),
+        (lambda t: t.update(split_feature=[7]), "split feature out of range"),
+        (lambda t: t.pop("threshold"), "missing field 'threshold'"),
+        (lambda t: t.update(right=[~0]), "leaves are not referenced exactly once"),
+        (lambda t: t.update(leaf_value=[1.0, float("inf")]), "leaf values must be finite"),
+    ],
+)
+def test_malformed_trees_are_refused(ensemble: TreeEnsemble, mutate, message: str) -> None:
+    doc = orjson.loads(ensemble.to_json_bytes())
+    mutate(doc["trees"][0])
+    with pytest.raises(TreeDumpError, match=message):
+        TreeEnsemble.from_json_bytes(orjson.dumps(doc))
+
+
+def test_not_json_is_refused() -> None:
+    with pytest.raises(TreeDumpError, match="not valid JSON"):
+        TreeEnsemble.from_json_bytes(b"{nope")
+    with pytest.raises(TreeDumpError, match="not an ltr-tree-dump"):
+        TreeEnsemble.from_json_bytes(b"{}")
+
+
+def test_wrong_feature_count_is_refused(ensemble: TreeEnsemble) -> None:
+    with pytest.raises(ValueError, match=r"shape \[n, 2\]"):
+        predict(ensemble, np.zeros((3, 5), dtype=np.float32))

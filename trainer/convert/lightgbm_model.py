@@ -1,0 +1,140 @@
+"""LightGBM `model.txt` → tree dump, parsed by us (no LightGBM needed to convert).
+
+LightGBM's numerical split (tree.h `NumericalDecision`), with `decision_type` bit 0 = categorical,
+bit 1 = default left, bits 2-3 = missing type (0 None, 1 Zero, 2 NaN):
+- None: NaN is replaced by 0.0 and compared, so "missing" goes wherever 0.0 goes.
+- Zero: NaN and |x| <= 1e-35 take the default direction.
+- NaN: NaN takes the default direction; zero compares normally.
+Then `x <= threshold` goes left, which is the tree dump's rule. Leaf values already include the
+shrinkage, and LightGBM's raw score is the plain sum of leaf values (no base score).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.artifacts.tree_dump import Tree, TreeDumpError, TreeEnsemble
+
+CATEGORICAL_BIT = 1
+DEFAULT_LEFT_BIT = 2
+MISSING_NONE, MISSING_ZERO, MISSING_NAN = 0, 1, 2
+
+# Objectives whose Booster.predict() is the raw sum of trees (no sigmoid, softmax or exp).
+IDENTITY_OBJECTIVES = {
+    "lambdarank",
+    "rank_xendcg",
+    "regression",
+    "regression_l1",
+    "huber",
+    "fair",
+    "quantile",
+    "mape",
+}
+
+
+class ModelFormatError(ValueError):
+    """A model file we cannot convert faithfully; the message says why."""
+
+
+def _sections(model_text: str) -> tuple[dict[str, str], list[tuple[int, dict[str, str]]]]:
+    """The header's key=value pairs and each `Tree=i` block's, with the block's line number."""
+    header: dict[str, str] = {}
+    trees: list[tuple[int, dict[str, str]]] = []
+    current = header
+    for lineno, raw in enumerate(model_text.splitlines(), start=1):
+        line = raw.strip()
+        if line == "end of trees":
+            break
+        if not line or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        if key == "Tree":
+            current = {}
+            trees.append((lineno, current))
+            continue
+        current[key] = value
+    return header, trees
+
+
+def _array(block: dict[str, str], key: str, dtype: type, where: str) -> np.ndarray:
+    if key not in block:
+        raise ModelFormatError(f"{where}: missing {key}=")
+    try:
+        return np.array(block[key].split(), dtype=dtype)
+    except ValueError as exc:
+        raise ModelFormatError(f"{where}: bad {key}= ({exc})") from None
+
+
+def _tree(block: dict[str, str], where: str) -> Tree:
+    if block.get("is_linear", "0") != "0":
+        raise ModelFormatError(f"{where}: linear trees (linear_tree=true) are not supported")
+    if block.get("num_cat", "0") != "0":
+        raise ModelFormatError(f"{where}: categorical splits are not supported")
+    leaf_value = _array(block, "leaf_value", np.float64, where)
+    if leaf_value.size == 1:
+        empty_i = np.zeros(0, dtype=np.int32)
+        return Tree(empty_i, np.zeros(0), empty_i, empty_i, np.zeros(0, dtype=bool), leaf_value)
+    decision = _array(block, "decision_type", np.int64, where)
+    threshold = _array(block, "threshold", np.float64, where)
+    if np.any(decision & CATEGORICAL_BIT):
+        raise ModelFormatError(f"{where}: categorical splits are not supported")
+    missing_type = (decision >> 2) & 3
+    bit_left = (decision & DEFAULT_LEFT_BIT) != 0
+    # MissingType::None sends NaN where 0.0 goes; the stored default bit is meaningless then.
+    default_left = np.where(missing_type == MISSING_NONE, threshold >= 0.0, bit_left)
+    missing_zero = missing_type == MISSING_ZERO
+    return Tree(
+        split_feature=_array(block, "split_feature", np.int32, where),
+        threshold=threshold,
+        left=_array(block, "left_child", np.int32, where),
+        right=_array(block, "right_child", np.int32, where),
+        default_left=default_left.astype(bool),
+        leaf_value=leaf_value,
+        missing_zero=missing_zero if missing_zero.any() else None,
+    )
+
+
+def convert_lightgbm(
+    model_text: str, feature_names: list[str] | None = None, *, source: str = "model.txt"
+) -> TreeEnsemble:
+    """Parse a LightGBM text model (`Booster.save_model` / `model_to_string`).
+
+    The result scores like `Booster.predict(X)` (raw score) on float [n_rows, n_features] input,
+    NaN included. `meta` records the source, objective and the model's own feature names
+    (`feature_names` overrides them). Errors (ModelFormatError) start with `source`.
+    """
+    header, blocks = _sections(model_text)
+    if "max_feature_idx" not in header:
+        raise ModelFormatError(f"{source}: not a LightGBM text model (no max_feature_idx= line)")
+    if header.get("num_class", "1") != "1" or header.get("num_tree_per_iteration", "1") != "1":
+        raise ModelFormatError(f"{source}: multiclass models are not supported")
+    if "average_output" in header:
+        raise ModelFormatError(f"{source}: random-forest models (average_output) are not supported")
+    objective = header.get("objective", "").split(" ")[0]
+    if objective and objective not in IDENTITY_OBJECTIVES:
+        raise ModelFormatError(
+            f"{source}: objective {objective!r} transforms its output; "
+            "convert a ranking or regression model"
+        )
+    try:
+        num_features = int(header["max_feature_idx"]) + 1
+    except ValueError:
+        raise ModelFormatError(f"{source}: max_feature_idx is not an integer") from None
+    names = feature_names or header.get("feature_names", "").split()
+    if names and len(names) != num_features:
+        raise ModelFormatError(
+            f"{source}: {len(names)} feature names for a model of {num_features} features"
+        )
+    if not blocks:
+        raise ModelFormatError(f"{source}: the model has no trees")
+    trees = []
+    for lineno, block in blocks:
+        where = f"{source}:{lineno}"
+        tree = _tree(block, where)
+        try:
+            tree.validate(num_features, where)
+        except TreeDumpError as exc:
+            raise ModelFormatError(str(exc)) from None
+        trees.append(tree)
+    meta = {"source": "lightgbm", "objective": objective, "feature_names": names or None}
+    return TreeEnsemble(num_features=num_features, trees=trees, base_score=0.0, meta=meta)

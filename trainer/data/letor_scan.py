@@ -1,0 +1,190 @@
+"""Compiled single-pass scanner over the bytes of a LETOR/SVMlight file.
+
+It parses the common case only — decimal numbers that convert exactly (Clinger's fast path:
+a mantissa below 2**53 times or over an exact power of ten, so the result is the correctly
+rounded double, the same as Python's float()), feature ids in increasing order, `qid:` right
+after the label — and marks every other line as deferred. The caller re-parses deferred lines
+with the reference parser (`letor_line`), which either accepts them or names what is wrong.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_POW10 = np.array([10.0**i for i in range(23)], dtype=np.float64)
+_MAX_MANTISSA = 2**53
+_MAX_FEATURE_ID = 10_000_000
+
+_SPACE, _TAB, _CR, _VT, _FF = 32, 9, 13, 11, 12
+_NEWLINE, _HASH, _COLON, _DOT, _PLUS, _MINUS, _ZERO = 10, 35, 58, 46, 43, 45, 48
+
+
+@numba.njit(cache=True, inline="always")
+def _is_space(c: int) -> bool:
+    return c == _SPACE or c == _TAB or c == _CR or c == _VT or c == _FF
+
+
+@numba.njit(cache=True)
+def _number(buf: np.ndarray, i: int, end: int) -> tuple[float, int, bool]:
+    """(value, index after the literal, ok) for the decimal literal at `buf[i:end]`."""
+    negative = False
+    if i < end and (buf[i] == _MINUS or buf[i] == _PLUS):
+        negative = buf[i] == _MINUS
+        i += 1
+    mantissa = 0
+    exponent = 0
+    digits = 0
+    while i < end and 0 <= buf[i] - _ZERO <= 9:
+        mantissa = mantissa * 10 + (buf[i] - _ZERO)
+        if mantissa > _MAX_MANTISSA:
+            return 0.0, i, False
+        digits += 1
+        i += 1
+    if i < end and buf[i] == _DOT:
+        i += 1
+        while i < end and 0 <= buf[i] - _ZERO <= 9:
+            mantissa = mantissa * 10 + (buf[i] - _ZERO)
+            if mantissa > _MAX_MANTISSA:
+                return 0.0, i, False
+            exponent -= 1
+            digits += 1
+            i += 1
+    if digits == 0:
+        return 0.0, i, False
+    if i < end and (buf[i] == 101 or buf[i] == 69):  # e, E
+        i += 1
+        sign = 1
+        if i < end and (buf[i] == _MINUS or buf[i] == _PLUS):
+            sign = -1 if buf[i] == _MINUS else 1
+            i += 1
+        power = 0
+        power_digits = 0
+        while i < end and 0 <= buf[i] - _ZERO <= 9:
+            power = power * 10 + (buf[i] - _ZERO)
+            if power > 1000:
+                return 0.0, i, False
+            power_digits += 1
+            i += 1
+        if power_digits == 0:
+            return 0.0, i, False
+        exponent += sign * power
+    if mantissa == 0:
+        value = 0.0
+    elif 0 <= exponent <= 22:
+        value = mantissa * _POW10[exponent]
+    elif -22 <= exponent < 0:
+        value = mantissa / _POW10[-exponent]
+    else:
+        return 0.0, i, False
+    return (-value if negative else value), i, True
+
+
+@numba.njit(cache=True)
+def _ends_token(buf: np.ndarray, i: int, end: int) -> bool:
+    return i >= end or _is_space(buf[i])
+
+
+@numba.njit(cache=True, nogil=True)
+def scan(  # noqa: PLR0915 - one pass over the bytes is the point
+    buf: np.ndarray, row_cap: int, width: int, max_width: int
+) -> tuple[
+    np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
+]:
+    """Scan `buf` (uint8 [n_bytes]).
+
+    Returns (features float32 [row_cap, w], n_rows, max_id, labels [row_cap], qids [row_cap],
+    has_qid [row_cap], line_no [row_cap], line_span int64 [row_cap, 2], deferred [row_cap]);
+    `max_width` > 0 forces the width (larger ids are deferred, hence reported).
+    """
+    features = np.zeros((row_cap, width), dtype=np.float32)
+    labels = np.zeros(row_cap, dtype=np.float64)
+    qids = np.zeros(row_cap, dtype=np.int64)
+    has_qid = np.zeros(row_cap, dtype=np.bool_)
+    line_no = np.zeros(row_cap, dtype=np.int64)
+    line_span = np.zeros((row_cap, 2), dtype=np.int64)
+    deferred = np.zeros(row_cap, dtype=np.bool_)
+    size = buf.shape[0]
+    n = 0
+    max_id = 0
+    line = 0
+    pos = 0
+    while pos < size:
+        line += 1
+        start = pos
+        stop = pos
+        while stop < size and buf[stop] != _NEWLINE:
+            stop += 1
+        pos = stop + 1
+        end = start
+        while end < stop and buf[end] != _HASH:
+            end += 1
+        i = start
+        while i < end and _is_space(buf[i]):
+            i += 1
+        if i == end:
+            continue
+        r = n
+        n += 1
+        line_no[r] = line
+        line_span[r, 0] = start
+        line_span[r, 1] = stop
+        label, i, ok = _number(buf, i, end)
+        if not ok or not _ends_token(buf, i, end):
+            deferred[r] = True
+            continue
+        labels[r] = label
+        while i < end and _is_space(buf[i]):
+            i += 1
+        if (
+            i + 4 <= end
+            and buf[i] == 113  # q
+            and buf[i + 1] == 105  # i
+            and buf[i + 2] == 100  # d
+            and buf[i + 3] == _COLON
+        ):
+            i += 4
+            qid = 0
+            qid_digits = 0
+            while i < end and 0 <= buf[i] - _ZERO <= 9 and qid_digits < 18:
+                qid = qid * 10 + (buf[i] - _ZERO)
+                qid_digits += 1
+                i += 1
+            if qid_digits == 0 or not _ends_token(buf, i, end):
+                deferred[r] = True
+                continue
+            qids[r] = qid
+            has_qid[r] = True
+        previous = 0
+        while True:
+            while i < end and _is_space(buf[i]):
+                i += 1
+            if i >= end:
+                break
+            fid = 0
+            id_digits = 0
+            while i < end and 0 <= buf[i] - _ZERO <= 9 and fid <= _MAX_FEATURE_ID:
+                fid = fid * 10 + (buf[i] - _ZERO)
+                id_digits += 1
+                i += 1
+            if id_digits == 0 or i >= end or buf[i] != _COLON or fid <= previous:
+                deferred[r] = True
+                break
+            if fid > features.shape[1]:
+                if (max_width > 0 and fid > max_width) or fid > _MAX_FEATURE_ID:
+                    deferred[r] = True
+                    break
+                grown = max(fid, features.shape[1] + features.shape[1] // 2 + 1)
+                if max_width > 0:
+                    grown = min(grown, max_width)
+                wider = np.zeros((row_cap, grown), dtype=np.float32)
+                wider[: r + 1, : features.shape[1]] = features[: r + 1]
+                features = wider
+            value, i, ok = _number(buf, i + 1, end)
+            if not ok or not _ends_token(buf, i, end):
+                deferred[r] = True
+                break
+            features[r, fid - 1] = np.float32(value)
+            previous = fid
+            max_id = max(max_id, fid)
+    return features, n, max_id, labels, qids, has_qid, line_no, line_span, deferred

@@ -53,18 +53,25 @@ def _tree(raw: dict[str, Any], num_features: int, where: str) -> Tree:
     n = left_children.size
     if not (right_children.size == split_indices.size == conditions.size == n) or n == 0:
         raise ModelFormatError(f"{where}: node arrays differ in length")
-    is_leaf = left_children < 0
-    # Renumber: internal nodes keep XGBoost's order (root first), leaves get 0..n_leaves-1.
-    internal_ids = np.flatnonzero(~is_leaf)
-    leaf_ids = np.flatnonzero(is_leaf)
-    new_index = np.empty(n, dtype=np.int64)
-    new_index[internal_ids] = np.arange(internal_ids.size)
-    new_index[leaf_ids] = ~np.arange(leaf_ids.size)
-    if internal_ids.size and internal_ids[0] != 0:
-        raise ModelFormatError(f"{where}: node 0 is not the root")
-    kids = np.concatenate([left_children[internal_ids], right_children[internal_ids]])
-    if kids.size and (kids.min() < 0 or kids.max() >= n):
-        raise ModelFormatError(f"{where}: child index out of range")
+    # Walk from the root so pruned (deleted) nodes, still present in the arrays, drop out.
+    # Internal nodes are numbered in visiting order (root = 0), leaves 0..n_leaves-1.
+    internal: list[int] = []
+    leaves: list[int] = []
+    new_index = np.zeros(n, dtype=np.int64)
+    stack = [0]
+    while stack:
+        node = stack.pop()
+        if not 0 <= node < n or len(internal) + len(leaves) > n:
+            raise ModelFormatError(f"{where}: node arrays are not a tree")
+        if left_children[node] < 0:
+            new_index[node] = ~len(leaves)
+            leaves.append(node)
+        else:
+            new_index[node] = len(internal)
+            internal.append(node)
+            stack += [int(right_children[node]), int(left_children[node])]
+    internal_ids = np.asarray(internal, dtype=np.int64)
+    leaf_ids = np.asarray(leaves, dtype=np.int64)
     cond = conditions[internal_ids]
     threshold = np.nextafter(cond, np.float32(-np.inf)).astype(np.float64)
     return Tree(

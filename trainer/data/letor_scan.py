@@ -86,7 +86,7 @@ def _ends_token(buf: np.ndarray, i: int, end: int) -> bool:
 
 
 @numba.njit(cache=True, nogil=True)
-def scan(  # noqa: PLR0915 - one pass over the bytes is the point
+def scan(
     buf: np.ndarray, row_cap: int, width: int, max_width: int
 ) -> tuple[
     np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray

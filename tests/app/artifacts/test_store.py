@@ -37,14 +37,14 @@ def test_corrupt_artifacts_are_refused(tmp_path: Path, manifest, ensemble, damag
         model.write_bytes(data.replace(b"0.25", b"0.26", 1))
     else:
         model.unlink()
-    with pytest.raises(ArtifactError, match="model.json"):
+    with pytest.raises(ArtifactError, match=r"model\.json"):
         load_version(path)
 
 
 def test_bad_manifest_is_refused(tmp_path: Path, manifest, ensemble) -> None:
     path = write_version(tmp_path, manifest, {"model.json": ensemble.to_json_bytes()})
     (path / "manifest.json").write_text('{"kind": "pickle"}')
-    with pytest.raises(ArtifactError, match="manifest.json"):
+    with pytest.raises(ArtifactError, match=r"manifest\.json"):
         load_version(path)
 
 

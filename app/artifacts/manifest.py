@@ -26,8 +26,8 @@ class MissingValueRule(_Strict):
     """How a missing feature value (absent name, null, NaN) reaches the model.
 
     `encoding` is always NaN on the wire to the scorer; `handled_by` says what the model does
-    with it: trees send it down each split's default direction, networks impute the training mean inside
-    the exported graph.
+    with it: trees send it down each split's default direction, networks impute the training
+    mean inside the exported graph.
     """
 
     encoding: Literal["nan"] = "nan"

@@ -18,7 +18,7 @@ def field_token(spec: BucketedField, value: Any) -> str:
         return spec.prefix + (text or "x")
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return spec.prefix + "x"
     if math.isnan(number):
         return spec.prefix + "x"

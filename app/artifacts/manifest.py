@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MANIFEST_FORMAT_VERSION = 1
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
@@ -81,7 +80,7 @@ class UserClusters(_Strict):
 
 
 class Manifest(_Strict):
-    format_version: Literal[1] = MANIFEST_FORMAT_VERSION
+    format_version: Literal[1] = 1
     name: str = Field(pattern=NAME_PATTERN)
     version: str = Field(pattern=NAME_PATTERN)
     kind: Literal["lambdamart", "lambdadnn"]

@@ -50,10 +50,17 @@ def _fsync_dir(path: Path) -> None:
 
 def write_version(registry: Path, manifest: Manifest, files: dict[str, bytes]) -> Path:
     """Write a version directory atomically; the manifest gets the files' sha256 filled in."""
+    return write_version_dir(Path(registry) / manifest.name / manifest.version, manifest, files)
+
+
+def write_version_dir(final: Path, manifest: Manifest, files: dict[str, bytes]) -> Path:
+    """Write a version directory at an explicit path (its name must be the manifest's version)."""
+    final = Path(final)
+    if final.name != manifest.version:
+        raise ArtifactError(f"{final}: directory name must be the version {manifest.version!r}")
     unknown = set(files) - ALLOWED_FILES
     if unknown:
         raise ArtifactError(f"files not allowed in an artifact: {sorted(unknown)}")
-    final = Path(registry) / manifest.name / manifest.version
     if final.exists():
         raise ArtifactError(f"{final} already exists")
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -16,13 +16,13 @@ _POW10 = np.array([10.0**i for i in range(23)], dtype=np.float64)
 _MAX_MANTISSA = 2**53
 _MAX_FEATURE_ID = 10_000_000
 
-_SPACE, _TAB, _CR, _VT, _FF = 32, 9, 13, 11, 12
+_SPACE, _TAB, _CR = 32, 9, 13
 _NEWLINE, _HASH, _COLON, _DOT, _PLUS, _MINUS, _ZERO = 10, 35, 58, 46, 43, 45, 48
 
 
 @numba.njit(cache=True, inline="always")
 def _is_space(c: int) -> bool:
-    return c == _SPACE or c == _TAB or c == _CR or c == _VT or c == _FF
+    return c == _SPACE or _TAB <= c <= _CR  # \t \n \v \f \r
 
 
 @numba.njit(cache=True)

@@ -1,0 +1,195 @@
+"""Redis reads for user-cluster features: a deadline on every call, a TTL cache, a breaker.
+
+Redis is a soft dependency: a lookup never waits past its deadline (connecting included),
+never raises, and says why it failed so the caller can fall back and report `degraded`.
+Keys (Redis contract): `{prefix}user:{user_id}` → cluster id; `{prefix}emb:{model}:{version}`
+hash of cluster id → float32 bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.features.circuit_breaker import CircuitBreaker
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REDIS_TIMEOUT = "redis_timeout"
+REDIS_UNAVAILABLE = "redis_unavailable"
+CIRCUIT_OPEN = "circuit_open"
+REDIS_BAD_VALUE = "redis_bad_value"
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One lookup's outcome: `value` None means absent (or failed, when `error` is set)."""
+
+    value: bytes | None
+    error: str | None = None
+
+
+class TTLCache:
+    """Bounded LRU map whose entries expire `ttl` seconds after they were stored."""
+
+    def __init__(
+        self, ttl: float, max_entries: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._data: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: Hashable) -> tuple[bool, Any]:
+        """(found, value); an expired entry is dropped and reported as not found."""
+        entry = self._data.get(key)
+        if entry is None:
+            return False, None
+        expires, value = entry
+        if self._clock() >= expires:
+            del self._data[key]
+            return False, None
+        self._data.move_to_end(key)
+        return True, value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        if self.max_entries <= 0 or self.ttl <= 0:
+            return
+        self._data[key] = (self._clock() + self.ttl, value)
+        self._data.move_to_end(key)
+        while len(self._data) > self.max_entries:
+            self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+
+class RedisStore:
+    """Cached, deadline-bound, breaker-guarded reads; inert when `settings.redis_url` is unset."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        counters: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.prefix = settings.redis_prefix
+        self.deadline_s = settings.redis_deadline_ms / 1000.0
+        self.cache = TTLCache(
+            settings.redis_cache_ttl_seconds, settings.redis_cache_max_entries, clock
+        )
+        self.breaker = CircuitBreaker(
+            settings.breaker_failure_threshold, settings.breaker_reset_seconds, clock
+        )
+        self._counters = counters or {}
+        self._client: aioredis.Redis | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.redis_url is not None
+
+    async def start(self) -> None:
+        """Open the pool and try one PING to warm a connection; Redis being down is fine."""
+        if self.settings.redis_url is None or self._client is not None:
+            return
+        self._client = aioredis.Redis.from_url(
+            self.settings.redis_url,
+            # asyncio.timeout is the real deadline; these only stop a stray socket wait.
+            socket_connect_timeout=max(self.deadline_s * 2, 0.05),
+            socket_timeout=max(self.deadline_s * 2, 0.05),
+            retry=Retry(NoBackoff(), 0),  # a retry would spend the deadline twice
+            driver_info=None,  # skip CLIENT SETINFO: one round trip less per new connection
+        )
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                await self._client.ping()
+        except (TimeoutError, RedisError, OSError) as exc:
+            log.warning("redis at start: %s; serving from the in-process store until it answers",
+                        type(exc).__name__)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def new_deadline(self) -> float:
+        """The event-loop time by which one request's Redis work must be done."""
+        return asyncio.get_running_loop().time() + self.deadline_s
+
+    async def get_override(self, user_id: str, deadline: float) -> Fetch:
+        key = f"{self.prefix}user:{user_id}"
+        return await self._cached(("user", user_id), deadline, lambda c: c.get(key))
+
+    async def get_embedding(self, model: str, version: str, cluster: str, deadline: float) -> Fetch:
+        key = f"{self.prefix}emb:{model}:{version}"
+        return await self._cached(
+            ("emb", model, version, cluster), deadline, lambda c: c.hget(key, cluster)
+        )
+
+    async def _cached(
+        self,
+        cache_key: Hashable,
+        deadline: float,
+        call: Callable[[aioredis.Redis], Awaitable[Any]],
+    ) -> Fetch:
+        found, value = self.cache.get(cache_key)
+        if found:
+            self._count("hits" if value is not None else "misses")
+            return Fetch(value)
+        fetch = await self._call(deadline, call)
+        if fetch.error is None:
+            # Absent keys are cached too: most users have no override key.
+            self.cache.put(cache_key, fetch.value)
+            self._count("hits" if fetch.value is not None else "misses")
+        return fetch
+
+    async def _call(
+        self, deadline: float, call: Callable[[aioredis.Redis], Awaitable[Any]]
+    ) -> Fetch:
+        if self._client is None:
+            return Fetch(None, REDIS_UNAVAILABLE)
+        if not self.breaker.allow():
+            return Fetch(None, CIRCUIT_OPEN)
+        try:
+            async with asyncio.timeout_at(deadline):
+                raw = await call(self._client)
+        except (TimeoutError, RedisTimeoutError):
+            return self._failed(REDIS_TIMEOUT)
+        except ResponseError as exc:
+            # Redis answered (so it is healthy) but the key holds the wrong type of value.
+            self.breaker.record_success()
+            self._count("errors")
+            log.warning("redis refused a read: %s", exc)
+            return Fetch(None, REDIS_BAD_VALUE)
+        except (RedisError, OSError):
+            return self._failed(REDIS_UNAVAILABLE)
+        self.breaker.record_success()
+        if raw is not None and not isinstance(raw, bytes):
+            raw = str(raw).encode()
+        return Fetch(raw)
+
+    def _failed(self, reason: str) -> Fetch:
+        self.breaker.record_failure()
+        self._count("errors")
+        return Fetch(None, reason)
+
+    def _count(self, what: str) -> None:
+        counter = self._counters.get(what)
+        if counter is not None:
+            counter.inc()

@@ -1,0 +1,167 @@
+"""A request's user → cluster id → embedding vector, with Redis as a soft dependency.
+
+Chain: the `{prefix}user:{id}` override (Redis) or the profile's cluster id → the finest id
+along its coarser chain that the model's table holds → that cluster's vector from Redis
+`{prefix}emb:{model}:{version}`, else the in-process copy from the artifact. Whatever Redis
+does, `resolve` answers within the deadline with a vector, and says `degraded` and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.artifacts.manifest import Manifest, UserClusters
+from app.features.clusters import cluster_id
+from app.features.embedding_table import EmbeddingTable
+from app.features.redis_store import RedisStore
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+NO_USER = "no_user"
+UNKNOWN_CLUSTER = "unknown_cluster"
+EMBEDDING_MISSING_IN_REDIS = "embedding_missing_in_redis"
+EMBEDDING_MALFORMED_IN_REDIS = "embedding_malformed_in_redis"
+EMBEDDING_TABLE_MISSING = "embedding_table_missing"
+INTERNAL_ERROR = "user_features_error"
+VERSIONS_KEPT = 3  # per model: the current one plus those requests in flight may still use
+
+
+@dataclass(frozen=True)
+class UserFeatures:
+    vector: np.ndarray | None  # float32 [embedding_dim]; None when the model has no clusters
+    cluster: str | None
+    degraded: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+class UserFeatureResolver:
+    def __init__(self, settings: Settings, metrics: object | None = None) -> None:
+        self.settings = settings
+        self.store = RedisStore(settings, counters=_redis_counters())
+        self.metrics = metrics
+        self._tables: dict[str, OrderedDict[str, EmbeddingTable]] = {}
+
+    async def start(self) -> None:
+        await self.store.start()
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    def register_model(self, manifest: Manifest, files: dict[str, bytes]) -> None:
+        """Load the model's embedding table; ValueError (naming the file) when it is bad."""
+        if manifest.user_clusters is None:
+            return
+        table = EmbeddingTable.from_files(manifest, files)
+        versions = self._tables.setdefault(manifest.name, OrderedDict())
+        versions[manifest.version] = table
+        versions.move_to_end(manifest.version)
+        while len(versions) > VERSIONS_KEPT:
+            versions.popitem(last=False)
+
+    def table(self, manifest: Manifest) -> EmbeddingTable | None:
+        return self._tables.get(manifest.name, {}).get(manifest.version)
+
+    async def resolve(self, manifest: Manifest, user: Mapping[str, Any] | None) -> UserFeatures:
+        """The user's cluster and vector; never raises, never waits past the Redis deadline."""
+        uc = manifest.user_clusters
+        if uc is None:
+            return UserFeatures(None, None, False, [])
+        table = self.table(manifest)
+        if table is None:
+            log.error("no embedding table registered for %s/%s", manifest.name, manifest.version)
+            zeros = np.zeros(uc.embedding_dim, dtype=np.float32)
+            return UserFeatures(zeros, uc.scheme.unknown, True, [EMBEDDING_TABLE_MISSING])
+        try:
+            return await self._resolve(manifest, uc, table, user)
+        except Exception:  # the request must still be answered; the log keeps the bug visible
+            log.exception("resolving user features for %s/%s", manifest.name, manifest.version)
+            return UserFeatures(table.vector(table.unknown), table.unknown, True, [INTERNAL_ERROR])
+
+    async def _resolve(
+        self,
+        manifest: Manifest,
+        uc: UserClusters,
+        table: EmbeddingTable,
+        user: Mapping[str, Any] | None,
+    ) -> UserFeatures:
+        user_id, profile = _parse_user(user)
+        reasons: list[str] = []
+        redis_ok = self.store.enabled
+        deadline = self.store.new_deadline() if redis_ok else 0.0
+
+        raw_cid: str | None = None
+        if redis_ok and user_id is not None:
+            fetch = await self.store.get_override(user_id, deadline)
+            if fetch.error is not None:
+                reasons.append(fetch.error)
+                redis_ok = False  # one failure per request: the deadline is spent anyway
+            elif fetch.value:
+                raw_cid = fetch.value.decode("utf-8", "replace").strip() or None
+        if raw_cid is None:
+            if profile:
+                raw_cid = cluster_id(uc.scheme, profile)
+            else:
+                reasons.append(NO_USER)
+                raw_cid = uc.scheme.unknown
+        cluster = table.resolve(raw_cid)
+        if cluster == table.unknown and raw_cid != table.unknown:
+            reasons.append(UNKNOWN_CLUSTER)
+        vector = table.vector(cluster)
+
+        if redis_ok:
+            fetch = await self.store.get_embedding(
+                manifest.name, manifest.version, cluster, deadline
+            )
+            if fetch.error is not None:
+                reasons.append(fetch.error)
+            elif fetch.value is None:
+                reasons.append(EMBEDDING_MISSING_IN_REDIS)
+            else:
+                remote = _parse_vector(fetch.value, uc.embedding_dim)
+                if remote is None:
+                    reasons.append(EMBEDDING_MALFORMED_IN_REDIS)
+                else:
+                    vector = remote
+        degraded = any(r not in (NO_USER, UNKNOWN_CLUSTER) for r in reasons)
+        return UserFeatures(vector, cluster, degraded, reasons)
+
+
+def _parse_user(user: Mapping[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
+    """(user id or None, profile) from `{"id": ..., "profile": {...}}`; junk counts as absent."""
+    if not isinstance(user, Mapping):
+        return None, {}
+    raw_id = user.get("id")
+    user_id = raw_id if isinstance(raw_id, str) and raw_id else None
+    profile = user.get("profile")
+    return user_id, dict(profile) if isinstance(profile, Mapping) else {}
+
+
+def _parse_vector(raw: bytes, dim: int) -> np.ndarray | None:
+    """float32 [dim] from little-endian bytes, or None when the length or values are wrong."""
+    if len(raw) != dim * 4:
+        return None
+    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.all(np.isfinite(vector)):
+        return None
+    vector.setflags(write=False)
+    return vector
+
+
+def _redis_counters() -> dict[str, Any]:
+    """The service's Prometheus counters, when the service's metrics module is present."""
+    try:
+        from app import metrics
+    except ImportError:
+        return {}
+    return {
+        "hits": getattr(metrics, "REDIS_HITS", None),
+        "misses": getattr(metrics, "REDIS_MISSES", None),
+        "errors": getattr(metrics, "REDIS_ERRORS", None),
+    }

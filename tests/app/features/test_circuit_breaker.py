@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import pytest
+
+from app.features.circuit_breaker import CircuitBreaker
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_opens_after_consecutive_failures_only() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(3, 2.0, clock)
+    breaker.record_failure()
+    breaker.record_failure()
+    breaker.record_success()  # resets the streak
+    breaker.record_failure()
+    breaker.record_failure()
+    assert breaker.state == "closed" and breaker.allow()
+    breaker.record_failure()
+    assert breaker.state == "open"
+    assert not breaker.allow()
+
+
+def test_half_open_lets_one_probe_through_and_closes_on_success() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(1, 2.0, clock)
+    breaker.record_failure()
+    clock.now += 1.9
+    assert not breaker.allow()
+    clock.now += 0.1
+    assert breaker.state == "half_open"
+    assert breaker.allow()
+    assert not breaker.allow()  # the probe is still out
+    breaker.record_success()
+    assert breaker.state == "closed"
+    assert breaker.allow() and breaker.allow()
+
+
+def test_failed_probe_reopens_for_a_full_period() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(2, 2.0, clock)
+    breaker.record_failure()
+    breaker.record_failure()
+    clock.now += 2.0
+    assert breaker.allow()
+    breaker.record_failure()
+    assert breaker.state == "open"
+    clock.now += 1.0
+    assert not breaker.allow()
+    clock.now += 1.0
+    assert breaker.allow()
+
+
+def test_a_lost_probe_does_not_wedge_the_breaker() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(1, 2.0, clock)
+    breaker.record_failure()
+    clock.now += 2.0
+    assert breaker.allow()  # probe caller never reports back
+    clock.now += 1.0
+    assert not breaker.allow()
+    clock.now += 1.0
+    assert breaker.allow()
+
+
+@pytest.mark.parametrize(("threshold", "reset"), [(0, 1.0), (1, 0.0)])
+def test_rejects_bad_settings(threshold: int, reset: float) -> None:
+    with pytest.raises(ValueError):
+        CircuitBreaker(threshold, reset)

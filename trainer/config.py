@@ -1,0 +1,72 @@
+"""Training parameters from a TOML file, overridden by command-line flags.
+
+The file is flat: `key = value` with the parameter names of the chosen engine
+(`LambdaMARTParams` for native/lightgbm, `DNNOptions` for dnn), plus an optional `engine`.
+Dashes in keys are accepted (`num-trees` = `num_trees`). Unknown keys are errors naming the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+FILE_ONLY_KEYS = frozenset({"engine"})
+
+
+class ConfigError(ValueError):
+    """A params file or flag value that cannot be used; the message names the file or flag."""
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The TOML file's top-level keys (dashes → underscores)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            raise ConfigError(f"{path}: [{key}]: tables are not supported, use top-level keys")
+        out[key.replace("-", "_")] = value
+    return out
+
+
+def build_params(
+    model: type[M],
+    file_values: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    *,
+    source: str,
+    ignore: Collection[str] = FILE_ONLY_KEYS,
+) -> M:
+    """`model` validated from the file's values with flags (None = not given) on top.
+
+    Errors say where the bad value came from: `params.toml: num_leaves: ...` or `--num-leaves: ...`.
+    """
+    known = set(model.model_fields)
+    unknown = sorted(set(file_values) - known - set(ignore))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key {unknown[0]!r} for {model.__name__} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    given = {k: v for k, v in flags.items() if v is not None}
+    merged = {k: v for k, v in file_values.items() if k in known}
+    merged.update(given)
+    try:
+        return model.model_validate(merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = str(first["loc"][0]) if first["loc"] else ""
+        where = f"--{key.replace('_', '-')}" if key in given else f"{source}: {key}"
+        raise ConfigError(f"{where}: {first['msg']}") from None

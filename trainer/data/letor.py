@@ -1,0 +1,195 @@
+"""LETOR/SVMlight text: `label qid:N id:value ... # comment`, or without `qid:` and with
+LightGBM's `<file>.query` group file beside it; optional `<file>.user` and `<file>.position`.
+
+Feature ids are 1-based and sparse (an absent id is 0.0, as in SVMlight); `nan` marks a
+missing value. Queries must be contiguous.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from trainer.data.dataset import RankingDataset
+from trainer.data.errors import DataFormatError, located
+from trainer.data.letor_line import LineError, parse_line, strip_comment
+from trainer.data.letor_side import read_group_sizes, read_positions, read_user_ids, side_path
+
+_WIDTH_SAMPLE_BYTES = 1 << 16
+
+
+def read_letor(path: str | Path, num_features: int | None = None) -> RankingDataset:
+    """Read a LETOR/SVMlight file into a query-grouped dataset.
+
+    `num_features` forces the width (a test file whose largest id is smaller than the training
+    file's still lines up); an id above it is an error. Raises DataFormatError naming the file,
+    the line and what is wrong.
+    """
+    from trainer.data.letor_scan import scan  # compiled on first use
+
+    path = Path(path)
+    if num_features is not None and num_features < 1:
+        raise ValueError(f"num_features must be >= 1, got {num_features}")
+    if not path.is_file():
+        raise located(path, None, "no such file")
+    data = path.read_bytes()
+    width = num_features if num_features is not None else _guess_width(path, data)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    features, n, max_id, labels, qids, has_qid, line_no, span, deferred = scan(
+        buf, data.count(b"\n") + 1, width, num_features or 0
+    )
+    if n == 0:
+        raise located(path, 1, "empty file: no data rows")
+    for row in np.flatnonzero(deferred[:n]):
+        features, top = _reparse(
+            path, data, features, int(row), labels, qids, has_qid, line_no, span, num_features
+        )
+        max_id = max(max_id, top)
+    width = num_features if num_features is not None else max_id
+    if features.shape[1] != width:
+        features = features[:, :width] if features.shape[1] > width else _widen(features, width)
+    features = np.ascontiguousarray(features[:n])
+    offsets, query_ids = _groups(path, qids[:n], has_qid[:n], line_no[:n])
+    user_path, position_path = side_path(path, ".user"), side_path(path, ".position")
+    return RankingDataset(
+        features=features,
+        labels=labels[:n].copy(),
+        group_offsets=offsets,
+        query_ids=query_ids,
+        source=str(path),
+        user_ids=read_user_ids(user_path, offsets.size - 1) if user_path.is_file() else None,
+        positions=read_positions(position_path, n) if position_path.is_file() else None,
+    )
+
+
+def _guess_width(path: Path, data: bytes) -> int:
+    """The largest feature id among the first lines, to size the matrix before the scan."""
+    width = 1
+    for raw in data[:_WIDTH_SAMPLE_BYTES].split(b"\n")[:-1]:
+        try:
+            parsed = parse_line(strip_comment(raw).decode("utf-8", errors="replace"))
+        except LineError:
+            continue  # the scan reports it with its line number
+        if parsed is not None and parsed.ids:
+            width = max(width, *parsed.ids)
+    return width
+
+
+def _widen(features: np.ndarray, width: int) -> np.ndarray:
+    wider = np.zeros((features.shape[0], width), dtype=np.float32)
+    wider[:, : features.shape[1]] = features
+    return wider
+
+
+def _reparse(
+    path: Path,
+    data: bytes,
+    features: np.ndarray,
+    row: int,
+    labels: np.ndarray,
+    qids: np.ndarray,
+    has_qid: np.ndarray,
+    line_no: np.ndarray,
+    span: np.ndarray,
+    num_features: int | None,
+) -> tuple[np.ndarray, int]:
+    """Parse a line the scanner deferred with the reference parser; (features, largest id)."""
+    raw = data[span[row, 0] : span[row, 1]]
+    try:
+        parsed = parse_line(strip_comment(raw).decode("utf-8", errors="replace"), num_features)
+    except LineError as exc:
+        raise located(path, int(line_no[row]), str(exc)) from None
+    if parsed is None:  # the scanner saw a byte it does not treat as blank; so be it
+        raise located(path, int(line_no[row]), "malformed line")
+    labels[row] = parsed.label
+    qids[row] = parsed.qid if parsed.qid is not None else 0
+    has_qid[row] = parsed.qid is not None
+    top = max(parsed.ids, default=0)
+    if top > features.shape[1]:
+        features = _widen(features, top)
+    features[row] = 0.0
+    if parsed.ids:
+        features[row, np.asarray(parsed.ids) - 1] = np.asarray(parsed.values, dtype=np.float32)
+    return features, top
+
+
+def _groups(
+    path: Path, qids: np.ndarray, has_qid: np.ndarray, line_no: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(group_offsets int64 [n_queries + 1], query_ids [n_queries]) from `qid:` or `.query`."""
+    n = qids.shape[0]
+    mixed = np.flatnonzero(has_qid != has_qid[0])
+    if mixed.size:
+        row = int(mixed[0])
+        what = "qid: given but earlier lines have none" if has_qid[row] else "missing qid:"
+        raise located(path, int(line_no[row]), what)
+    query_path = side_path(path, ".query")
+    if not has_qid[0]:
+        if not query_path.is_file():
+            raise located(path, int(line_no[0]), f"no qid: and no group file {query_path.name}")
+        sizes = read_group_sizes(query_path, n)
+        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), np.arange(sizes.size)
+    starts = np.concatenate([[0], np.flatnonzero(qids[1:] != qids[:-1]) + 1])
+    run_qids = qids[starts]
+    _, first, inverse = np.unique(run_qids, return_index=True, return_inverse=True)
+    repeated = np.flatnonzero(first[inverse] != np.arange(run_qids.size))
+    if repeated.size:
+        run = int(repeated[0])
+        seen = int(line_no[starts[first[inverse[run]]]])
+        raise located(
+            path,
+            int(line_no[starts[run]]),
+            f"qid {run_qids[run]} reappears after another query (first seen at line {seen}); "
+            "queries must be contiguous",
+        )
+    offsets = np.concatenate([starts, [n]]).astype(np.int64)
+    if query_path.is_file() and not np.array_equal(
+        read_group_sizes(query_path, n), np.diff(offsets)
+    ):
+        raise located(query_path, None, "group sizes disagree with the data's qid: column")
+    return offsets, run_qids.copy()
+
+
+def write_letor(dataset: RankingDataset, path: str | Path, significant_digits: int = 9) -> None:
+    """Write `label qid:Q id:value ...` (zeros omitted, NaN as `nan`) plus `.user`/`.position`.
+
+    Nine significant digits give back the same float32 values on reading. Query ids are written
+    when they are distinct integers, else the query's ordinal.
+    """
+    path = Path(path)
+    qids = dataset.query_ids
+    if not (np.issubdtype(qids.dtype, np.integer) and np.unique(qids).size == qids.size):
+        qids = np.arange(dataset.num_queries)
+    row_qids = np.repeat(qids, dataset.group_sizes)
+    with path.open("w", encoding="utf-8") as handle:
+        write_rows(handle, dataset.features, dataset.labels, row_qids, significant_digits)
+    if dataset.user_ids is not None:
+        side_path(path, ".user").write_text("".join(f"{u}\n" for u in dataset.user_ids))
+    if dataset.positions is not None:
+        side_path(path, ".position").write_text("".join(f"{p}\n" for p in dataset.positions))
+
+
+def write_rows(
+    handle: TextIO,
+    features: np.ndarray,
+    labels: np.ndarray,
+    row_qids: np.ndarray,
+    significant_digits: int = 9,
+) -> None:
+    """Append rows (features [n, f], labels [n], row_qids [n]) to an open LETOR text file."""
+    if not features.shape[0] == labels.shape[0] == row_qids.shape[0]:
+        raise DataFormatError("features, labels and qids must have one entry per row")
+    pair = f" %d:%.{significant_digits}g"
+    ids = np.arange(1, features.shape[1] + 1, dtype=np.float64)
+    nonzero = features != 0  # NaN is nonzero, so it is written
+    lines = []
+    for r in range(features.shape[0]):
+        keep = nonzero[r]
+        pairs = np.empty((int(keep.sum()), 2))
+        pairs[:, 0] = ids[keep]
+        pairs[:, 1] = features[r, keep]
+        head = f"{labels[r]:.17g} qid:{row_qids[r]}"
+        lines.append(head + (pair * pairs.shape[0]) % tuple(pairs.ravel().tolist()) + "\n")
+    handle.write("".join(lines))

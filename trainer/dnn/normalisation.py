@@ -1,0 +1,58 @@
+"""Feature standardisation learned on the training set, baked into the network as its first
+layer so that the exported graph takes raw features (NaN = missing) exactly as the service sends
+them."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+# A column whose spread is below this is left unscaled: dividing by ~0 would blow up the first
+# value that differs from the training constant.
+MIN_STD = 1e-6
+
+
+class Standardiser(nn.Module):
+    """`x → (impute(x) - mean) / std`, NaN imputed with the training mean.
+
+    Input float32 [..., n_features]; output the same shape. The statistics are buffers, so they
+    are saved with the model and appear as constants in the ONNX graph.
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray) -> None:
+        super().__init__()
+        if mean.shape != std.shape or mean.ndim != 1:
+            raise ValueError("mean and std must both be [n_features]")
+        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
+        self.register_buffer("std", torch.as_tensor(std, dtype=torch.float32))
+
+    @property
+    def num_features(self) -> int:
+        return int(self.mean.shape[0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.where(torch.isnan(x), self.mean, x)
+        return (x - self.mean) / self.std
+
+
+def fit_standardiser(features: np.ndarray) -> Standardiser:
+    """Column means and standard deviations of float [n_docs, n_features], NaN ignored.
+
+    An all-NaN column gets mean 0; a constant column gets std 1.
+    """
+    x = np.asarray(features, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError("features must be a non-empty [n_docs, n_features] array")
+    present = ~np.isnan(x)
+    count = present.sum(axis=0)
+    filled = np.where(present, x, 0.0)
+    mean = np.divide(filled.sum(axis=0), count, out=np.zeros(x.shape[1]), where=count > 0)
+    centred = np.where(present, x - mean, 0.0)
+    var = np.divide((centred**2).sum(axis=0), count, out=np.zeros(x.shape[1]), where=count > 0)
+    std = np.sqrt(var)
+    std = np.where(std < MIN_STD, 1.0, std)
+    return Standardiser(mean.astype(np.float32), std.astype(np.float32))

@@ -1,0 +1,129 @@
+"""A trained tree ensemble → a verified model version directory.
+
+`--out DIR` names the version directory itself: DIR's name is the version id (so it must match
+the manifest's name pattern) and DIR must not exist yet. `new_version_dir(parent)` gives a
+time-sorted id for callers that keep a registry-like `<parent>/<version>/` layout.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from app.artifacts.manifest import (
+    NAME_PATTERN,
+    Manifest,
+    MissingValueRule,
+    UserClusters,
+    new_version_id,
+)
+from app.artifacts.store import load_version, write_version_dir
+from app.artifacts.tree_dump import TreeEnsemble
+from app.scoring.reference import predict
+
+ROUNDTRIP_RTOL = 1e-9
+
+
+class ExportError(ValueError):
+    """The version could not be written, or does not score as the trained model did."""
+
+
+def new_version_dir(parent: Path) -> Path:
+    """`<parent>/<time-sorted version id>`, e.g. `models/default/20261122T061500123456Z-1a2b3c`."""
+    return Path(parent) / new_version_id()
+
+
+def plain_json(value: Any) -> Any:
+    """`value` with numpy scalars/arrays turned into plain JSON types (manifests are JSON)."""
+    return orjson.loads(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY))
+
+
+def scores_match(actual: np.ndarray, expected: np.ndarray, rtol: float) -> bool:
+    """Equal within `rtol` relative to each score, with the scores' scale as the floor.
+
+    The floor keeps scores near zero (where relative error is meaningless) from failing on
+    rounding of the large scores they are summed from.
+    """
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if actual.shape != expected.shape:
+        return False
+    scale = max(float(np.max(np.abs(expected), initial=0.0)), 1e-300)
+    return bool(np.all(np.abs(actual - expected) <= rtol * np.maximum(np.abs(expected), scale)))
+
+
+def export_tree_model(
+    ensemble: TreeEnsemble,
+    out_dir: Path,
+    *,
+    name: str,
+    feature_names: list[str],
+    metrics: dict[str, Any],
+    training: dict[str, Any],
+    user_clusters: UserClusters | None = None,
+    extra_files: dict[str, bytes] | None = None,
+    verify_features: np.ndarray | None = None,
+    expected_scores: np.ndarray | None = None,
+) -> Path:
+    """Write `ensemble` as the version directory `out_dir` and prove it scores as trained.
+
+    verify_features: float [n_rows, num_features]; after writing, the version is loaded back
+    (sha256 checked) and these rows re-scored with the reference scorer. expected_scores:
+    float64 [n_rows], defaulting to the in-memory ensemble's scores. A mismatch beyond 1e-9
+    relative removes the directory again and raises ExportError.
+    """
+    out_dir = Path(out_dir)
+    if not re.match(NAME_PATTERN, out_dir.name):
+        raise ExportError(
+            f"{out_dir}: the directory name is the version id and must match {NAME_PATTERN}"
+        )
+    if not re.match(NAME_PATTERN, name):
+        raise ExportError(f"model name {name!r} must match {NAME_PATTERN}")
+    if out_dir.exists():
+        raise ExportError(f"{out_dir} already exists (a version is never overwritten)")
+    if len(feature_names) != ensemble.num_features:
+        raise ExportError(
+            f"{len(feature_names)} feature names for a model of {ensemble.num_features} features"
+        )
+    manifest = Manifest(
+        name=name,
+        version=out_dir.name,
+        kind="lambdamart",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=list(feature_names),
+        missing_value=MissingValueRule(handled_by="tree_default_direction"),
+        user_clusters=user_clusters,
+        metrics=plain_json(metrics),
+        training=plain_json(training),
+    )
+    files = {"model.json": ensemble.to_json_bytes(), **(extra_files or {})}
+    path = write_version_dir(out_dir, manifest, files)
+    if verify_features is not None:
+        try:
+            _verify(path, verify_features, expected_scores, ensemble)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+    return path
+
+
+def _verify(
+    path: Path, features: np.ndarray, expected: np.ndarray | None, ensemble: TreeEnsemble
+) -> None:
+    artifact = load_version(path)
+    reloaded = TreeEnsemble.from_json_bytes(artifact.files["model.json"], str(path / "model.json"))
+    if expected is None:
+        expected = predict(ensemble, features)
+    actual = predict(reloaded, features)
+    if not scores_match(actual, expected, ROUNDTRIP_RTOL):
+        worst = float(np.max(np.abs(actual - np.asarray(expected, dtype=np.float64))))
+        raise ExportError(
+            f"{path}: the written model scores differently from the trained one "
+            f"(max abs difference {worst:.3g}); the version was removed"
+        )

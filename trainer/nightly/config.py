@@ -1,0 +1,86 @@
+"""The nightly job's configuration file (TOML): where data is, what to train, the gate, where to
+publish. Every section is optional; see deploy/nightly.toml for a documented example."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainer.commands.errors import CommandError
+from trainer.dnn.options import DNNOptions
+from trainer.lambdamart.params import LambdaMARTParams
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Section):
+    # A directory of LETOR text or Parquet files. Partitions are files or sub-directories whose
+    # name holds a date (YYYY-MM-DD or YYYYMMDD); the newest `partitions` are used.
+    dir: Path = Path("data")
+    source: Literal["files", "logs"] = "files"
+    partitions: int = Field(7, ge=1)
+    # With two or more partitions the newest one is the held-out set (time split, no leakage);
+    # with one, `holdout_fraction` of its queries (chosen by a hash of the query id) are.
+    holdout_fraction: float = Field(0.2, gt=0, lt=1)
+    valid_fraction: float = Field(0.1, gt=0, lt=1)  # of the training queries, for early stopping
+    bundled_demo: bool = False  # use the bundled demo data when `dir` holds no partition
+
+
+class ModelConfig(_Section):
+    name: str = "default"
+    engine: Literal["native", "lightgbm", "dnn"] = "native"
+    lambdamart: LambdaMARTParams = Field(
+        default_factory=lambda: LambdaMARTParams(num_trees=300, early_stopping_rounds=30)
+    )
+    dnn: DNNOptions = Field(default_factory=DNNOptions)
+
+
+class GateConfig(_Section):
+    metric: str = "ndcg@10"
+    tolerance: float = Field(0.002, ge=0)  # candidate may be this much below the deployed model
+    rescore_tolerance: float = Field(1e-6, ge=0)  # relative, exported vs trained scores
+
+
+class PublishConfig(_Section):
+    registry: Path = Path("registry")
+    keep: int = Field(5, ge=1)
+    redis_url: str | None = None
+    redis_prefix: str = "ltr:"
+
+
+class NightlyConfig(_Section):
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
+    work_dir: Path = Path("var/nightly")  # staging area for candidates and rejected reports
+
+
+def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> NightlyConfig:
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise CommandError(f"{path}: no such config file") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise CommandError(f"{path}: {exc}") from None
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    try:
+        return NightlyConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CommandError(f"{path or 'nightly config'}: {where}: {first['msg']}") from None

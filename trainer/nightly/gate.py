@@ -1,0 +1,85 @@
+"""The quality gate: a candidate is published only if it is at least as good as what is deployed
+(within a tolerance) on the same held-out queries, scores no NaN, and re-scores identically
+through the service's scorer after export."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.artifacts.store import Artifact
+from trainer.data.dataset import RankingDataset
+from trainer.metrics.report import ranking_report
+from trainer.nightly.config import GateConfig
+from trainer.scoring import score_dataset
+
+
+@dataclass
+class GateResult:
+    passed: bool
+    reasons: list[str] = field(default_factory=list)
+    candidate: dict[str, Any] = field(default_factory=dict)
+    deployed: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "reasons": self.reasons,
+            "notes": self.notes,
+            "candidate": self.candidate,
+            "deployed": self.deployed,
+        }
+
+
+def run_gate(
+    candidate: Artifact,
+    deployed: Artifact | None,
+    holdout: RankingDataset,
+    config: GateConfig,
+    expected_scores: np.ndarray | None = None,
+    user_vectors: np.ndarray | None = None,
+) -> GateResult:
+    """`expected_scores`: the trainer's own scores of `holdout` before export, float64 [n_docs]."""
+    result = GateResult(passed=True)
+    scores = score_dataset(candidate, holdout, user_vectors)
+    if not np.all(np.isfinite(scores)):
+        result.reasons.append(f"candidate scores {int(np.sum(~np.isfinite(scores)))} NaN/inf")
+        result.passed = False
+        return result
+    if expected_scores is not None:
+        scale = np.maximum(np.abs(expected_scores), 1.0)
+        worst = float(np.max(np.abs(scores - expected_scores) / scale))
+        result.candidate["rescore_max_rel_diff"] = worst
+        if worst > config.rescore_tolerance:
+            result.reasons.append(
+                f"exported model re-scores differently (max relative diff {worst:.3g} > "
+                f"{config.rescore_tolerance:g})"
+            )
+            result.passed = False
+    result.candidate.update(ranking_report(scores, holdout.labels, holdout.group_offsets))
+    if config.metric not in result.candidate:
+        raise ValueError(f"gate metric {config.metric!r} is not one of {sorted(result.candidate)}")
+    if deployed is None:
+        result.notes.append("no deployed model: the candidate is compared to nothing")
+        return result
+    try:
+        old = score_dataset(deployed, holdout, user_vectors)
+    except ValueError as exc:
+        result.notes.append(f"deployed model {deployed.manifest.version} not comparable: {exc}")
+        return result
+    result.deployed = {
+        "version": deployed.manifest.version,
+        **ranking_report(old, holdout.labels, holdout.group_offsets),
+    }
+    new_value = float(result.candidate[config.metric])
+    old_value = float(result.deployed[config.metric])
+    if new_value < old_value - config.tolerance:
+        result.passed = False
+        result.reasons.append(
+            f"{config.metric} {new_value:.4f} is below the deployed model's {old_value:.4f} "
+            f"minus tolerance {config.tolerance:g}"
+        )
+    return result

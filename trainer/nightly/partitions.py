@@ -1,0 +1,76 @@
+"""Finding the newest date partitions of the training data and splitting them without leakage."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainer.commands.errors import CommandError
+from trainer.data.dataset import RankingDataset
+
+DATE_IN_NAME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})")
+DATA_SUFFIXES = {".txt", ".letor", ".svm", ".parquet", ".pq", ".train", ".test"}
+
+
+@dataclass(frozen=True)
+class Partition:
+    date: dt.date
+    files: list[Path]
+
+
+def _date_of(name: str) -> dt.date | None:
+    match = DATE_IN_NAME.search(name)
+    if not match:
+        return None
+    try:
+        return dt.date(*(int(g) for g in match.groups()))
+    except ValueError:
+        return None
+
+
+def _data_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path] if path.suffix in DATA_SUFFIXES else []
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in DATA_SUFFIXES)
+
+
+def find_partitions(root: Path, newest: int) -> list[Partition]:
+    """The newest `newest` dated partitions under `root`, oldest first."""
+    if not root.is_dir():
+        raise CommandError(f"{root}: training data directory does not exist")
+    by_date: dict[dt.date, list[Path]] = {}
+    for entry in root.iterdir():
+        date = _date_of(entry.name)
+        if date is None or entry.name.startswith("."):
+            continue
+        by_date.setdefault(date, []).extend(_data_files(entry))
+    dated = [Partition(d, files) for d, files in sorted(by_date.items()) if files]
+    return dated[-newest:]
+
+
+def query_hash_fraction(query_ids: np.ndarray) -> np.ndarray:
+    """A stable pseudo-random number in [0, 1) per query id (same id → same number, any run)."""
+    out = np.empty(len(query_ids), dtype=np.float64)
+    for i, qid in enumerate(query_ids):
+        digest = hashlib.blake2b(str(qid).encode(), digest_size=8).digest()
+        out[i] = int.from_bytes(digest, "little") / 2.0**64
+    return out
+
+
+def split_by_query_hash(
+    data: RankingDataset, fraction: float, salt: str = ""
+) -> tuple[RankingDataset, RankingDataset]:
+    """(rest, held) where `held` has about `fraction` of the queries, chosen by query-id hash."""
+    ids = np.array([f"{salt}{q}" for q in data.query_ids], dtype=object)
+    held = query_hash_fraction(ids) < fraction
+    if held.all() or not held.any():  # tiny data: still give both sides a query
+        held = np.zeros(data.num_queries, dtype=bool)
+        held[-max(1, round(fraction * data.num_queries)) :] = True
+    if held.all():
+        raise CommandError(f"{data.source}: too few queries ({data.num_queries}) to split")
+    return data.subset_queries(np.flatnonzero(~held)), data.subset_queries(np.flatnonzero(held))

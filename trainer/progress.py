@@ -1,0 +1,155 @@
+"""Progress of long training runs: a rich bar on a terminal, plain log lines elsewhere.
+
+Every engine (native LambdaMART, LightGBM, DNN) reports through `TrainingProgress`:
+
+    with TrainingProgress(total=500, metric="ndcg@10") as progress:
+        for it in ...:
+            progress.update(it + 1, train_metric=0.71, valid_metric=0.69)
+
+Plain lines look like `iter 10/100 train ndcg@10 0.7100 valid ndcg@10 0.6900 elapsed 3.2s eta 28s`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Literal, TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+Mode = Literal["auto", "bar", "lines", "off"]
+LINE_INTERVAL_SECONDS = 10.0  # a plain line at least this often, however slow the iterations
+
+
+class TrainingProgress:
+    """Context manager reporting (iteration, total, train metric, valid metric) updates.
+
+    `total` is an upper bound (early stopping may end sooner). `unit` names an iteration in the
+    lines ("iter", "epoch"). mode "auto" picks the bar when `stream` is a terminal.
+    Plain lines come at the first iteration, every `every` iterations (default total/20),
+    at least every 10 s, and for the last update when the context exits.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        metric: str = "ndcg@10",
+        unit: str = "iter",
+        description: str = "training",
+        stream: TextIO | None = None,
+        mode: Mode = "auto",
+        every: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.total = max(int(total), 1)
+        self.metric = metric
+        self.unit = unit
+        self.description = description
+        self.stream = stream if stream is not None else sys.stderr
+        if mode == "auto":
+            mode = "bar" if self.stream.isatty() else "lines"
+        self.mode = mode
+        self.every = every or max(1, self.total // 20)
+        self._clock = clock
+        self._start = clock()
+        self._last_line_at = self._start
+        self._last: tuple[int, float | None, float | None] | None = None
+        self._last_printed: int | None = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> TrainingProgress:
+        self._start = self._last_line_at = self._clock()
+        if self.mode == "bar":
+            console = Console(file=self.stream, force_terminal=True)
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[metrics]}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=console,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=self.total, metrics="")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        elif self.mode == "lines" and self._last and self._last[0] != self._last_printed:
+            self._print_line(*self._last)
+
+    @property
+    def elapsed(self) -> float:
+        return self._clock() - self._start
+
+    def eta(self, iteration: int) -> float:
+        """Seconds left if the remaining iterations take as long as the done ones on average."""
+        if iteration <= 0:
+            return float("nan")
+        return self.elapsed / iteration * max(self.total - iteration, 0)
+
+    def update(
+        self, iteration: int, train_metric: float | None = None, valid_metric: float | None = None
+    ) -> None:
+        """`iteration` iterations are done (1-based), with their latest metrics (None = unknown)."""
+        self._last = (iteration, train_metric, valid_metric)
+        if self._bar is not None and self._task is not None:
+            self._bar.update(
+                self._task,
+                completed=min(iteration, self.total),
+                metrics=self._metrics_text(train_metric, valid_metric),
+            )
+        elif self.mode == "lines":
+            now = self._clock()
+            due = iteration == 1 or iteration % self.every == 0 or iteration >= self.total
+            if due or now - self._last_line_at >= LINE_INTERVAL_SECONDS:
+                self._print_line(iteration, train_metric, valid_metric)
+
+    def message(self, text: str) -> None:
+        """A line of text that does not break the bar (e.g. "early stopping at 120")."""
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False)
+        elif self.mode != "off":
+            print(text, file=self.stream, flush=True)
+
+    def _metrics_text(self, train_metric: float | None, valid_metric: float | None) -> str:
+        parts = []
+        if train_metric is not None:
+            parts.append(f"train {self.metric} {train_metric:.4f}")
+        if valid_metric is not None:
+            parts.append(f"valid {self.metric} {valid_metric:.4f}")
+        return " ".join(parts)
+
+    def _print_line(
+        self, iteration: int, train_metric: float | None, valid_metric: float | None
+    ) -> None:
+        metrics = self._metrics_text(train_metric, valid_metric)
+        line = (
+            f"{self.unit} {iteration}/{self.total} {metrics}{' ' if metrics else ''}"
+            f"elapsed {self.elapsed:.1f}s eta {self.eta(iteration):.0f}s"
+        )
+        print(line, file=self.stream, flush=True)
+        self._last_printed = iteration
+        self._last_line_at = self._clock()

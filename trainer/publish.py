@@ -1,0 +1,154 @@
+"""Publishing a verified version into a registry, keeping the last N, and rolling back.
+
+Order matters for the running services: the version directory appears whole (rename), its
+embeddings reach Redis, and only then does CURRENT move and the announcement go out, so a
+service that reloads finds everything it needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from app.artifacts.store import (
+    Artifact,
+    ArtifactError,
+    list_versions,
+    load_version,
+    read_current,
+    set_current,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    name: str
+    version: str
+    previous: str | None
+    path: Path
+    removed: list[str]
+    redis_pushed: bool
+
+
+def install_version(source: Path, registry: Path, name: str | None = None) -> Artifact:
+    """Copy a verified version directory into `<registry>/<name>/<version>` atomically."""
+    artifact = load_version(source)
+    manifest = artifact.manifest
+    if name is not None and name != manifest.name:
+        manifest = manifest.model_copy(update={"name": name})
+    final = Path(registry) / manifest.name / manifest.version
+    if final.exists():
+        existing = load_version(final)
+        if existing.manifest.files != artifact.manifest.files:
+            raise ArtifactError(f"{final} already exists with different contents")
+        return existing
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{manifest.version}.", dir=final.parent))
+    try:
+        for fname, data in artifact.files.items():
+            (tmp / fname).write_bytes(data)
+        (tmp / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+        tmp.chmod(0o755)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return load_version(final)
+
+
+def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> None:
+    from trainer.redis_publish import push_embeddings
+
+    uc = artifact.manifest.user_clusters
+    if uc is None:
+        return
+    clusters = orjson.loads(artifact.files[uc.clusters_file])
+    with tempfile.SpooledTemporaryFile() as fh:
+        fh.write(artifact.files[uc.embeddings_file])
+        fh.seek(0)
+        embeddings = np.load(fh, allow_pickle=False)
+    push_embeddings(redis_url, prefix, artifact.manifest, clusters, embeddings)
+
+
+def _announce(redis_url: str, prefix: str, name: str, version: str) -> None:
+    from trainer.redis_publish import announce
+
+    announce(redis_url, prefix, name, version)
+
+
+def prune_versions(registry: Path, name: str, keep: int) -> list[str]:
+    """Delete the oldest versions beyond `keep`, never CURRENT or the one before it."""
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    versions = list_versions(registry, name)
+    current = read_current(registry, name)
+    protected = {current}
+    if current in versions:
+        idx = versions.index(current)
+        if idx > 0:
+            protected.add(versions[idx - 1])
+    removable = [v for v in versions[: max(len(versions) - keep, 0)] if v not in protected]
+    for version in removable:
+        shutil.rmtree(Path(registry) / name / version)
+    return removable
+
+
+def publish(
+    source: Path,
+    registry: Path,
+    *,
+    name: str | None = None,
+    keep: int = 5,
+    redis_url: str | None = None,
+    redis_prefix: str = "ltr:",
+) -> PublishResult:
+    """Install `source` into the registry, push its embeddings, move CURRENT, announce."""
+    artifact = install_version(source, registry, name)
+    m = artifact.manifest
+    previous = read_current(registry, m.name)
+    pushed = False
+    if redis_url:
+        # A Redis failure must not stop a deploy: services fall back to the artifact's copy.
+        try:
+            _push_to_redis(artifact, redis_url, redis_prefix)
+            pushed = True
+        except Exception as exc:
+            log.warning("could not push embeddings to Redis: %s", exc)
+    set_current(registry, m.name, m.version)
+    if redis_url:
+        try:
+            _announce(redis_url, redis_prefix, m.name, m.version)
+        except Exception as exc:
+            log.warning("could not announce on Redis (services will poll): %s", exc)
+    removed = prune_versions(registry, m.name, keep)
+    return PublishResult(m.name, m.version, previous, artifact.path, removed, pushed)
+
+
+def rollback(
+    registry: Path, name: str, *, redis_url: str | None = None, redis_prefix: str = "ltr:"
+) -> tuple[str, str]:
+    """Point CURRENT at the version before it; returns (from, to)."""
+    versions = list_versions(registry, name)
+    current = read_current(registry, name)
+    if current is None or current not in versions:
+        raise ArtifactError(f"{Path(registry) / name}: no CURRENT version to roll back from")
+    idx = versions.index(current)
+    if idx == 0:
+        raise ArtifactError(f"{Path(registry) / name}: {current} is the oldest version kept")
+    target = versions[idx - 1]
+    load_version(Path(registry) / name / target)  # refuse to roll back onto a broken version
+    set_current(registry, name, target)
+    if redis_url:
+        try:
+            _announce(redis_url, redis_prefix, name, target)
+        except Exception as exc:
+            log.warning("could not announce on Redis (services will poll): %s", exc)
+    return current, target

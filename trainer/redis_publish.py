@@ -1,0 +1,65 @@
+"""Publish a model's user-cluster embeddings to Redis and announce a new version.
+
+Redis contract: `{prefix}emb:{model}:{version}` hash cluster id → float32 little-endian bytes
+(embedding_dim * 4); `{prefix}events` carries `{"model", "version"}` JSON announcements.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import numpy as np
+import redis
+
+from app.artifacts.manifest import Manifest
+
+
+def embeddings_key(prefix: str, model: str, version: str) -> str:
+    return f"{prefix}emb:{model}:{version}"
+
+
+def push_embeddings(
+    redis_url: str,
+    prefix: str,
+    manifest: Manifest,
+    clusters: list[str],
+    embeddings: np.ndarray,
+) -> None:
+    """Write the hash for `manifest`'s model version; embeddings: [len(clusters), embedding_dim].
+
+    The hash is built under a temporary key and renamed into place, so readers see the old
+    hash or the complete new one, never a partial one.
+    """
+    uc = manifest.user_clusters
+    if uc is None:
+        raise ValueError(f"model {manifest.name!r} has no user clusters to publish")
+    array = np.asarray(embeddings)
+    if array.shape != (len(clusters), uc.embedding_dim):
+        raise ValueError(
+            f"embeddings shape {array.shape}, expected ({len(clusters)}, {uc.embedding_dim})"
+        )
+    if len(set(clusters)) != len(clusters) or not all(clusters):
+        raise ValueError("cluster ids must be unique and non-empty")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("embeddings hold NaN or infinite values")
+    rows = array.astype("<f4")
+    mapping = {cid: rows[i].tobytes() for i, cid in enumerate(clusters)}
+    key = embeddings_key(prefix, manifest.name, manifest.version)
+    tmp = f"{key}:tmp:{secrets.token_hex(4)}"
+    with redis.Redis.from_url(redis_url) as client:
+        try:
+            if mapping:
+                client.hset(tmp, mapping=mapping)  # type: ignore[arg-type]
+                client.rename(tmp, key)
+            else:
+                client.delete(key)
+        finally:
+            client.delete(tmp)
+
+
+def announce(redis_url: str, prefix: str, model: str, version: str) -> int:
+    """Publish `{"model", "version"}` on `{prefix}events`; returns how many listeners got it."""
+    payload = json.dumps({"model": model, "version": version})
+    with redis.Redis.from_url(redis_url) as client:
+        return int(client.publish(f"{prefix}events", payload))  # type: ignore[arg-type]

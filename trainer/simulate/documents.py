@@ -1,0 +1,135 @@
+"""Candidate documents of a batch of queries: latent attributes and the noisy features seen.
+
+Candidates never depend on who asked, so nothing about the user leaks into the features: the
+personal part of relevance can only be learnt through the user's profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# Named columns in order; `noise_<i>` columns follow up to num_features. The first
+# MIN_FEATURES (config) carry signal, the next three are realistic but uninformative.
+FEATURE_NAMES: tuple[str, ...] = (
+    "bm25",  # query match, coarse and noisy
+    "tfidf_cosine",  # query match, finer
+    "title_match",  # query match, 0/1
+    "rating",  # quality, 1..5
+    "log_reviews",  # quality and volume
+    "popularity",  # quality + the average user's taste for the category (user-independent)
+    "log_price",
+    "price_vs_query",  # log price minus the query list's mean
+    "category",  # integer category id
+    "freshness_days",
+    "distance_km",
+    "doc_length",
+)
+LOG_PRICE_SD = 0.4  # within-category spread of log price
+FOCUS_SHARE = 0.5  # share of a query's candidates from its focus category
+DECIMALS = 4  # features are rounded so LETOR text and Parquet carry the same float32 values
+
+
+def feature_names(num_features: int) -> list[str]:
+    named = list(FEATURE_NAMES[:num_features])
+    return named + [f"noise_{i + 1}" for i in range(num_features - len(named))]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Per-category price levels and the constants that standardise log price."""
+
+    category_log_price: np.ndarray  # float64 [n_categories]
+    price_mean: float
+    price_sd: float
+
+    @classmethod
+    def draw(cls, categories: int, rng: np.random.Generator) -> Catalog:
+        base = rng.uniform(3.0, 6.0, categories)
+        return cls(base, float(base.mean()), float(np.sqrt(base.var() + LOG_PRICE_SD**2)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "category_log_price": self.category_log_price.tolist(),
+            "log_price_sd_within_category": LOG_PRICE_SD,
+            "price_z": "(log_price - price_mean) / price_sd",
+            "price_mean": self.price_mean,
+            "price_sd": self.price_sd,
+        }
+
+
+@dataclass(frozen=True)
+class DocumentBatch:
+    """Documents of consecutive queries; query j owns rows offsets[j]:offsets[j + 1]."""
+
+    offsets: np.ndarray  # int64 [n_queries + 1]
+    query_index: np.ndarray  # int64 [n_docs], query of each row within the batch
+    category: np.ndarray  # int64 [n_docs]
+    match: np.ndarray  # float64 [n_docs], latent query match in [0, 1]
+    quality: np.ndarray  # float64 [n_docs], latent quality in [0, 1]
+    price_z: np.ndarray  # float64 [n_docs], standardised log price
+    features: np.ndarray  # float32 [n_docs, n_features]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = 1.0 / (1.0 + np.exp(-x))
+    return out
+
+
+def draw_documents(
+    sizes: np.ndarray,
+    catalog: Catalog,
+    taste: np.ndarray,
+    num_features: int,
+    rng: np.random.Generator,
+) -> DocumentBatch:
+    """Candidates for queries of the given list lengths (int [n_queries]).
+
+    `taste` (float [n_categories]) is the population-average category affinity, which the
+    user-independent `popularity` feature reflects.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    n_q, n = sizes.size, int(sizes.sum())
+    n_cat = catalog.category_log_price.size
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    qi = np.repeat(np.arange(n_q, dtype=np.int64), sizes)
+
+    focus = rng.integers(0, n_cat, n_q)[qi]
+    category = np.where(rng.random(n) < FOCUS_SHARE, focus, rng.integers(0, n_cat, n))
+    match = rng.beta(1.2, 2.2, n)
+    quality = rng.beta(2.0, 2.0, n)
+    log_price = catalog.category_log_price[category] + rng.normal(0.0, LOG_PRICE_SD, n)
+    price_z = (log_price - catalog.price_mean) / catalog.price_sd
+    query_mean_price = np.add.reduceat(log_price, offsets[:-1]) / sizes
+
+    noise = rng.standard_normal((n, 6))
+    columns = [
+        np.maximum(12.0 * match + 2.0 * noise[:, 0], 0.0),
+        np.clip(match + 0.2 * noise[:, 1], 0.0, 1.0),
+        (match + 0.25 * noise[:, 2] > 0.5).astype(np.float64),
+        np.clip(1.0 + 4.0 * quality + 0.7 * noise[:, 3], 1.0, 5.0),
+        np.maximum(1.0 + 3.0 * quality + noise[:, 4], 0.0),
+        _sigmoid(taste[category] + 2.0 * quality - 1.0 + 0.5 * noise[:, 5]),
+        log_price,
+        log_price - query_mean_price[qi],
+        category.astype(np.float64),
+        rng.uniform(0.0, 365.0, n),
+        rng.lognormal(1.0, 1.0, n),
+        rng.lognormal(6.0, 0.8, n),
+    ]
+    features = np.empty((n, num_features), dtype=np.float32)
+    for j in range(num_features):
+        col = columns[j] if j < len(columns) else rng.standard_normal(n)
+        # `+ 0.0` turns -0.0 into 0.0 so the text form never reads `-0`.
+        features[:, j] = np.round(col, DECIMALS) + 0.0
+    return DocumentBatch(
+        offsets=offsets,
+        query_index=qi,
+        category=category,
+        match=match,
+        quality=quality,
+        price_z=price_z,
+        features=features,
+    )

@@ -18,6 +18,7 @@ from trainer.data.letor_line import LineError, parse_line, strip_comment
 from trainer.data.letor_side import read_group_sizes, read_positions, read_user_ids, side_path
 
 _WIDTH_SAMPLE_BYTES = 1 << 16
+_WRITE_CHUNK_ROWS = 4096
 
 
 def read_letor(path: str | Path, num_features: int | None = None) -> RankingDataset:
@@ -182,14 +183,23 @@ def write_rows(
     if not features.shape[0] == labels.shape[0] == row_qids.shape[0]:
         raise DataFormatError("features, labels and qids must have one entry per row")
     pair = f" %d:%.{significant_digits}g"
-    ids = np.arange(1, features.shape[1] + 1, dtype=np.float64)
-    nonzero = features != 0  # NaN is nonzero, so it is written
-    lines = []
-    for r in range(features.shape[0]):
-        keep = nonzero[r]
-        pairs = np.empty((int(keep.sum()), 2))
-        pairs[:, 0] = ids[keep]
-        pairs[:, 1] = features[r, keep]
-        head = f"{labels[r]:.17g} qid:{row_qids[r]}"
-        lines.append(head + (pair * pairs.shape[0]) % tuple(pairs.ravel().tolist()) + "\n")
-    handle.write("".join(lines))
+    by_count: dict[int, str] = {}
+    for begin in range(0, features.shape[0], _WRITE_CHUNK_ROWS):
+        block = features[begin : begin + _WRITE_CHUNK_ROWS]
+        end = begin + block.shape[0]
+        rows, cols = np.nonzero(block != 0)  # NaN is nonzero, so it is written
+        counts = np.bincount(rows, minlength=block.shape[0])
+        # One %-format of a whole chunk is far faster than formatting row by row: the flat
+        # argument list holds each row's label followed by its (id, value) pairs.
+        args = np.empty(block.shape[0] + 2 * rows.size, dtype=np.float64)
+        slots = 2 * np.arange(rows.size) + rows + 1  # entry e of row r sits after r+1 labels
+        args[slots] = cols + 1
+        args[slots + 1] = block[rows, cols]
+        args[np.arange(block.shape[0]) + 2 * np.concatenate([[0], np.cumsum(counts)[:-1]])] = (
+            labels[begin:end]
+        )
+        template = "".join(
+            f"%.17g qid:{q}" + (by_count.get(c) or by_count.setdefault(c, pair * c + "\n"))
+            for c, q in zip(counts.tolist(), row_qids[begin:end].tolist(), strict=True)
+        )
+        handle.write(template % tuple(args.tolist()))

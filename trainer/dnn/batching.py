@@ -74,6 +74,18 @@ class QueryLists:
     def num_features(self) -> int:
         return int(self._features.shape[1])
 
+    def subset(self, queries: np.ndarray) -> QueryLists:
+        """The given lists (in this order) as their own QueryLists."""
+        queries = np.asarray(queries, dtype=np.int64)
+        sizes = self.sizes[queries]
+        rows = np.concatenate([np.arange(self.offsets[q], self.offsets[q + 1]) for q in queries])
+        return QueryLists(
+            self._features[rows].numpy(),
+            self._labels[rows].numpy(),
+            np.concatenate([[0], np.cumsum(sizes)]),
+            None if self._clusters is None else self._clusters[queries].numpy(),
+        )
+
     def batch(self, queries: np.ndarray) -> ListBatch:
         """Pad the given lists (in this order) to the longest of them."""
         queries = np.asarray(queries, dtype=np.int64)

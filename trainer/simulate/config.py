@@ -48,7 +48,9 @@ class SimulationConfig(BaseModel):
     def _check(self) -> SimulationConfig:
         lo, hi = self.docs_per_query
         if not 1 <= lo <= hi <= 10_000:
-            raise ValueError(f"docs_per_query must satisfy 1 <= min <= max <= 10000, got {lo}..{hi}")
+            raise ValueError(
+                f"docs_per_query must satisfy 1 <= min <= max <= 10000, got {lo}..{hi}"
+            )
         if any(s < 0 for s in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
             raise ValueError(f"split fractions must be >= 0 and sum to 1, got {self.split}")
         if self.split[0] <= 0:

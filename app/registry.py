@@ -1,0 +1,263 @@
+"""The model serving under each name: load, verify, warm up, swap atomically, reload on demand.
+
+Which version serves is decided by `<registry>/<name>/CURRENT` and nothing else. A trigger (the
+filesystem poll, a Redis `events` announcement, `POST /admin/reload`) only makes the registry
+re-read CURRENT, so a late or replayed announcement of an older version changes nothing.
+Reloads are serialised, and a finished load is swapped in only if CURRENT still names it;
+otherwise the newer CURRENT is loaded instead. Hence within a process the served versions
+follow the sequence of CURRENT values: they never go backwards unless an operator points
+CURRENT back at an older version (a rollback), which the registry then follows.
+
+A version that fails to read, verify, load or warm up is refused: the old one keeps serving,
+`ltr_model_reload_failures_total` rises once, and the poll does not retry that same version
+(an explicit trigger does). A model whose CURRENT disappears keeps serving its last version.
+Swaps replace one immutable dict by another, so a request that took a `LoadedModel` finishes on
+it even if a newer version is swapped in meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio.to_thread
+import numpy as np
+
+from app import metrics
+from app.artifacts.manifest import NAME_PATTERN, Manifest
+from app.artifacts.store import Artifact, list_models, load_version, read_current
+from app.scoring.base import Scorer
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(NAME_PATTERN)
+WARMUP_ROWS = 8
+MAX_WARMUP_ROWS = 4096
+
+ScorerLoader = Callable[[Artifact], Scorer]
+ModelHook = Callable[[Manifest, dict[str, bytes]], None]
+
+
+class ModelNotAvailable(LookupError):
+    """No model can answer: none loaded yet, or the named one failed to load (HTTP 503)."""
+
+
+class UnknownModel(LookupError):
+    """The request names a model the registry does not have (HTTP 404)."""
+
+
+class AmbiguousModel(LookupError):
+    """Several models are loaded, no default is configured and the request names none (422)."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    manifest: Manifest
+    scorer: Scorer
+    path: Path
+    loaded_at: float  # unix time of the swap-in
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+
+@dataclass
+class ReloadReport:
+    loaded: list[tuple[str, str]] = field(default_factory=list)
+    unchanged: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str, str]] = field(default_factory=list)  # name, version, error
+
+
+def default_scorer_loader(settings: Settings) -> ScorerLoader:
+    from app.scoring.loader import load_scorer
+
+    def load(artifact: Artifact) -> Scorer:
+        return load_scorer(
+            artifact,
+            threads=settings.scoring_threads,
+            onnx_intra_op_threads=settings.onnx_intra_op_threads,
+            parallel_min_rows=settings.parallel_min_rows,
+        )
+
+    return load
+
+
+class ModelRegistry:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        scorer_loader: ScorerLoader | None = None,
+        on_load: ModelHook | None = None,
+    ) -> None:
+        self.settings = settings
+        self.root = Path(settings.registry)
+        self._scorer_loader = scorer_loader or default_scorer_loader(settings)
+        self._on_load = on_load
+        self._models: Mapping[str, LoadedModel] = {}
+        self._refused: dict[str, str] = {}  # name -> version the poll must not retry
+        self._errors: dict[str, str] = {}  # name -> last load error
+        self._lock = asyncio.Lock()
+
+    # Reading: cheap, lock-free, called per request.
+
+    @property
+    def ready(self) -> bool:
+        """A model is loaded and warmed (and the configured default, if any, is among them)."""
+        models = self._models
+        default = self.settings.default_model
+        return bool(models) and (default is None or default in models)
+
+    def models(self) -> Mapping[str, LoadedModel]:
+        return self._models
+
+    def errors(self) -> dict[str, str]:
+        return dict(self._errors)
+
+    def get(self, name: str | None = None) -> LoadedModel:
+        models = self._models
+        if name is None:
+            name = self.settings.default_model
+        if name is None:
+            if len(models) == 1:
+                return next(iter(models.values()))
+            if not models:
+                raise ModelNotAvailable("no model is loaded yet")
+            raise AmbiguousModel(
+                f"several models are loaded ({', '.join(sorted(models))}); name one in `model`"
+            )
+        model = models.get(name)
+        if model is not None:
+            return model
+        if name in self._errors or not models:
+            reason = self._errors.get(name, "not loaded yet")
+            raise ModelNotAvailable(f"model {name!r} is not available: {reason}")
+        raise UnknownModel(f"unknown model {name!r}; loaded: {', '.join(sorted(models))}")
+
+    # Reloading.
+
+    async def reload(self, name: str | None = None, *, force: bool = False) -> ReloadReport:
+        """Bring every model (or `name`) to its CURRENT version; `force` retries refused ones."""
+        report = ReloadReport()
+        async with self._lock:
+            names = [name] if name is not None else list_models(self.root)
+            for model_name in names:
+                if _NAME.fullmatch(model_name):
+                    await self._reload_one(model_name, force, report)
+        return report
+
+    async def watch(self, poll_seconds: float) -> None:
+        """Poll CURRENT files every `poll_seconds` until cancelled (the fallback trigger)."""
+        while True:
+            await asyncio.sleep(poll_seconds)
+            try:
+                await self.reload()
+            except Exception:  # the poll must outlive any surprise
+                log.exception("model poll failed")
+
+    async def _reload_one(self, name: str, force: bool, report: ReloadReport) -> None:
+        version = read_current(self.root, name)
+        while version is not None:
+            current = self._models.get(name)
+            if current is not None and current.version == version:
+                report.unchanged.append((name, version))
+                return
+            if not force and self._refused.get(name) == version:
+                return
+            try:
+                loaded = await anyio.to_thread.run_sync(self._load, name, version)
+            except Exception as exc:
+                self._refuse(name, version, exc, report)
+                return
+            latest = read_current(self.root, name)
+            if latest != version:
+                # CURRENT moved on while this one loaded: load the newer one instead.
+                log.info("%s/%s loaded but CURRENT is now %s", name, version, latest)
+                version = latest
+                continue
+            self._swap(loaded)
+            report.loaded.append((name, version))
+            return
+
+    def _load(self, name: str, version: str) -> LoadedModel:
+        """Read, verify, build and warm up one version (runs in a worker thread)."""
+        if not _NAME.fullmatch(version):
+            raise ValueError(f"{self.root / name}/CURRENT names an invalid version {version!r}")
+        artifact = load_version(self.root / name / version)
+        manifest = artifact.manifest
+        if manifest.name != name:
+            raise ValueError(f"{artifact.path}: manifest name {manifest.name!r} != {name!r}")
+        scorer = self._scorer_loader(artifact)
+        if scorer.num_features != len(manifest.feature_names):
+            raise ValueError(
+                f"{artifact.path}: model takes {scorer.num_features} features, manifest "
+                f"names {len(manifest.feature_names)}"
+            )
+        if self._on_load is not None:
+            self._on_load(manifest, artifact.files)
+        warm_up(scorer, manifest, self.settings.parallel_min_rows)
+        return LoadedModel(manifest, scorer, artifact.path, time.time())
+
+    def _swap(self, loaded: LoadedModel) -> None:
+        old = self._models.get(loaded.name)
+        self._models = {**self._models, loaded.name: loaded}
+        self._refused.pop(loaded.name, None)
+        self._errors.pop(loaded.name, None)
+        if old is not None:
+            metrics.MODEL_INFO.remove(old.name, old.version, old.manifest.kind)
+        metrics.MODEL_INFO.labels(loaded.name, loaded.version, loaded.manifest.kind).set(1)
+        metrics.MODEL_LOADED_TIMESTAMP.labels(loaded.name).set(loaded.loaded_at)
+        metrics.MODEL_RELOADS.labels(loaded.name).inc()
+        log.info(
+            "serving %s/%s (was %s)", loaded.name, loaded.version, old.version if old else None
+        )
+
+    def _refuse(self, name: str, version: str, exc: Exception, report: ReloadReport) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        self._refused[name] = version
+        self._errors[name] = f"version {version} refused: {message}"
+        metrics.RELOAD_FAILURES.labels(name).inc()
+        report.failed.append((name, version, message))
+        serving = self._models.get(name)
+        log.error(
+            "refused %s/%s (%s); still serving %s",
+            name,
+            version,
+            message,
+            serving.version if serving else "nothing",
+        )
+
+
+def warm_up(scorer: Scorer, manifest: Manifest, parallel_min_rows: int) -> None:
+    """Score a few rows (zeros, all-missing, random) and a large batch; refuse odd output.
+
+    The large batch makes the first big request pay no one-off cost of the parallel path.
+    """
+    n_features = len(manifest.feature_names)
+    rng = np.random.default_rng(0)
+    user = None
+    uc = manifest.user_clusters
+    if uc is not None and uc.input == "onnx_input":
+        user = np.zeros(uc.embedding_dim, dtype=np.float32)
+    small = rng.standard_normal((WARMUP_ROWS, n_features)).astype(np.float32)
+    small[0] = 0.0
+    small[1] = np.nan
+    large_rows = min(max(parallel_min_rows, WARMUP_ROWS), MAX_WARMUP_ROWS)
+    large = rng.standard_normal((large_rows, n_features)).astype(np.float32)
+    for rows in (small, large):
+        scores = np.asarray(scorer.score(rows, user))
+        if scores.shape != (rows.shape[0],):
+            raise ValueError(f"warm-up: scorer returned shape {scores.shape} for {rows.shape}")
+        if not np.all(np.isfinite(scores)):
+            raise ValueError("warm-up: scorer returned non-finite scores")

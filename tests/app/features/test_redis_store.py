@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+from app.features.redis_store import RedisStore, TTLCache
+from app.settings import Settings
+from tests.support.redis_server import RedisServer, free_port
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+
+def test_ttl_cache_expires_entries() -> None:
+    clock = FakeClock()
+    cache = TTLCache(ttl=1.0, max_entries=10, clock=clock)
+    cache.put("a", b"1")
+    cache.put("none", None)
+    assert cache.get("a") == (True, b"1")
+    assert cache.get("none") == (True, None)  # absent keys are remembered too
+    clock.now = 0.99
+    assert cache.get("a") == (True, b"1")
+    clock.now = 1.0
+    assert cache.get("a") == (False, None)
+    assert len(cache) == 1  # the expired entry is gone
+
+
+def test_ttl_cache_is_bounded_and_evicts_least_recently_used() -> None:
+    cache = TTLCache(ttl=10.0, max_entries=3, clock=FakeClock())
+    for key in "abc":
+        cache.put(key, key)
+    cache.get("a")
+    cache.put("d", "d")
+    assert len(cache) == 3
+    assert cache.get("b") == (False, None)
+    assert [cache.get(k)[0] for k in "acd"] == [True, True, True]
+
+
+def test_ttl_cache_can_be_switched_off() -> None:
+    for ttl, size in [(0.0, 10), (10.0, 0)]:
+        cache = TTLCache(ttl=ttl, max_entries=size)
+        cache.put("a", 1)
+        assert cache.get("a") == (False, None)
+
+
+def _settings(url: str | None, **kw: object) -> Settings:
+    return Settings(redis_url=url, redis_prefix="t:", **kw)  # type: ignore[arg-type]
+
+
+def test_store_reads_counts_and_caches(redis_server: RedisServer) -> None:
+    import redis
+
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set("t:user:u1", "FR")
+        client.hset("t:emb:m:v1", "FR", b"\x00" * 12)
+    counters = {"hits": Counter(), "misses": Counter(), "errors": Counter()}
+    store = RedisStore(_settings(redis_server.url, redis_deadline_ms=200), counters=counters)
+
+    async def scenario() -> None:
+        await store.start()
+        try:
+            deadline = store.new_deadline()
+            assert (await store.get_override("u1", deadline)).value == b"FR"
+            assert (await store.get_override("u2", deadline)).value is None
+            assert (await store.get_embedding("m", "v1", "FR", deadline)).value == b"\x00" * 12
+            assert (await store.get_embedding("m", "v1", "US", deadline)).value is None
+            redis_server.kill()  # everything below is answered from the cache
+            deadline = store.new_deadline()
+            assert (await store.get_override("u1", deadline)).value == b"FR"
+            assert (await store.get_override("u2", deadline)).value is None
+            fetch = await store.get_override("u3", deadline)
+            assert fetch.error == "redis_unavailable"
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+    assert (counters["hits"].value, counters["misses"].value) == (3, 3)
+    assert counters["errors"].value == 1
+
+
+def test_store_start_does_not_block_when_redis_is_down() -> None:
+    store = RedisStore(_settings(f"redis://127.0.0.1:{free_port()}/0", redis_deadline_ms=50))
+
+    async def scenario() -> str | None:
+        t0 = time.perf_counter()
+        await store.start()
+        assert time.perf_counter() - t0 < 1.0
+        try:
+            return (await store.get_override("u1", store.new_deadline())).error
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) == "redis_unavailable"
+
+
+def test_store_without_url_is_inert() -> None:
+    store = RedisStore(_settings(None))
+
+    async def scenario() -> str | None:
+        await store.start()
+        fetch = await store.get_override("u1", store.new_deadline())
+        await store.close()
+        return fetch.error
+
+    assert not store.enabled
+    assert asyncio.run(scenario()) == "redis_unavailable"

@@ -1,0 +1,1 @@
+"""Training engines besides the native LambdaMART learner (`trainer.lambdamart`)."""

@@ -9,6 +9,7 @@ import importlib
 import typer
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "publish",
 )
 
 app = typer.Typer(

@@ -163,8 +163,10 @@ class RedisStore:
         self, deadline: float, call: Callable[[aioredis.Redis], Awaitable[Any]]
     ) -> Fetch:
         if self._client is None:
+            self._count("errors")
             return Fetch(None, REDIS_UNAVAILABLE)
         if not self.breaker.allow():
+            self._count("errors")
             return Fetch(None, CIRCUIT_OPEN)
         try:
             async with asyncio.timeout_at(deadline):

@@ -20,6 +20,7 @@ from app.artifacts.manifest import Manifest, UserClusters
 from app.features.clusters import cluster_id
 from app.features.embedding_table import EmbeddingTable
 from app.features.redis_store import RedisStore
+from app import metrics as app_metrics
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,15 @@ class UserFeatures:
 class UserFeatureResolver:
     def __init__(self, settings: Settings, metrics: object | None = None) -> None:
         self.settings = settings
-        self.store = RedisStore(settings, counters=_redis_counters())
-        self.metrics = metrics
+        # `metrics`: anything with REDIS_HITS / REDIS_MISSES / REDIS_ERRORS counters (tests pass
+        # their own); by default the service's Prometheus counters.
+        source = metrics if metrics is not None else app_metrics
+        counters = {
+            "hits": getattr(source, "REDIS_HITS", None),
+            "misses": getattr(source, "REDIS_MISSES", None),
+            "errors": getattr(source, "REDIS_ERRORS", None),
+        }
+        self.store = RedisStore(settings, counters=counters)
         self._tables: dict[str, OrderedDict[str, EmbeddingTable]] = {}
 
     async def start(self) -> None:
@@ -152,16 +160,3 @@ def _parse_vector(raw: bytes, dim: int) -> np.ndarray | None:
         return None
     vector.setflags(write=False)
     return vector
-
-
-def _redis_counters() -> dict[str, Any]:
-    """The service's Prometheus counters, when the service's metrics module is present."""
-    try:
-        from app import metrics
-    except ImportError:
-        return {}
-    return {
-        "hits": getattr(metrics, "REDIS_HITS", None),
-        "misses": getattr(metrics, "REDIS_MISSES", None),
-        "errors": getattr(metrics, "REDIS_ERRORS", None),
-    }

@@ -1,4 +1,4 @@
-"""Options of the neural (LambdaDNN) engine, shared by `ltr train --engine dnn` and the nightly job."""
+"""Options of the neural (LambdaDNN) engine, used by `ltr train --engine dnn` and `ltr nightly`."""
 
 from __future__ import annotations
 

@@ -73,16 +73,18 @@ def _all_edges(sample: np.ndarray, max_bin: int) -> tuple[np.ndarray, np.ndarray
 @njit(cache=True, nogil=True, parallel=True)
 def _apply(features: np.ndarray, edges: np.ndarray, n_real: np.ndarray, out: np.ndarray) -> None:
     n_rows, n_features = features.shape
-    for f in prange(n_features):
-        nr = n_real[f]
-        e = edges[f, :nr]
-        for r in range(n_rows):
-            x = np.float64(features[r, f])
-            if np.isnan(x):
-                out[f, r] = nr
-            else:
-                b = np.searchsorted(e, x)  # first edge >= x
-                out[f, r] = min(b, nr - 1)
+    block = 2048
+    # Blocks of rows, all features: reads the row-major input once, writes each feature's run.
+    for blk in prange((n_rows + block - 1) // block):
+        for r in range(blk * block, min(n_rows, (blk + 1) * block)):
+            for f in range(n_features):
+                x = np.float64(features[r, f])
+                nr = n_real[f]
+                if np.isnan(x):
+                    out[f, r] = nr
+                else:
+                    b = np.searchsorted(edges[f, :nr], x)  # first edge >= x
+                    out[f, r] = min(b, nr - 1)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,14 @@ from trainer.dnn.options import DNNOptions
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
-__all__ = ["LossFn", "lambdarank_loss", "listnet_loss", "loss_for", "pointwise_loss", "ranknet_loss"]
+__all__ = [
+    "LossFn",
+    "lambdarank_loss",
+    "listnet_loss",
+    "loss_for",
+    "pointwise_loss",
+    "ranknet_loss",
+]
 
 
 def loss_for(options: DNNOptions) -> LossFn:

@@ -28,7 +28,9 @@ class CrossLayer(nn.Module):
 class DeepCross(nn.Module):
     """float [..., input_dim] → scores [..., 1]."""
 
-    def __init__(self, input_dim: int, cross_layers: int, hidden: list[int], dropout: float) -> None:
+    def __init__(
+        self, input_dim: int, cross_layers: int, hidden: list[int], dropout: float
+    ) -> None:
         super().__init__()
         if not hidden:
             raise ValueError("the deep part of a DCN needs at least one hidden layer")

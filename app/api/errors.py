@@ -1,0 +1,88 @@
+"""Every error as JSON `{"detail": ...}`: 4xx for whatever a client sends, 5xx only for our bugs.
+
+422 details are lists of `{"loc", "msg", "type"}` (FastAPI's shape, without echoing the input
+back); other errors carry one message string.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from app.features.request_matrix import RequestError
+from app.registry import AmbiguousModel, ModelNotAvailable, UnknownModel
+
+log = logging.getLogger(__name__)
+
+
+def json_error(status: int, detail: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps({"detail": detail}),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def validation_detail(errors: list[Any], prefix: tuple[str | int, ...] = ()) -> list[Any]:
+    """pydantic's error list without `input`/`ctx` (which may be huge or not JSON-safe)."""
+    return [
+        {"loc": [*prefix, *err.get("loc", ())], "msg": str(err.get("msg")), "type": err.get("type")}
+        for err in errors
+    ]
+
+
+async def _request_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestError)
+    return json_error(422, exc.detail())
+
+
+async def _pydantic_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ValidationError)
+    return json_error(422, validation_detail(exc.errors(), ("body",)))
+
+
+async def _fastapi_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return json_error(422, validation_detail(list(exc.errors())))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return json_error(exc.status_code, exc.detail, dict(exc.headers or {}))
+
+
+async def _not_available(request: Request, exc: Exception) -> Response:
+    return json_error(503, str(exc), {"Retry-After": "1"})
+
+
+async def _unknown_model(request: Request, exc: Exception) -> Response:
+    return json_error(404, str(exc))
+
+
+async def _ambiguous_model(request: Request, exc: Exception) -> Response:
+    return json_error(422, [{"loc": ["body", "model"], "msg": str(exc), "type": "missing"}])
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    request_id = request.scope.get("state", {}).get("request_id")
+    log.exception("unhandled error (request %s)", request_id)
+    return json_error(500, f"internal error (request id {request_id})")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(ValidationError, _pydantic_error)
+    app.add_exception_handler(RequestValidationError, _fastapi_validation)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ModelNotAvailable, _not_available)
+    app.add_exception_handler(UnknownModel, _unknown_model)
+    app.add_exception_handler(AmbiguousModel, _ambiguous_model)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,218 @@
+"""Request and response shapes of the HTTP API, with the examples the OpenAPI docs show.
+
+`RerankRequest` documents the whole `/rerank` body; the service validates only the envelope
+with pydantic (`RerankEnvelope`, everything but `candidates`) and turns the candidates into a
+float32 matrix in bulk (`app.features.request_matrix`). Responses are serialised with orjson
+straight from dicts; the response models here document them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.artifacts.manifest import NAME_PATTERN
+
+ProfileValue = str | int | float | bool | None
+
+_REQUEST_EXAMPLE: dict[str, Any] = {
+    "request_id": "3f2a9c",
+    "query_id": "q-1842",
+    "model": "demo",
+    "user": {"id": "u1", "profile": {"country": "US", "price_level": 3}},
+    "candidates": [
+        {"id": "d1", "features": [0.1, 0.5, None, 12.0]},
+        {"id": "d2", "features": {"bm25": 12.1, "ctr_7d": 0.03}},
+    ],
+    "top_k": 10,
+    "explain": False,
+}
+
+
+class UserInfo(BaseModel):
+    """Who the results are for: an id (Redis may map it to a cluster) and profile fields."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    id: str | None = Field(None, max_length=256)
+    profile: dict[str, ProfileValue] = Field(default_factory=dict)
+
+
+class RerankEnvelope(BaseModel):
+    """Everything of a /rerank body except `candidates` (validated in bulk elsewhere)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    request_id: str | None = Field(None, min_length=1, max_length=128)
+    query_id: str | int | None = None
+    model: str | None = Field(None, pattern=NAME_PATTERN)
+    user: UserInfo | None = None
+    top_k: int | None = Field(None, ge=1)
+    explain: bool = False
+
+
+class Candidate(BaseModel):
+    """One document: its id and its features, as a list in the model's feature order or as a
+    name → value map (names not given are missing). null is a missing value."""
+
+    id: str | int = Field(examples=["d1"])
+    features: list[float | None] | dict[str, float | None] = Field(
+        examples=[[0.1, 0.5, None, 12.0], {"bm25": 12.1, "ctr_7d": 0.03}]
+    )
+
+
+class RerankRequest(RerankEnvelope):
+    """The /rerank body (documentation; see RerankEnvelope and request_matrix for checks)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_REQUEST_EXAMPLE]})
+
+    candidates: list[Candidate] = Field(
+        description="At least LTR_MIN_CANDIDATES and at most LTR_MAX_CANDIDATES; unique ids."
+    )
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: str
+
+
+class RankedItem(BaseModel):
+    id: str | int
+    score: float | None = Field(description="Model score; null only if the model gave NaN.")
+    rank: int = Field(ge=1, description="1-based position after reranking.")
+    missing_features: int | None = Field(
+        None, description="With `explain`: how many of this candidate's features were missing."
+    )
+
+
+class RerankResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "request_id": "3f2a9c",
+                    "model": {"name": "demo", "version": "20261122T061500123456Z-1a2b3c"},
+                    "results": [
+                        {"id": "d2", "score": 1.73, "rank": 1},
+                        {"id": "d1", "score": -0.21, "rank": 2},
+                    ],
+                    "degraded": False,
+                    "reasons": [],
+                }
+            ]
+        }
+    )
+
+    request_id: str
+    model: ModelRef
+    results: list[RankedItem] = Field(
+        description="Sorted by score, highest first; ties keep input order; cut to top_k."
+    )
+    degraded: bool = Field(description="True when user features fell back (e.g. Redis down).")
+    reasons: list[str] = Field(description="Why the user features are what they are.")
+    user_cluster: str | None = Field(None, description="With `explain`: the user's cluster.")
+
+
+class ErrorDetail(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "detail": [
+                        {
+                            "loc": ["body", "candidates", 3, "features"],
+                            "msg": "expected 136 values, got 135",
+                            "type": "feature_count",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
+    detail: list[ErrorDetail]
+
+
+class MessageResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"detail": "no model is loaded"}]})
+
+    detail: str
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
+    status: str
+    detail: str | None = None
+
+
+class ModelInfo(BaseModel):
+    name: str
+    version: str
+    kind: str
+    created_at: dt.datetime
+    loaded_at: dt.datetime
+    default: bool
+    feature_names: list[str] = Field(description="What clients send, in list order.")
+    user_clusters: bool
+    metrics: dict[str, Any]
+
+
+class ModelsResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "models": [
+                        {
+                            "name": "demo",
+                            "version": "20261122T061500123456Z-1a2b3c",
+                            "kind": "lambdamart",
+                            "created_at": "2026-11-22T06:15:00Z",
+                            "loaded_at": "2026-11-22T06:20:03Z",
+                            "default": True,
+                            "feature_names": ["bm25", "ctr_7d"],
+                            "user_clusters": False,
+                            "metrics": {"ndcg@10": 0.71},
+                        }
+                    ],
+                    "errors": {},
+                }
+            ]
+        }
+    )
+
+    models: list[ModelInfo]
+    errors: dict[str, str] = Field(description="Last refused version per model, and why.")
+
+
+class ReloadFailure(BaseModel):
+    name: str
+    version: str
+    error: str
+
+
+class ReloadResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "loaded": [{"name": "demo", "version": "20261123T061500123456Z-9f8e7d"}],
+                    "unchanged": [],
+                    "failed": [],
+                }
+            ]
+        }
+    )
+
+    loaded: list[ModelRef]
+    unchanged: list[ModelRef]
+    failed: list[ReloadFailure]

@@ -1,0 +1,248 @@
+"""A /rerank body → candidate ids and a float32 feature matrix, in bulk.
+
+The body is decoded once with orjson; feature values are never validated one by one in
+Python. Per candidate there is a handful of dict/len operations; the values are checked by
+collecting their types with `set(map(type, ...))` (C speed) and converted with one
+`np.asarray(..., dtype=float32)`. Only when that check fails is the offending value searched
+for, to name it in the error. Name → value maps are grouped by their key order (clients
+usually send the same order for every candidate) so each group is one bulk assignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import orjson
+
+Loc = tuple[str | int, ...]
+_NUMERIC = frozenset({float, int, type(None)})  # bool is not a number; null is missing
+_CANDIDATE_KEYS = frozenset({"id", "features"})
+
+
+class RequestError(ValueError):
+    """Bad request content, reported as HTTP 422 `{"detail": [{"loc", "msg", "type"}]}`."""
+
+    def __init__(self, loc: Loc, msg: str, type_: str = "value_error") -> None:
+        super().__init__(msg)
+        self.loc = loc
+        self.msg = msg
+        self.type = type_
+
+    def detail(self) -> list[dict[str, Any]]:
+        return [{"loc": list(self.loc), "msg": self.msg, "type": self.type}]
+
+
+@dataclass(frozen=True)
+class CandidateMatrix:
+    ids: list[str | int]
+    features: np.ndarray  # float32 [n_candidates, n_features + extra_columns], NaN = missing
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """The JSON object of a request body."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(("body",), f"invalid JSON: {exc}", "json_invalid") from None
+    if type(doc) is not dict:
+        raise RequestError(("body",), "the body must be a JSON object", "object_type")
+    return doc
+
+
+@lru_cache(maxsize=64)
+def _column_index(names: tuple[str, ...]) -> dict[str, int]:
+    return {name: i for i, name in enumerate(names)}
+
+
+def build_matrix(
+    candidates: object,
+    feature_names: Sequence[str],
+    *,
+    min_candidates: int = 1,
+    max_candidates: int = 10_000,
+    ignore_unknown: bool = False,
+    extra_columns: int = 0,
+) -> CandidateMatrix:
+    """Validate `candidates` and lay their features out in `feature_names` order.
+
+    `extra_columns` NaN columns are appended (for the user embedding the caller fills in).
+    """
+    where: Loc = ("body", "candidates")
+    if type(candidates) is not list:
+        if candidates is None:
+            raise RequestError(where, "field required", "missing")
+        raise RequestError(where, "must be a list of candidates", "list_type")
+    n = len(candidates)
+    if n < min_candidates or n == 0:
+        raise RequestError(where, f"at least {max(min_candidates, 1)} candidates needed", "too_short")
+    if n > max_candidates:
+        raise RequestError(where, f"{n} candidates; at most {max_candidates} allowed", "too_long")
+    width = len(feature_names)
+    ids: list[Any] = []
+    list_pos: list[int] = []
+    list_rows: list[list[Any]] = []
+    map_pos: list[int] = []
+    map_rows: list[dict[str, Any]] = []
+    for i, cand in enumerate(candidates):
+        if type(cand) is not dict:
+            raise RequestError((*where, i), "must be an object with `id` and `features`")
+        if len(cand) != 2 or cand.keys() != _CANDIDATE_KEYS:
+            _bad_candidate_keys(cand, (*where, i))
+        cid = cand["id"]
+        if type(cid) is not str and type(cid) is not int:
+            raise RequestError((*where, i, "id"), "must be a string or an integer", "id_type")
+        ids.append(cid)
+        feats = cand["features"]
+        if type(feats) is list:
+            if len(feats) != width:
+                raise RequestError(
+                    (*where, i, "features"),
+                    f"expected {width} values in the model's feature order, got {len(feats)}",
+                    "feature_count",
+                )
+            list_pos.append(i)
+            list_rows.append(feats)
+        elif type(feats) is dict:
+            map_pos.append(i)
+            map_rows.append(feats)
+        else:
+            raise RequestError(
+                (*where, i, "features"),
+                "must be a list of numbers or an object of feature name → number",
+                "features_type",
+            )
+    if len(set(ids)) != n:
+        _duplicate_id(ids, where)
+
+    total = width + extra_columns
+    if not map_rows and not extra_columns:
+        matrix = _to_float32(list_rows, list_pos, where)
+        return CandidateMatrix(ids, matrix)
+    matrix = np.full((n, total), np.nan, dtype=np.float32)
+    if list_rows:
+        values = _to_float32(list_rows, list_pos, where)
+        if len(list_pos) == n:
+            matrix[:, :width] = values
+        else:
+            matrix[np.asarray(list_pos), :width] = values
+    if map_rows:
+        index = _column_index(tuple(feature_names))
+        _fill_from_maps(matrix, map_rows, map_pos, index, ignore_unknown, where)
+    return CandidateMatrix(ids, matrix)
+
+
+def _to_float32(
+    rows: list[list[Any]],
+    positions: list[int],
+    where: Loc,
+    keys: Sequence[str] | None = None,
+) -> np.ndarray:
+    """float32 [len(rows), row length]; RequestError naming the first non-number.
+
+    `keys`: the feature names of the row entries, when the rows came from name → value maps.
+    """
+    types = set(map(type, chain.from_iterable(rows)))
+    if not types <= _NUMERIC:
+        _first_non_number(rows, positions, where, keys)
+    with np.errstate(over="ignore"):  # beyond float32's range is ±inf, still ordered
+        return np.asarray(rows, dtype=np.float32)
+
+
+def _fill_from_maps(
+    matrix: np.ndarray,
+    rows: list[dict[str, Any]],
+    positions: list[int],
+    index: dict[str, int],
+    ignore_unknown: bool,
+    where: Loc,
+) -> None:
+    groups: dict[tuple[str, ...], list[int]] = {}
+    last_keys: list[str] | None = None
+    last_group: list[int] = []
+    for k, row in enumerate(rows):
+        keys = list(row)
+        if keys != last_keys:  # usually every row has the same key order: one group
+            last_keys = keys
+            last_group = groups.setdefault(tuple(keys), [])
+        last_group.append(k)
+    for keys, members in groups.items():
+        cols = [index.get(name, -1) for name in keys]
+        keep = None
+        if -1 in cols:
+            unknown = [name for name, c in zip(keys, cols, strict=True) if c < 0]
+            if not ignore_unknown:
+                pos = positions[members[0]]
+                shown = ", ".join(repr(u) for u in unknown[:5])
+                raise RequestError(
+                    (*where, pos, "features", unknown[0]),
+                    f"unknown feature name(s) {shown}{' ...' if len(unknown) > 5 else ''}",
+                    "unknown_feature",
+                )
+            keep = [j for j, c in enumerate(cols) if c >= 0]
+            cols = [cols[j] for j in keep]
+        if not cols:
+            continue
+        values = _to_float32(
+            [list(rows[k].values()) for k in members],
+            [positions[k] for k in members],
+            where,
+            keys,
+        )
+        if keep is not None:
+            values = values[:, keep]
+        row_idx = np.asarray([positions[k] for k in members])
+        if len(members) == matrix.shape[0]:
+            matrix[:, cols] = values
+        else:
+            matrix[np.ix_(row_idx, cols)] = values
+
+
+def _bad_candidate_keys(cand: dict[str, Any], loc: Loc) -> None:
+    for key in ("id", "features"):
+        if key not in cand:
+            raise RequestError((*loc, key), "field required", "missing")
+    extra = sorted(str(k) for k in cand.keys() - _CANDIDATE_KEYS)
+    raise RequestError((*loc, extra[0]), "unknown field (a candidate has `id` and `features`)")
+
+
+def _duplicate_id(ids: list[Any], where: Loc) -> None:
+    first: dict[Any, int] = {}
+    for i, cid in enumerate(ids):
+        if cid in first:
+            raise RequestError(
+                (*where, i, "id"),
+                f"duplicate id {cid!r} (also candidates[{first[cid]}])",
+                "duplicate_id",
+            )
+        first[cid] = i
+
+
+def _first_non_number(
+    rows: list[list[Any]], positions: list[int], where: Loc, keys: Sequence[str] | None
+) -> None:
+    for row, pos in zip(rows, positions, strict=True):
+        for j, value in enumerate(row):
+            if type(value) not in _NUMERIC:
+                raise RequestError(
+                    (*where, pos, "features", j if keys is None else keys[j]),
+                    f"not a number: {_describe(value)} (use null for a missing value)",
+                    "float_type",
+                )
+
+
+def _describe(value: object) -> str:
+    """A short, safe rendering of a JSON value (deeply nested input must not recurse)."""
+    if type(value) is bool:
+        return "true" if value else "false"
+    if type(value) is str:
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    if type(value) is list:
+        return "a list"
+    if type(value) is dict:
+        return "an object"
+    return type(value).__name__

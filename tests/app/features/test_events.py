@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+import redis
+
+from app.features.events import listen_for_reloads, parse_event
+from app.settings import Settings
+from tests.support.redis_server import RedisServer
+from trainer.redis_publish import announce
+
+PREFIX = "t:"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b'{"model": "m", "version": "v1"}', ("m", "v1")),
+        ('{"model": "m", "version": "v1", "extra": 1}', ("m", "v1")),
+        (b"not json", None),
+        (b"\xff\xfe", None),
+        (b'["m", "v1"]', None),
+        (b'{"model": "m"}', None),
+        (b'{"model": "m", "version": 3}', None),
+        (b'{"model": "../etc", "version": "v1"}', None),
+        (b'{"model": "m", "version": ""}', None),
+    ],
+)
+def test_parse_event(data: bytes | str, expected: tuple[str, str] | None) -> None:
+    assert parse_event(data) == expected
+
+
+def test_without_redis_url_it_returns_at_once() -> None:
+    async def never(model: str, version: str) -> None:
+        raise AssertionError("called")
+
+    asyncio.run(asyncio.wait_for(listen_for_reloads(Settings(redis_url=None), never), 1.0))
+
+
+def _subscribers(server: RedisServer) -> int:
+    with redis.Redis.from_url(server.url) as client:
+        return int(client.pubsub_numsub(f"{PREFIX}events")[0][1])
+
+
+async def _until(check: object, timeout: float = 5.0) -> None:
+    async def poll() -> None:
+        while not await asyncio.to_thread(check):  # type: ignore[arg-type]
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def test_announcements_reach_the_callback_across_a_redis_restart(
+    redis_server: RedisServer,
+) -> None:
+    settings = Settings(redis_url=redis_server.url, redis_prefix=PREFIX)
+    seen: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        async def on_event(model: str, version: str) -> None:
+            seen.append((model, version))
+            if version == "boom":
+                raise RuntimeError("a reload that fails must not stop the listener")
+
+        task = asyncio.create_task(
+            listen_for_reloads(settings, on_event, min_backoff=0.05, max_backoff=0.2)
+        )
+        try:
+            await _until(lambda: _subscribers(redis_server) == 1)
+            with redis.Redis.from_url(redis_server.url) as client:
+                client.publish(f"{PREFIX}events", "junk")
+                client.publish(f"{PREFIX}events", '{"model": "m"}')
+            await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "boom")
+            await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "v1")
+            await _until(lambda: len(seen) >= 2)
+            assert seen == [("m", "boom"), ("m", "v1")]
+
+            redis_server.restart()
+            await _until(lambda: _subscribers(redis_server) == 1)
+            await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "v2")
+            await _until(lambda: len(seen) >= 3)
+            assert seen[-1] == ("m", "v2")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(scenario())

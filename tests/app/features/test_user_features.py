@@ -1,0 +1,281 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+import redis
+
+from app.artifacts.manifest import Manifest
+from app.features.user_features import UserFeatureResolver, UserFeatures
+from app.settings import Settings
+from tests.app.features.conftest import CLUSTERS, DIM, make_files, make_manifest
+from tests.support.redis_server import RedisServer, free_port, redis_binary
+from trainer.redis_publish import push_embeddings
+
+T = TypeVar("T")
+PREFIX = "t:"
+US_USER = {"id": "u1", "profile": {"country": "US", "price": 2}}  # US_pn1 → "US" (row 1)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+
+def _settings(url: str | None, **kw: Any) -> Settings:
+    base: dict[str, Any] = {"redis_prefix": PREFIX, "redis_deadline_ms": 200.0}
+    return Settings(redis_url=url, **(base | kw))
+
+
+def _with_resolver(
+    settings: Settings,
+    manifest: Manifest,
+    body: Callable[[UserFeatureResolver], Awaitable[T]],
+    metrics: object | None = None,
+) -> T:
+    async def scenario() -> T:
+        resolver = UserFeatureResolver(settings, metrics)
+        resolver.register_model(manifest, make_files())
+        await resolver.start()
+        try:
+            return await body(resolver)
+        finally:
+            await resolver.close()
+
+    return asyncio.run(scenario())
+
+
+def _remote_vectors() -> np.ndarray:
+    """Redis rows differ from the artifact's (row i is 10 + i there, i here)."""
+    return np.repeat(10.0 + np.arange(len(CLUSTERS), dtype=np.float32)[:, None], DIM, axis=1)
+
+
+def _push(server: RedisServer, manifest: Manifest) -> None:
+    push_embeddings(server.url, PREFIX, manifest, CLUSTERS, _remote_vectors())
+
+
+def _resolve_one(settings: Settings, manifest: Manifest, user: Any) -> UserFeatures:
+    return _with_resolver(settings, manifest, lambda r: r.resolve(manifest, user))
+
+
+# --- in-process store (no Redis URL: the embedded default) ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("user", "cluster", "row", "reasons"),
+    [
+        (US_USER, "US", 1, []),
+        ({"profile": {"country": "US", "price": 0.5}}, "US_pn0", 2, []),
+        ({"id": "u9", "profile": {"country": "FR", "price": 7}}, "FR_pn2", 4, []),
+        ({"profile": {"country": "DE", "price": 2}}, "unknown", 0, ["unknown_cluster"]),
+        ({"profile": {"country": "US", "price": 10**400}}, "US", 1, []),
+        (None, "unknown", 0, ["no_user"]),
+        ({"id": "u1"}, "unknown", 0, ["no_user"]),
+        ({"id": 5, "profile": "junk"}, "unknown", 0, ["no_user"]),
+    ],
+)
+def test_in_process_store(
+    manifest: Manifest, user: Any, cluster: str, row: int, reasons: list[str]
+) -> None:
+    got = _resolve_one(_settings(None), manifest, user)
+    assert (got.cluster, got.degraded, got.reasons) == (cluster, False, reasons)
+    assert got.vector is not None and got.vector.dtype == np.float32
+    np.testing.assert_array_equal(got.vector, np.full(DIM, row, np.float32))
+
+
+def test_model_without_clusters(manifest: Manifest) -> None:
+    plain = manifest.model_copy(update={"user_clusters": None})
+    got = _resolve_one(_settings(None), plain, US_USER)
+    assert got == UserFeatures(None, None, False, [])
+
+
+def test_only_the_newest_versions_are_kept(manifest: Manifest) -> None:
+    resolver = UserFeatureResolver(_settings(None))
+    versions = [make_manifest(version=f"v{i}") for i in range(5)]
+    for m in versions:
+        resolver.register_model(m, make_files())
+    assert resolver.table(versions[0]) is None and resolver.table(versions[-1]) is not None
+    got = asyncio.run(resolver.resolve(versions[0], US_USER))
+    assert got.degraded and got.reasons == ["embedding_table_missing"]
+    assert got.vector is not None and got.vector.shape == (DIM,)
+
+
+def test_bad_table_is_refused_with_a_message(manifest: Manifest) -> None:
+    resolver = UserFeatureResolver(_settings(None))
+    with pytest.raises(ValueError, match="no row for the unknown cluster"):
+        resolver.register_model(manifest, make_files(clusters=["a", "b", "c", "d", "e"]))
+
+
+# --- against a real redis-server -----------------------------------------------------------
+
+
+def test_vector_comes_from_redis(redis_server: RedisServer, manifest: Manifest) -> None:
+    _push(redis_server, manifest)
+    metrics = SimpleNamespace(REDIS_HITS=Counter(), REDIS_MISSES=Counter(), REDIS_ERRORS=Counter())
+    got = _with_resolver(
+        _settings(redis_server.url), manifest, lambda r: r.resolve(manifest, US_USER), metrics
+    )
+    assert (got.cluster, got.degraded, got.reasons) == ("US", False, [])
+    np.testing.assert_array_equal(got.vector, np.full(DIM, 11.0, np.float32))
+    # u1 has no override key (a miss), the embedding is a hit.
+    assert (metrics.REDIS_HITS.value, metrics.REDIS_MISSES.value) == (1, 1)
+    assert metrics.REDIS_ERRORS.value == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "cluster", "reasons"),
+    [("FR_pn2", "FR_pn2", []), ("FR_pn1", "FR", []), ("XX_1", "unknown", ["unknown_cluster"])],
+)
+def test_user_override_key(
+    redis_server: RedisServer, manifest: Manifest, override: str, cluster: str, reasons: list[str]
+) -> None:
+    _push(redis_server, manifest)
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set(f"{PREFIX}user:u1", override)
+    got = _resolve_one(_settings(redis_server.url), manifest, US_USER)
+    assert (got.cluster, got.degraded, got.reasons) == (cluster, False, reasons)
+    row = CLUSTERS.index(cluster)
+    np.testing.assert_array_equal(got.vector, np.full(DIM, 10.0 + row, np.float32))
+
+
+def test_missing_or_malformed_embedding_falls_back_to_the_artifact(
+    redis_server: RedisServer, manifest: Manifest
+) -> None:
+    settings = _settings(redis_server.url)
+    got = _resolve_one(settings, manifest, US_USER)
+    assert (got.degraded, got.reasons) == (True, ["embedding_missing_in_redis"])
+    np.testing.assert_array_equal(got.vector, np.full(DIM, 1.0, np.float32))
+
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.hset(f"{PREFIX}emb:m:v1", "US", b"\x00\x00\x80\x3f")  # one float, not three
+        client.hset(f"{PREFIX}user:u2", "a", "b")  # wrong type for an override
+    got = _resolve_one(settings, manifest, US_USER)
+    assert (got.degraded, got.reasons) == (True, ["embedding_malformed_in_redis"])
+    np.testing.assert_array_equal(got.vector, np.full(DIM, 1.0, np.float32))
+    got = _resolve_one(settings, manifest, {"id": "u2", "profile": US_USER["profile"]})
+    assert (got.degraded, got.reasons) == (True, ["redis_bad_value"])
+
+
+def test_cache_serves_until_the_ttl_expires(redis_server: RedisServer, manifest: Manifest) -> None:
+    _push(redis_server, manifest)
+    settings = _settings(redis_server.url, redis_cache_ttl_seconds=0.3)
+
+    async def body(resolver: UserFeatureResolver) -> list[UserFeatures]:
+        first = await resolver.resolve(manifest, US_USER)
+        with redis.Redis.from_url(redis_server.url) as client:
+            client.set(f"{PREFIX}user:u1", "FR")
+            client.hset(f"{PREFIX}emb:m:v1", "US", np.full(DIM, 99, "<f4").tobytes())
+        cached = await resolver.resolve(manifest, US_USER)
+        await asyncio.sleep(0.35)
+        fresh = await resolver.resolve(manifest, US_USER)
+        return [first, cached, fresh]
+
+    first, cached, fresh = _with_resolver(settings, manifest, body)
+    assert first.cluster == cached.cluster == "US"
+    np.testing.assert_array_equal(cached.vector, first.vector)
+    assert fresh.cluster == "FR" and not fresh.degraded
+    np.testing.assert_array_equal(fresh.vector, np.full(DIM, 13.0, np.float32))
+
+
+def test_breaker_opens_skips_redis_then_recovers(
+    redis_server: RedisServer, manifest: Manifest
+) -> None:
+    settings = _settings(
+        redis_server.url,
+        redis_cache_ttl_seconds=0,
+        breaker_failure_threshold=3,
+        breaker_reset_seconds=0.5,
+    )
+    anonymous = {"profile": US_USER["profile"]}  # one Redis call per request
+
+    async def body(resolver: UserFeatureResolver) -> None:
+        _push(redis_server, manifest)
+        assert not (await resolver.resolve(manifest, anonymous)).degraded
+        redis_server.kill()
+        for _ in range(3):
+            got = await resolver.resolve(manifest, anonymous)
+            assert got.reasons == ["redis_unavailable"] and got.degraded
+            np.testing.assert_array_equal(got.vector, np.full(DIM, 1.0, np.float32))
+        redis_server.start()
+        _push(redis_server, manifest)
+        with redis.Redis.from_url(redis_server.url) as client:
+            before = client.info("stats")["total_connections_received"]
+        for _ in range(5):
+            got = await resolver.resolve(manifest, anonymous)
+            assert got.reasons == ["circuit_open"] and got.degraded
+        with redis.Redis.from_url(redis_server.url) as client:
+            # Only our own two INFO connections: the open breaker made no call at all.
+            assert client.info("stats")["total_connections_received"] == before + 1
+        await asyncio.sleep(0.55)
+        got = await resolver.resolve(manifest, anonymous)  # the half-open probe succeeds
+        assert (got.degraded, got.reasons) == (False, [])
+        np.testing.assert_array_equal(got.vector, np.full(DIM, 11.0, np.float32))
+        assert resolver.store.breaker.state == "closed"
+
+    _with_resolver(settings, manifest, body)
+
+
+def test_paused_redis_never_holds_a_request_past_the_deadline(
+    redis_server: RedisServer, manifest: Manifest
+) -> None:
+    deadline_ms = 30.0
+    settings = _settings(
+        redis_server.url,
+        redis_deadline_ms=deadline_ms,
+        redis_cache_ttl_seconds=0,
+        breaker_failure_threshold=1000,  # keep calling the paused server
+    )
+    _push(redis_server, manifest)
+
+    async def timed(resolver: UserFeatureResolver, user: Any) -> tuple[float, UserFeatures]:
+        t0 = time.perf_counter()
+        got = await resolver.resolve(manifest, user)
+        return time.perf_counter() - t0, got
+
+    async def body(resolver: UserFeatureResolver) -> list[tuple[float, UserFeatures]]:
+        assert not (await resolver.resolve(manifest, US_USER)).degraded
+        redis_server.pause()
+        try:
+            # Override + embedding lookups share one deadline; 20 requests at once.
+            return list(await asyncio.gather(*(timed(resolver, US_USER) for _ in range(20))))
+        finally:
+            redis_server.resume()
+
+    results = _with_resolver(settings, manifest, body)
+    slowest = max(elapsed for elapsed, _ in results)
+    assert slowest < (deadline_ms + 50.0) / 1000.0, f"slowest {slowest * 1000:.1f} ms"
+    for _, got in results:
+        assert got.degraded and got.reasons == ["redis_timeout"] and got.cluster == "US"
+        np.testing.assert_array_equal(got.vector, np.full(DIM, 1.0, np.float32))
+
+
+def test_start_with_redis_down_then_it_comes_up(manifest: Manifest) -> None:
+    port = free_port()
+    settings = _settings(
+        f"redis://127.0.0.1:{port}/0", redis_cache_ttl_seconds=0, breaker_reset_seconds=0.2
+    )
+
+    async def body(resolver: UserFeatureResolver) -> tuple[UserFeatures, UserFeatures]:
+        down = await resolver.resolve(manifest, US_USER)
+        server = RedisServer(redis_binary(), port=port).start()
+        try:
+            _push(server, manifest)
+            await asyncio.sleep(0.25)
+            up = await resolver.resolve(manifest, US_USER)
+        finally:
+            server.stop()
+        return down, up
+
+    down, up = _with_resolver(settings, manifest, body)
+    assert down.degraded and down.reasons == ["redis_unavailable"]
+    assert (up.degraded, up.reasons, up.cluster) == (False, [], "US")
+    np.testing.assert_array_equal(up.vector, np.full(DIM, 11.0, np.float32))
+

@@ -1,0 +1,74 @@
+"""`ltr publish`: install a version into the registry and deploy it, or roll back."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+
+from app.artifacts.store import ArtifactError
+from trainer.commands.errors import clear_errors, fail
+
+
+def publish_command(
+    model: Annotated[
+        Path | None, typer.Option("--model", help="Version directory to publish (ltr train --out).")
+    ] = None,
+    registry: Annotated[Path, typer.Option(help="Registry root.", envvar="LTR_REGISTRY")] = Path(
+        "registry"
+    ),
+    name: Annotated[str | None, typer.Option(help="Model name (default: the manifest's).")] = None,
+    keep: Annotated[int, typer.Option(min=1, help="Versions to keep per model.")] = 5,
+    rollback: Annotated[
+        bool, typer.Option("--rollback", help="Point CURRENT back at the previous version.")
+    ] = False,
+    redis_url: Annotated[
+        str | None, typer.Option(help="Push embeddings and announce here.", envvar="LTR_REDIS_URL")
+    ] = None,
+    redis_prefix: Annotated[str, typer.Option(envvar="LTR_REDIS_PREFIX")] = "ltr:",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
+    from trainer.publish import publish
+    from trainer.publish import rollback as do_rollback
+
+    with clear_errors(ArtifactError, ValueError):
+        if rollback:
+            if model is not None:
+                fail("--rollback takes --name, not --model")
+            if name is None:
+                fail("--rollback needs --name")
+            old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
+            out = {"name": name, "from": old, "to": new}
+        else:
+            if model is None:
+                fail("give --model DIR (a version directory) or --rollback --name NAME")
+            res = publish(
+                model,
+                registry,
+                name=name,
+                keep=keep,
+                redis_url=redis_url or os.environ.get("LTR_REDIS_URL"),
+                redis_prefix=redis_prefix,
+            )
+            out = {
+                "name": res.name,
+                "version": res.version,
+                "previous": res.previous,
+                "path": str(res.path),
+                "removed": res.removed,
+                "redis_pushed": res.redis_pushed,
+            }
+    if as_json:
+        typer.echo(orjson.dumps(out).decode())
+    elif rollback:
+        typer.echo(f"{out['name']}: CURRENT {out['from']} -> {out['to']}")
+    else:
+        typer.echo(f"published {out['name']} {out['version']} (previous: {out['previous']})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("publish")(publish_command)

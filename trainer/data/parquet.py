@@ -1,0 +1,139 @@
+"""Parquet ranking data: columns `qid`, `label`, optional `user_id` and `position`, and every
+other column a numeric feature (column order and names kept). Rows in error messages are
+1-based."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trainer.data.dataset import RankingDataset
+from trainer.data.errors import DataFormatError, located
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+RESERVED = ("qid", "label", "user_id", "position")
+
+
+def _at(path: Path, row: int | None, column: str, what: str) -> DataFormatError:
+    where = f"row {row}, column {column!r}" if row is not None else f"column {column!r}"
+    return DataFormatError(f"{path}: {where}: {what}")
+
+
+def _first(mask: np.ndarray) -> int:
+    """1-based row of the first True."""
+    return int(np.flatnonzero(mask)[0]) + 1
+
+
+def read_parquet(path: str | Path) -> RankingDataset:
+    """Read a Parquet file into a query-grouped dataset (queries must be contiguous)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise located(path, None, "no such file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise located(path, None, f"not a readable Parquet file ({exc})") from None
+    names = table.column_names
+    if len(set(names)) != len(names):
+        raise located(path, None, "duplicate column names")
+    for required in ("qid", "label"):
+        if required not in names:
+            raise located(path, None, f"no {required!r} column (columns: {', '.join(names)})")
+    if table.num_rows == 0:
+        raise located(path, None, "no data rows")
+    feature_names = [name for name in names if name not in RESERVED]
+
+    def numeric(name: str, dtype: type[np.floating] = np.float64) -> np.ndarray:
+        column = table.column(name)
+        kind = column.type
+        if not (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+        ):
+            raise _at(path, None, name, f"has type {kind}, expected a number")
+        cast = pc.cast(column, pa.float64(), safe=False).fill_null(np.nan)
+        return np.asarray(cast.to_numpy(), dtype=dtype)
+
+    labels = numeric("label")
+    if not np.all(np.isfinite(labels)):
+        raise _at(path, _first(~np.isfinite(labels)), "label", "missing or not a finite number")
+    features = np.empty((table.num_rows, len(feature_names)), dtype=np.float32)
+    for j, name in enumerate(feature_names):
+        features[:, j] = numeric(name, np.float32)
+    qid_column = table.column("qid")
+    if qid_column.null_count:
+        raise _at(path, _first(qid_column.is_null().to_numpy(zero_copy_only=False)), "qid", "null")
+    qids = np.asarray(qid_column.to_numpy(zero_copy_only=False))
+    offsets, query_ids = _groups(path, qids)
+    return RankingDataset(
+        features=features,
+        labels=labels,
+        group_offsets=offsets,
+        query_ids=query_ids,
+        feature_names=feature_names,
+        source=str(path),
+        user_ids=_user_ids(path, table, offsets) if "user_id" in names else None,
+        positions=_positions(path, numeric("position")) if "position" in names else None,
+    )
+
+
+def _groups(path: Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.concatenate([[0], np.flatnonzero(qids[1:] != qids[:-1]) + 1])
+    run_qids = qids[starts]
+    _, first, inverse = np.unique(run_qids, return_index=True, return_inverse=True)
+    repeated = np.flatnonzero(first[inverse] != np.arange(run_qids.size))
+    if repeated.size:
+        run = int(repeated[0])
+        seen = int(starts[first[inverse[run]]]) + 1
+        what = f"qid {run_qids[run]!r} reappears after another query (first seen at row {seen})"
+        raise _at(path, int(starts[run]) + 1, "qid", what + "; queries must be contiguous")
+    return np.concatenate([starts, [qids.size]]).astype(np.int64), run_qids
+
+
+def _user_ids(path: Path, table: pa.Table, offsets: np.ndarray) -> np.ndarray:
+    column = table.column("user_id")
+    users = np.asarray(column.to_numpy(zero_copy_only=False))
+    if column.null_count:
+        raise _at(path, _first(np.asarray(column.is_null().to_numpy())), "user_id", "null")
+    per_row = np.repeat(users[offsets[:-1]], np.diff(offsets))
+    if np.any(per_row != users):
+        raise _at(path, _first(per_row != users), "user_id", "changes within a query")
+    return users[offsets[:-1]]
+
+
+def _positions(path: Path, positions: np.ndarray) -> np.ndarray:
+    bad = ~np.isfinite(positions) | (positions < 1) | (positions != np.round(positions))
+    if np.any(bad):
+        raise _at(path, _first(bad), "position", "not a positive integer")
+    return positions.astype(np.int64)
+
+
+def write_parquet(dataset: RankingDataset, path: str | Path) -> None:
+    """Write `qid`, `label`, the feature columns (named by `dataset.names()`) and, when the
+    dataset has them, `user_id` and `position`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = dataset.names()
+    clash = sorted(set(names) & set(RESERVED))
+    if clash:
+        raise DataFormatError(f"{path}: feature names clash with reserved columns: {clash}")
+    sizes = dataset.group_sizes
+    columns: dict[str, np.ndarray] = {
+        "qid": np.repeat(dataset.query_ids, sizes),
+        "label": dataset.labels,
+    }
+    for j, name in enumerate(names):
+        columns[name] = dataset.features[:, j]
+    if dataset.user_ids is not None:
+        columns["user_id"] = np.repeat(dataset.user_ids, sizes)
+    if dataset.positions is not None:
+        columns["position"] = dataset.positions
+    pq.write_table(pa.table(columns), path)

@@ -1,0 +1,230 @@
+"""`ltr train --engine dnn`: train a LambdaDNN/LambdaDCN ranker and write it as a verified
+model version (model.onnx, plus clusters.json and embeddings.npy with user clusters)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from app.artifacts.manifest import NAME_PATTERN, Manifest, MissingValueRule, UserClusters
+from app.artifacts.store import load_version, write_version_dir
+from trainer.data.dataset import RankingDataset
+from trainer.dnn.batching import QueryLists
+from trainer.dnn.losses import loss_for
+from trainer.dnn.models import Ranker, build_ranker
+from trainer.dnn.normalisation import fit_standardiser
+from trainer.dnn.onnx_export import export_onnx, onnx_scores, onnx_session, torch_scores
+from trainer.dnn.options import DNNOptions
+from trainer.dnn.trainer_loop import ProgressSink, deterministic, train_ranker
+from trainer.dnn.user_clusters import (
+    ClusterConfigError,
+    UserClusterAssignment,
+    assign_user_clusters,
+    load_cluster_scheme,
+)
+from trainer.dnn.user_profiles import read_profiles
+from trainer.export import ExportError, plain_json
+
+PARITY_MAX_ABS_DIFF = 1e-5
+PARITY_LISTS = 200
+DEFAULT_MODEL_NAME = "lambdadnn"
+
+
+def train_and_export(
+    train: RankingDataset,
+    valid: RankingDataset | None,
+    options: DNNOptions,
+    out: Path,
+    progress: object | None = None,
+    *,
+    name: str | None = None,
+) -> Path:
+    """Train on `train` (early stopping on `valid`), write the version directory `out` and
+    check that onnxruntime scores the held-out lists as PyTorch does (max abs diff <= 1e-5).
+
+    `out`'s name is the version id; the model name is `name`, else `out`'s parent directory
+    name when it is a valid name, else "lambdadnn". `progress` needs `update(iteration,
+    train_metric, valid_metric)` and `message(text)` (trainer.progress.TrainingProgress).
+    """
+    out = Path(out)
+    model_name = name or (out.parent.name if re.match(NAME_PATTERN, out.parent.name) else "")
+    model_name = model_name or DEFAULT_MODEL_NAME
+    if not re.match(NAME_PATTERN, out.name):
+        raise ExportError(
+            f"{out}: the directory name is the version id and must match {NAME_PATTERN}"
+        )
+    if out.exists():
+        raise ExportError(f"{out} already exists (a version is never overwritten)")
+    if valid is not None and valid.num_features != train.num_features:
+        raise ValueError(
+            f"{valid.source or 'validation data'} has {valid.num_features} features, "
+            f"training data {train.num_features}"
+        )
+    clusters = _user_clusters(train, options)
+    valid_rows = None
+    if clusters is not None and valid is not None:
+        valid_rows = clusters.rows_for(read_profiles(_path(options.user_profiles)), _users(valid))
+    train_lists = QueryLists(
+        train.features, train.labels, train.group_offsets,
+        None if clusters is None else clusters.train_rows,
+    )  # fmt: skip
+    valid_lists = None
+    if valid is not None:
+        valid_lists = QueryLists(valid.features, valid.labels, valid.group_offsets, valid_rows)
+    sink = progress if isinstance(progress, ProgressSink) else None
+    with deterministic(options.seed, options.threads):
+        ranker = build_ranker(
+            options,
+            fit_standardiser(train.features),
+            None if clusters is None else len(clusters.clusters),
+        )
+        result = train_ranker(
+            ranker,
+            loss_for(options),
+            train_lists,
+            train.labels,
+            options,
+            valid_lists,
+            None if valid is None else valid.labels,
+            sink,
+        )
+    embeddings = None
+    if clusters is not None:
+        embeddings = _embedding_table(ranker, clusters)
+    model_bytes = export_onnx(ranker)
+    files = {"model.onnx": model_bytes}
+    user_clusters = None
+    if clusters is not None and embeddings is not None:
+        buffer = io.BytesIO()
+        np.save(buffer, embeddings, allow_pickle=False)
+        files["embeddings.npy"] = buffer.getvalue()
+        files["clusters.json"] = clusters.clusters_json()
+        user_clusters = UserClusters(
+            scheme=clusters.scheme, embedding_dim=options.embedding_dim, input="onnx_input"
+        )
+    metrics: dict[str, Any] = {}
+    if result.best_valid_ndcg is not None and valid is not None:
+        metrics[f"ndcg@{options.eval_at}"] = {
+            "value": result.best_valid_ndcg,
+            "dataset": valid.source or "validation",
+            "dataset_fingerprint": data_fingerprint(valid),
+            "empty_query_ndcg": 1.0,
+        }
+    training = {
+        "engine": "dnn",
+        "params": options.model_dump(mode="json"),
+        "data_fingerprint": data_fingerprint(train),
+        "train_source": train.source,
+        "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run,
+        "train_seconds": round(result.seconds, 3),
+        "lists_per_second": round(result.lists_per_second, 1),
+        "torch": torch.__version__,
+    }
+    if clusters is not None:
+        training["cluster_user_counts"] = clusters.user_counts
+    manifest = Manifest(
+        name=model_name,
+        version=out.name,
+        kind="lambdadnn",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=train.names(),
+        missing_value=MissingValueRule(handled_by="mean_imputation"),
+        user_clusters=user_clusters,
+        metrics=plain_json(metrics),
+        training=plain_json(training),
+    )
+    path = write_version_dir(out, manifest, files)
+    held_out = valid if valid is not None else train
+    held_rows = (
+        valid_rows if valid is not None else (None if clusters is None else clusters.train_rows)
+    )
+    try:
+        verify_parity(path, ranker, held_out, held_rows)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path
+
+
+def verify_parity(
+    path: Path, ranker: Ranker, data: RankingDataset, cluster_rows: np.ndarray | None
+) -> float:
+    """Reload the written version (sha256 checked), score up to 200 lists with onnxruntime and
+    with PyTorch; raise ExportError beyond 1e-5 or on a different ranking. Returns the max
+    abs difference."""
+    artifact = load_version(path)
+    session = onnx_session(artifact.files["model.onnx"])
+    table = None
+    if "embeddings.npy" in artifact.files:
+        table = np.load(io.BytesIO(artifact.files["embeddings.npy"]), allow_pickle=False)
+    worst = 0.0
+    for q in range(min(data.num_queries, PARITY_LISTS)):
+        lo, hi = data.group_offsets[q], data.group_offsets[q + 1]
+        user = None if table is None or cluster_rows is None else table[cluster_rows[q]]
+        expected = torch_scores(ranker, data.features[lo:hi], user)
+        actual = onnx_scores(session, data.features[lo:hi], user)
+        diff = float(np.max(np.abs(actual.astype(np.float64) - expected)))
+        worst = max(worst, diff)
+        same_order = np.array_equal(
+            np.argsort(-actual, kind="stable"), np.argsort(-expected, kind="stable")
+        )
+        if diff > PARITY_MAX_ABS_DIFF or (not same_order and diff > 0):
+            raise ExportError(
+                f"{path}: onnxruntime scores list {q} differently from PyTorch (max abs "
+                f"difference {diff:.3g}, same ranking {same_order}); the version was removed"
+            )
+    return worst
+
+
+def data_fingerprint(data: RankingDataset) -> str:
+    """sha256 (first 16 hex digits) of the features, labels and query boundaries."""
+    digest = hashlib.sha256()
+    for array in (data.features, data.labels, data.group_offsets):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _path(value: Path | None) -> Path:
+    if value is None:
+        raise ClusterConfigError("user clusters need both user_profiles and cluster_config")
+    return Path(value)
+
+
+def _users(data: RankingDataset) -> np.ndarray:
+    if data.user_ids is None:
+        raise ClusterConfigError(
+            f"{data.source or 'the data'}: user clusters need the user of every query list "
+            "(Parquet column user_id or a .user side file)"
+        )
+    return data.user_ids
+
+
+def _user_clusters(train: RankingDataset, options: DNNOptions) -> UserClusterAssignment | None:
+    if options.user_profiles is None and options.cluster_config is None:
+        return None
+    scheme = load_cluster_scheme(_path(options.cluster_config))
+    profiles = read_profiles(_path(options.user_profiles))
+    return assign_user_clusters(scheme, profiles, _users(train), options.min_cluster_count)
+
+
+def _embedding_table(ranker: Ranker, clusters: UserClusterAssignment) -> np.ndarray:
+    """float32 [n_clusters, embedding_dim]. When no training user fell back to `unknown`, its row
+    never trained; it becomes the user-weighted mean of the trained rows (an average user)."""
+    assert ranker.embedding is not None
+    table = ranker.embedding.weight.detach().numpy().astype(np.float32).copy()
+    unknown = clusters.clusters.index(clusters.scheme.unknown)
+    weights = np.array([clusters.user_counts[c] for c in clusters.clusters], dtype=np.float64)
+    if weights[unknown] == 0 and weights.sum() > 0:
+        table[unknown] = (weights[:, None] * table).sum(axis=0) / weights.sum()
+        with torch.no_grad():
+            ranker.embedding.weight[unknown] = torch.from_numpy(table[unknown])
+    return table

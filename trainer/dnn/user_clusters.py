@@ -1,0 +1,159 @@
+"""User-cluster embeddings (seed 002, after Airbnb KDD 2018): each user's profile is bucketised
+into a cluster id such as `US_lt1_pn3`; clusters with fewer than `min_count` training users fall
+back to coarser ids (`US_lt1`, `US`) and then to `unknown`; the network learns one embedding row
+per surviving id. The service resolves a request's user with the same fallback chain
+(app.features.clusters.resolve_cluster), so training and serving agree."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from app.artifacts.manifest import ClusterScheme
+from app.features.clusters import cluster_id, coarser_ids, resolve_cluster
+from trainer.data.dataset import RankingDataset
+
+EMBEDDING_FEATURE_PREFIX = "user_emb_"
+
+
+class ClusterConfigError(ValueError):
+    """A cluster-scheme config that cannot be used; the message names the file."""
+
+
+def load_cluster_scheme(path: Path) -> ClusterScheme:
+    """A TOML config: optional `separator` and `unknown`, and `[[fields]]` tables with `name`,
+    `kind` ("categorical" with `values`, or "numeric" with `prefix` and increasing `edges`)."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ClusterConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterConfigError(f"{path}: not valid TOML ({exc})") from None
+    try:
+        scheme = ClusterScheme.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ClusterConfigError(f"{path}: {where}: {first['msg']}") from None
+    if not scheme.fields:
+        raise ClusterConfigError(f"{path}: the scheme needs at least one field")
+    return scheme
+
+
+def fine_cluster_ids(
+    scheme: ClusterScheme, profiles: Mapping[str, Mapping[str, Any]], users: Sequence[str]
+) -> list[str]:
+    """The finest cluster id of each user; a user without a profile row gets the id of an empty
+    profile, exactly as the service computes it for a request without one."""
+    return [cluster_id(scheme, profiles.get(u, {})) for u in users]
+
+
+def surviving_clusters(scheme: ClusterScheme, fine_ids: Sequence[str], min_count: int) -> list[str]:
+    """The embedding table's ids, `unknown` first, then sorted.
+
+    fine_ids: one per distinct training user. A prefix id counts every user under it; each user
+    keeps the finest id along its fallback chain with at least `min_count` users (else
+    `unknown`), and the table is the set of ids some user keeps.
+    """
+    counts: Counter[str] = Counter()
+    for fine in fine_ids:
+        counts.update(coarser_ids(scheme, fine)[:-1])
+    kept = set()
+    for fine in set(fine_ids):
+        chain = coarser_ids(scheme, fine)[:-1]
+        kept.add(next((c for c in chain if counts[c] >= min_count), scheme.unknown))
+    kept.discard(scheme.unknown)
+    return [scheme.unknown, *sorted(kept)]
+
+
+def cluster_rows(
+    scheme: ClusterScheme, clusters: Sequence[str], fine_ids: Sequence[str]
+) -> np.ndarray:
+    """int64 [n]: the embedding row of each fine id, resolved as the service resolves it."""
+    index = {c: i for i, c in enumerate(clusters)}
+    return np.array([index[resolve_cluster(scheme, f, index)] for f in fine_ids], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class UserClusterAssignment:
+    """The cluster table of a training run and the row of every query list's user."""
+
+    scheme: ClusterScheme
+    clusters: list[str]  # row order of the embedding table; clusters[0] == scheme.unknown
+    train_rows: np.ndarray  # int64 [n_train_queries]
+    user_counts: dict[str, int]  # training users per kept cluster
+
+    def rows_for(
+        self, profiles: Mapping[str, Mapping[str, Any]], user_ids: np.ndarray
+    ) -> np.ndarray:
+        """int64 [n_queries]: the rows for another dataset's query users (e.g. validation)."""
+        users = [str(u) for u in user_ids]
+        return cluster_rows(
+            self.scheme, self.clusters, fine_cluster_ids(self.scheme, profiles, users)
+        )
+
+    def clusters_json(self) -> bytes:
+        """`clusters.json`: the JSON list of cluster ids, index = embedding row."""
+        return json.dumps(self.clusters).encode()
+
+
+def assign_user_clusters(
+    scheme: ClusterScheme,
+    profiles: Mapping[str, Mapping[str, Any]],
+    train_user_ids: np.ndarray,
+    min_count: int,
+) -> UserClusterAssignment:
+    """Build the cluster table from the distinct users of the training lists and give each
+    training list its row. train_user_ids: [n_train_queries]."""
+    users = [str(u) for u in train_user_ids]
+    distinct = sorted(set(users))
+    fine_of = dict(zip(distinct, fine_cluster_ids(scheme, profiles, distinct), strict=True))
+    clusters = surviving_clusters(scheme, list(fine_of.values()), min_count)
+    rows = cluster_rows(scheme, clusters, [fine_of[u] for u in users])
+    user_rows = cluster_rows(scheme, clusters, list(fine_of.values()))
+    per_row = np.bincount(user_rows, minlength=len(clusters))
+    counts = {c: int(n) for c, n in zip(clusters, per_row, strict=True)}
+    return UserClusterAssignment(scheme, clusters, rows, counts)
+
+
+def append_user_embeddings(
+    dataset: RankingDataset,
+    clusters: Sequence[str],
+    embeddings: np.ndarray,
+    user_cluster_index: np.ndarray,
+) -> RankingDataset:
+    """The dataset with its query's user-cluster embedding appended to every document's
+    features, so that tree models can use the embeddings the network learned.
+
+    embeddings: float32 [n_clusters, embedding_dim], row i = clusters[i]; user_cluster_index:
+    int [n_queries], the row of each query's user. The new columns are named `user_emb_<i>`.
+    """
+    embeddings = np.asarray(embeddings, dtype=np.float32)
+    index = np.asarray(user_cluster_index, dtype=np.int64)
+    if embeddings.ndim != 2 or embeddings.shape[0] != len(clusters):
+        raise ValueError("embeddings must be [n_clusters, embedding_dim], one row per cluster")
+    if index.shape != (dataset.num_queries,):
+        raise ValueError("one cluster index per query expected")
+    if index.size and (index.min() < 0 or index.max() >= len(clusters)):
+        raise ValueError("cluster index out of range")
+    per_doc = np.repeat(embeddings[index], dataset.group_sizes, axis=0)
+    names = [f"{EMBEDDING_FEATURE_PREFIX}{i}" for i in range(embeddings.shape[1])]
+    return RankingDataset(
+        features=np.ascontiguousarray(np.hstack([dataset.features, per_doc]), dtype=np.float32),
+        labels=dataset.labels,
+        group_offsets=dataset.group_offsets,
+        query_ids=dataset.query_ids,
+        feature_names=[*dataset.names(), *names],
+        source=dataset.source,
+        user_ids=dataset.user_ids,
+        positions=dataset.positions,
+    )

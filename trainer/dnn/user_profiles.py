@@ -1,0 +1,66 @@
+"""The user-profile table: one row per user, a `user_id` column and profile fields, as CSV (with a
+header line) or Parquet."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+USER_ID_COLUMN = "user_id"
+
+
+class ProfileTableError(ValueError):
+    """A profile table that cannot be read; the message names the file (and line)."""
+
+
+def read_profiles(path: Path) -> dict[str, dict[str, Any]]:
+    """user id (as text) → {field: value}. CSV values stay text (numeric fields parse later);
+    Parquet values keep their type, null becomes None."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileTableError(f"{path}: no such file")
+    if path.suffix.lower() in {".parquet", ".pq"}:
+        return _read_parquet(path)
+    return _read_csv(path)
+
+
+def _read_csv(path: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames is None or USER_ID_COLUMN not in reader.fieldnames:
+            raise ProfileTableError(f"{path}: line 1: the header needs a {USER_ID_COLUMN!r} column")
+        for row in reader:
+            line = reader.line_num
+            if None in row or any(v is None for v in row.values()):
+                raise ProfileTableError(f"{path}: line {line}: wrong number of fields")
+            user = row.pop(USER_ID_COLUMN).strip()
+            if not user:
+                raise ProfileTableError(f"{path}: line {line}: empty {USER_ID_COLUMN}")
+            if user in out:
+                raise ProfileTableError(f"{path}: line {line}: user {user!r} appears twice")
+            out[user] = {k: (v if v != "" else None) for k, v in row.items()}
+    return out
+
+
+def _read_parquet(path: Path) -> dict[str, dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+        raise ProfileTableError(f"{path}: not a readable Parquet file ({exc})") from None
+    if USER_ID_COLUMN not in table.column_names:
+        raise ProfileTableError(f"{path}: no {USER_ID_COLUMN!r} column")
+    columns = table.to_pydict()
+    users = columns.pop(USER_ID_COLUMN)
+    out: dict[str, dict[str, Any]] = {}
+    for row, user in enumerate(users):
+        if user is None:
+            raise ProfileTableError(f"{path}: row {row}: null {USER_ID_COLUMN}")
+        key = str(user)
+        if key in out:
+            raise ProfileTableError(f"{path}: row {row}: user {key!r} appears twice")
+        out[key] = {name: values[row] for name, values in columns.items()}
+    return out

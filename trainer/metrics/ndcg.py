@@ -1,0 +1,60 @@
+"""NDCG@k: gain 2^label - 1, discount 1 / log2(rank + 1), normalised by the ideal ranking."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainer.metrics.ordering import (
+    RankedLists,
+    apply_empty,
+    check_cutoff,
+    ideal_ranking,
+    rank_by_score,
+)
+
+
+def dcg_of(ranked: RankedLists, k: int | None = None) -> np.ndarray:
+    """DCG@k of every query → float64 [n_queries] (k None: the whole list)."""
+    contribution = (np.exp2(ranked.labels) - 1.0) / np.log2(ranked.ranks + 1.0)
+    if k is not None:
+        contribution = np.where(ranked.ranks <= k, contribution, 0.0)
+    return ranked.per_query_sum(contribution)
+
+
+def ndcg_of(
+    ranked: RankedLists, ideal: RankedLists, k: int | None = None, empty_value: float = 1.0
+) -> np.ndarray:
+    """NDCG@k per query from a ranking and the ideal ranking of the same lists."""
+    check_cutoff(k)
+    dcg = dcg_of(ranked, k)
+    best = dcg_of(ideal, k)
+    has_relevant = best > 0
+    ratio = np.divide(dcg, best, out=np.zeros_like(dcg), where=has_relevant)
+    return apply_empty(ratio, has_relevant, empty_value)
+
+
+def ndcg_per_query(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    group_offsets: np.ndarray,
+    k: int | None = None,
+    empty_value: float = 1.0,
+) -> np.ndarray:
+    """NDCG@k of each query → float64 [n_queries].
+
+    scores, labels: [n_docs]; group_offsets: int [n_queries + 1]. Ties in score keep input
+    order. A query whose ideal DCG is 0 (no relevant document) gets `empty_value` (LightGBM: 1).
+    """
+    ranked = rank_by_score(scores, labels, group_offsets)
+    return ndcg_of(ranked, ideal_ranking(ranked.labels, ranked.group_offsets), k, empty_value)
+
+
+def mean_ndcg(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    group_offsets: np.ndarray,
+    k: int | None = None,
+    empty_value: float = 1.0,
+) -> float:
+    """Mean over queries of `ndcg_per_query`."""
+    return float(np.mean(ndcg_per_query(scores, labels, group_offsets, k, empty_value)))

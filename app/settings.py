@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     parallel_min_rows: Annotated[int, Field(ge=1)] = 2000
     onnx_intra_op_threads: Annotated[int, Field(ge=1)] = 1
     onnx_inter_op_threads: Annotated[int, Field(ge=1)] = 1
+    # Requests with more candidates than this are scored in a worker thread (at most
+    # `scoring_concurrency` at once) so the event loop keeps serving; smaller ones inline.
+    inline_scoring_max_rows: Annotated[int, Field(ge=0)] = 64
+    scoring_concurrency: Annotated[int, Field(ge=1)] = 4
 
     # Redis (a soft dependency)
     redis_url: str | None = None

@@ -9,7 +9,12 @@ import importlib
 import typer
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "train",
+    "evaluate",
+    "convert",
     "publish",
+    "simulate",
+    "serve",
 )
 
 app = typer.Typer(

@@ -47,20 +47,25 @@ def build_params(
     flags: Mapping[str, Any],
     *,
     source: str,
+    label: str | None = None,
     ignore: Collection[str] = FILE_ONLY_KEYS,
 ) -> M:
     """`model` validated from the file's values with flags (None = not given) on top.
 
-    Errors say where the bad value came from: `params.toml: num_leaves: ...` or `--num-leaves: ...`.
+    Errors say where the bad value came from: `params.toml: num_leaves: ...` or `--num-leaves: ...`;
+    `label` names the parameter set in them (default: the model class name).
     """
+    label = label or model.__name__
     known = set(model.model_fields)
     unknown = sorted(set(file_values) - known - set(ignore))
     if unknown:
         raise ConfigError(
-            f"{source}: unknown key {unknown[0]!r} for {model.__name__} "
-            f"(known: {', '.join(sorted(known))})"
+            f"{source}: unknown key {unknown[0]!r} for {label} (known: {', '.join(sorted(known))})"
         )
     given = {k: v for k, v in flags.items() if v is not None}
+    stray = sorted(set(given) - known)
+    if stray:
+        raise ConfigError(f"--{stray[0].replace('_', '-')} does not apply to {label}")
     merged = {k: v for k, v in file_values.items() if k in known}
     merged.update(given)
     try:

@@ -8,6 +8,7 @@ time-sorted id for callers that keep a registry-like `<parent>/<version>/` layou
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 import shutil
 from pathlib import Path
@@ -26,6 +27,7 @@ from app.artifacts.manifest import (
 from app.artifacts.store import load_version, write_version_dir
 from app.artifacts.tree_dump import TreeEnsemble
 from app.scoring.reference import predict
+from trainer.data.dataset import RankingDataset
 
 ROUNDTRIP_RTOL = 1e-9
 
@@ -127,3 +129,27 @@ def _verify(
             f"{path}: the written model scores differently from the trained one "
             f"(max abs difference {worst:.3g}); the version was removed"
         )
+
+
+def data_fingerprint(data: RankingDataset) -> str:
+    """sha256 (first 16 hex digits) of the features, labels and query boundaries."""
+    digest = hashlib.sha256()
+    for array in (data.features, data.labels, data.group_offsets):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def metric_entries(
+    report: dict[str, float | int], data: RankingDataset, empty_query_ndcg: float
+) -> dict[str, dict[str, Any]]:
+    """Manifest `metrics`: each metric of a ranking report with the data set it was measured on."""
+    where = {
+        "dataset": data.source or "in-memory",
+        "dataset_fingerprint": data_fingerprint(data),
+        "empty_query_ndcg": empty_query_ndcg,
+    }
+    return {
+        key: {"value": value, **where}
+        for key, value in report.items()
+        if key not in ("queries", "documents")
+    }

@@ -50,7 +50,7 @@ def push_embeddings(
     with redis.Redis.from_url(redis_url) as client:
         try:
             if mapping:
-                client.hset(tmp, mapping=mapping)  # type: ignore[arg-type]
+                client.hset(tmp, mapping=mapping)
                 client.rename(tmp, key)
             else:
                 client.delete(key)
@@ -62,4 +62,4 @@ def announce(redis_url: str, prefix: str, model: str, version: str) -> int:
     """Publish `{"model", "version"}` on `{prefix}events`; returns how many listeners got it."""
     payload = json.dumps({"model": model, "version": version})
     with redis.Redis.from_url(redis_url) as client:
-        return int(client.publish(f"{prefix}events", payload))  # type: ignore[arg-type]
+        return int(client.publish(f"{prefix}events", payload))

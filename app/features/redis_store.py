@@ -120,8 +120,10 @@ class RedisStore:
             async with asyncio.timeout(self.deadline_s):
                 await self._client.ping()
         except (TimeoutError, RedisError, OSError) as exc:
-            log.warning("redis at start: %s; serving from the in-process store until it answers",
-                        type(exc).__name__)
+            log.warning(
+                "redis at start: %s; serving from the in-process store until it answers",
+                type(exc).__name__,
+            )
 
     async def close(self) -> None:
         if self._client is not None:

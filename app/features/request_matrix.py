@@ -79,7 +79,8 @@ def build_matrix(
         raise RequestError(where, "must be a list of candidates", "list_type")
     n = len(candidates)
     if n < min_candidates or n == 0:
-        raise RequestError(where, f"at least {max(min_candidates, 1)} candidates needed", "too_short")
+        needed = max(min_candidates, 1)
+        raise RequestError(where, f"at least {needed} candidate(s) needed", "too_short")
     if n > max_candidates:
         raise RequestError(where, f"{n} candidates; at most {max_candidates} allowed", "too_long")
     width = len(feature_names)
@@ -165,13 +166,13 @@ def _fill_from_maps(
     last_keys: list[str] | None = None
     last_group: list[int] = []
     for k, row in enumerate(rows):
-        keys = list(row)
-        if keys != last_keys:  # usually every row has the same key order: one group
-            last_keys = keys
-            last_group = groups.setdefault(tuple(keys), [])
+        row_keys = list(row)
+        if row_keys != last_keys:  # usually every row has the same key order: one group
+            last_keys = row_keys
+            last_group = groups.setdefault(tuple(row_keys), [])
         last_group.append(k)
     for keys, members in groups.items():
-        cols = [index.get(name, -1) for name in keys]
+        cols: list[int] = [index.get(name, -1) for name in keys]
         keep = None
         if -1 in cols:
             unknown = [name for name, c in zip(keys, cols, strict=True) if c < 0]
@@ -199,7 +200,7 @@ def _fill_from_maps(
         if len(members) == matrix.shape[0]:
             matrix[:, cols] = values
         else:
-            matrix[np.ix_(row_idx, cols)] = values
+            matrix[np.ix_(row_idx, np.asarray(cols))] = values
 
 
 def _bad_candidate_keys(cand: dict[str, Any], loc: Loc) -> None:

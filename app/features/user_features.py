@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from app import metrics as app_metrics
 from app.artifacts.manifest import Manifest, UserClusters
 from app.features.clusters import cluster_id
 from app.features.embedding_table import EmbeddingTable
 from app.features.redis_store import RedisStore
-from app import metrics as app_metrics
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,8 @@ class UserFeatureResolver:
             versions.popitem(last=False)
 
     def table(self, manifest: Manifest) -> EmbeddingTable | None:
-        return self._tables.get(manifest.name, {}).get(manifest.version)
+        versions = self._tables.get(manifest.name)
+        return None if versions is None else versions.get(manifest.version)
 
     async def resolve(self, manifest: Manifest, user: Mapping[str, Any] | None) -> UserFeatures:
         """The user's cluster and vector; never raises, never waits past the Redis deadline."""

@@ -70,7 +70,7 @@ def _guess_width(path: Path, data: bytes) -> int:
     width = 1
     for raw in data[:_WIDTH_SAMPLE_BYTES].split(b"\n")[:-1]:
         try:
-            parsed = parse_line(strip_comment(raw).decode("utf-8", errors="replace"))
+            parsed = parse_line(strip_comment(raw).decode("utf-8-sig", errors="replace"))
         except LineError:
             continue  # the scan reports it with its line number
         if parsed is not None and parsed.ids:
@@ -99,7 +99,7 @@ def _reparse(
     """Parse a line the scanner deferred with the reference parser; (features, largest id)."""
     raw = data[span[row, 0] : span[row, 1]]
     try:
-        parsed = parse_line(strip_comment(raw).decode("utf-8", errors="replace"), num_features)
+        parsed = parse_line(strip_comment(raw).decode("utf-8-sig", errors="replace"), num_features)
     except LineError as exc:
         raise located(path, int(line_no[row]), str(exc)) from None
     if parsed is None:  # the scanner saw a byte it does not treat as blank; so be it

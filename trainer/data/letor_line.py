@@ -12,6 +12,9 @@ from dataclasses import dataclass
 # Python's float() also accepts `1_000`, `infinity` and surrounding blanks; the format does not.
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf)", re.IGNORECASE)
 _INTEGER = re.compile(r"[+-]?\d+")
+# The reader builds a dense matrix, so ids are column numbers; larger ones are almost surely
+# hashed sparse features this format cannot hold (and would exhaust memory).
+MAX_FEATURE_ID = 100_000
 
 
 class LineError(ValueError):
@@ -63,12 +66,16 @@ def parse_line(text: str, max_id: int | None = None) -> ParsedLine | None:
             if not _INTEGER.fullmatch(raw):
                 raise LineError(f"qid {raw!r} is not an integer")
             qid = int(raw)
+            if not -(2**63) <= qid < 2**63:
+                raise LineError(f"qid {raw} does not fit in 64 bits")
             continue
         if not _INTEGER.fullmatch(key):
             raise LineError(f"feature id {key!r} is not an integer (token {token!r})")
         fid = int(key)
         if fid <= 0:
             raise LineError(f"feature id {fid} is not valid: ids are 1-based (token {token!r})")
+        if fid > MAX_FEATURE_ID:
+            raise LineError(f"feature id {fid} is too large (at most {MAX_FEATURE_ID:,})")
         if max_id is not None and fid > max_id:
             raise LineError(f"feature id {fid} exceeds num_features={max_id}")
         if fid in seen:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from trainer.data.letor_line import MAX_FEATURE_ID
+
 _POW10 = np.array([10.0**i for i in range(23)], dtype=np.float64)
 _MAX_MANTISSA = 2**53
-_MAX_FEATURE_ID = 10_000_000
 
 _SPACE, _TAB, _CR = 32, 9, 13
 _NEWLINE, _HASH, _COLON, _DOT, _PLUS, _MINUS, _ZERO = 10, 35, 58, 46, 43, 45, 48
@@ -163,7 +164,7 @@ def scan(
                 break
             fid = 0
             id_digits = 0
-            while i < end and 0 <= buf[i] - _ZERO <= 9 and fid <= _MAX_FEATURE_ID:
+            while i < end and 0 <= buf[i] - _ZERO <= 9 and fid <= MAX_FEATURE_ID:
                 fid = fid * 10 + (buf[i] - _ZERO)
                 id_digits += 1
                 i += 1
@@ -171,7 +172,7 @@ def scan(
                 deferred[r] = True
                 break
             if fid > features.shape[1]:
-                if (max_width > 0 and fid > max_width) or fid > _MAX_FEATURE_ID:
+                if (max_width > 0 and fid > max_width) or fid > MAX_FEATURE_ID:
                     deferred[r] = True
                     break
                 grown = max(fid, features.shape[1] + features.shape[1] // 2 + 1)

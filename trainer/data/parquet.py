@@ -15,7 +15,8 @@ from trainer.data.errors import DataFormatError, located
 if TYPE_CHECKING:
     import pyarrow as pa
 
-RESERVED = ("qid", "label", "user_id", "position")
+# `click`: logged clicks (ltr simulate --clicks) sit beside the labels, never among the features.
+RESERVED = ("qid", "label", "user_id", "position", "click")
 
 
 def _at(path: Path, row: int | None, column: str, what: str) -> DataFormatError:
@@ -92,7 +93,7 @@ def _groups(path: Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if repeated.size:
         run = int(repeated[0])
         seen = int(starts[first[inverse[run]]]) + 1
-        what = f"qid {run_qids[run]!r} reappears after another query (first seen at row {seen})"
+        what = f"qid {run_qids[run]} reappears after another query (first seen at row {seen})"
         raise _at(path, int(starts[run]) + 1, "qid", what + "; queries must be contiguous")
     return np.concatenate([starts, [qids.size]]).astype(np.int64), run_qids
 

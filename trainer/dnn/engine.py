@@ -28,6 +28,7 @@ from trainer.dnn.user_clusters import (
     ClusterConfigError,
     UserClusterAssignment,
     assign_user_clusters,
+    fill_untrained_rows,
     load_cluster_scheme,
 )
 from trainer.dnn.user_profiles import read_profiles
@@ -217,14 +218,10 @@ def _user_clusters(train: RankingDataset, options: DNNOptions) -> UserClusterAss
 
 
 def _embedding_table(ranker: Ranker, clusters: UserClusterAssignment) -> np.ndarray:
-    """float32 [n_clusters, embedding_dim]. When no training user fell back to `unknown`, its row
-    never trained; it becomes the user-weighted mean of the trained rows (an average user)."""
+    """float32 [n_clusters, embedding_dim] with the untrained rows filled in, written back into
+    the ranker so that the parity check compares the same table."""
     assert ranker.embedding is not None
-    table = ranker.embedding.weight.detach().numpy().astype(np.float32).copy()
-    unknown = clusters.clusters.index(clusters.scheme.unknown)
-    weights = np.array([clusters.user_counts[c] for c in clusters.clusters], dtype=np.float64)
-    if weights[unknown] == 0 and weights.sum() > 0:
-        table[unknown] = (weights[:, None] * table).sum(axis=0) / weights.sum()
-        with torch.no_grad():
-            ranker.embedding.weight[unknown] = torch.from_numpy(table[unknown])
+    table = fill_untrained_rows(clusters, ranker.embedding.weight.detach().numpy())
+    with torch.no_grad():
+        ranker.embedding.weight.copy_(torch.from_numpy(table))
     return table

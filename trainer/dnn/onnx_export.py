@@ -6,8 +6,9 @@ Standardisation and NaN imputation are inside the graph."""
 from __future__ import annotations
 
 import copy
-import io
+import tempfile
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -40,24 +41,27 @@ def export_onnx(ranker: Ranker, opset: int = OPSET) -> bytes:
     if ranker.embedding is not None:
         inputs += (torch.zeros(1, ranker.embedding_dim),)
         names.append(USER_INPUT)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         # The TorchScript exporter is deprecated in favour of the torch.export one, which needs
         # onnxscript (not a dependency); its output is the same plain opset-17 graph.
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+        path = Path(tmp) / "model.onnx"
         torch.onnx.export(
             graph,
             inputs,
-            buffer,
+            path,
             dynamo=False,
             opset_version=opset,
             input_names=names,
             output_names=[SCORES_OUTPUT],
             dynamic_axes={FEATURES_INPUT: {0: "n_docs"}, SCORES_OUTPUT: {0: "n_docs"}},
         )
-    model = onnx.load_from_string(buffer.getvalue())
+        written = sorted(p.name for p in Path(tmp).iterdir())
+        if written != ["model.onnx"]:
+            raise RuntimeError(f"the ONNX export wrote external data files: {written}")
+        model = onnx.load_from_string(path.read_bytes())
     onnx.checker.check_model(model, full_check=True)
     return model.SerializeToString()
 

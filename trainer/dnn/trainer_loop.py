@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ PREDICT_BATCH_QUERIES = 256
 TRAIN_METRIC_QUERIES = 2000
 
 
+@runtime_checkable
 class ProgressSink(Protocol):
     """What the loop reports to (trainer.progress.TrainingProgress fits)."""
 

@@ -58,20 +58,17 @@ def fine_cluster_ids(
 
 
 def surviving_clusters(scheme: ClusterScheme, fine_ids: Sequence[str], min_count: int) -> list[str]:
-    """The embedding table's ids, `unknown` first, then sorted.
+    """The embedding table's ids: `unknown` first, then every id with at least `min_count`
+    users, sorted.
 
-    fine_ids: one per distinct training user. A prefix id counts every user under it; each user
-    keeps the finest id along its fallback chain with at least `min_count` users (else
-    `unknown`), and the table is the set of ids some user keeps.
+    fine_ids: one per distinct training user. A coarser id counts every user under it, so a
+    user keeps the finest id along its fallback chain that is common enough. Coarser ids that no
+    user keeps stay in the table for new users at serving time (see `fill_untrained_rows`).
     """
     counts: Counter[str] = Counter()
     for fine in fine_ids:
         counts.update(coarser_ids(scheme, fine)[:-1])
-    kept = set()
-    for fine in set(fine_ids):
-        chain = coarser_ids(scheme, fine)[:-1]
-        kept.add(next((c for c in chain if counts[c] >= min_count), scheme.unknown))
-    kept.discard(scheme.unknown)
+    kept = {c for c, n in counts.items() if n >= min_count and c != scheme.unknown}
     return [scheme.unknown, *sorted(kept)]
 
 
@@ -123,6 +120,28 @@ def assign_user_clusters(
     per_row = np.bincount(user_rows, minlength=len(clusters))
     counts = {c: int(n) for c, n in zip(clusters, per_row, strict=True)}
     return UserClusterAssignment(scheme, clusters, rows, counts)
+
+
+def fill_untrained_rows(assignment: UserClusterAssignment, table: np.ndarray) -> np.ndarray:
+    """Rows no training user reached never trained: each becomes the user-weighted mean of the
+    trained rows under it (for `unknown`, of all trained rows), i.e. its average user.
+
+    table: float32 [n_clusters, embedding_dim]; returns a filled copy.
+    """
+    out = np.array(table, dtype=np.float32, copy=True)
+    sep, unknown = assignment.scheme.separator, assignment.scheme.unknown
+    weights = np.array([assignment.user_counts[c] for c in assignment.clusters], np.float64)
+    for row, cid in enumerate(assignment.clusters):
+        if weights[row] > 0:
+            continue
+        under = np.array(
+            [w > 0 and (cid == unknown or c.startswith(cid + sep))
+             for c, w in zip(assignment.clusters, weights, strict=True)]
+        )  # fmt: skip
+        if under.any():
+            w = weights[under]
+            out[row] = (w[:, None] * table[under]).sum(axis=0) / w.sum()
+    return out
 
 
 def append_user_embeddings(

@@ -1,1 +1,107 @@
-"""Training engines besides the native LambdaMART learner (`trainer.lambdamart`)."""
+"""Tree training engines behind one call: native LambdaMART (`trainer.lambdamart`) or LightGBM
+lambdarank (`trainer.engines.lightgbm_ranker`), exported as a verified version directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.data.dataset import RankingDataset
+from trainer.lambdamart.params import LambdaMARTParams
+from trainer.progress import TrainingProgress
+
+TREE_ENGINES = ("native", "lightgbm")
+VERIFY_ROWS = 10_000  # rows re-scored after writing; enough to cover every leaf in practice
+
+
+def train_tree_model(
+    engine: str,
+    train: RankingDataset,
+    valid: RankingDataset | None,
+    params: LambdaMARTParams,
+    out: Path,
+    *,
+    name: str = "default",
+    progress: TrainingProgress | None = None,
+) -> dict[str, Any]:
+    """Train with `engine`, write the version directory `out`, return a summary.
+
+    The summary holds model_dir, name, version, kind, engine, trees, best_iteration, seconds,
+    evaluated_on ("valid" or "train") and metrics (the ranking report on that set).
+    """
+    from app.scoring.reference import predict
+    from trainer.export import data_fingerprint, export_tree_model, metric_entries
+    from trainer.metrics.report import ranking_report
+
+    if engine not in TREE_ENGINES:
+        raise ValueError(f"unknown tree engine {engine!r}")
+
+    def on_iteration(log: Any) -> None:
+        if progress is not None:
+            progress.update(log.iteration, log.train_ndcg, log.valid_ndcg)
+
+    rows = _verify_rows(train.num_docs)
+    extra: dict[str, Any] = {}
+    expected: np.ndarray | None = None
+    if engine == "native":
+        from trainer.lambdamart.booster import train as native_train
+
+        result = native_train(train, params, valid, on_iteration)
+        if result.train_scores is not None:
+            # The trainer's own (binned) scores: the written model must reproduce them.
+            expected = result.train_scores[rows]
+        extra["lambda_seconds"] = round(result.lambda_seconds, 3)
+    else:
+        from trainer.engines.lightgbm_ranker import train_lightgbm
+
+        result = train_lightgbm(train, params, valid, on_iteration)  # type: ignore[assignment]
+    ensemble = result.ensemble
+    evaluated = valid if valid is not None else train
+    report = ranking_report(
+        predict(ensemble, evaluated.features),
+        evaluated.labels,
+        evaluated.group_offsets,
+        empty_value=params.empty_query_ndcg,
+    )
+    training = {
+        "engine": engine,
+        "params": params.model_dump(mode="json"),
+        "data_fingerprint": data_fingerprint(train),
+        "train_source": train.source,
+        "valid_source": None if valid is None else valid.source,
+        "best_iteration": result.best_iteration,
+        "trees": len(ensemble.trees),
+        "train_seconds": round(result.total_seconds, 3),
+        **extra,
+    }
+    path = export_tree_model(
+        ensemble,
+        out,
+        name=name,
+        feature_names=train.names(),
+        metrics=metric_entries(report, evaluated, params.empty_query_ndcg),
+        training=training,
+        verify_features=train.features[rows],
+        expected_scores=expected,
+    )
+    return {
+        "model_dir": str(path),
+        "name": name,
+        "version": path.name,
+        "kind": "lambdamart",
+        "engine": engine,
+        "trees": len(ensemble.trees),
+        "best_iteration": result.best_iteration,
+        "seconds": round(result.total_seconds, 3),
+        "evaluated_on": "valid" if valid is not None else "train",
+        "metrics": report,
+    }
+
+
+def _verify_rows(n_docs: int) -> np.ndarray:
+    """Evenly spread row indices, at most VERIFY_ROWS of them: int64 [n]."""
+    if n_docs <= VERIFY_ROWS:
+        return np.arange(n_docs)
+    return np.linspace(0, n_docs - 1, VERIFY_ROWS).astype(np.int64)

@@ -1,0 +1,7 @@
+"""Native LambdaMART: lambda gradients (seed 003), histogram trees grown leaf-wise, boosting."""
+
+from trainer.lambdamart.booster import IterationLog, TrainResult, train
+from trainer.lambdamart.lambdas import lambdas_and_hessians
+from trainer.lambdamart.params import LambdaMARTParams
+
+__all__ = ["IterationLog", "LambdaMARTParams", "TrainResult", "lambdas_and_hessians", "train"]

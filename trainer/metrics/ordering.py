@@ -33,6 +33,21 @@ class RankedLists:
         before = np.concatenate([[0.0], total])[self.group_offsets[:-1]]
         return total - np.repeat(before, np.diff(self.group_offsets))
 
+    def product_before(self, values: np.ndarray) -> np.ndarray:
+        """Product of `values` [n_docs] over the earlier ranks of the same query (1 at rank 1).
+
+        One [queries, length] block per distinct list length, so each query's product is
+        computed on its own, in rank order, whatever the other queries hold.
+        """
+        out = np.empty(values.shape, dtype=np.float64)
+        starts, sizes = self.group_offsets[:-1], np.diff(self.group_offsets)
+        for length in np.unique(sizes).tolist():
+            rows = starts[sizes == length][:, None] + np.arange(length)
+            running = np.cumprod(values[rows], axis=1)
+            out[rows[:, 0]] = 1.0
+            out[rows[:, 1:]] = running[:, :-1]
+        return out
+
 
 def check_inputs(
     scores: np.ndarray, labels: np.ndarray, group_offsets: np.ndarray
@@ -69,9 +84,7 @@ def _ranked(keys: np.ndarray, labels: np.ndarray, offsets: np.ndarray) -> Ranked
     return RankedLists(labels=labels[order], ranks=ranks, group_offsets=offsets)
 
 
-def rank_by_score(
-    scores: np.ndarray, labels: np.ndarray, group_offsets: np.ndarray
-) -> RankedLists:
+def rank_by_score(scores: np.ndarray, labels: np.ndarray, group_offsets: np.ndarray) -> RankedLists:
     """Each query's documents by descending score (ties in input order, NaN last)."""
     scores, labels, offsets = check_inputs(scores, labels, group_offsets)
     return _ranked(scores, labels, offsets)

@@ -60,7 +60,12 @@ def _put_fixed(out: np.ndarray, at: int, value: float, scale: int, decimals: int
 
 @numba.njit(cache=True)
 def _format_block(
-    labels: np.ndarray, qids: np.ndarray, values: np.ndarray, out: np.ndarray, scale: int, decimals: int
+    labels: np.ndarray,
+    qids: np.ndarray,
+    values: np.ndarray,
+    out: np.ndarray,
+    scale: int,
+    decimals: int,
 ) -> int:
     at = 0
     for r in range(values.shape[0]):
@@ -99,7 +104,7 @@ def format_letor(labels: np.ndarray, qids: np.ndarray, features: np.ndarray) -> 
 
 
 def format_column(values: np.ndarray) -> bytes:
-    """One integer per line (side files: `.user` indices, `.position`, `.click`)."""
+    """One integer per line (the `.position` and `.click` side files)."""
     if values.size == 0:
         return b""
     return ("\n".join(map(str, np.asarray(values).tolist())) + "\n").encode()

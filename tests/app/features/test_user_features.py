@@ -251,7 +251,8 @@ def test_paused_redis_never_holds_a_request_past_the_deadline(
 
     results = _with_resolver(settings, manifest, body)
     slowest = max(elapsed for elapsed, _ in results)
-    assert slowest < (deadline_ms + 50.0) / 1000.0, f"slowest {slowest * 1000:.1f} ms"
+    # Slack for a shared 2-core machine; without the deadline this would wait until resume.
+    assert slowest < (deadline_ms + 100.0) / 1000.0, f"slowest {slowest * 1000:.1f} ms"
     for _, got in results:
         assert got.degraded and got.reasons == ["redis_timeout"] and got.cluster == "US"
         np.testing.assert_array_equal(got.vector, np.full(DIM, 1.0, np.float32))
@@ -278,4 +279,3 @@ def test_start_with_redis_down_then_it_comes_up(manifest: Manifest) -> None:
     assert down.degraded and down.reasons == ["redis_unavailable"]
     assert (up.degraded, up.reasons, up.cluster) == (False, [], "US")
     np.testing.assert_array_equal(up.vector, np.full(DIM, 11.0, np.float32))
-

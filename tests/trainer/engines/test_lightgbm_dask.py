@@ -42,6 +42,7 @@ def test_trains_on_a_two_worker_cluster(cluster_address: str) -> None:
     assert len(result.ensemble.trees) == 30
     scores = predict(result.ensemble, test.features)
     # Clearly better than the input order, which carries no signal here.
-    assert mean_ndcg(scores, test.labels, test.group_offsets, 10) > mean_ndcg(
-        np.zeros(test.num_docs), test.labels, test.group_offsets, 10
-    ) + 0.03
+    assert (
+        mean_ndcg(scores, test.labels, test.group_offsets, 10)
+        > mean_ndcg(np.zeros(test.num_docs), test.labels, test.group_offsets, 10) + 0.03
+    )

@@ -3,6 +3,11 @@ deep network, both reading the same input, joined by a linear output layer.
 
 Each cross layer crosses its input with the first layer's input explicitly and learns the
 residual: x_{l+1} = x_0 * (x_l · w_l) + b_l + x_l.
+
+The cross network reads standardised features clipped to ±CROSS_CLIP: its output is a polynomial
+of degree layers + 1 in its input, so one outlier (sparse LETOR columns reach 50 standard
+deviations) would dominate it and make float32 rounding visible (PyTorch vs onnxruntime). The
+deep part sees the unclipped input.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import torch
 from torch import nn
 
 from trainer.dnn.models.mlp import mlp
+
+CROSS_CLIP = 5.0
 
 
 class CrossLayer(nn.Module):
@@ -39,7 +46,8 @@ class DeepCross(nn.Module):
         self.out = nn.Linear(input_dim + hidden[-1], 1)
 
     def forward(self, x0: torch.Tensor) -> torch.Tensor:
-        x = x0
+        c0 = x0.clamp(-CROSS_CLIP, CROSS_CLIP)
+        x = c0
         for layer in self.cross:
-            x = layer(x0, x)
+            x = layer(c0, x)
         return self.out(torch.cat([x, self.deep(x0)], dim=-1))

@@ -1,0 +1,22 @@
+"""`python -m app`: serve with the settings from `LTR_*` variables (host, port, workers)."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from app.settings import Settings
+
+
+def main() -> None:
+    settings = Settings()
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+    )
+
+
+if __name__ == "__main__":
+    main()

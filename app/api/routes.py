@@ -1,0 +1,234 @@
+"""The HTTP routes. `/rerank`: body → matrix (request_matrix) → user vector (resolver) →
+scores (the model's scorer) → ranked JSON; everything else is a few lines."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from typing import Annotated, Any
+
+import anyio.to_thread
+import numpy as np
+import orjson
+from fastapi import APIRouter, Query, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from app import metrics
+from app.api.dependencies import (
+    AdminDep,
+    RegistryDep,
+    ResolverDep,
+    ScoringLimiterDep,
+    SettingsDep,
+)
+from app.api.schemas import (
+    Health,
+    MessageResponse,
+    ModelsResponse,
+    ReloadResponse,
+    RerankEnvelope,
+    RerankResponse,
+    ValidationErrorResponse,
+)
+from app.artifacts.manifest import NAME_PATTERN
+from app.features.request_matrix import build_matrix, decode_body
+from app.features.user_features import UserFeatures
+from app.registry import LoadedModel
+
+router = APIRouter()
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": MessageResponse, "description": "Body larger than LTR_MAX_BODY_BYTES."},
+    422: {"model": ValidationErrorResponse, "description": "Bad shape or values."},
+    404: {"model": MessageResponse, "description": "Unknown `model`."},
+    503: {"model": MessageResponse, "description": "No model loaded (yet)."},
+}
+_RERANK_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RerankRequest"}}},
+    }
+}
+
+
+def _json(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content), status, headers, media_type="application/json")
+
+
+@router.post(
+    "/rerank",
+    response_model=None,
+    responses={200: {"model": RerankResponse}, **_ERRORS},
+    openapi_extra=_RERANK_BODY,
+    summary="Score and reorder candidates",
+)
+async def rerank(
+    request: Request,
+    registry: RegistryDep,
+    resolver: ResolverDep,
+    settings: SettingsDep,
+    limiter: ScoringLimiterDep,
+) -> Response:
+    """Candidates come back sorted by score (highest first, ties in input order), cut to
+    `top_k`. `features` is a list in the model's feature order (`GET /models`) or a name →
+    value map; null or an absent name is a missing value."""
+    started = time.perf_counter()
+    doc = decode_body(await request.body())
+    candidates = doc.pop("candidates", None)
+    envelope = RerankEnvelope.model_validate(doc)
+    model = registry.get(envelope.model)
+    manifest = model.manifest
+    uc = manifest.user_clusters
+    extra = uc.embedding_dim if uc is not None and uc.input == "features" else 0
+    # The Redis round trip (if any) overlaps with building the matrix.
+    user_task = asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"))) if uc else None
+    try:
+        matrix = build_matrix(
+            candidates,
+            manifest.request_feature_names,
+            min_candidates=settings.min_candidates,
+            max_candidates=settings.max_candidates,
+            ignore_unknown=settings.ignore_unknown_features,
+            extra_columns=extra,
+        )
+    except BaseException:
+        if user_task is not None:
+            user_task.cancel()
+        raise
+    metrics.DECODE_SECONDS.observe(time.perf_counter() - started)
+    features = matrix.features
+    n = features.shape[0]
+    metrics.CANDIDATES.observe(n)
+    user_features = await user_task if user_task is not None else None
+    user_vector = None
+    if user_features is not None and user_features.vector is not None:
+        if extra:
+            features[:, -extra:] = user_features.vector
+        else:
+            user_vector = user_features.vector
+    scores = await _score(model, features, user_vector, settings.inline_scoring_max_rows, limiter)
+    request_id = envelope.request_id or request.scope["state"]["request_id"]
+    body = _ranked(request_id, model, matrix.ids, scores, envelope.top_k, user_features)
+    if envelope.explain:
+        missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
+        for item, i in zip(body["results"], body.pop("_order"), strict=True):
+            item["missing_features"] = missing[i]
+        body["user_cluster"] = user_features.cluster if user_features else None
+    else:
+        del body["_order"]
+    return _json(body, headers={"x-request-id": request_id})
+
+
+async def _score(
+    model: LoadedModel,
+    features: np.ndarray,
+    user: np.ndarray | None,
+    inline_max_rows: int,
+    limiter: anyio.CapacityLimiter,
+) -> np.ndarray:
+    """float64 [n]; large requests in a worker thread so the event loop keeps answering."""
+    started = time.perf_counter()
+    if features.shape[0] <= inline_max_rows:
+        scores = model.scorer.score(features, user)
+    else:
+        scores = await anyio.to_thread.run_sync(model.scorer.score, features, user, limiter=limiter)
+    metrics.SCORING_SECONDS.labels(model.name).observe(time.perf_counter() - started)
+    return np.asarray(scores, dtype=np.float64)
+
+
+def _ranked(
+    request_id: str,
+    model: LoadedModel,
+    ids: list[Any],
+    scores: np.ndarray,
+    top_k: int | None,
+    user: UserFeatures | None,
+) -> dict[str, Any]:
+    # NaN (only a broken network could give it) sorts last; stable sort keeps input order.
+    key = np.where(np.isnan(scores), -np.inf, scores)
+    order = np.argsort(-key, kind="stable")[:top_k].tolist()
+    results = [
+        {"id": ids[i], "score": s, "rank": r}
+        for r, (i, s) in enumerate(zip(order, scores[order].tolist(), strict=True), 1)
+    ]
+    degraded = bool(user and user.degraded)
+    reasons = list(user.reasons) if user else []
+    if degraded:
+        for reason in reasons:
+            metrics.DEGRADED.labels(reason).inc()
+    return {
+        "request_id": request_id,
+        "model": {"name": model.name, "version": model.version},
+        "results": results,
+        "degraded": degraded,
+        "reasons": reasons,
+        "_order": order,  # input index of each result, for explain; removed before sending
+    }
+
+
+@router.get("/livez", response_model=Health, summary="The process is up")
+async def livez() -> Response:
+    return _json({"status": "ok"})
+
+
+@router.get(
+    "/readyz",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "No model loaded and warmed yet."}},
+    summary="A model is loaded and warmed",
+)
+async def readyz(registry: RegistryDep) -> Response:
+    if registry.ready:
+        return _json({"status": "ready"})
+    errors = registry.errors()
+    detail = "; ".join(f"{k}: {v}" for k, v in sorted(errors.items())) or "no model loaded yet"
+    return _json({"status": "not ready", "detail": detail}, 503)
+
+
+@router.get("/metrics", summary="Prometheus metrics (this worker's)", response_class=Response)
+async def prometheus_metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/models", response_model=ModelsResponse, summary="The models serving now")
+async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
+    loaded = registry.models()
+    default = settings.default_model or (next(iter(loaded)) if len(loaded) == 1 else None)
+    infos = [
+        {
+            "name": m.name,
+            "version": m.version,
+            "kind": m.manifest.kind,
+            "created_at": m.manifest.created_at,
+            "loaded_at": dt.datetime.fromtimestamp(m.loaded_at, dt.UTC),
+            "default": m.name == default,
+            "feature_names": m.manifest.request_feature_names,
+            "user_clusters": m.manifest.user_clusters is not None,
+            "metrics": m.manifest.metrics,
+        }
+        for m in sorted(loaded.values(), key=lambda m: m.name)
+    ]
+    return _json({"models": infos, "errors": registry.errors()})
+
+
+@router.post(
+    "/admin/reload",
+    response_model=ReloadResponse,
+    responses={401: {"model": MessageResponse}, 403: {"model": MessageResponse}},
+    dependencies=[AdminDep],
+    summary="Re-read CURRENT now (retries refused versions)",
+)
+async def admin_reload(
+    registry: RegistryDep,
+    model: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+) -> Response:
+    report = await registry.reload(model, force=True)
+    return _json(
+        {
+            "loaded": [{"name": n, "version": v} for n, v in report.loaded],
+            "unchanged": [{"name": n, "version": v} for n, v in report.unchanged],
+            "failed": [{"name": n, "version": v, "error": e} for n, v, e in report.failed],
+        }
+    )

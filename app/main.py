@@ -1,0 +1,102 @@
+"""The FastAPI application: `create_app()` and its lifespan.
+
+Run with `uvicorn app.main:create_app --factory` (each worker builds its own app from `LTR_*`
+variables), `python -m app`, or `ltr serve`. The lifespan opens the user-feature resolver
+(Redis pool, if configured), then loads every model in the background: `/livez` answers at
+once, `/readyz` says 503 until a model is loaded and warmed. It also runs the reload triggers:
+the filesystem poll and, with Redis, the `{prefix}events` listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI
+
+from app.api.errors import install_error_handlers
+from app.api.middleware import ServiceMiddleware
+from app.api.routes import router
+from app.api.schemas import RerankRequest
+from app.registry import ModelRegistry
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class RerankApp(FastAPI):
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's schema plus the /rerank body, which is parsed by hand and so not seen."""
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            body = RerankRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(body.pop("$defs", {}))
+            components["RerankRequest"] = body
+            self.openapi_schema = schema
+        return self.openapi_schema
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from app.features.events import listen_for_reloads
+        from app.features.user_features import UserFeatureResolver
+
+        resolver = UserFeatureResolver(settings)
+        await resolver.start()
+        registry = ModelRegistry(settings, on_load=resolver.register_model)
+        app.state.resolver = resolver
+        app.state.registry = registry
+        app.state.scoring_limiter = anyio.CapacityLimiter(settings.scoring_concurrency)
+
+        async def on_event(model: str, version: str) -> None:
+            log.info("announcement: %s/%s", model, version)
+            await registry.reload(model, force=True)
+
+        tasks = [asyncio.create_task(_load_then_poll(registry, settings.reload_poll_seconds))]
+        if settings.redis_url:
+            tasks.append(asyncio.create_task(listen_for_reloads(settings, on_event)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await resolver.close()
+
+    app = RerankApp(
+        title="ltr-rerank",
+        summary="Learning-to-rank reranking service",
+        description="POST candidates with their features; get them back ordered by the "
+        "deployed model. See docs/API.md.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
+    install_error_handlers(app)
+    app.include_router(router)
+    return app
+
+
+async def _load_then_poll(registry: ModelRegistry, poll_seconds: float) -> None:
+    try:
+        await registry.reload()
+    except Exception:  # an unreadable registry at start: the poll may still find models later
+        log.exception("initial model load failed")
+    if poll_seconds > 0:
+        await registry.watch(poll_seconds)
+
+
+def __getattr__(name: str) -> Any:
+    """`app.main:app` for tools that want an instance; prefer `create_app --factory`."""
+    if name == "app":
+        return create_app()
+    raise AttributeError(name)

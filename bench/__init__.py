@@ -1,0 +1,1 @@
+"""Benchmark scripts: `python -m bench.<script>`; never part of the test suite."""

@@ -1,0 +1,70 @@
+"""An app over a registry in tmp_path holding one small tree model `m` (5 features)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.artifacts.tree_dump import TreeEnsemble
+from app.main import create_app
+from app.settings import Settings
+from tests.support import publish, random_ensemble
+
+NF = 5
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def ensemble() -> TreeEnsemble:
+    return random_ensemble(NF, num_trees=10, depth=3, seed=7)
+
+
+@pytest.fixture
+def registry_dir(tmp_path: Path, ensemble: TreeEnsemble) -> Path:
+    root = tmp_path / "registry"
+    publish(root, ensemble, name="m", version="v1")
+    return root
+
+
+def wait_ready(client: TestClient, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while client.get("/readyz").status_code != 200:
+        assert time.monotonic() < end, client.get("/readyz").json()
+        time.sleep(0.01)
+
+
+ClientFactory = Callable[..., AbstractContextManager[TestClient]]
+
+
+@pytest.fixture
+def make_client(registry_dir: Path) -> ClientFactory:
+    @contextmanager
+    def factory(ready: bool = True, **overrides: Any) -> Iterator[TestClient]:
+        options: dict[str, Any] = {
+            "registry": registry_dir,
+            "reload_poll_seconds": 0,
+            "admin_token": TOKEN,
+            "max_body_bytes": 64 * 1024,
+            "max_candidates": 50,
+            "inline_scoring_max_rows": 4,
+        }
+        options.update(overrides)
+        app = create_app(Settings(**options))
+        with TestClient(app) as client:
+            if ready:
+                wait_ready(client)
+            yield client
+
+    return factory
+
+
+@pytest.fixture
+def client(make_client: ClientFactory) -> Iterator[TestClient]:
+    with make_client() as c:
+        yield c

@@ -1,0 +1,161 @@
+"""Every bad input is a 4xx with a JSON message; nothing a client sends gives a 500."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.api.middleware import ServiceMiddleware
+from tests.app.api.conftest import NF
+
+ROW = [0.5] * NF
+
+
+def cands(n: int) -> list[dict]:
+    return [{"id": f"d{i}", "features": ROW} for i in range(n)]
+
+
+def post(client: TestClient, body: object) -> tuple[int, object]:
+    resp = client.post("/rerank", content=orjson.dumps(body))
+    assert resp.headers["content-type"].startswith("application/json")
+    return resp.status_code, resp.json()["detail"]
+
+
+def one(features: object) -> dict:
+    return {"candidates": [{"id": "a", "features": features}]}
+
+
+C0 = ["body", "candidates", 0]
+DUPLICATE = [*cands(2), {"id": "d0", "features": ROW}]
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "words"),
+    [
+        ({"candidates": cands(51)}, ["body", "candidates"], "at most 50"),
+        ({"candidates": []}, ["body", "candidates"], "at least 1"),
+        ({}, ["body", "candidates"], "required"),
+        (one([1.0] * 4), [*C0, "features"], "expected 5"),
+        (one({"f0": 1, "zz": 2}), [*C0, "features", "zz"], "unknown"),
+        (one([1, 2, "x", 4, 5]), [*C0, "features", 2], "not a number"),
+        (one([1, 2, True, 4, 5]), [*C0, "features", 2], "not a number"),
+        (one([1, 2, {"a": 1}, 4, 5]), [*C0, "features", 2], "not a number"),
+        ({"candidates": DUPLICATE}, ["body", "candidates", 2, "id"], "duplicate"),
+        ({"candidates": cands(1), "top_k": 0}, ["body", "top_k"], "greater than"),
+        ({"candidates": cands(1), "top_k": "3"}, ["body", "top_k"], "integer"),
+        ({"candidates": cands(1), "explain": "yes"}, ["body", "explain"], "boolean"),
+        (
+            {"candidates": cands(1), "user": {"profile": {"a": [1]}}},
+            ["body", "user", "profile", "a", "str"],
+            "string",
+        ),
+        ({"candidates": cands(1), "model": "../etc"}, ["body", "model"], "pattern"),
+        ({"candidates": cands(1), "surprise": 1}, ["body", "surprise"], "Extra"),
+    ],
+)
+def test_bad_bodies_are_422_with_a_location(client: TestClient, body, loc, words) -> None:
+    status, detail = post(client, body)
+    assert status == 422, detail
+    assert isinstance(detail, list) and detail[0]["loc"] == loc, detail
+    assert words in detail[0]["msg"]
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[1, 2]", b"null", b"\xff", b'{"candidates": NaN}'])
+def test_malformed_json_is_422(client: TestClient, raw: bytes) -> None:
+    resp = client.post("/rerank", content=raw)
+    assert resp.status_code == 422
+    assert resp.json()["detail"][0]["loc"] == ["body"]
+
+
+def test_oversized_bodies_are_413_with_or_without_a_length(client: TestClient) -> None:
+    big = orjson.dumps({"candidates": cands(1), "pad": "x" * 70_000})
+    resp = client.post("/rerank", content=big)
+    assert resp.status_code == 413 and "65536" in resp.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(0, len(big), 4096):
+            yield big[i : i + 4096]
+
+    resp = client.post("/rerank", content=chunks())  # Transfer-Encoding: chunked
+    assert resp.status_code == 413
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit_without_reading_the_rest() -> None:
+    reached_app = []
+
+    async def app(scope, receive, send):
+        reached_app.append(True)
+
+    middleware = ServiceMiddleware(app, max_body_bytes=10_000)
+    scope = {"type": "http", "method": "POST", "path": "/rerank", "headers": []}
+    reads = 0
+
+    async def receive():
+        nonlocal reads
+        reads += 1
+        return {"type": "http.request", "body": b"x" * 1000, "more_body": True}  # endless
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(middleware(scope, receive, send))
+    assert sent[0]["status"] == 413 and not reached_app
+    assert reads == 11  # the 11th kilobyte passes 10,000 bytes: nothing more is read
+
+
+def test_unknown_routes_and_methods_are_json(client: TestClient) -> None:
+    assert client.get("/nope").status_code == 404
+    resp = client.get("/rerank")
+    assert resp.status_code == 405 and resp.json()["detail"]
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+field_names = st.sampled_from(
+    ["candidates", "top_k", "model", "user", "explain", "request_id", "query_id", "id", "features"]
+)
+envelopes = st.dictionaries(field_names, json_values, max_size=5)
+candidate_like = st.fixed_dictionaries(
+    {
+        "id": json_values,
+        "features": st.one_of(json_values, st.lists(json_values, min_size=NF, max_size=NF)),
+    }
+)
+bodies = st.one_of(
+    json_values,
+    envelopes,
+    st.builds(
+        lambda env, c: {**env, "candidates": c}, envelopes, st.lists(candidate_like, max_size=4)
+    ),
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=bodies)
+def test_generated_junk_never_gives_a_500(client: TestClient, body) -> None:
+    try:
+        raw = orjson.dumps(body)
+    except orjson.JSONEncodeError:  # integers beyond 64 bits: send them as text
+        raw = str(body).encode()
+    resp = client.post("/rerank", content=raw)
+    assert resp.status_code in (200, 404, 422), (resp.status_code, resp.text)
+    assert "detail" in resp.json() or resp.status_code == 200

@@ -1,0 +1,118 @@
+"""Health, metrics, model listing, admin reload, OpenAPI."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from tests.app.api.conftest import NF, TOKEN, ClientFactory
+from tests.support import publish, random_ensemble
+
+ONE = {"candidates": [{"id": "a", "features": [0.1] * NF}]}
+
+
+def test_readyz_turns_200_once_a_model_is_loaded(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "later"
+    with make_client(ready=False, registry=root) as client:
+        assert client.get("/livez").json() == {"status": "ok"}
+        resp = client.get("/readyz")
+        assert resp.status_code == 503 and resp.json()["status"] == "not ready"
+        publish(root, random_ensemble(NF), version="v1")
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert client.post("/admin/reload", headers=auth).json()["loaded"] == [
+            {"name": "m", "version": "v1"}
+        ]
+        assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_admin_reload_needs_the_token(client: TestClient, registry_dir: Path) -> None:
+    assert client.post("/admin/reload").status_code == 401
+    assert client.post("/admin/reload").headers["www-authenticate"] == "Bearer"
+    assert client.post("/admin/reload", headers={"Authorization": "Basic abc"}).status_code == 401
+    wrong = {"Authorization": "Bearer nope"}
+    assert client.post("/admin/reload", headers=wrong).status_code == 403
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    publish(registry_dir, random_ensemble(NF, seed=9), version="v2")
+    body = client.post("/admin/reload", headers=right).json()
+    assert body == {"loaded": [{"name": "m", "version": "v2"}], "unchanged": [], "failed": []}
+    assert client.post("/rerank", json=ONE).json()["model"]["version"] == "v2"
+    resp = client.post("/admin/reload?model=../x", headers=right)
+    assert resp.status_code == 422
+
+
+def test_admin_is_off_without_a_configured_token(make_client: ClientFactory) -> None:
+    with make_client(admin_token=None) as client:
+        resp = client.post("/admin/reload", headers={"Authorization": "Bearer anything"})
+        assert resp.status_code == 403 and "LTR_ADMIN_TOKEN" in resp.json()["detail"]
+
+
+def test_a_refused_reload_is_reported_and_counted(client: TestClient, registry_dir: Path) -> None:
+    version = publish(registry_dir, random_ensemble(NF, seed=4), version="v2")
+    (registry_dir / "m" / version / "model.json").write_bytes(b'{"truncated": ')
+    before = _metric(client, 'ltr_model_reload_failures_total{model="m"}')
+    body = client.post("/admin/reload", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert body["failed"][0]["version"] == "v2" and "sha256" in body["failed"][0]["error"]
+    assert client.get("/readyz").status_code == 200
+    assert client.post("/rerank", json=ONE).json()["model"]["version"] == "v1"
+    assert _metric(client, 'ltr_model_reload_failures_total{model="m"}') == before + 1
+    assert "v2" in client.get("/models").json()["errors"]["m"]
+
+
+def _metric(client: TestClient, series: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_metrics_are_exposed(client: TestClient) -> None:
+    client.post("/rerank", json=ONE)
+    client.post("/rerank", content=b"{")
+    text = client.get("/metrics").text
+    assert 'ltr_http_requests_total{method="POST",route="/rerank",status="200"}' in text
+    assert 'ltr_http_requests_total{method="POST",route="/rerank",status="422"}' in text
+    assert 'ltr_http_request_duration_seconds_bucket{le="0.005",method="POST"' in text
+    assert 'ltr_scoring_duration_seconds_count{model="m"}' in text
+    assert "ltr_candidates_per_request_count" in text
+    assert 'ltr_model_loaded_info{kind="lambdamart",model="m",version="v1"} 1.0' in text
+    for name in ("ltr_redis_hits_total", "ltr_redis_misses_total", "ltr_redis_errors_total"):
+        assert name in text
+    client.get("/definitely-not-a-route-12345")  # unmatched paths share one label
+    text = client.get("/metrics").text
+    assert "definitely-not" not in text and 'route="unmatched",status="404"' in text
+
+
+def test_models_lists_what_serves(client: TestClient) -> None:
+    body = client.get("/models").json()
+    (info,) = body["models"]
+    assert info["name"] == "m" and info["version"] == "v1" and info["default"] is True
+    assert info["feature_names"] == [f"f{i}" for i in range(NF)]
+    assert info["kind"] == "lambdamart" and body["errors"] == {}
+
+
+def test_openapi_documents_the_rerank_body_with_examples(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    op = spec["paths"]["/rerank"]["post"]
+    assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/RerankRequest"
+    )
+    schemas = spec["components"]["schemas"]
+    assert schemas["RerankRequest"]["examples"][0]["candidates"]
+    assert "Candidate" in schemas and "UserInfo" in schemas
+    assert {"200", "413", "422", "503"} <= set(op["responses"])
+    assert schemas["RerankResponse"]["examples"]
+    assert "/admin/reload" in spec["paths"] and "/models" in spec["paths"]
+
+
+def test_the_poll_reloads_without_a_trigger(make_client: ClientFactory, registry_dir) -> None:
+    with make_client(reload_poll_seconds=0.05) as client:
+        publish(registry_dir, random_ensemble(NF, seed=11), version="v2")
+        for _ in range(400):
+            if client.post("/rerank", json=ONE).json()["model"]["version"] == "v2":
+                break
+            time.sleep(0.01)
+        assert client.post("/rerank", json=ONE).json()["model"]["version"] == "v2"

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.artifacts.tree_dump import TreeEnsemble
+from app.scoring.reference import predict
+from tests.app.api.conftest import NF, ClientFactory
+from tests.support import publish
+
+RNG = np.random.default_rng(3)
+
+
+def random_rows(n: int) -> np.ndarray:
+    rows = RNG.normal(0, 1, (n, NF)).round(3).astype(np.float32)
+    rows[RNG.random((n, NF)) < 0.2] = np.nan
+    return rows
+
+
+def as_lists(rows: np.ndarray) -> list[list[float | None]]:
+    return [[None if np.isnan(v) else float(v) for v in row] for row in rows]
+
+
+def expected_order(ensemble: TreeEnsemble, rows: np.ndarray) -> list[int]:
+    scores = predict(ensemble, rows)
+    return sorted(range(len(rows)), key=lambda i: (-scores[i], i))
+
+
+@pytest.mark.parametrize("n", [1, 3, 40])  # inline and in a worker thread (> 4 rows)
+def test_rerank_orders_as_offline_scoring(client: TestClient, ensemble, n: int) -> None:
+    rows = random_rows(n)
+    cands = [{"id": f"d{i}", "features": f} for i, f in enumerate(as_lists(rows))]
+    resp = client.post("/rerank", json={"candidates": cands})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["model"] == {"name": "m", "version": "v1"}
+    assert body["degraded"] is False and body["reasons"] == []
+    assert [r["id"] for r in body["results"]] == [f"d{i}" for i in expected_order(ensemble, rows)]
+    assert [r["rank"] for r in body["results"]] == list(range(1, n + 1))
+    offline = predict(ensemble, rows)
+    for r in body["results"]:
+        assert r["score"] == pytest.approx(offline[int(r["id"][1:])], rel=1e-6)
+    assert len(body["request_id"]) == 32
+    assert resp.headers["x-request-id"] == body["request_id"]
+
+
+def test_maps_and_lists_score_the_same(client: TestClient) -> None:
+    rows = random_rows(6)
+    lists = as_lists(rows)
+    maps = [{f"f{j}": v for j, v in enumerate(row) if v is not None} for row in lists]
+    as_list = client.post(
+        "/rerank", json={"candidates": [{"id": i, "features": f} for i, f in enumerate(lists)]}
+    ).json()["results"]
+    mixed = [{"id": i, "features": maps[i] if i % 2 else lists[i]} for i in range(6)]
+    as_mixed = client.post("/rerank", json={"candidates": mixed}).json()["results"]
+    assert as_list == as_mixed
+
+
+def test_top_k_request_id_and_explain(client: TestClient, ensemble) -> None:
+    rows = random_rows(10)
+    rows[3] = np.nan
+    cands = [{"id": f"d{i}", "features": f} for i, f in enumerate(as_lists(rows))]
+    resp = client.post(
+        "/rerank",
+        json={"candidates": cands, "top_k": 3, "request_id": "abc-1", "explain": True},
+        headers={"x-request-id": "from-header"},
+    )
+    body = resp.json()
+    assert body["request_id"] == "abc-1" and resp.headers["x-request-id"] == "abc-1"
+    assert [r["rank"] for r in body["results"]] == [1, 2, 3]
+    assert [r["id"] for r in body["results"]] == [
+        f"d{i}" for i in expected_order(ensemble, rows)[:3]
+    ]
+    for r in body["results"]:
+        assert r["missing_features"] == int(np.isnan(rows[int(r["id"][1:])]).sum())
+    assert body["user_cluster"] is None
+    # Without a body request_id the header's is used.
+    resp = client.post("/rerank", json={"candidates": cands[:2]}, headers={"x-request-id": "h-7"})
+    assert resp.json()["request_id"] == "h-7"
+    assert "missing_features" not in resp.json()["results"][0]
+
+
+def test_ties_keep_input_order(make_client: ClientFactory, registry_dir: Path) -> None:
+    publish(registry_dir, TreeEnsemble(NF, [], base_score=1.0), name="flat", version="v1")
+    with make_client() as client:
+        cands = [{"id": f"d{i}", "features": [0.0] * NF} for i in range(7)]
+        body = client.post("/rerank", json={"model": "flat", "candidates": cands}).json()
+    assert [r["id"] for r in body["results"]] == [f"d{i}" for i in range(7)]
+    assert {r["score"] for r in body["results"]} == {1.0}
+
+
+def test_model_choice(make_client: ClientFactory, registry_dir: Path) -> None:
+    publish(registry_dir, TreeEnsemble(NF, [], base_score=2.0), name="flat", version="v3")
+    one = {"candidates": [{"id": "a", "features": [1.0] * NF}]}
+    with make_client() as client:
+        resp = client.post("/rerank", json=one)
+        assert resp.status_code == 422 and "model" in resp.text  # two models, no default
+        assert client.post("/rerank", json={**one, "model": "flat"}).json()["model"] == {
+            "name": "flat",
+            "version": "v3",
+        }
+        resp = client.post("/rerank", json={**one, "model": "nope"})
+        assert resp.status_code == 404 and "nope" in resp.json()["detail"]
+    with make_client(default_model="flat") as client:
+        assert client.post("/rerank", json=one).json()["model"]["name"] == "flat"
+
+
+def test_no_model_gives_503(make_client: ClientFactory, tmp_path: Path) -> None:
+    with make_client(ready=False, registry=tmp_path / "empty") as client:
+        resp = client.post("/rerank", json={"candidates": [{"id": "a", "features": [1.0] * NF}]})
+        assert resp.status_code == 503
+        assert "no model" in resp.json()["detail"]
+        assert client.get("/readyz").status_code == 503
+        assert client.get("/livez").status_code == 200

@@ -1,0 +1,219 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app import metrics
+from app.artifacts.store import set_current
+from app.registry import (
+    AmbiguousModel,
+    ModelNotAvailable,
+    ModelRegistry,
+    UnknownModel,
+)
+from app.settings import Settings
+from tests.support import ReferenceScorer, publish, random_ensemble, reference_loader
+
+NF = 4
+
+
+def failures(name: str = "m") -> float:
+    return metrics.RELOAD_FAILURES.labels(name)._value.get()
+
+
+def make_registry(tmp_path: Path, loader=reference_loader, **kw) -> ModelRegistry:
+    return ModelRegistry(
+        Settings(registry=tmp_path, parallel_min_rows=16, **kw), scorer_loader=loader
+    )
+
+
+def reload(registry: ModelRegistry, name: str | None = None, force: bool = False):
+    return asyncio.run(registry.reload(name, force=force))
+
+
+def test_loads_current_and_swaps_to_a_new_version(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    registry = make_registry(tmp_path)
+    assert not registry.ready
+    with pytest.raises(ModelNotAvailable):
+        registry.get()
+    report = reload(registry)
+    assert report.loaded == [("m", "v1")] and registry.ready
+    old = registry.get()
+    assert old.version == "v1" and registry.get("m") is old
+
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2")
+    assert reload(registry).loaded == [("m", "v2")]
+    new = registry.get()
+    assert new.version == "v2"
+    # The old model a request may still hold is untouched and still scores.
+    x = np.zeros((2, NF), dtype=np.float32)
+    assert old.version == "v1" and old.scorer.score(x).shape == (2,)
+    assert reload(registry).unchanged == [("m", "v2")]
+    assert metrics.MODEL_INFO.labels("m", "v2", "lambdamart")._value.get() == 1
+
+
+def test_a_corrupt_version_is_refused_once_and_the_old_one_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    publish(tmp_path, random_ensemble(NF, seed=3), version="v2")
+    model_file = tmp_path / "m" / "v2" / "model.json"
+    model_file.write_bytes(model_file.read_bytes()[:-100])  # truncated
+    before = failures()
+    report = reload(registry)
+    assert report.failed and report.failed[0][:2] == ("m", "v2")
+    assert "sha256" in report.failed[0][2]
+    assert registry.get().version == "v1" and registry.ready
+    assert failures() == before + 1
+    assert "v2" in registry.errors()["m"]
+    reload(registry)  # the poll does not retry the same refused version
+    assert failures() == before + 1
+    reload(registry, force=True)  # an explicit trigger does
+    assert failures() == before + 2
+
+
+@pytest.mark.parametrize("problem", ["missing_version", "bad_version_id", "wrong_name"])
+def test_bad_current_targets_are_refused(tmp_path: Path, problem: str) -> None:
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    if problem == "wrong_name":
+        publish(tmp_path, random_ensemble(NF), name="other", version="v9")
+        (tmp_path / "other" / "v9").rename(tmp_path / "m" / "v9")
+        set_current(tmp_path, "m", "v9")
+    else:
+        text = "v404" if problem == "missing_version" else "../../etc"
+        (tmp_path / "m" / "CURRENT").write_text(text + "\n")
+    report = reload(registry, "m")
+    assert len(report.failed) == 1, report
+    assert registry.get().version == "v1"
+
+
+def test_scorers_that_disagree_with_the_manifest_or_misbehave_are_refused(
+    tmp_path: Path,
+) -> None:
+    publish(tmp_path, random_ensemble(NF), version="v1")
+
+    class Wide(ReferenceScorer):
+        def __init__(self, ensemble):
+            super().__init__(ensemble)
+            self.num_features = NF + 1
+
+    class NaNs(ReferenceScorer):
+        def score(self, features, user=None):
+            return np.full(features.shape[0], np.nan)
+
+    class Short(ReferenceScorer):
+        def score(self, features, user=None):
+            return np.zeros(1)
+
+    for cls in (Wide, NaNs, Short):
+        registry = make_registry(
+            tmp_path, loader=lambda a, cls=cls: cls(reference_loader(a).ensemble)
+        )
+        report = reload(registry)
+        assert report.failed and not registry.ready, cls
+
+
+def test_a_failing_on_load_hook_refuses_the_version(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    seen = []
+
+    def hook(manifest, files):
+        seen.append((manifest.version, sorted(files)))
+        raise ValueError("embeddings.npy: bad")
+
+    registry = ModelRegistry(
+        Settings(registry=tmp_path), scorer_loader=reference_loader, on_load=hook
+    )
+    report = reload(registry)
+    assert seen == [("v1", ["model.json"])]
+    assert "embeddings.npy: bad" in report.failed[0][2]
+
+
+def test_current_moving_during_a_load_ends_on_the_newest(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    publish(tmp_path, random_ensemble(NF), version="v2", current=False)
+    calls = []
+
+    def loader(artifact):
+        calls.append(artifact.manifest.version)
+        if len(calls) == 1:  # a publish lands while v1 loads
+            set_current(tmp_path, "m", "v2")
+        return reference_loader(artifact)
+
+    registry = make_registry(tmp_path, loader=loader)
+    report = reload(registry)
+    assert calls == ["v1", "v2"] and report.loaded == [("m", "v2")]
+    assert registry.get().version == "v2"
+
+
+def test_rollback_is_followed_when_current_points_back(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    publish(tmp_path, random_ensemble(NF), version="v2")
+    reload(registry)
+    set_current(tmp_path, "m", "v1")
+    reload(registry)
+    assert registry.get().version == "v1"
+
+
+def test_model_selection(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF), name="a", version="v1")
+    publish(tmp_path, random_ensemble(NF), name="b", version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    assert {registry.get("a").name, registry.get("b").name} == {"a", "b"}
+    with pytest.raises(AmbiguousModel):
+        registry.get()
+    with pytest.raises(UnknownModel):
+        registry.get("c")
+    chosen = make_registry(tmp_path, default_model="b")
+    assert not chosen.ready
+    reload(chosen, "a")
+    assert not chosen.ready  # the default is not loaded yet
+    reload(chosen)
+    assert chosen.ready and chosen.get().name == "b"
+
+
+def test_a_model_that_failed_to_load_is_unavailable_not_unknown(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF), name="a", version="v1")
+    publish(tmp_path, random_ensemble(NF), name="b", version="v1")
+    (tmp_path / "b" / "v1" / "model.json").write_bytes(b"{}")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    with pytest.raises(ModelNotAvailable, match="sha256"):
+        registry.get("b")
+
+
+def test_the_poll_picks_up_a_new_version(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    registry = make_registry(tmp_path)
+
+    async def scenario() -> str:
+        await registry.reload()
+        watcher = asyncio.create_task(registry.watch(0.02))
+        try:
+            await asyncio.to_thread(publish, tmp_path, random_ensemble(NF), version="v2")
+            for _ in range(500):
+                if registry.get().version == "v2":
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            watcher.cancel()
+        return registry.get().version
+
+    assert asyncio.run(scenario()) == "v2"
+
+
+def test_an_empty_or_missing_registry_loads_nothing(tmp_path: Path) -> None:
+    registry = make_registry(tmp_path / "nothing-here")
+    report = reload(registry)
+    assert report.loaded == report.failed == [] and not registry.ready

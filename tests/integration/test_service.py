@@ -1,0 +1,189 @@
+"""The real service over real sockets: uvicorn in a child process, HTTP from this one."""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from app.artifacts.manifest import new_version_id
+from app.artifacts.store import set_current
+from app.scoring.reference import predict
+from tests.support import publish, random_ensemble
+from tests.support.redis_server import free_port
+from tests.support.uvicorn_server import UvicornServer, uvicorn_server
+
+pytestmark = pytest.mark.integration
+
+NF = 20
+TOKEN = "integration-token"
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def env(registry: Path, **extra: str) -> dict[str, str]:
+    return {
+        "LTR_REGISTRY": str(registry),
+        "LTR_ADMIN_TOKEN": TOKEN,
+        "LTR_RELOAD_POLL_SECONDS": "0.2",
+        "LTR_MAX_BODY_BYTES": "200000",
+        **extra,
+    }
+
+
+def request_body(rows: np.ndarray, **extra: object) -> bytes:
+    cands = [
+        {"id": f"d{i}", "features": [None if np.isnan(v) else float(v) for v in row]}
+        for i, row in enumerate(rows)
+    ]
+    return orjson.dumps({"candidates": cands, **extra})
+
+
+def rows_for(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(0, 1, (n, NF)).astype(np.float32)
+    rows[rng.random((n, NF)) < 0.1] = np.nan
+    rows[: n // 10] = rows[0]  # a few exact ties
+    return rows
+
+
+def reload_failures(client: httpx.Client) -> float:
+    text = client.get("/metrics").text
+    found = re.search(r'^ltr_model_reload_failures_total\{model="m"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_rerank_orders_exactly_as_offline_scoring(tmp_path: Path) -> None:
+    ensemble = random_ensemble(NF, num_trees=60, depth=5, seed=1)
+    publish(tmp_path, ensemble)
+    with uvicorn_server(env(tmp_path)) as server, httpx.Client(base_url=server.url) as client:
+        for n, seed in ((1, 0), (10, 1), (300, 2), (1000, 3)):
+            rows = rows_for(n, seed)
+            resp = client.post("/rerank", content=request_body(rows))
+            assert resp.status_code == 200, resp.text
+            offline = predict(ensemble, rows)
+            expected = sorted(range(n), key=lambda i: (-offline[i], i))
+            results = resp.json()["results"]
+            assert [r["id"] for r in results] == [f"d{i}" for i in expected]
+            np.testing.assert_allclose(
+                [r["score"] for r in results], offline[expected], rtol=1e-6, atol=1e-9
+            )
+
+
+def test_hot_swap_under_load_never_fails_nor_goes_back(tmp_path: Path) -> None:
+    versions = [new_version_id() for _ in range(3)]  # ids sort by creation time
+    publish(tmp_path, random_ensemble(NF, seed=10), version=versions[0])
+    rows = rows_for(50, 5)
+    body = request_body(rows)
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def hammer() -> list[str]:
+        seen: list[str] = []
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            while not stop.is_set():
+                try:
+                    resp = client.post("/rerank", content=body)
+                except httpx.HTTPError as exc:
+                    errors.append(repr(exc))
+                    continue
+                if resp.status_code != 200:
+                    errors.append(f"{resp.status_code} {resp.text[:200]}")
+                    continue
+                seen.append(resp.json()["model"]["version"])
+        return seen
+
+    with uvicorn_server(env(tmp_path)) as server, ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(hammer) for _ in range(4)]
+        time.sleep(0.5)
+        publish(tmp_path, random_ensemble(NF, seed=11), version=versions[1])
+        resp = httpx.post(server.url + "/admin/reload", headers=ADMIN)
+        assert resp.json()["loaded"] == [{"name": "m", "version": versions[1]}]
+        time.sleep(0.5)
+        publish(tmp_path, random_ensemble(NF, seed=12), version=versions[2])  # the poll's turn
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            models = httpx.get(server.url + "/models").json()["models"]
+            if models[0]["version"] == versions[2]:
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        stop.set()
+        seen_by_thread = [f.result() for f in futures]
+    assert errors == []
+    for seen in seen_by_thread:
+        assert seen and seen == sorted(seen), "a client saw a version go backwards"
+        assert seen[-1] == versions[2]
+    assert {v for seen in seen_by_thread for v in seen} == set(versions)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt_manifest"])
+def test_a_damaged_artifact_is_refused_and_the_old_one_keeps_serving(
+    tmp_path: Path, damage: str
+) -> None:
+    good = publish(tmp_path, random_ensemble(NF, seed=20), version=new_version_id())
+    rows = rows_for(5, 7)
+    with uvicorn_server(env(tmp_path)) as server, httpx.Client(base_url=server.url) as client:
+        bad = publish(tmp_path, random_ensemble(NF, seed=21), current=False)
+        target = tmp_path / "m" / bad / ("model.json" if damage == "truncated" else "manifest.json")
+        target.write_bytes(target.read_bytes()[: len(target.read_bytes()) // 2])
+        before = reload_failures(client)
+        set_current(tmp_path, "m", bad)  # the poll finds it
+        deadline = time.monotonic() + 20
+        while reload_failures(client) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reload_failures(client) == before + 1
+        assert client.get("/readyz").status_code == 200
+        resp = client.post("/rerank", content=request_body(rows))
+        assert resp.status_code == 200 and resp.json()["model"]["version"] == good
+        failed = client.post("/admin/reload", headers=ADMIN).json()["failed"]
+        assert failed[0]["version"] == bad
+        assert reload_failures(client) == before + 2
+        time.sleep(0.5)  # polls meanwhile do not count the same refusal again
+        assert reload_failures(client) == before + 2
+
+
+def test_a_chunked_body_over_the_limit_is_413_before_it_ends(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF))
+    with uvicorn_server(env(tmp_path)) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            chunk = b"x" * 10_000
+            for _ in range(25):  # 250 kB > 200 kB; the stream is never finished
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            response = b""
+            while b"\r\n\r\n" not in response:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                response += data
+        assert response.startswith(b"HTTP/1.1 413"), response[:200]
+        # A declared length over the limit is refused without sending the body at all.
+        resp = httpx.post(server.url + "/rerank", content=b"{" + b" " * 300_000 + b"}")
+        assert resp.status_code == 413
+
+
+def test_python_m_app_serves_with_two_workers(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF))
+    port = free_port()
+    settings = env(tmp_path, LTR_WORKERS="2", LTR_PORT=str(port), LTR_HOST="127.0.0.1")
+    server = UvicornServer(settings, port=port, command=[sys.executable, "-m", "app"])
+    try:
+        server.start().wait_ready()
+        with httpx.Client(base_url=server.url) as client:
+            for _ in range(20):
+                resp = client.post("/rerank", content=request_body(rows_for(3, 1)))
+                assert resp.status_code == 200, resp.text
+    finally:
+        assert server.stop() == 0, server.log()

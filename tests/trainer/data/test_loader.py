@@ -1,0 +1,66 @@
+"""Reader choice by suffix and alignment of a dataset's columns to a model's feature names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer.data.dataset import RankingDataset
+from trainer.data.errors import DataFormatError
+from trainer.data.loader import align_features, load_dataset
+from trainer.data.parquet import write_parquet
+
+
+def named() -> RankingDataset:
+    return RankingDataset(
+        features=np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32),
+        labels=np.array([1.0, 0.0]),
+        group_offsets=np.array([0, 2], dtype=np.int64),
+        query_ids=np.array([1]),
+        feature_names=["a", "b", "c"],
+    )
+
+
+def test_suffix_chooses_the_reader(tmp_path: Path) -> None:
+    for name in ("d.parquet", "D.PQ"):
+        write_parquet(named(), tmp_path / name)
+        assert load_dataset(tmp_path / name).feature_names == ["a", "b", "c"]
+    (tmp_path / "d.txt").write_text("1 qid:1 2:5\n")
+    text = load_dataset(tmp_path / "d.txt", num_features=4)
+    assert text.feature_names is None and text.features.shape == (1, 4)
+
+
+def test_named_columns_align_by_name(tmp_path: Path) -> None:
+    write_parquet(named(), tmp_path / "d.parquet")
+    data = load_dataset(tmp_path / "d.parquet", feature_names=["c", "a"])
+    assert data.feature_names == ["c", "a"]
+    np.testing.assert_array_equal(data.features, [[3, 1], [6, 4]])
+    assert data.features.flags.c_contiguous
+    assert align_features(named(), ["a", "b", "c"]).feature_names == ["a", "b", "c"]
+    with pytest.raises(DataFormatError, match="missing feature columns: zz, yy"):
+        align_features(named(), ["a", "zz", "yy"])
+
+
+def test_letor_columns_align_by_position(tmp_path: Path) -> None:
+    (tmp_path / "d.txt").write_text("1 qid:1 2:5\n0 qid:1 1:1\n")
+    data = load_dataset(tmp_path / "d.txt", feature_names=["x", "y", "z"])
+    assert data.feature_names == ["x", "y", "z"]
+    np.testing.assert_array_equal(data.features, [[0, 5, 0], [1, 0, 0]])
+    with pytest.raises(DataFormatError, match=r"d\.txt:1: feature id 2 exceeds num_features=1"):
+        load_dataset(tmp_path / "d.txt", feature_names=["x"])
+
+
+def test_positional_alignment_pads_absent_ids_and_refuses_extra() -> None:
+    unnamed = RankingDataset(
+        features=np.ones((2, 2), dtype=np.float32),
+        labels=np.zeros(2),
+        group_offsets=np.array([0, 2], dtype=np.int64),
+        query_ids=np.array([1]),
+        source="t.txt",
+    )
+    wide = align_features(unnamed, ["f1", "f2", "f3"])
+    np.testing.assert_array_equal(wide.features, [[1, 1, 0], [1, 1, 0]])
+    with pytest.raises(DataFormatError, match=r"t\.txt: data has 2 feature columns, the model 1"):
+        align_features(unnamed, ["f1"])

@@ -1,0 +1,113 @@
+"""Parquet reader and writer: round trip, names, side columns and errors with row and column."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from trainer.data.dataset import RankingDataset
+from trainer.data.errors import DataFormatError
+from trainer.data.parquet import read_parquet, write_parquet
+
+
+def sample() -> RankingDataset:
+    return RankingDataset(
+        features=np.array([[1, np.nan], [2, 0.5], [3, -1]], dtype=np.float32),
+        labels=np.array([1.0, 0.0, 2.0]),
+        group_offsets=np.array([0, 2, 3], dtype=np.int64),
+        query_ids=np.array([10, 4], dtype=np.int64),
+        feature_names=["bm25", "ctr"],
+        user_ids=np.array(["u1", "u2"]),
+        positions=np.array([1, 2, 1], dtype=np.int64),
+    )
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    write_parquet(sample(), tmp_path / "d.parquet")
+    back = read_parquet(tmp_path / "d.parquet")
+    original = sample()
+    np.testing.assert_array_equal(back.features, original.features)
+    assert back.features.dtype == np.float32 and back.features.flags.c_contiguous
+    np.testing.assert_array_equal(back.labels, original.labels)
+    np.testing.assert_array_equal(back.group_offsets, original.group_offsets)
+    np.testing.assert_array_equal(back.query_ids, original.query_ids)
+    assert back.feature_names == ["bm25", "ctr"]
+    assert back.user_ids is not None and back.user_ids.tolist() == ["u1", "u2"]
+    assert back.positions is not None and back.positions.tolist() == [1, 2, 1]
+
+
+def test_column_order_names_and_types_are_kept(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "z_last": pa.array([1, 2, None], pa.int64()),
+            "qid": pa.array(["q1", "q1", "q2"]),
+            "flag": pa.array([True, False, True]),
+            "label": pa.array([0, 1, 2], pa.int32()),
+        }
+    )
+    pq.write_table(table, tmp_path / "d.pq")
+    data = read_parquet(tmp_path / "d.pq")
+    assert data.feature_names == ["z_last", "flag"]
+    np.testing.assert_array_equal(data.features, [[1, 1], [2, 0], [np.nan, 1]])
+    assert data.query_ids.tolist() == ["q1", "q2"]
+    assert data.user_ids is None and data.positions is None
+
+
+def write_table(tmp_path: Path, **columns: list[object]) -> Path:
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ({"qid": [1, 1], "f": [1.0, 2.0]}, r"no 'label' column \(columns: qid, f\)"),
+        ({"label": [1, 1], "f": [1.0, 2.0]}, r"no 'qid' column"),
+        ({"qid": [1, 1], "label": [1.0, None]}, r"row 2, column 'label': missing or not a fin"),
+        ({"qid": [1, 1], "label": [1.0, float("inf")]}, r"row 2, column 'label'"),
+        ({"qid": [1, 1], "label": ["a", "b"]}, r"column 'label': has type string, expected"),
+        ({"qid": [1, 1], "label": [1, 0], "name": ["a", "b"]}, r"column 'name': has type str"),
+        (
+            {"qid": [1, 2, 1], "label": [1, 0, 1]},
+            r"row 3, column 'qid': qid 1 reappears after another query "
+            r"\(first seen at row 1\); queries must be contiguous",
+        ),
+        ({"qid": [1, None], "label": [1, 0]}, r"row 2, column 'qid': null"),
+        (
+            {"qid": [1, 1], "label": [1, 0], "user_id": ["a", "b"]},
+            r"row 2, column 'user_id': changes within a query",
+        ),
+        (
+            {"qid": [1, 1], "label": [1, 0], "position": [1, 0]},
+            r"row 2, column 'position': not a positive integer",
+        ),
+        ({"qid": pa.array([], pa.int64()), "label": pa.array([], pa.int64())}, "no data rows"),
+    ],
+)
+def test_errors_name_file_row_and_column(
+    tmp_path: Path, columns: dict[str, list[object]], message: str
+) -> None:
+    path = write_table(tmp_path, **columns)
+    with pytest.raises(DataFormatError, match=r"bad\.parquet: " + message):
+        read_parquet(path)
+
+
+def test_not_parquet_and_missing(tmp_path: Path) -> None:
+    (tmp_path / "x.parquet").write_text("1 qid:1 1:1\n")
+    with pytest.raises(DataFormatError, match=r"x\.parquet: not a readable Parquet file"):
+        read_parquet(tmp_path / "x.parquet")
+    with pytest.raises(DataFormatError, match="no such file"):
+        read_parquet(tmp_path / "absent.parquet")
+
+
+def test_reserved_feature_names_are_refused(tmp_path: Path) -> None:
+    data = sample()
+    clash = RankingDataset(data.features, data.labels, data.group_offsets, data.query_ids,
+                           feature_names=["label", "x"])  # fmt: skip
+    with pytest.raises(DataFormatError, match="reserved"):
+        write_parquet(clash, tmp_path / "d.parquet")

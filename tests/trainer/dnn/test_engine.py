@@ -1,0 +1,148 @@
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.artifacts.store import load_version
+from trainer.data.dataset import RankingDataset
+from trainer.data.letor import read_letor
+from trainer.dnn.engine import train_and_export
+from trainer.dnn.onnx_export import onnx_scores, onnx_session
+from trainer.dnn.options import DNNOptions
+from trainer.dnn.user_clusters import ClusterConfigError
+from trainer.export import ExportError
+from trainer.metrics.ndcg import mean_ndcg
+
+DEMO = Path(__file__).parents[3] / "trainer" / "demo_data"
+FAST = {"hidden": [32], "epochs": 6, "early_stopping_rounds": 3, "threads": 1, "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def demo():
+    train = read_letor(DEMO / "rank.train")
+    return train, read_letor(DEMO / "rank.test", train.num_features)
+
+
+def score_dataset(path, data, user_rows=None):
+    artifact = load_version(path)
+    session = onnx_session(artifact.files["model.onnx"])
+    table = None
+    if "embeddings.npy" in artifact.files:
+        table = np.load(io.BytesIO(artifact.files["embeddings.npy"]))
+    parts = []
+    for q in range(data.num_queries):
+        lo, hi = data.group_offsets[q], data.group_offsets[q + 1]
+        user = None if table is None else table[user_rows[q]]
+        parts.append(onnx_scores(session, data.features[lo:hi], user))
+    return np.concatenate(parts)
+
+
+@pytest.mark.slow
+def test_short_training_run_beats_random_and_writes_a_verified_version(demo, tmp_path):
+    train, test = demo
+    out = tmp_path / "demo-dnn" / "v1"
+    path = train_and_export(train, test, DNNOptions(**FAST), out)
+    assert path == out
+    manifest = load_version(path).manifest
+    assert manifest.name == "demo-dnn"
+    assert manifest.kind == "lambdadnn"
+    assert manifest.missing_value.handled_by == "mean_imputation"
+    assert manifest.user_clusters is None
+    assert set(manifest.files) == {"model.onnx"}
+    assert manifest.training["engine"] == "dnn"
+    assert manifest.training["params"]["loss"] == "lambdarank"
+    scores = score_dataset(path, test)
+    trained = mean_ndcg(scores, test.labels, test.group_offsets, 10, empty_value=1.0)
+    assert manifest.metrics["ndcg@10"]["value"] == pytest.approx(trained, abs=1e-5)
+    rng = np.random.default_rng(0)
+    random = np.mean(
+        [
+            mean_ndcg(rng.random(test.num_docs), test.labels, test.group_offsets, 10)
+            for _ in range(20)
+        ]
+    )
+    assert trained > random + 0.05
+
+
+def personalised_data(seed, n_queries=240, n_docs=8, n_users=60):
+    """Two user types with opposite tastes for feature 0; the profile's `kind` reveals it."""
+    rng = np.random.default_rng(seed)
+    users = rng.integers(0, n_users, size=n_queries)
+    x = rng.normal(size=(n_queries * n_docs, 4)).astype(np.float32)
+    taste = np.where(users % 2 == 0, 1.0, -1.0).repeat(n_docs)
+    utility = taste * x[:, 0] + 0.5 * x[:, 1]
+    labels = np.zeros(x.shape[0])
+    for q in range(n_queries):
+        rows = slice(q * n_docs, (q + 1) * n_docs)
+        order = np.argsort(-utility[rows])
+        labels[rows][order[:2]] = 2.0
+        labels[rows][order[2:4]] = 1.0
+    return RankingDataset(
+        features=x,
+        labels=labels,
+        group_offsets=np.arange(0, x.shape[0] + 1, n_docs, dtype=np.int64),
+        query_ids=np.arange(n_queries),
+        user_ids=np.array([f"u{u}" for u in users]),
+    )
+
+
+@pytest.mark.slow
+def test_same_seed_same_model_other_seed_other_model(tmp_path):
+    train = personalised_data(3, n_queries=120)
+    options = {**FAST, "epochs": 3, "early_stopping_rounds": None, "arch": "dcn", "dropout": 0.2}
+    runs = [
+        train_and_export(train, None, DNNOptions(**options, seed=s), tmp_path / "m" / f"v{i}")
+        for i, s in enumerate([7, 7, 8])
+    ]
+    a, b, c = (score_dataset(p, train) for p in runs)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+@pytest.fixture
+def cluster_files(tmp_path):
+    scheme = tmp_path / "scheme.toml"
+    scheme.write_text('[[fields]]\nname = "kind"\nkind = "categorical"\nvalues = ["a", "b"]\n')
+    profiles = tmp_path / "profiles.csv"
+    rows = [f"u{u},{'ab'[u % 2]}" for u in range(60)]
+    profiles.write_text("user_id,kind\n" + "\n".join(rows) + "\n")
+    return {"cluster_config": scheme, "user_profiles": profiles, "embedding_dim": 2}
+
+
+@pytest.mark.slow
+def test_user_cluster_embeddings_are_exported_and_lift_ndcg(tmp_path, cluster_files):
+    train, valid = personalised_data(1), personalised_data(2)
+    base = {**FAST, "epochs": 15, "early_stopping_rounds": None, "learning_rate": 0.01}
+    plain = train_and_export(train, valid, DNNOptions(**base), tmp_path / "m" / "plain")
+    with_users = train_and_export(
+        train, valid, DNNOptions(**base, **cluster_files), tmp_path / "m" / "users"
+    )
+    artifact = load_version(with_users)
+    uc = artifact.manifest.user_clusters
+    assert uc is not None and uc.input == "onnx_input" and uc.embedding_dim == 2
+    clusters = json.loads(artifact.files["clusters.json"])
+    assert clusters == ["unknown", "a", "b"]
+    table = np.load(io.BytesIO(artifact.files["embeddings.npy"]))
+    assert table.shape == (3, 2) and table.dtype == np.float32
+    rows = np.array([1 + int(u[1:]) % 2 for u in valid.user_ids])
+    personal = mean_ndcg(
+        score_dataset(with_users, valid, rows), valid.labels, valid.group_offsets, 10
+    )
+    generic = mean_ndcg(score_dataset(plain, valid), valid.labels, valid.group_offsets, 10)
+    assert personal > generic + 0.05
+
+
+def test_refuses_an_existing_version_and_incomplete_cluster_options(tmp_path, cluster_files):
+    data = personalised_data(0, n_queries=10)
+    (tmp_path / "m" / "v1").mkdir(parents=True)
+    with pytest.raises(ExportError, match="already exists"):
+        train_and_export(data, None, DNNOptions(**FAST), tmp_path / "m" / "v1")
+    with pytest.raises(ClusterConfigError, match="both user_profiles and cluster_config"):
+        options = DNNOptions(**FAST, cluster_config=cluster_files["cluster_config"])
+        train_and_export(data, None, options, tmp_path / "m" / "v2")
+    no_users = RankingDataset(data.features, data.labels, data.group_offsets, data.query_ids)
+    with pytest.raises(ClusterConfigError, match="user of every query list"):
+        train_and_export(no_users, None, DNNOptions(**FAST, **cluster_files), tmp_path / "m" / "v3")
+    assert not (tmp_path / "m" / "v2").exists() and not (tmp_path / "m" / "v3").exists()

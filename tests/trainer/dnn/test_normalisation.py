@@ -1,0 +1,27 @@
+import numpy as np
+import pytest
+import torch
+
+from trainer.dnn.normalisation import fit_standardiser
+
+
+def test_statistics_ignore_nan_and_guard_constant_columns():
+    x = np.array(
+        [[1.0, 5.0, np.nan, 2.0], [3.0, 5.0, np.nan, np.nan], [5.0, 5.0, np.nan, 4.0]],
+        dtype=np.float32,
+    )
+    st = fit_standardiser(x)
+    assert st.mean.tolist() == pytest.approx([3.0, 5.0, 0.0, 3.0])
+    assert st.std.tolist() == pytest.approx([np.sqrt(8 / 3), 1.0, 1.0, 1.0])
+
+
+def test_nan_is_imputed_with_the_training_mean():
+    x = np.array([[0.0, 10.0], [2.0, 30.0]], dtype=np.float32)
+    st = fit_standardiser(x)
+    out = st(torch.tensor([[np.nan, np.nan], [2.0, 10.0]], dtype=torch.float32))
+    np.testing.assert_allclose(out.numpy(), [[0.0, 0.0], [1.0, -1.0]], atol=1e-6)
+
+
+def test_rejects_empty_input():
+    with pytest.raises(ValueError, match="non-empty"):
+        fit_standardiser(np.zeros((0, 3), np.float32))

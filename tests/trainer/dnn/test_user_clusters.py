@@ -1,0 +1,162 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from app.features.clusters import resolve_cluster
+from trainer.data.dataset import RankingDataset
+from trainer.dnn.user_clusters import (
+    ClusterConfigError,
+    append_user_embeddings,
+    assign_user_clusters,
+    fill_untrained_rows,
+    load_cluster_scheme,
+)
+from trainer.dnn.user_profiles import ProfileTableError, read_profiles
+
+SCHEME_TOML = """
+[[fields]]
+name = "country"
+kind = "categorical"
+values = ["US", "GB", "FR"]
+
+[[fields]]
+name = "age"
+kind = "numeric"
+prefix = "a"
+edges = [30, 50]
+"""
+
+PROFILES_CSV = """user_id,country,age
+u1,US,20
+u2,US,21
+u3,US,25
+u4,US,29
+u5,US,60
+u6,US,70
+u7,FR,20
+"""
+
+
+@pytest.fixture
+def scheme(tmp_path):
+    path = tmp_path / "clusters.toml"
+    path.write_text(SCHEME_TOML)
+    return load_cluster_scheme(path)
+
+
+@pytest.fixture
+def profiles(tmp_path):
+    path = tmp_path / "profiles.csv"
+    path.write_text(PROFILES_CSV)
+    return read_profiles(path)
+
+
+def test_rare_clusters_fall_back_to_coarser_then_unknown(scheme, profiles):
+    # u8 has no profile row: it gets the empty profile's id, as the service would compute.
+    users = np.array(["u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u1", "u7"])
+    assignment = assign_user_clusters(scheme, profiles, users, min_count=3)
+    assert assignment.clusters == ["unknown", "US", "US_a0"]
+    got = [assignment.clusters[r] for r in assignment.train_rows]
+    assert got == ["US_a0"] * 4 + ["US", "US", "unknown", "unknown", "US_a0", "unknown"]
+    assert assignment.user_counts == {"unknown": 2, "US": 2, "US_a0": 4}
+    assert json.loads(assignment.clusters_json()) == assignment.clusters
+
+
+def test_training_rows_agree_with_the_service_fallback(scheme, profiles):
+    users = np.array(["u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8"])
+    assignment = assign_user_clusters(scheme, profiles, users, min_count=2)
+    known = set(assignment.clusters)
+    for user, row in zip(users, assignment.train_rows, strict=True):
+        fine = {"u8": "other_ax"}.get(user) or {
+            "u5": "US_a2", "u6": "US_a2", "u7": "FR_a0"
+        }.get(user, "US_a0")  # fmt: skip
+        assert resolve_cluster(scheme, fine, known) == assignment.clusters[row]
+    # New users at validation time resolve the same way.
+    rows = assignment.rows_for({"v1": {"country": "US", "age": 45}}, np.array(["v1", "zz"]))
+    assert [assignment.clusters[r] for r in rows] == ["US", "unknown"]
+
+
+def test_a_high_minimum_leaves_only_unknown(scheme, profiles):
+    assignment = assign_user_clusters(scheme, profiles, np.array(["u1", "u2"]), min_count=50)
+    assert assignment.clusters == ["unknown"]
+    assert assignment.train_rows.tolist() == [0, 0]
+
+
+def test_profiles_from_parquet(tmp_path, scheme):
+    path = tmp_path / "profiles.parquet"
+    table = pa.table({"user_id": [1, 2], "country": ["GB", None], "age": [40.0, None]})
+    pq.write_table(table, path)
+    profiles = read_profiles(path)
+    assert profiles == {"1": {"country": "GB", "age": 40.0}, "2": {"country": None, "age": None}}
+    assignment = assign_user_clusters(scheme, profiles, np.array([1, 1, 2]), min_count=1)
+    assert [assignment.clusters[r] for r in assignment.train_rows] == ["GB_a1", "GB_a1", "other_ax"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("user,country\nu1,US\n", "line 1: the header needs a 'user_id' column"),
+        ("user_id,country\nu1,US\nu1,GB\n", "line 3: user 'u1' appears twice"),
+        ("user_id,country\nu1,US,extra\n", "line 2: wrong number of fields"),
+    ],
+)
+def test_bad_profile_tables_name_file_and_line(tmp_path, text, message):
+    path = tmp_path / "p.csv"
+    path.write_text(text)
+    with pytest.raises(ProfileTableError, match=message) as info:
+        read_profiles(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[fields]]\nname = 'age'\nkind = 'numeric'\n", "needs a prefix"),
+        ("[[fields]\n", "not valid TOML"),
+        ("fields = []\n", "at least one field"),
+        ("[[fields]]\nname='a'\nkind='numeric'\nprefix='a'\nedges=[2, 1]\n", "must increase"),
+    ],
+)
+def test_bad_scheme_configs_name_the_file(tmp_path, text, message):
+    path = tmp_path / "scheme.toml"
+    path.write_text(text)
+    with pytest.raises(ClusterConfigError, match=message) as info:
+        load_cluster_scheme(path)
+    assert str(path) in str(info.value)
+
+
+def test_append_user_embeddings_adds_the_query_users_row_to_every_document():
+    data = RankingDataset(
+        features=np.arange(10, dtype=np.float32).reshape(5, 2),
+        labels=np.zeros(5),
+        group_offsets=np.array([0, 2, 5]),
+        query_ids=np.array([1, 2]),
+    )
+    table = np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]], dtype=np.float32)
+    out = append_user_embeddings(data, ["unknown", "US"], table, np.array([1, 0]))
+    assert out.features.shape == (5, 5)
+    np.testing.assert_array_equal(out.features[:, :2], data.features)
+    np.testing.assert_array_equal(out.features[:2, 2:], [[1, 2, 3]] * 2)
+    np.testing.assert_array_equal(out.features[2:, 2:], np.zeros((3, 3)))
+    assert out.names() == ["f1", "f2", "user_emb_0", "user_emb_1", "user_emb_2"]
+    with pytest.raises(ValueError, match="one cluster index per query"):
+        append_user_embeddings(data, ["unknown", "US"], table, np.array([1]))
+    with pytest.raises(ValueError, match="out of range"):
+        append_user_embeddings(data, ["unknown", "US"], table, np.array([1, 2]))
+
+
+def test_untrained_rows_become_the_average_user_under_them(scheme, profiles):
+    # min 2: US_a0 (4 users) and US_a2 (2) are kept; US is kept for new US users but no
+    # training user reaches it, and nobody falls to unknown.
+    users = np.array(["u1", "u2", "u3", "u4", "u5", "u6"])
+    assignment = assign_user_clusters(scheme, profiles, users, min_count=2)
+    assert assignment.clusters == ["unknown", "US", "US_a0", "US_a2"]
+    table = np.array([[9.0, 9.0], [9.0, 9.0], [1.0, 0.0], [4.0, 3.0]], dtype=np.float32)
+    filled = fill_untrained_rows(assignment, table)
+    expected_mean = (4 * table[2] + 2 * table[3]) / 6
+    np.testing.assert_allclose(filled[1], expected_mean)
+    np.testing.assert_allclose(filled[0], expected_mean)
+    np.testing.assert_array_equal(filled[2:], table[2:])

@@ -1,0 +1,55 @@
+"""`ltr simulate` end to end through the console app."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from trainer.cli import app
+
+runner = CliRunner()
+
+
+def test_json_summary_matches_the_files(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    args = ["simulate", "--out", str(out), "--rows", "2000", "--users", "40", "--seed", "5"]
+    result = runner.invoke(app, [*args, "--format", "letor", "--clicks", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["rows"] == 2000 and summary["users"] == 40 and summary["format"] == "letor"
+    lines = sum(len((out / s["file"]).read_text().splitlines()) for s in summary["splits"].values())
+    assert lines == 2000
+    assert (out / "users.csv").read_text().splitlines()[0].startswith("user_id,country,age")
+    assert (out / "train.txt.position").is_file() and (out / "train.txt.click").is_file()
+    assert json.loads((out / "truth.json").read_text())["config"]["seed"] == 5
+
+
+def test_plain_output_is_one_line(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--out", str(tmp_path), "--rows", "500"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("wrote 500 rows (train ")
+    assert (tmp_path / "train.parquet").is_file()
+
+
+def test_bad_settings_give_one_clear_line(tmp_path: Path) -> None:
+    cases = {
+        ("--rows", "0"): "rows: Input should be greater than or equal to 1",
+        ("--split", "0.5,0.5"): "--split '0.5,0.5': expected three fractions",
+        ("--split", "a,b,c"): "expected three numbers",
+        ("--min-docs", "9", "--max-docs", "3"): "docs_per_query must satisfy",
+        ("--eta", "-1"): "eta: Input should be greater than or equal to 0",
+    }
+    for extra, message in cases.items():
+        result = runner.invoke(app, ["simulate", "--out", str(tmp_path / "x"), *extra])
+        assert result.exit_code == 2, (extra, result.output)
+        assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+
+
+def test_out_must_be_a_directory(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("")
+    result = runner.invoke(app, ["simulate", "--out", str(target), "--rows", "100"])
+    assert result.exit_code == 2
+    assert "exists and is not a directory" in result.stderr

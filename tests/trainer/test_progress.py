@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import io
+
+from trainer.progress import TrainingProgress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class TtyStream(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_plain_lines_format_and_schedule() -> None:
+    clock, stream = Clock(), io.StringIO()
+    with TrainingProgress(100, stream=stream, clock=clock) as progress:
+        assert progress.mode == "lines"  # StringIO is not a terminal
+        for it in range(1, 13):
+            clock.now += 0.5
+            progress.update(it, train_metric=0.71, valid_metric=0.69)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "iter 1/100 train ndcg@10 0.7100 valid ndcg@10 0.6900 elapsed 0.5s eta 50s"
+    # every total/20 = 5 iterations, and the last update when the context exits
+    assert [line.split()[1] for line in lines] == ["1/100", "5/100", "10/100", "12/100"]
+    assert lines[-1].endswith("elapsed 6.0s eta 44s")
+
+
+def test_missing_metrics_and_units() -> None:
+    clock, stream = Clock(), io.StringIO()
+    with TrainingProgress(4, stream=stream, clock=clock, unit="epoch", metric="ndcg@5") as p:
+        clock.now += 2.0
+        p.update(1, train_metric=0.5)
+        clock.now += 2.0
+        p.update(2)
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "epoch 1/4 train ndcg@5 0.5000 elapsed 2.0s eta 6s",
+        "epoch 2/4 elapsed 4.0s eta 4s",
+    ]
+
+
+def test_slow_iterations_still_log_every_ten_seconds() -> None:
+    clock, stream = Clock(), io.StringIO()
+    with TrainingProgress(1000, stream=stream, clock=clock, every=100) as progress:
+        for it in range(1, 6):
+            clock.now += 4.0
+            progress.update(it, 0.1, None)
+    printed = [line.split()[1] for line in stream.getvalue().splitlines()]
+    # 1 is the first, 4 comes 12 s after it, 5 is the last update (printed on exit)
+    assert printed == ["1/1000", "4/1000", "5/1000"]
+
+
+def test_no_duplicate_final_line_and_messages() -> None:
+    stream = io.StringIO()
+    with TrainingProgress(2, stream=stream) as progress:
+        progress.update(1, 0.2, 0.3)
+        progress.update(2, 0.4, 0.5)
+        progress.message("early stopping at 2")
+    lines = stream.getvalue().splitlines()
+    assert [line.split()[1] for line in lines[:2]] == ["1/2", "2/2"]
+    assert lines[2] == "early stopping at 2"
+    assert len(lines) == 3
+
+
+def test_bar_on_a_terminal() -> None:
+    stream = TtyStream()
+    with TrainingProgress(50, stream=stream) as progress:
+        assert progress.mode == "bar"
+        progress.update(10, train_metric=0.8123, valid_metric=0.7456)
+        progress.message("hello")
+    out = stream.getvalue()
+    assert "training" in out and "10/50" in out
+    assert "train ndcg@10 0.8123 valid ndcg@10 0.7456" in out
+    assert "hello" in out
+    assert "iter 10/50" not in out  # no plain lines on a terminal
+
+
+def test_off_prints_nothing() -> None:
+    stream = io.StringIO()
+    with TrainingProgress(3, stream=stream, mode="off") as progress:
+        progress.update(1, 0.1, 0.2)
+        progress.message("quiet")
+    assert stream.getvalue() == ""
+
+
+def test_eta_extrapolates_average_iteration_time() -> None:
+    clock = Clock()
+    progress = TrainingProgress(10, stream=io.StringIO(), clock=clock, mode="off")
+    with progress:
+        clock.now += 3.0
+        assert progress.eta(3) == 7.0
+        assert progress.eta(10) == 0.0

@@ -1,0 +1,187 @@
+"""`ltr convert`: a LightGBM model.txt or XGBoost JSON model → a verified version directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import orjson
+import typer
+
+from app.artifacts.store import ArtifactError, sha256_hex
+from app.artifacts.tree_dump import TreeEnsemble
+from trainer.commands.errors import CommandError, clear_errors, fail
+from trainer.data.errors import DataFormatError
+from trainer.export import ExportError
+
+SOURCES = ("lightgbm", "xgboost")
+LIBRARY_RTOL = 1e-6  # XGBoost sums in float32; the dump sums in float64
+PROBE_ROWS = 2_000
+
+
+def convert_command(
+    model_file: Annotated[Path, typer.Argument(help="model.txt (LightGBM) or model.json (XGBoost).")],
+    source: Annotated[str, typer.Option("--from", help="lightgbm | xgboost")],
+    out: Annotated[Path, typer.Option(help="Version directory to create; its name is the version.")],
+    name: Annotated[str, typer.Option(help="Model name.")] = "default",
+    feature_names: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated names, or @FILE with one name per line."),
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Judged data: verify on it and record its metrics.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Convert a LightGBM or XGBoost model and check it scores like the library did."""
+    from trainer.convert import ModelFormatError, convert_lightgbm, convert_xgboost
+
+    if source not in SOURCES:
+        fail(f"--from {source!r}: choose lightgbm or xgboost")
+    with clear_errors(ModelFormatError, ExportError, ArtifactError, DataFormatError, OSError):
+        raw = model_file.read_bytes()
+        names = _names(feature_names)
+        if source == "lightgbm":
+            ensemble = convert_lightgbm(_text(raw, model_file), names, source=str(model_file))
+        else:
+            ensemble = convert_xgboost(raw, source=str(model_file))
+        final_names = names or ensemble.meta.get("feature_names") or [
+            f"f{i + 1}" for i in range(ensemble.num_features)
+        ]
+        if len(final_names) != ensemble.num_features:
+            raise CommandError(
+                f"--feature-names: {len(final_names)} names, the model has "
+                f"{ensemble.num_features} features"
+            )
+        summary = _export(ensemble, source, raw, model_file, out, name, list(final_names), data)
+    if as_json:
+        typer.echo(orjson.dumps(summary).decode())
+    else:
+        typer.echo(summary["model_dir"])
+        typer.echo(f"{source} → {summary['trees']} trees, verified on {summary['verified_rows']} rows")
+
+
+def _text(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CommandError(f"{path}: not a LightGBM text model (not UTF-8 text)") from None
+
+
+def _names(option: str | None) -> list[str] | None:
+    if option is None:
+        return None
+    if option.startswith("@"):
+        lines = Path(option[1:]).read_text().splitlines()
+        return [line.strip() for line in lines if line.strip()]
+    return [part.strip() for part in option.split(",") if part.strip()]
+
+
+def _export(
+    ensemble: TreeEnsemble,
+    source: str,
+    raw: bytes,
+    model_file: Path,
+    out: Path,
+    name: str,
+    names: list[str],
+    data: Path | None,
+) -> dict[str, Any]:
+    from app.scoring.reference import predict
+    from trainer.export import export_tree_model, metric_entries, scores_match
+    from trainer.metrics.report import ranking_report
+
+    metrics: dict[str, Any] = {}
+    if data is not None:
+        from trainer.data.loader import load_dataset
+
+        dataset = load_dataset(data, feature_names=names)
+        features = dataset.features
+        ours = predict(ensemble, features)
+        metrics = metric_entries(
+            ranking_report(ours, dataset.labels, dataset.group_offsets), dataset, 1.0
+        )
+    else:
+        features = probe_features(ensemble, PROBE_ROWS, infinities=source == "lightgbm")
+        ours = predict(ensemble, features)
+    theirs = library_scores(source, raw, features)
+    if not scores_match(ours, theirs, LIBRARY_RTOL):
+        worst = float(np.max(np.abs(ours - theirs)))
+        raise CommandError(
+            f"{model_file}: the converted model scores differently from {source} "
+            f"(max abs difference {worst:.3g}); nothing was written"
+        )
+    training = {
+        "engine": source,
+        "converted_from": str(model_file),
+        "source_sha256": sha256_hex(raw),
+        "objective": ensemble.meta.get("objective"),
+        "trees": len(ensemble.trees),
+    }
+    path = export_tree_model(
+        ensemble,
+        out,
+        name=name,
+        feature_names=names,
+        metrics=metrics,
+        training=training,
+        verify_features=features,
+        expected_scores=ours,
+    )
+    return {
+        "model_dir": str(path),
+        "name": name,
+        "version": path.name,
+        "kind": "lambdamart",
+        "engine": source,
+        "trees": len(ensemble.trees),
+        "verified_rows": int(features.shape[0]),
+        "metrics": {k: v["value"] for k, v in metrics.items()},
+    }
+
+
+def library_scores(source: str, raw: bytes, features: np.ndarray) -> np.ndarray:
+    """What LightGBM / XGBoost itself predicts for float32 [n_rows, n_features]: float64 [n_rows]."""
+    if source == "lightgbm":
+        import lightgbm as lgb
+
+        booster = lgb.Booster(model_str=raw.decode("utf-8"))
+        return np.asarray(booster.predict(features, raw_score=True), dtype=np.float64)
+    import xgboost as xgb
+
+    xbooster = xgb.Booster()
+    xbooster.load_model(bytearray(raw))
+    matrix = xgb.DMatrix(features, missing=np.nan)
+    return np.asarray(xbooster.predict(matrix, output_margin=True), dtype=np.float64)
+
+
+def probe_features(ensemble: TreeEnsemble, n_rows: int, *, infinities: bool) -> np.ndarray:
+    """Rows that exercise every split: float32 [n_rows, num_features].
+
+    Values sit on, just below and just above the model's thresholds, with NaN, 0 and (when the
+    library accepts them) ±inf mixed in, so both branches and the missing direction are taken.
+    """
+    rng = np.random.default_rng(0)
+    per_feature: list[list[np.ndarray]] = [[np.zeros(1)] for _ in range(ensemble.num_features)]
+    for tree in ensemble.trees:
+        for feature, threshold in zip(tree.split_feature, tree.threshold, strict=True):
+            per_feature[feature].append(np.array([threshold]))
+    out = np.empty((n_rows, ensemble.num_features), dtype=np.float32)
+    for j, values in enumerate(per_feature):
+        pool = np.concatenate(values)
+        out[:, j] = rng.choice(pool[np.isfinite(pool)], size=n_rows).astype(np.float32)
+    nudge = rng.integers(-1, 2, size=out.shape)
+    toward = np.where(nudge < 0, -np.inf, np.inf).astype(np.float32)
+    out = np.where(nudge == 0, out, np.nextafter(out, toward)).astype(np.float32)
+    special = rng.random(out.shape)
+    out[special < 0.10] = np.nan
+    out[(special >= 0.10) & (special < 0.15)] = 0.0
+    if infinities:
+        out[(special >= 0.15) & (special < 0.16)] = np.inf
+        out[(special >= 0.16) & (special < 0.17)] = -np.inf
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    app.command("convert")(convert_command)

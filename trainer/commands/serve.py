@@ -1,0 +1,96 @@
+"""`ltr serve`: run the reranking service (uvicorn, `app.main:create_app`) on a registry.
+
+Options become `LTR_*` variables before uvicorn starts, so every worker process builds the same
+settings. `--demo` first trains a small LambdaMART model on the bundled LightGBM lambdarank
+example and publishes it as model `demo` when the registry has no deployed model yet.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from app.artifacts.store import list_models, read_current, set_current
+from trainer.commands.errors import echo_err, fail
+
+Opt = typer.Option
+DEMO_NAME = "demo"
+DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
+DEMO_TREES = 100
+
+
+def serve_command(
+    host: Annotated[
+        str | None, Opt(help="Interface to bind [default: LTR_HOST or 127.0.0.1]")
+    ] = None,
+    port: Annotated[int | None, Opt(help="Port [default: LTR_PORT or 8000]")] = None,
+    workers: Annotated[int | None, Opt(help="Worker processes [default: LTR_WORKERS or 1]")] = None,
+    registry: Annotated[
+        Path | None, Opt(help="Model registry directory [default: LTR_REGISTRY or ./registry]")
+    ] = None,
+    demo: Annotated[
+        bool, Opt("--demo", help="Train and publish a demo model first if none is deployed.")
+    ] = False,
+    log_level: Annotated[str, Opt(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve POST /rerank with the CURRENT version of every model in the registry."""
+    overrides = {"LTR_HOST": host, "LTR_PORT": port, "LTR_WORKERS": workers}
+    overrides["LTR_REGISTRY"] = None if registry is None else str(registry.resolve())
+    for key, value in overrides.items():
+        if value is not None:
+            os.environ[key] = str(value)
+    from app.settings import Settings
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+    if demo and not _has_deployed_model(settings.registry):
+        _publish_demo(settings.registry)
+    import uvicorn
+
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=log_level,
+    )
+
+
+def _has_deployed_model(registry: Path) -> bool:
+    return any(read_current(registry, name) for name in list_models(registry))
+
+
+def _publish_demo(registry: Path) -> None:
+    """Train on rank.train (early stopping on rank.test) and make it model `demo`'s CURRENT."""
+    from app.artifacts.manifest import new_version_id
+    from trainer.data.loader import load_dataset
+    from trainer.engines import train_tree_model
+    from trainer.lambdamart.params import LambdaMARTParams
+
+    echo_err(f"no model in {registry}: training the demo model on {DEMO_DATA}/rank.train")
+    train = load_dataset(DEMO_DATA / "rank.train")
+    valid = load_dataset(
+        DEMO_DATA / "rank.test", num_features=train.num_features, feature_names=train.names()
+    )
+    params = LambdaMARTParams.model_validate(
+        {"num_trees": DEMO_TREES, "num_leaves": 31, "early_stopping_rounds": 20}
+    )
+    version = new_version_id()
+    summary = train_tree_model(
+        "native", train, valid, params, Path(registry) / DEMO_NAME / version, name=DEMO_NAME
+    )
+    set_current(registry, DEMO_NAME, version)
+    ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
+    echo_err(f"published {DEMO_NAME}/{version} ({summary['trees']} trees, test NDCG: {ndcg})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_command)

@@ -1,0 +1,176 @@
+"""`ltr train`: learn a ranker (native LambdaMART, LightGBM lambdarank or LambdaDNN) and write
+it as a verified version directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from app.artifacts.store import ArtifactError, load_version
+from trainer.commands.errors import clear_errors, fail
+from trainer.config import ConfigError, build_params, read_config
+from trainer.data.errors import DataFormatError
+from trainer.export import ExportError
+
+ENGINES = ("native", "lightgbm", "dnn")
+TREE = "Tree engines (native, lightgbm)"
+DNN = "DNN engine"
+Opt = typer.Option
+
+
+def train_command(
+    train_file: Annotated[Path, Opt("--train", help="Training data (LETOR text or Parquet).")],
+    out: Annotated[Path, Opt("--out", help="Version directory to create; its name is the version.")],
+    valid_file: Annotated[
+        Path | None, Opt("--valid", help="Validation data: early stopping and metrics.")
+    ] = None,
+    engine: Annotated[str | None, Opt(help="native | lightgbm | dnn [default: native]")] = None,
+    config: Annotated[Path | None, Opt(help="Params TOML file; flags override it.")] = None,
+    name: Annotated[str, Opt(help="Model name.")] = "default",
+    num_trees: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
+    num_leaves: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
+    min_data_in_leaf: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
+    max_bin: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
+    learning_rate: Annotated[float | None, Opt()] = None,
+    early_stopping: Annotated[
+        int | None, Opt(help="Stop after ROUNDS without valid NDCG@k gain.", metavar="ROUNDS")
+    ] = None,
+    eval_at: Annotated[int | None, Opt(help="k of the NDCG@k to report and early-stop on.")] = None,
+    seed: Annotated[int | None, Opt()] = None,
+    threads: Annotated[int | None, Opt(help="0 = all cores.")] = None,
+    loss: Annotated[str | None, Opt(rich_help_panel=DNN)] = None,
+    arch: Annotated[str | None, Opt(rich_help_panel=DNN)] = None,
+    hidden: Annotated[str | None, Opt(rich_help_panel=DNN, help='e.g. "256,128"')] = None,
+    epochs: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
+    batch_queries: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
+    dropout: Annotated[float | None, Opt(rich_help_panel=DNN)] = None,
+    user_profiles: Annotated[Path | None, Opt(rich_help_panel=DNN)] = None,
+    cluster_config: Annotated[Path | None, Opt(rich_help_panel=DNN)] = None,
+    embedding_dim: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Train a ranking model and write it as a version directory (manifest + model)."""
+    flags: dict[str, Any] = {
+        "num_trees": num_trees,
+        "num_leaves": num_leaves,
+        "min_data_in_leaf": min_data_in_leaf,
+        "max_bin": max_bin,
+        "learning_rate": learning_rate,
+        "early_stopping_rounds": early_stopping,
+        "eval_at": eval_at,
+        "seed": seed,
+        "threads": threads,
+        "loss": loss,
+        "arch": arch,
+        "hidden": None if hidden is None else _int_list(hidden, "--hidden"),
+        "epochs": epochs,
+        "batch_queries": batch_queries,
+        "dropout": dropout,
+        "user_profiles": user_profiles,
+        "cluster_config": cluster_config,
+        "embedding_dim": embedding_dim,
+    }
+    from trainer.engines.lightgbm_ranker import EngineError
+
+    with clear_errors(ConfigError, DataFormatError, ExportError, ArtifactError, EngineError):
+        file_values = read_config(config) if config is not None else {}
+        chosen = engine or str(file_values.get("engine", "native"))
+        if chosen not in ENGINES:
+            fail(f"unknown engine {chosen!r} (choose one of {', '.join(ENGINES)})")
+        source = str(config) if config is not None else "command line"
+        from trainer.data.loader import load_dataset
+
+        train = load_dataset(train_file)
+        valid = None
+        if valid_file is not None:
+            valid = load_dataset(
+                valid_file, num_features=train.num_features, feature_names=train.feature_names
+            )
+        if chosen == "dnn":
+            summary = _train_dnn(train, valid, file_values, flags, source, out, name)
+        else:
+            summary = _train_trees(chosen, train, valid, file_values, flags, source, out, name)
+    _print_summary(summary, as_json)
+
+
+def _train_trees(
+    engine: str,
+    train: Any,
+    valid: Any,
+    file_values: dict[str, Any],
+    flags: dict[str, Any],
+    source: str,
+    out: Path,
+    name: str,
+) -> dict[str, Any]:
+    from trainer.engines import train_tree_model
+    from trainer.lambdamart.params import LambdaMARTParams
+    from trainer.progress import TrainingProgress
+
+    label = f"--engine {engine}"
+    params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
+    metric = f"ndcg@{params.eval_at}"
+    with TrainingProgress(params.num_trees, metric=metric) as progress:
+        return train_tree_model(engine, train, valid, params, out, name=name, progress=progress)
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        fail(f"{flag}: expected comma-separated integers like 256,128, got {text!r}")
+
+
+def _train_dnn(
+    train: Any,
+    valid: Any,
+    file_values: dict[str, Any],
+    flags: dict[str, Any],
+    source: str,
+    out: Path,
+    name: str,
+) -> dict[str, Any]:
+    from trainer.dnn.options import DNNOptions
+    from trainer.progress import TrainingProgress
+
+    options = build_params(DNNOptions, file_values, flags, source=source, label="--engine dnn")
+    try:
+        from trainer.dnn.engine import train_and_export
+    except ImportError as exc:
+        fail(f"--engine dnn needs the dnn extra (pip install 'ltr-rerank[dnn]'): {exc}")
+    metric = f"ndcg@{options.eval_at}"
+    with TrainingProgress(options.epochs, metric=metric, unit="epoch") as progress:
+        path = train_and_export(train, valid, options, out, progress, name=name)
+    manifest = load_version(path).manifest
+    return {
+        "model_dir": str(path),
+        "name": manifest.name,
+        "version": manifest.version,
+        "kind": manifest.kind,
+        "engine": "dnn",
+        "training": manifest.training,
+        "metrics": {k: v["value"] if isinstance(v, dict) else v for k, v in manifest.metrics.items()},
+    }
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(orjson.dumps(summary).decode())
+        return
+    typer.echo(summary["model_dir"])
+    metrics = " ".join(
+        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary["metrics"].items()
+    )
+    detail = ""
+    if "trees" in summary:
+        detail = f": {summary['trees']} trees (best iteration {summary['best_iteration']})"
+    typer.echo(f"{summary['name']} {summary['version']} {summary['engine']} {summary['kind']}{detail}")
+    if metrics:
+        typer.echo(f"{summary.get('evaluated_on', 'valid')}: {metrics}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_command)

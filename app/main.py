@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="ltr-rerank",
         summary="Learning-to-rank reranking service",
         description="POST candidates with their features; get them back ordered by the "
-        "deployed model. See docs/API.md.",
+        "deployed model, with its name and version.",
         version="1",
         lifespan=lifespan,
     )

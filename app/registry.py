@@ -109,15 +109,17 @@ class ModelRegistry:
         self._refused: dict[str, str] = {}  # name -> version the poll must not retry
         self._errors: dict[str, str] = {}  # name -> last load error
         self._lock = asyncio.Lock()
+        self._scanned = False  # a reload of every model has finished once
 
     # Reading: cheap, lock-free, called per request.
 
     @property
     def ready(self) -> bool:
-        """A model is loaded and warmed (and the configured default, if any, is among them)."""
+        """The first full scan is done, a model is loaded and warmed, and the configured
+        default (if any) is among them."""
         models = self._models
         default = self.settings.default_model
-        return bool(models) and (default is None or default in models)
+        return self._scanned and bool(models) and (default is None or default in models)
 
     def models(self) -> Mapping[str, LoadedModel]:
         return self._models
@@ -155,6 +157,8 @@ class ModelRegistry:
             for model_name in names:
                 if _NAME.fullmatch(model_name):
                     await self._reload_one(model_name, force, report)
+            if name is None:
+                self._scanned = True
         return report
 
     async def watch(self, poll_seconds: float) -> None:

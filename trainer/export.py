@@ -60,6 +60,20 @@ def scores_match(actual: np.ndarray, expected: np.ndarray, rtol: float) -> bool:
     return bool(np.all(np.abs(actual - expected) <= rtol * np.maximum(np.abs(expected), scale)))
 
 
+def check_out_dir(out_dir: Path, name: str) -> Path:
+    """Refuse, before any work, a version directory that cannot be written."""
+    out_dir = Path(out_dir)
+    if not re.match(NAME_PATTERN, out_dir.name):
+        raise ExportError(
+            f"{out_dir}: the directory name is the version id and must match {NAME_PATTERN}"
+        )
+    if not re.match(NAME_PATTERN, name):
+        raise ExportError(f"model name {name!r} must match {NAME_PATTERN}")
+    if out_dir.exists():
+        raise ExportError(f"{out_dir} already exists (a version is never overwritten)")
+    return out_dir
+
+
 def export_tree_model(
     ensemble: TreeEnsemble,
     out_dir: Path,
@@ -80,15 +94,7 @@ def export_tree_model(
     float64 [n_rows], defaulting to the in-memory ensemble's scores. A mismatch beyond 1e-9
     relative removes the directory again and raises ExportError.
     """
-    out_dir = Path(out_dir)
-    if not re.match(NAME_PATTERN, out_dir.name):
-        raise ExportError(
-            f"{out_dir}: the directory name is the version id and must match {NAME_PATTERN}"
-        )
-    if not re.match(NAME_PATTERN, name):
-        raise ExportError(f"model name {name!r} must match {NAME_PATTERN}")
-    if out_dir.exists():
-        raise ExportError(f"{out_dir} already exists (a version is never overwritten)")
+    out_dir = check_out_dir(out_dir, name)
     if len(feature_names) != ensemble.num_features:
         raise ExportError(
             f"{len(feature_names)} feature names for a model of {ensemble.num_features} features"

@@ -23,6 +23,7 @@ from app.artifacts.store import (
     load_version,
     read_current,
     set_current,
+    write_version_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -50,17 +51,7 @@ def install_version(source: Path, registry: Path, name: str | None = None) -> Ar
         if existing.manifest.files != artifact.manifest.files:
             raise ArtifactError(f"{final} already exists with different contents")
         return existing
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{manifest.version}.", dir=final.parent))
-    try:
-        for fname, data in artifact.files.items():
-            (tmp / fname).write_bytes(data)
-        (tmp / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
-        tmp.chmod(0o755)
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_version_dir(final, manifest, artifact.files)
     return load_version(final)
 
 

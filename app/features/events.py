@@ -50,19 +50,24 @@ async def listen_for_reloads(
     min_backoff: float = 0.1,
     max_backoff: float = 5.0,
 ) -> None:
-    """Call `on_event(model, version)` for each announcement; returns only without a Redis URL."""
+    """Call `on_event(model, version)` for each announcement; returns only without a (valid)
+    Redis URL."""
     if settings.redis_url is None:
         return
     channel = f"{settings.redis_prefix}events"
     backoff = min_backoff
     while True:
-        client = aioredis.Redis.from_url(
-            settings.redis_url,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            socket_timeout=None,  # a subscriber waits for messages as long as it takes
-            retry=Retry(NoBackoff(), 0),
-            driver_info=None,
-        )
+        try:
+            client = aioredis.Redis.from_url(
+                settings.redis_url,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                socket_timeout=None,  # a subscriber waits for messages as long as it takes
+                retry=Retry(NoBackoff(), 0),
+                driver_info=None,
+            )
+        except ValueError as exc:
+            log.error("reload events: LTR_REDIS_URL is not a usable Redis URL (%s)", exc)
+            return
         try:
             async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                 await pubsub.subscribe(channel)

@@ -108,14 +108,19 @@ class RedisStore:
         """Open the pool and try one PING to warm a connection; Redis being down is fine."""
         if self.settings.redis_url is None or self._client is not None:
             return
-        self._client = aioredis.Redis.from_url(
-            self.settings.redis_url,
-            # asyncio.timeout is the real deadline; these only stop a stray socket wait.
-            socket_connect_timeout=max(self.deadline_s * 2, 0.05),
-            socket_timeout=max(self.deadline_s * 2, 0.05),
-            retry=Retry(NoBackoff(), 0),  # a retry would spend the deadline twice
-            driver_info=None,  # skip CLIENT SETINFO: one round trip less per new connection
-        )
+        try:
+            self._client = aioredis.Redis.from_url(
+                self.settings.redis_url,
+                # asyncio.timeout is the real deadline; these only stop a stray socket wait.
+                socket_connect_timeout=max(self.deadline_s * 2, 0.05),
+                socket_timeout=max(self.deadline_s * 2, 0.05),
+                retry=Retry(NoBackoff(), 0),  # a retry would spend the deadline twice
+                driver_info=None,  # skip CLIENT SETINFO: one round trip less per new connection
+            )
+        except ValueError as exc:
+            # A bad URL must not stop the service: it answers from the artifact, degraded.
+            log.error("LTR_REDIS_URL is not a usable Redis URL (%s); Redis stays off", exc)
+            return
         try:
             async with asyncio.timeout(self.deadline_s):
                 await self._client.ping()

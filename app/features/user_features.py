@@ -8,8 +8,10 @@ does, `resolve` answers within the deadline with a vector, and says `degraded` a
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections import OrderedDict
+import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +33,6 @@ EMBEDDING_MISSING_IN_REDIS = "embedding_missing_in_redis"
 EMBEDDING_MALFORMED_IN_REDIS = "embedding_malformed_in_redis"
 EMBEDDING_TABLE_MISSING = "embedding_table_missing"
 INTERNAL_ERROR = "user_features_error"
-VERSIONS_KEPT = 3  # per model: the current one plus those requests in flight may still use
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,10 @@ class UserFeatureResolver:
             "errors": getattr(source, "REDIS_ERRORS", None),
         }
         self.store = RedisStore(settings, counters=counters)
-        self._tables: dict[str, OrderedDict[str, EmbeddingTable]] = {}
+        self._tables: dict[tuple[str, str], tuple[int, EmbeddingTable]] = {}
+        self._tokens = itertools.count()
+        # Re-entrant: a finalizer may run (garbage collection) while this thread holds it.
+        self._lock = threading.RLock()
 
     async def start(self) -> None:
         await self.store.start()
@@ -63,19 +67,30 @@ class UserFeatureResolver:
         await self.store.close()
 
     def register_model(self, manifest: Manifest, files: dict[str, bytes]) -> None:
-        """Load the model's embedding table; ValueError (naming the file) when it is bad."""
+        """Load the model's embedding table; ValueError (naming the file) when it is bad.
+
+        The table lives as long as this `manifest` object: the registry's loaded model holds
+        it, so a version's table goes when the last request on that version has finished.
+        """
         if manifest.user_clusters is None:
             return
         table = EmbeddingTable.from_files(manifest, files)
-        versions = self._tables.setdefault(manifest.name, OrderedDict())
-        versions[manifest.version] = table
-        versions.move_to_end(manifest.version)
-        while len(versions) > VERSIONS_KEPT:
-            versions.popitem(last=False)
+        key = (manifest.name, manifest.version)
+        with self._lock:
+            token = next(self._tokens)
+            self._tables[key] = (token, table)
+        weakref.finalize(manifest, self._forget, key, token)
+
+    def _forget(self, key: tuple[str, str], token: int) -> None:
+        with self._lock:
+            # The same version may have been registered again since: keep the newer table.
+            entry = self._tables.get(key)
+            if entry is not None and entry[0] == token:
+                del self._tables[key]
 
     def table(self, manifest: Manifest) -> EmbeddingTable | None:
-        versions = self._tables.get(manifest.name)
-        return None if versions is None else versions.get(manifest.version)
+        entry = self._tables.get((manifest.name, manifest.version))
+        return None if entry is None else entry[1]
 
     async def resolve(self, manifest: Manifest, user: Mapping[str, Any] | None) -> UserFeatures:
         """The user's cluster and vector; never raises, never waits past the Redis deadline."""

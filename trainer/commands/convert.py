@@ -13,7 +13,7 @@ from app.artifacts.store import ArtifactError, sha256_hex
 from app.artifacts.tree_dump import TreeEnsemble
 from trainer.commands.errors import CommandError, clear_errors, fail
 from trainer.data.errors import DataFormatError
-from trainer.export import ExportError
+from trainer.export import ExportError, check_out_dir
 
 SOURCES = ("lightgbm", "xgboost")
 LIBRARY_RTOL = 1e-6  # XGBoost sums in float32; the dump sums in float64
@@ -21,9 +21,13 @@ PROBE_ROWS = 2_000
 
 
 def convert_command(
-    model_file: Annotated[Path, typer.Argument(help="model.txt (LightGBM) or model.json (XGBoost).")],
+    model_file: Annotated[
+        Path, typer.Argument(help="model.txt (LightGBM) or model.json (XGBoost).")
+    ],
     source: Annotated[str, typer.Option("--from", help="lightgbm | xgboost")],
-    out: Annotated[Path, typer.Option(help="Version directory to create; its name is the version.")],
+    out: Annotated[
+        Path, typer.Option(help="Version directory to create; its name is the version.")
+    ],
     name: Annotated[str, typer.Option(help="Model name.")] = "default",
     feature_names: Annotated[
         str | None,
@@ -39,16 +43,21 @@ def convert_command(
 
     if source not in SOURCES:
         fail(f"--from {source!r}: choose lightgbm or xgboost")
-    with clear_errors(ModelFormatError, ExportError, ArtifactError, DataFormatError, OSError):
-        raw = model_file.read_bytes()
+    with clear_errors(ModelFormatError, ExportError, ArtifactError, DataFormatError):
+        check_out_dir(out, name)
+        raw = _read(model_file)
         names = _names(feature_names)
         if source == "lightgbm":
-            ensemble = convert_lightgbm(_text(raw, model_file), names, source=str(model_file))
+            ensemble = convert_lightgbm(
+                _text(raw, model_file, "a LightGBM text model"), names, source=str(model_file)
+            )
         else:
             ensemble = convert_xgboost(raw, source=str(model_file))
-        final_names = names or ensemble.meta.get("feature_names") or [
-            f"f{i + 1}" for i in range(ensemble.num_features)
-        ]
+        final_names = (
+            names
+            or ensemble.meta.get("feature_names")
+            or [f"f{i + 1}" for i in range(ensemble.num_features)]
+        )
         if len(final_names) != ensemble.num_features:
             raise CommandError(
                 f"--feature-names: {len(final_names)} names, the model has "
@@ -59,21 +68,30 @@ def convert_command(
         typer.echo(orjson.dumps(summary).decode())
     else:
         typer.echo(summary["model_dir"])
-        typer.echo(f"{source} → {summary['trees']} trees, verified on {summary['verified_rows']} rows")
+        typer.echo(
+            f"{source} → {summary['trees']} trees, verified on {summary['verified_rows']} rows"
+        )
 
 
-def _text(raw: bytes, path: Path) -> str:
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _text(raw: bytes, path: Path, what: str = "a text file") -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise CommandError(f"{path}: not a LightGBM text model (not UTF-8 text)") from None
+        raise CommandError(f"{path}: not {what} (not UTF-8 text)") from None
 
 
 def _names(option: str | None) -> list[str] | None:
     if option is None:
         return None
     if option.startswith("@"):
-        lines = Path(option[1:]).read_text().splitlines()
+        lines = _text(_read(Path(option[1:])), Path(option[1:])).splitlines()
         return [line.strip() for line in lines if line.strip()]
     return [part.strip() for part in option.split(",") if part.strip()]
 
@@ -142,7 +160,7 @@ def _export(
 
 
 def library_scores(source: str, raw: bytes, features: np.ndarray) -> np.ndarray:
-    """What LightGBM / XGBoost itself predicts for float32 [n_rows, n_features]: float64 [n_rows]."""
+    """The library's own scores, float64 [n_rows], for float32 [n_rows, n_features]."""
     if source == "lightgbm":
         import lightgbm as lgb
 

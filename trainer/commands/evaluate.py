@@ -67,7 +67,9 @@ def _scores(artifact: Artifact, features: np.ndarray) -> np.ndarray:
     try:
         from app.scoring.onnx_scorer import OnnxScorer
     except ImportError as exc:
-        raise CommandError(f"{artifact.path}: cannot score a lambdadnn model here ({exc})") from None
+        raise CommandError(
+            f"{artifact.path}: cannot score a lambdadnn model here ({exc})"
+        ) from None
     scorer = OnnxScorer.from_artifact(artifact)
     parts = [
         scorer.score(features[start : start + ONNX_CHUNK_ROWS])

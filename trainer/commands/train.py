@@ -13,7 +13,7 @@ from app.artifacts.store import ArtifactError, load_version
 from trainer.commands.errors import clear_errors, fail
 from trainer.config import ConfigError, build_params, read_config
 from trainer.data.errors import DataFormatError
-from trainer.export import ExportError
+from trainer.export import ExportError, check_out_dir
 
 ENGINES = ("native", "lightgbm", "dnn")
 TREE = "Tree engines (native, lightgbm)"
@@ -23,7 +23,9 @@ Opt = typer.Option
 
 def train_command(
     train_file: Annotated[Path, Opt("--train", help="Training data (LETOR text or Parquet).")],
-    out: Annotated[Path, Opt("--out", help="Version directory to create; its name is the version.")],
+    out: Annotated[
+        Path, Opt("--out", help="Version directory to create; its name is the version.")
+    ],
     valid_file: Annotated[
         Path | None, Opt("--valid", help="Validation data: early stopping and metrics.")
     ] = None,
@@ -76,6 +78,7 @@ def train_command(
     from trainer.engines.lightgbm_ranker import EngineError
 
     with clear_errors(ConfigError, DataFormatError, ExportError, ArtifactError, EngineError):
+        check_out_dir(out, name)
         file_values = read_config(config) if config is not None else {}
         chosen = engine or str(file_values.get("engine", "native"))
         if chosen not in ENGINES:
@@ -152,7 +155,9 @@ def _train_dnn(
         "kind": manifest.kind,
         "engine": "dnn",
         "training": manifest.training,
-        "metrics": {k: v["value"] if isinstance(v, dict) else v for k, v in manifest.metrics.items()},
+        "metrics": {
+            k: v["value"] if isinstance(v, dict) else v for k, v in manifest.metrics.items()
+        },
     }
 
 
@@ -162,12 +167,15 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         return
     typer.echo(summary["model_dir"])
     metrics = " ".join(
-        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary["metrics"].items()
+        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in summary["metrics"].items()
     )
     detail = ""
     if "trees" in summary:
         detail = f": {summary['trees']} trees (best iteration {summary['best_iteration']})"
-    typer.echo(f"{summary['name']} {summary['version']} {summary['engine']} {summary['kind']}{detail}")
+    typer.echo(
+        f"{summary['name']} {summary['version']} {summary['engine']} {summary['kind']}{detail}"
+    )
     if metrics:
         typer.echo(f"{summary.get('evaluated_on', 'valid')}: {metrics}")
 

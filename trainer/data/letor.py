@@ -8,7 +8,7 @@ missing value. Queries must be contiguous.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError, located
 from trainer.data.letor_line import LineError, parse_line, strip_comment
 from trainer.data.letor_side import read_group_sizes, read_positions, read_user_ids, side_path
+
+if TYPE_CHECKING:
+    from trainer.data.letor_scan import Scan
 
 _WIDTH_SAMPLE_BYTES = 1 << 16
 _WRITE_CHUNK_ROWS = 4096
@@ -28,7 +31,7 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
     file's still lines up); an id above it is an error. Raises DataFormatError naming the file,
     the line and what is wrong.
     """
-    from trainer.data.letor_scan import scan  # compiled on first use
+    from trainer.data.letor_scan import scan  # compiled on first use (then cached)
 
     path = Path(path)
     if num_features is not None and num_features < 1:
@@ -37,21 +40,19 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
         raise located(path, None, "no such file")
     data = path.read_bytes()
     width = num_features if num_features is not None else _guess_width(path, data)
-    buf = np.frombuffer(data, dtype=np.uint8)
-    features, n, max_id, labels, qids, has_qid, line_no, span, deferred = scan(
-        buf, data.count(b"\n") + 1, width, num_features or 0
-    )
+    found = scan(data, width, num_features or 0)
+    n, features = found.n, found.features
     if n == 0:
         raise located(path, 1, "empty file: no data rows")
-    for row in np.flatnonzero(deferred[:n]):
-        features, top = _reparse(
-            path, data, features, int(row), labels, qids, has_qid, line_no, span, num_features
-        )
+    max_id = found.max_id
+    for row in np.flatnonzero(found.deferred[:n]):
+        features, top = _reparse(path, data, features, int(row), found, num_features)
         max_id = max(max_id, top)
     width = num_features if num_features is not None else max_id
     if features.shape[1] != width:
         features = features[:, :width] if features.shape[1] > width else _widen(features, width)
     features = np.ascontiguousarray(features[:n])
+    labels, qids, has_qid, line_no = found.labels, found.qids, found.has_qid, found.line_no
     offsets, query_ids = _groups(path, qids[:n], has_qid[:n], line_no[:n])
     user_path, position_path = side_path(path, ".user"), side_path(path, ".position")
     return RankingDataset(
@@ -89,27 +90,23 @@ def _reparse(
     data: bytes,
     features: np.ndarray,
     row: int,
-    labels: np.ndarray,
-    qids: np.ndarray,
-    has_qid: np.ndarray,
-    line_no: np.ndarray,
-    span: np.ndarray,
+    found: Scan,
     num_features: int | None,
 ) -> tuple[np.ndarray, int]:
     """Parse a line the scanner deferred with the reference parser; (features, largest id)."""
-    raw = data[span[row, 0] : span[row, 1]]
+    raw = data[found.line_span[row, 0] : found.line_span[row, 1]]
     try:
         parsed = parse_line(strip_comment(raw).decode("utf-8-sig", errors="replace"), num_features)
     except LineError as exc:
-        raise located(path, int(line_no[row]), str(exc)) from None
+        raise located(path, int(found.line_no[row]), str(exc)) from None
     if parsed is None:  # the scanner saw a byte it does not treat as blank; so be it
-        raise located(path, int(line_no[row]), "malformed line")
-    labels[row] = parsed.label
-    qids[row] = parsed.qid if parsed.qid is not None else 0
-    has_qid[row] = parsed.qid is not None
+        raise located(path, int(found.line_no[row]), "malformed line")
+    found.labels[row] = parsed.label
+    found.qids[row] = parsed.qid if parsed.qid is not None else 0
+    found.has_qid[row] = parsed.qid is not None
     top = max(parsed.ids, default=0)
     if top > features.shape[1]:
-        features = _widen(features, top)
+        features = _widen(features, max(top, features.shape[1] * 3 // 2 + 1))
     features[row] = 0.0
     if parsed.ids:
         features[row, np.asarray(parsed.ids) - 1] = np.asarray(parsed.values, dtype=np.float32)

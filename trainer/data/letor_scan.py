@@ -9,6 +9,8 @@ with the reference parser (`letor_line`), which either accepts them or names wha
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
 
@@ -21,7 +23,7 @@ _SPACE, _TAB, _CR = 32, 9, 13
 _NEWLINE, _HASH, _COLON, _DOT, _PLUS, _MINUS, _ZERO = 10, 35, 58, 46, 43, 45, 48
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _is_space(c: int) -> bool:
     return c == _SPACE or _TAB <= c <= _CR  # \t \n \v \f \r
 
@@ -86,37 +88,75 @@ def _ends_token(buf: np.ndarray, i: int, end: int) -> bool:
     return i >= end or _is_space(buf[i])
 
 
-@numba.njit(cache=True, nogil=True)
-def scan(
-    buf: np.ndarray, row_cap: int, width: int, max_width: int
-) -> tuple[
-    np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
-]:
-    """Scan `buf` (uint8 [n_bytes]).
+@dataclass
+class Scan:
+    """What the scanner read; rows [0, n) are filled, `deferred` rows need the reference parser."""
 
-    Returns (features float32 [row_cap, w], n_rows, max_id, labels [row_cap], qids [row_cap],
-    has_qid [row_cap], line_no [row_cap], line_span int64 [row_cap, 2], deferred [row_cap]);
-    `max_width` > 0 forces the width (larger ids are deferred, hence reported).
-    """
-    features = np.zeros((row_cap, width), dtype=np.float32)
-    labels = np.zeros(row_cap, dtype=np.float64)
-    qids = np.zeros(row_cap, dtype=np.int64)
-    has_qid = np.zeros(row_cap, dtype=np.bool_)
-    line_no = np.zeros(row_cap, dtype=np.int64)
-    line_span = np.zeros((row_cap, 2), dtype=np.int64)
-    deferred = np.zeros(row_cap, dtype=np.bool_)
+    features: np.ndarray  # float32 [row_cap, width]
+    labels: np.ndarray  # float64 [row_cap]
+    qids: np.ndarray  # int64 [row_cap]
+    has_qid: np.ndarray  # bool [row_cap]
+    line_no: np.ndarray  # int64 [row_cap], 1-based line of each row
+    line_span: np.ndarray  # int64 [row_cap, 2], byte range of each row's line
+    deferred: np.ndarray  # bool [row_cap]
+    n: int = 0
+    max_id: int = 0
+
+
+def scan(data: bytes, width: int, max_width: int) -> Scan:
+    """Scan a file's bytes starting with `width` columns; `max_width` > 0 forces the width
+    (larger ids are deferred, hence reported), else the matrix widens as ids appear."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    row_cap = data.count(b"\n") + 1
+    out = Scan(
+        features=np.zeros((row_cap, width), dtype=np.float32),
+        labels=np.zeros(row_cap, dtype=np.float64),
+        qids=np.zeros(row_cap, dtype=np.int64),
+        has_qid=np.zeros(row_cap, dtype=np.bool_),
+        line_no=np.zeros(row_cap, dtype=np.int64),
+        line_span=np.zeros((row_cap, 2), dtype=np.int64),
+        deferred=np.zeros(row_cap, dtype=np.bool_),
+    )
+    pos = line = 0
+    while True:
+        # Allocation stays out of the compiled code (it compiles far faster); the kernel stops
+        # at a line needing more columns, and resumes there once the matrix is wider.
+        pos, line, out.n, top, wanted = _scan_kernel(
+            buf, pos, line, out.n, max_width, out.features, out.labels, out.qids,
+            out.has_qid, out.line_no, out.line_span, out.deferred,
+        )  # fmt: skip
+        out.max_id = max(out.max_id, top)
+        if wanted == 0:
+            return out
+        old = out.features
+        out.features = np.zeros((row_cap, max(wanted, old.shape[1] * 3 // 2 + 1)), np.float32)
+        out.features[: out.n, : old.shape[1]] = old[: out.n]
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_kernel(
+    buf: np.ndarray,
+    pos: int,
+    line: int,
+    n: int,
+    max_width: int,
+    features: np.ndarray,
+    labels: np.ndarray,
+    qids: np.ndarray,
+    has_qid: np.ndarray,
+    line_no: np.ndarray,
+    line_span: np.ndarray,
+    deferred: np.ndarray,
+) -> tuple[int, int, int, int, int]:
+    """Fill rows from byte `pos` (after `line` lines and `n` rows) → (pos, line, n, max_id,
+    wanted): `wanted` > 0 means it stopped before a line with an id beyond the width."""
     size = buf.shape[0]
-    n = 0
     max_id = 0
-    line = 0
-    pos = 0
     while pos < size:
-        line += 1
         start = pos
         stop = pos
         while stop < size and buf[stop] != _NEWLINE:
             stop += 1
-        pos = stop + 1
         end = start
         while end < stop and buf[end] != _HASH:
             end += 1
@@ -124,21 +164,24 @@ def scan(
         while i < end and _is_space(buf[i]):
             i += 1
         if i == end:
+            line += 1
+            pos = stop + 1
             continue
         r = n
-        n += 1
-        line_no[r] = line
+        line_no[r] = line + 1
         line_span[r, 0] = start
         line_span[r, 1] = stop
+        deferred[r] = False
         label, i, ok = _number(buf, i, end)
         if not ok or not _ends_token(buf, i, end):
             deferred[r] = True
-            continue
-        labels[r] = label
-        while i < end and _is_space(buf[i]):
+        else:
+            labels[r] = label
+        while not deferred[r] and i < end and _is_space(buf[i]):
             i += 1
         if (
-            i + 4 <= end
+            not deferred[r]
+            and i + 4 <= end
             and buf[i] == 113  # q
             and buf[i + 1] == 105  # i
             and buf[i + 2] == 100  # d
@@ -153,11 +196,10 @@ def scan(
                 i += 1
             if qid_digits == 0 or not _ends_token(buf, i, end):
                 deferred[r] = True
-                continue
             qids[r] = qid
             has_qid[r] = True
         previous = 0
-        while True:
+        while not deferred[r]:
             while i < end and _is_space(buf[i]):
                 i += 1
             if i >= end:
@@ -172,15 +214,12 @@ def scan(
                 deferred[r] = True
                 break
             if fid > features.shape[1]:
-                if (max_width > 0 and fid > max_width) or fid > MAX_FEATURE_ID:
+                if max_width > 0 or fid > MAX_FEATURE_ID:
                     deferred[r] = True
                     break
-                grown = max(fid, features.shape[1] + features.shape[1] // 2 + 1)
-                if max_width > 0:
-                    grown = min(grown, max_width)
-                wider = np.zeros((row_cap, grown), dtype=np.float32)
-                wider[: r + 1, : features.shape[1]] = features[: r + 1]
-                features = wider
+                for column in range(features.shape[1]):  # undo this row; resume when wider
+                    features[r, column] = 0.0
+                return pos, line, n, max_id, fid
             value, i, ok = _number(buf, i + 1, end)
             if not ok or not _ends_token(buf, i, end):
                 deferred[r] = True
@@ -188,4 +227,7 @@ def scan(
             features[r, fid - 1] = np.float32(value)
             previous = fid
             max_id = max(max_id, fid)
-    return features, n, max_id, labels, qids, has_qid, line_no, line_span, deferred
+        n += 1
+        line += 1
+        pos = stop + 1
+    return pos, line, n, max_id, 0

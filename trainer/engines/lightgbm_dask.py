@@ -7,6 +7,7 @@ on one worker). The result is converted to the tree dump and checked like the lo
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,10 @@ def train_lightgbm_dask(
         lgb_params.pop("num_threads", None)  # each worker uses its own threads
         ranker = lgb.DaskLGBMRanker(client=client, n_estimators=params.num_trees, **lgb_params)
         try:
-            ranker.fit(x, y, group=group)
+            with warnings.catch_warnings():
+                # The sklearn wrapper always passes n_jobs; Dask replaces it per worker.
+                warnings.filterwarnings("ignore", "Parameter n_jobs will be ignored")
+                ranker.fit(x, y, group=group)
         except lgb.basic.LightGBMError as exc:
             raise EngineError(f"LightGBM on Dask: {exc}") from None
         booster = ranker.to_local().booster_

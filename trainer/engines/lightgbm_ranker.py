@@ -138,7 +138,7 @@ def train_lightgbm(
     text = booster.model_to_string(num_iteration=best)
     ensemble = convert_lightgbm(text, train.names(), source="LightGBM model")
     check = valid if valid is not None else train
-    expected = booster.predict(check.features, num_iteration=best)
+    expected = np.asarray(booster.predict(check.features, num_iteration=best), dtype=np.float64)
     if not scores_match(predict(ensemble, check.features), expected, CONVERSION_RTOL):
         raise EngineError("the converted LightGBM model does not score like Booster.predict")
     return LightGBMResult(

@@ -11,22 +11,25 @@ from typing import Any
 
 import numpy as np
 
-# Named columns in order; `noise_<i>` columns follow up to num_features. The first
-# MIN_FEATURES (config) carry signal, the next three are realistic but uninformative.
-FEATURE_NAMES: tuple[str, ...] = (
-    "bm25",  # query match, coarse and noisy
-    "tfidf_cosine",  # query match, finer
-    "title_match",  # query match, 0/1
-    "rating",  # quality, 1..5
-    "log_reviews",  # quality and volume
-    "popularity",  # quality + the average user's taste for the category (user-independent)
-    "log_price",
-    "price_vs_query",  # log price minus the query list's mean
-    "category",  # integer category id
-    "freshness_days",
-    "distance_km",
-    "doc_length",
+# Named columns in order, with how each is made (n ~ Normal(0, 1) noise); `noise_<i>` columns
+# (pure n) follow up to num_features. The first MIN_FEATURES (config) carry signal, the next
+# three are realistic but uninformative.
+FEATURES: tuple[tuple[str, str], ...] = (
+    ("bm25", "max(12 * match + 2 n, 0)"),
+    ("tfidf_cosine", "clip(match + 0.2 n, 0, 1)"),
+    ("title_match", "1 if match + 0.25 n > 0.5 else 0"),
+    ("rating", "clip(1 + 4 * quality + 0.7 n, 1, 5)"),
+    ("log_reviews", "max(1 + 3 * quality + n, 0)"),
+    ("popularity", "sigmoid(population_taste[category] + 2 * quality - 1 + 0.5 n)"),
+    ("log_price", "category_log_price[category] + 0.4 n"),
+    ("price_vs_query", "log_price - mean log_price of the query list"),
+    ("category", "category id; half a list from its focus category, the rest uniform"),
+    ("freshness_days", "Uniform(0, 365), uninformative"),
+    ("distance_km", "LogNormal(1, 1), uninformative"),
+    ("doc_length", "LogNormal(6, 0.8), uninformative"),
 )
+FEATURE_NAMES: tuple[str, ...] = tuple(name for name, _ in FEATURES)
+LATENT = {"match": "Beta(1.2, 2.2)", "quality": "Beta(2, 2)"}
 LOG_PRICE_SD = 0.4  # within-category spread of log price
 FOCUS_SHARE = 0.5  # share of a query's candidates from its focus category
 DECIMALS = 4  # features are rounded so LETOR text and Parquet carry the same float32 values
@@ -57,6 +60,9 @@ class Catalog:
             "price_z": "(log_price - price_mean) / price_sd",
             "price_mean": self.price_mean,
             "price_sd": self.price_sd,
+            "latent": LATENT,
+            "features": dict(FEATURES),
+            "rounding": f"every feature rounded to {DECIMALS} decimals, stored as float32",
         }
 
 

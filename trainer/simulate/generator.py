@@ -159,7 +159,7 @@ def _truth(world: World, splits: dict[str, SplitSummary], labels: np.ndarray) ->
         "feature_names": world.feature_names,
         "relevance": world.relevance.to_json(),
         "user_types": world.types.to_json(),
-        "catalog": world.catalog.to_json(),
+        "documents": world.catalog.to_json(),
         "clicks": None
         if world.click_model is None
         else world.click_model.to_json(cfg.docs_per_query[1]),

@@ -15,47 +15,51 @@ from trainer.simulate.documents import DECIMALS
 
 _SCALE = 10**DECIMALS
 _BLOCK_ROWS = 16_384
+_QID = np.frombuffer(b" qid:", dtype=np.uint8)
 # Bytes one value can take: sign, 15 integer digits, point, decimals.
 _VALUE_BYTES = 17 + DECIMALS
 
 
 @numba.njit(cache=True, inline="always")
 def _put_uint(out: np.ndarray, at: int, value: int) -> int:
-    if value == 0:
-        out[at] = 48
+    if value < 10:
+        out[at] = 48 + value
         return at + 1
-    digits = 0
+    digits = 1
     probe = value
-    while probe > 0:
+    while probe >= 10:
         probe //= 10
         digits += 1
-    for i in range(digits - 1, -1, -1):
-        out[at + i] = 48 + value % 10
-        value //= 10
-    return at + digits
+    end = at + digits
+    for i in range(end - 1, at - 1, -1):
+        rest = value // 10
+        out[i] = 48 + (value - rest * 10)
+        value = rest
+    return end
 
 
 @numba.njit(cache=True, inline="always")
-def _put_fixed(out: np.ndarray, at: int, value: float, scale: int, decimals: int) -> int:
-    scaled = int(np.rint(np.float64(value) * scale))
+def _put_fixed(out: np.ndarray, at: int, value: float, scale: int) -> int:
+    scaled = np.int64(np.rint(np.float64(value) * scale))
     if scaled < 0:
         out[at] = 45  # '-'
         at += 1
         scaled = -scaled
-    at = _put_uint(out, at, scaled // scale)
-    frac = scaled % scale
+    whole = scaled // scale
+    at = _put_uint(out, at, whole)
+    frac = scaled - whole * scale
     if frac == 0:
         return at
     out[at] = 46  # '.'
     at += 1
-    width = decimals
-    while frac % 10 == 0:
-        frac //= 10
-        width -= 1
-    for i in range(width - 1, -1, -1):
-        out[at + i] = 48 + frac % 10
-        frac //= 10
-    return at + width
+    unit = scale // 10
+    while frac > 0:  # leading digits first, so trailing zeros are never written
+        digit = frac // unit
+        out[at] = 48 + digit
+        at += 1
+        frac -= digit * unit
+        unit //= 10
+    return at
 
 
 @numba.njit(cache=True)
@@ -65,20 +69,17 @@ def _format_block(
     values: np.ndarray,
     out: np.ndarray,
     scale: int,
-    decimals: int,
 ) -> int:
     at = 0
     for r in range(values.shape[0]):
         at = _put_uint(out, at, labels[r])
-        for c in (32, 113, 105, 100, 58):  # " qid:"
-            out[at] = c
-            at += 1
-        at = _put_uint(out, at, qids[r])
+        out[at : at + 5] = _QID
+        at = _put_uint(out, at + 5, qids[r])
         for j in range(values.shape[1]):
             out[at] = 32
             at = _put_uint(out, at + 1, j + 1)
             out[at] = 58
-            at = _put_fixed(out, at + 1, values[r, j], scale, decimals)
+            at = _put_fixed(out, at + 1, values[r, j], scale)
         out[at] = 10
         at += 1
     return at
@@ -97,7 +98,7 @@ def format_letor(labels: np.ndarray, qids: np.ndarray, features: np.ndarray) -> 
     for start in range(0, n, _BLOCK_ROWS):
         stop = min(start + _BLOCK_ROWS, n)
         used = _format_block(
-            labels[start:stop], qids[start:stop], features[start:stop], buffer, _SCALE, DECIMALS
+            labels[start:stop], qids[start:stop], features[start:stop], buffer, _SCALE
         )
         parts.append(buffer[:used].tobytes())
     return b"".join(parts)

@@ -20,10 +20,12 @@ from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
 def floor_float32(values: np.ndarray) -> np.ndarray:
     """Largest float32 <= each float64 value. values: float64 [n] (no NaN) → float32 [n]."""
     values = np.asarray(values, dtype=np.float64)
+    # Overflow to ±inf is the intended result beyond the float32 range, not an error.
     with np.errstate(over="ignore"):
         nearest = values.astype(np.float32)
+        below = np.nextafter(nearest, np.float32(-np.inf))
     above = nearest.astype(np.float64) > values
-    return np.where(above, np.nextafter(nearest, np.float32(-np.inf)), nearest).astype(np.float32)
+    return np.where(above, below, nearest).astype(np.float32)
 
 
 # |x| <= 1e-35 in float64 is |x| <= ZERO32 for float32 x, by the same argument as the thresholds.

@@ -20,7 +20,7 @@ NF = 5
 TOKEN = "s3cret-token"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def ensemble() -> TreeEnsemble:
     return random_ensemble(NF, num_trees=10, depth=3, seed=7)
 
@@ -30,6 +30,20 @@ def registry_dir(tmp_path: Path, ensemble: TreeEnsemble) -> Path:
     root = tmp_path / "registry"
     publish(root, ensemble, name="m", version="v1")
     return root
+
+
+def app_settings(registry: Path, **overrides: Any) -> Settings:
+    options: dict[str, Any] = {
+        "registry": registry,
+        "reload_poll_seconds": 0,
+        "admin_token": TOKEN,
+        "max_body_bytes": 64 * 1024,
+        "max_candidates": 50,
+        "inline_scoring_max_rows": 4,
+        "parallel_min_rows": 64,  # a short warm-up
+    }
+    options.update(overrides)
+    return Settings(**options)
 
 
 def wait_ready(client: TestClient, timeout: float = 30.0) -> None:
@@ -46,16 +60,7 @@ ClientFactory = Callable[..., AbstractContextManager[TestClient]]
 def make_client(registry_dir: Path) -> ClientFactory:
     @contextmanager
     def factory(ready: bool = True, **overrides: Any) -> Iterator[TestClient]:
-        options: dict[str, Any] = {
-            "registry": registry_dir,
-            "reload_poll_seconds": 0,
-            "admin_token": TOKEN,
-            "max_body_bytes": 64 * 1024,
-            "max_candidates": 50,
-            "inline_scoring_max_rows": 4,
-        }
-        options.update(overrides)
-        app = create_app(Settings(**options))
+        app = create_app(app_settings(registry_dir, **overrides))
         with TestClient(app) as client:
             if ready:
                 wait_ready(client)
@@ -68,3 +73,15 @@ def make_client(registry_dir: Path) -> ClientFactory:
 def client(make_client: ClientFactory) -> Iterator[TestClient]:
     with make_client() as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def shared_client(
+    tmp_path_factory: pytest.TempPathFactory, ensemble: TreeEnsemble
+) -> Iterator[TestClient]:
+    """One app for a module of tests that change nothing (bad-input tests)."""
+    root = tmp_path_factory.mktemp("shared") / "registry"
+    publish(root, ensemble, name="m", version="v1")
+    with TestClient(create_app(app_settings(root))) as client:
+        wait_ready(client)
+        yield client

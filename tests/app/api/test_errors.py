@@ -59,30 +59,30 @@ DUPLICATE = [*cands(2), {"id": "d0", "features": ROW}]
         ({"candidates": cands(1), "surprise": 1}, ["body", "surprise"], "Extra"),
     ],
 )
-def test_bad_bodies_are_422_with_a_location(client: TestClient, body, loc, words) -> None:
-    status, detail = post(client, body)
+def test_bad_bodies_are_422_with_a_location(shared_client: TestClient, body, loc, words) -> None:
+    status, detail = post(shared_client, body)
     assert status == 422, detail
     assert isinstance(detail, list) and detail[0]["loc"] == loc, detail
     assert words in detail[0]["msg"]
 
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"[1, 2]", b"null", b"\xff", b'{"candidates": NaN}'])
-def test_malformed_json_is_422(client: TestClient, raw: bytes) -> None:
-    resp = client.post("/rerank", content=raw)
+def test_malformed_json_is_422(shared_client: TestClient, raw: bytes) -> None:
+    resp = shared_client.post("/rerank", content=raw)
     assert resp.status_code == 422
     assert resp.json()["detail"][0]["loc"] == ["body"]
 
 
-def test_oversized_bodies_are_413_with_or_without_a_length(client: TestClient) -> None:
+def test_oversized_bodies_are_413_with_or_without_a_length(shared_client: TestClient) -> None:
     big = orjson.dumps({"candidates": cands(1), "pad": "x" * 70_000})
-    resp = client.post("/rerank", content=big)
+    resp = shared_client.post("/rerank", content=big)
     assert resp.status_code == 413 and "65536" in resp.json()["detail"]
 
     def chunks() -> Iterator[bytes]:
         for i in range(0, len(big), 4096):
             yield big[i : i + 4096]
 
-    resp = client.post("/rerank", content=chunks())  # Transfer-Encoding: chunked
+    resp = shared_client.post("/rerank", content=chunks())  # Transfer-Encoding: chunked
     assert resp.status_code == 413
 
 
@@ -111,9 +111,9 @@ def test_a_chunked_body_is_cut_off_at_the_limit_without_reading_the_rest() -> No
     assert reads == 11  # the 11th kilobyte passes 10,000 bytes: nothing more is read
 
 
-def test_unknown_routes_and_methods_are_json(client: TestClient) -> None:
-    assert client.get("/nope").status_code == 404
-    resp = client.get("/rerank")
+def test_unknown_routes_and_methods_are_json(shared_client: TestClient) -> None:
+    assert shared_client.get("/nope").status_code == 404
+    resp = shared_client.get("/rerank")
     assert resp.status_code == 405 and resp.json()["detail"]
 
 
@@ -148,14 +148,14 @@ bodies = st.one_of(
 
 
 @settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(body=bodies)
-def test_generated_junk_never_gives_a_500(client: TestClient, body) -> None:
+def test_generated_junk_never_gives_a_500(shared_client: TestClient, body) -> None:
     try:
         raw = orjson.dumps(body)
     except orjson.JSONEncodeError:  # integers beyond 64 bits: send them as text
         raw = str(body).encode()
-    resp = client.post("/rerank", content=raw)
+    resp = shared_client.post("/rerank", content=raw)
     assert resp.status_code in (200, 404, 422), (resp.status_code, resp.text)
     assert "detail" in resp.json() or resp.status_code == 200

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -44,12 +46,11 @@ def _subscribers(server: RedisServer) -> int:
         return int(client.pubsub_numsub(f"{PREFIX}events")[0][1])
 
 
-async def _until(check: object, timeout: float = 5.0) -> None:
-    async def poll() -> None:
-        while not await asyncio.to_thread(check):  # type: ignore[arg-type]
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(poll(), timeout)
+async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
 
 
 def test_announcements_reach_the_callback_across_a_redis_restart(
@@ -68,19 +69,19 @@ def test_announcements_reach_the_callback_across_a_redis_restart(
             listen_for_reloads(settings, on_event, min_backoff=0.05, max_backoff=0.2)
         )
         try:
-            await _until(lambda: _subscribers(redis_server) == 1)
+            await _until(lambda: _subscribers(redis_server) == 1, "the first subscription")
             with redis.Redis.from_url(redis_server.url) as client:
                 client.publish(f"{PREFIX}events", "junk")
                 client.publish(f"{PREFIX}events", '{"model": "m"}')
             await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "boom")
             await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "v1")
-            await _until(lambda: len(seen) >= 2)
+            await _until(lambda: len(seen) >= 2, f"two announcements (seen: {seen})")
             assert seen == [("m", "boom"), ("m", "v1")]
 
             redis_server.restart()
-            await _until(lambda: _subscribers(redis_server) == 1)
+            await _until(lambda: _subscribers(redis_server) == 1, "a new subscription")
             await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "v2")
-            await _until(lambda: len(seen) >= 3)
+            await _until(lambda: len(seen) >= 3, "the announcement after the restart")
             assert seen[-1] == ("m", "v2")
         finally:
             task.cancel()
@@ -88,3 +89,11 @@ def test_announcements_reach_the_callback_across_a_redis_restart(
                 await task
 
     asyncio.run(scenario())
+
+
+def test_a_bad_url_ends_the_listener_instead_of_crashing_it() -> None:
+    async def never(model: str, version: str) -> None:
+        raise AssertionError("called")
+
+    settings = Settings(redis_url="not-a-redis-url")
+    asyncio.run(asyncio.wait_for(listen_for_reloads(settings, never), 1.0))

@@ -117,3 +117,16 @@ def test_store_without_url_is_inert() -> None:
 
     assert not store.enabled
     assert asyncio.run(scenario()) == "redis_unavailable"
+
+
+def test_store_with_a_bad_url_stays_off_instead_of_failing() -> None:
+    store = RedisStore(_settings("not-a-redis-url"))
+
+    async def scenario() -> str | None:
+        await store.start()
+        try:
+            return (await store.get_override("u1", store.new_deadline())).error
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) == "redis_unavailable"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ import redis
 from app.artifacts.manifest import Manifest
 from app.features.user_features import UserFeatureResolver, UserFeatures
 from app.settings import Settings
-from tests.app.features.conftest import CLUSTERS, DIM, make_files, make_manifest
+from tests.app.features.conftest import CLUSTERS, DIM, make_files, make_manifest, table_vectors
 from tests.support.redis_server import RedisServer, free_port, redis_binary
 from trainer.redis_publish import push_embeddings
 
@@ -97,13 +98,22 @@ def test_model_without_clusters(manifest: Manifest) -> None:
     assert got == UserFeatures(None, None, False, [])
 
 
-def test_only_the_newest_versions_are_kept(manifest: Manifest) -> None:
+def test_a_table_lives_as_long_as_its_manifest(manifest: Manifest) -> None:
     resolver = UserFeatureResolver(_settings(None))
-    versions = [make_manifest(version=f"v{i}") for i in range(5)]
-    for m in versions:
-        resolver.register_model(m, make_files())
-    assert resolver.table(versions[0]) is None and resolver.table(versions[-1]) is not None
-    got = asyncio.run(resolver.resolve(versions[0], US_USER))
+    old = make_manifest(version="v0")
+    resolver.register_model(old, make_files())
+    resolver.register_model(manifest, make_files())
+    again = make_manifest()  # the same version loaded once more: the newer table must stay
+    resolver.register_model(again, make_files(vectors=table_vectors() + 5))
+    del old
+    gc.collect()
+    assert resolver.table(make_manifest(version="v0")) is None
+    del manifest
+    gc.collect()
+    table = resolver.table(again)
+    assert table is not None and table.vectors[0, 0] == 5.0
+
+    got = asyncio.run(resolver.resolve(make_manifest(version="v0"), US_USER))
     assert got.degraded and got.reasons == ["embedding_table_missing"]
     assert got.vector is not None and got.vector.shape == (DIM,)
 

@@ -21,8 +21,7 @@ def runner() -> CliRunner:
 def lightgbm_model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small LightGBM lambdarank model.txt trained on the demo data."""
     train = load_dataset(TRAIN)
-    ds = lgb.Dataset(train.features, train.labels, group=train.group_sizes,
-                     params={"verbose": -1})
+    ds = lgb.Dataset(train.features, train.labels, group=train.group_sizes, params={"verbose": -1})
     params = {"objective": "lambdarank", "num_leaves": 7, "verbose": -1, "num_threads": 1}
     booster = lgb.train(params, ds, num_boost_round=10)
     path = tmp_path_factory.mktemp("lgb") / "model.txt"

@@ -33,8 +33,20 @@ def test_lightgbm_with_config_and_flag_override(runner: CliRunner, tmp_path: Pat
     config = tmp_path / "params.toml"
     config.write_text('engine = "lightgbm"\nnum_trees = 4\nnum_leaves = 31\nthreads = 1\n')
     out = tmp_path / "v2"
-    result = runner.invoke(app, ["train", "--train", str(TRAIN), "--config", str(config),
-                                 "--num-leaves", "5", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--train",
+            str(TRAIN),
+            "--config",
+            str(config),
+            "--num-leaves",
+            "5",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines()[0] == str(out)
     assert "train:" in result.stdout  # no --valid: metrics on the training data
@@ -43,15 +55,19 @@ def test_lightgbm_with_config_and_flag_override(runner: CliRunner, tmp_path: Pat
     assert (training["params"]["num_trees"], training["params"]["num_leaves"]) == (4, 5)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--engine", "catboost"], "unknown engine 'catboost'"),
-    (["--engine", "dnn", "--num-leaves", "7"], "--num-leaves does not apply to --engine dnn"),
-    (["--num-leaves", "1"], "--num-leaves: Input should be greater than or equal to 2"),
-    (["--hidden", "a,b", "--engine", "dnn"], "--hidden: expected comma-separated integers"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--engine", "catboost"], "unknown engine 'catboost'"),
+        (["--engine", "dnn", "--num-leaves", "7"], "--num-leaves does not apply to --engine dnn"),
+        (["--num-leaves", "1"], "--num-leaves: Input should be greater than or equal to 2"),
+        (["--hidden", "a,b", "--engine", "dnn"], "--hidden: expected comma-separated integers"),
+    ],
+)
 def test_bad_options(runner: CliRunner, tmp_path: Path, extra: list[str], message: str) -> None:
-    result = runner.invoke(app, ["train", "--train", str(TRAIN), "--out", str(tmp_path / "v"),
-                                 *extra])
+    result = runner.invoke(
+        app, ["train", "--train", str(TRAIN), "--out", str(tmp_path / "v"), *extra]
+    )
     assert result.exit_code == 2
     assert message in one_error_line(result.stderr)
     assert not (tmp_path / "v").exists()
@@ -60,8 +76,9 @@ def test_bad_options(runner: CliRunner, tmp_path: Path, extra: list[str], messag
 def test_bad_config_file(runner: CliRunner, tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text("num_trees = 3\nlearning_rat = 0.1\n")
-    result = runner.invoke(app, ["train", "--train", str(TRAIN), "--config", str(config),
-                                 "--out", str(tmp_path / "v")])
+    result = runner.invoke(
+        app, ["train", "--train", str(TRAIN), "--config", str(config), "--out", str(tmp_path / "v")]
+    )
     assert result.exit_code == 2
     assert f"{config}: unknown key 'learning_rat'" in one_error_line(result.stderr)
 
@@ -75,12 +92,14 @@ def test_bad_data_file_names_file_and_line(runner: CliRunner, tmp_path: Path) ->
 
 
 def test_missing_file_and_existing_out(runner: CliRunner, tmp_path: Path) -> None:
-    result = runner.invoke(app, ["train", "--train", str(tmp_path / "nope.txt"),
-                                 "--out", str(tmp_path / "v")])
+    result = runner.invoke(
+        app, ["train", "--train", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "v")]
+    )
     assert result.exit_code == 2 and "nope.txt" in one_error_line(result.stderr)
     (tmp_path / "v").mkdir()
-    result = runner.invoke(app, ["train", "--train", str(TRAIN), "--out", str(tmp_path / "v"),
-                                 *FAST])
+    result = runner.invoke(
+        app, ["train", "--train", str(TRAIN), "--out", str(tmp_path / "v"), *FAST]
+    )
     assert result.exit_code == 2 and "already exists" in one_error_line(result.stderr)
     bad_name = tmp_path / "bad name"
     result = runner.invoke(app, ["train", "--train", str(TRAIN), "--out", str(bad_name), *FAST])
@@ -90,9 +109,27 @@ def test_missing_file_and_existing_out(runner: CliRunner, tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_dnn_engine_dispatch(runner: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "dnn1"
-    result = runner.invoke(app, ["train", "--engine", "dnn", "--train", str(TRAIN),
-                                 "--valid", str(TEST), "--out", str(out), "--epochs", "2",
-                                 "--hidden", "8", "--threads", "1", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--engine",
+            "dnn",
+            "--train",
+            str(TRAIN),
+            "--valid",
+            str(TEST),
+            "--out",
+            str(out),
+            "--epochs",
+            "2",
+            "--hidden",
+            "8",
+            "--threads",
+            "1",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["kind"] == "lambdadnn" and summary["engine"] == "dnn"

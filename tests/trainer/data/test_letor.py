@@ -72,6 +72,18 @@ def test_width_grows_past_the_first_lines(tmp_path: Path) -> None:
     assert data.features[-1, 399] == np.float32(2.5) and data.features[:-1, 1:].sum() == 0
 
 
+def test_width_grows_several_times_on_both_paths(tmp_path: Path) -> None:
+    head = "0 qid:1 1:1\n" * 7000
+    tail = "1 qid:1 5:5\n1 qid:1 50:50\n1 qid:1 900:9 30:3\n1 qid:1 400:4\n"  # 3rd: unsorted
+    data = read_letor(write(tmp_path, head + tail))
+    assert data.features.shape == (7004, 900)
+    rows = data.features[7000:]
+    assert [(r, c, float(rows[r, c])) for r, c in zip(*np.nonzero(rows), strict=True)] == [
+        (0, 4, 5.0), (1, 49, 50.0), (2, 29, 3.0), (2, 899, 9.0), (3, 399, 4.0)
+    ]  # fmt: skip
+    assert np.all(data.features[:7000, 0] == 1) and data.features[:7000, 1:].sum() == 0
+
+
 def test_query_file_instead_of_qid(tmp_path: Path) -> None:
     path = write(tmp_path, "1 1:1\n0 1:2\n2 2:1\n")
     write(tmp_path, "2\n1\n", "data.txt.query")

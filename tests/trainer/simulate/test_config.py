@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -24,9 +26,9 @@ def test_defaults_are_valid() -> None:
         ("click_noise", 1.0, "less than 1"),
     ],
 )
-def test_bad_settings_are_rejected(field: str, value: object, message: str) -> None:
+def test_bad_settings_are_rejected(field: str, value: Any, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
-        SimulationConfig(**{field: value})
+        SimulationConfig.model_validate({field: value})
 
 
 def test_unknown_settings_are_rejected() -> None:

@@ -25,7 +25,7 @@ def _oracle_ndcg(out: Path) -> tuple[float, float]:
     data = load_dataset(out / "train.parquet")
     col = {name: j for j, name in enumerate(truth["feature_names"])}
     x = data.features.astype(np.float64)
-    rel, types, catalog = truth["relevance"], truth["user_types"], truth["catalog"]
+    rel, types, catalog = truth["relevance"], truth["user_types"], truth["documents"]
     users = pq.read_table(out / "users.parquet", columns=["user_id", "true_type"]).to_pydict()
     type_of = dict(zip(users["user_id"], users["true_type"], strict=True))
     assert data.user_ids is not None

@@ -1,0 +1,149 @@
+"""The compiled tree scorer: a tree ensemble turned into native SIMD code at load time.
+
+See app/scoring/compiler/codegen.py for the generated code and nodes.py for why float32
+compares make exactly the reference scorer's decisions. Scores equal `app.scoring.reference`
+bit for bit (same decisions, same float64 summation order).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from app.artifacts.tree_dump import TreeEnsemble
+from app.scoring.compiler.codegen import ENTRY, build_tables, gen_module_text
+from app.scoring.compiler.jit import CompiledModule, cache_key, compile_cached
+from app.scoring.compiler.nodes import lower_ensemble
+
+LANES = 16  # rows per SIMD block: one AVX-512 register of float32 (two AVX2 ones)
+CHUNK_TREES = 8  # trees run back to back on a block: ~15 KB of code, inside the L1 i-cache
+# Rows scored per call of the native code: their packed features (~550 KB at 136 features)
+# stay in L2 while every chunk of trees walks over them.
+TILE_ROWS = 1024
+# Below this many rows a second thread costs more (hand-off ~50-100 µs) than it saves; measured
+# in bench/bench_scoring.py (see bench/results/scoring.md).
+DEFAULT_PARALLEL_MIN_ROWS = 512
+
+_ENTRY_TYPE = ctypes.CFUNCTYPE(  # CFUNCTYPE releases the GIL for the duration of the call
+    None,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+)
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool, shared by every scorer (model versions come and go; threads stay)."""
+    with _pools_lock:
+        pool = _pools.get(workers)
+        if pool is None:
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ltr-score")
+            _pools[workers] = pool
+        return pool
+
+
+class CompiledTreeScorer:
+    """Scores rows with a tree ensemble compiled to native code.
+
+    `threads`: at most this many threads per request, used only when the request has at least
+    `parallel_min_rows` rows (rows are split into equal parts, one per thread).
+    `cache_dir`: where compiled objects are kept, keyed by `model_sha256` and the host CPU, so
+    a restart or a second worker loads in milliseconds instead of compiling again.
+    """
+
+    def __init__(
+        self,
+        ensemble: TreeEnsemble,
+        *,
+        model_sha256: str | None = None,
+        cache_dir: Path | None = None,
+        threads: int = 1,
+        parallel_min_rows: int = DEFAULT_PARALLEL_MIN_ROWS,
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.num_features = ensemble.num_features
+        self.base_score = float(ensemble.base_score)
+        self.threads = threads
+        self.parallel_min_rows = max(int(parallel_min_rows), LANES)
+        trees = lower_ensemble(ensemble)
+        self._tables = build_tables(trees)
+
+        def build() -> str:
+            return gen_module_text(trees, self.num_features, lanes=LANES, chunk=CHUNK_TREES)
+
+        key = None
+        if model_sha256 is not None and cache_dir is not None:
+            key = cache_key(model_sha256, f"lanes={LANES},chunk={CHUNK_TREES}")
+        self._module: CompiledModule = (
+            compile_cached(build, key, Path(cache_dir) if cache_dir else None)
+            if key is not None
+            else CompiledModule(ir_text=build())
+        )
+        self._entry = _ENTRY_TYPE(self._module.address(ENTRY))
+        self._table_ptrs = (
+            self._tables.thresholds.ctypes.data,
+            self._tables.leaf_numbers.ctypes.data,
+            self._tables.leaf_values.ctypes.data,
+        )
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes, **kwargs: object) -> CompiledTreeScorer:
+        """Compile a `model.json` tree dump; kwargs as for the constructor."""
+        ensemble = TreeEnsemble.from_json_bytes(data)
+        return cls(ensemble, **kwargs)  # type: ignore[arg-type]
+
+    def score(self, features: np.ndarray, user: np.ndarray | None = None) -> np.ndarray:
+        """Scores float64 [n_docs] for features float32 [n_docs, n_features] (NaN = missing).
+
+        Other float dtypes are converted to float32 first (the service always sends float32).
+        """
+        if user is not None:
+            raise ValueError("a tree model takes user-cluster embeddings as feature columns")
+        x = np.asarray(features)
+        if x.ndim != 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"expected features of shape [n, {self.num_features}], got {x.shape}")
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        n = x.shape[0]
+        parts = min(self.threads, os.cpu_count() or 1)
+        if parts < 2 or n < self.parallel_min_rows:
+            return self._score_rows(x)
+        # Split on block boundaries so no thread packs a padded block in the middle.
+        step = -(-n // (parts * LANES)) * LANES
+        bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+        pool = _pool(parts - 1)
+        futures = [pool.submit(self._score_rows, x[lo:hi]) for lo, hi in bounds[1:]]
+        first = self._score_rows(x[bounds[0][0] : bounds[0][1]])
+        return np.concatenate([first, *(f.result() for f in futures)])
+
+    def _score_rows(self, x: np.ndarray) -> np.ndarray:
+        n = x.shape[0]
+        n_blocks = -(-n // LANES)
+        packed = np.empty((n_blocks, self.num_features, LANES), dtype=np.float32)
+        full = n // LANES
+        if full:
+            packed[:full] = x[: full * LANES].reshape(full, LANES, -1).transpose(0, 2, 1)
+        if n_blocks > full:
+            tail = np.zeros((LANES, self.num_features), dtype=np.float32)
+            tail[: n - full * LANES] = x[full * LANES :]
+            packed[full] = tail.T
+        out = np.full(n_blocks * LANES, self.base_score, dtype=np.float64)
+        tile = TILE_ROWS // LANES
+        thr, num, val = self._table_ptrs
+        for start in range(0, n_blocks, tile):
+            count = min(tile, n_blocks - start)
+            self._entry(
+                packed[start:].ctypes.data, out[start * LANES :].ctypes.data, count, thr, num, val
+            )
+        return out[:n]

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.artifacts.tree_dump import Tree, TreeEnsemble
+from app.scoring import reference
+from app.scoring.compiled import LANES, CompiledTreeScorer
+from app.scoring.compiler.nodes import ZERO32, floor_float32
+from tests.app.scoring.ensembles import ensemble_and_rows
+
+HYPOTHESIS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@HYPOTHESIS
+@given(ensemble_and_rows())
+def test_compiled_equals_reference_bit_for_bit(case: tuple[TreeEnsemble, np.ndarray]) -> None:
+    ensemble, rows = case
+    scorer = CompiledTreeScorer(ensemble)
+    np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ensemble_and_rows(max_rows=8), st.integers(2, 3))
+def test_two_threads_equal_one(case: tuple[TreeEnsemble, np.ndarray], threads: int) -> None:
+    ensemble, rows = case
+    # Repeat the rows so the request is large enough to be split across threads.
+    big = np.tile(rows, (200 // rows.shape[0] + 1, 1))
+    parallel = CompiledTreeScorer(ensemble, threads=threads, parallel_min_rows=LANES)
+    np.testing.assert_array_equal(parallel.score(big), reference.predict(ensemble, big))
+
+
+@given(st.floats(allow_nan=False, width=64))
+def test_floor_float32_is_the_largest_float32_not_above(t: float) -> None:
+    f = floor_float32(np.array([t]))[0]
+    assert float(f) <= t
+    with np.errstate(over="ignore"):
+        above = np.nextafter(f, np.float32(np.inf))
+    assert float(above) > t or f == np.float32(np.inf)
+
+
+def test_zero_threshold_lowering_matches_lightgbm_constant() -> None:
+    assert ZERO32 <= 1e-35 < float(np.nextafter(np.float32(ZERO32), np.float32(1)))
+
+
+def _chain(depth: int, num_features: int) -> Tree:
+    """A maximally deep tree: every split's right child is the next split."""
+    rng = np.random.default_rng(depth)
+    left = np.array([~i for i in range(depth)], np.int32)
+    right = np.array([*range(1, depth), ~depth], np.int32)
+    return Tree(
+        split_feature=rng.integers(0, num_features, depth).astype(np.int32),
+        threshold=np.sort(rng.normal(size=depth)),
+        left=left,
+        right=right,
+        default_left=rng.random(depth) < 0.5,
+        leaf_value=rng.normal(size=depth + 1),
+    )
+
+
+def test_deep_trees_and_single_leaf_trees() -> None:
+    empty = np.zeros(0, np.int32)
+    stump = Tree(empty, np.zeros(0), empty, empty, np.zeros(0, bool), np.array([0.25]))
+    ensemble = TreeEnsemble(3, [_chain(1500, 3), stump, _chain(7, 3)], base_score=-1.5)
+    rows = np.random.default_rng(0).normal(size=(100, 3)).astype(np.float32)
+    rows[::7, 1] = np.nan
+    scorer = CompiledTreeScorer(ensemble)
+    np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
+
+
+def _random_ensemble(num_features: int = 5, n_trees: int = 20) -> TreeEnsemble:
+    return TreeEnsemble(num_features, [_chain(9, num_features) for _ in range(n_trees)], 0.5)
+
+
+def test_row_counts_around_blocks_and_tiles() -> None:
+    ensemble = _random_ensemble()
+    scorer = CompiledTreeScorer(ensemble, threads=2, parallel_min_rows=100)
+    rng = np.random.default_rng(1)
+    for n in [0, 1, LANES - 1, LANES, LANES + 1, 99, 100, 1023, 1024, 1025, 2500]:
+        rows = rng.normal(size=(n, 5)).astype(np.float32)
+        got = scorer.score(rows)
+        assert got.dtype == np.float64 and got.shape == (n,)
+        np.testing.assert_array_equal(got, reference.predict(ensemble, rows))
+
+
+def test_float64_input_is_scored_as_float32() -> None:
+    ensemble = _random_ensemble()
+    rows = np.random.default_rng(2).normal(size=(50, 5))
+    scorer = CompiledTreeScorer(ensemble)
+    expected = reference.predict(ensemble, rows.astype(np.float32))
+    np.testing.assert_array_equal(scorer.score(rows), expected)
+
+
+def test_bad_calls_are_refused() -> None:
+    scorer = CompiledTreeScorer(_random_ensemble())
+    with pytest.raises(ValueError, match=r"shape \[n, 5\]"):
+        scorer.score(np.zeros((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"shape \[n, 5\]"):
+        scorer.score(np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="feature columns"):
+        scorer.score(np.zeros((3, 5), np.float32), user=np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="threads"):
+        CompiledTreeScorer(_random_ensemble(), threads=0)
+
+
+def test_compiled_code_is_cached_by_model_hash(tmp_path: Path) -> None:
+    ensemble = _random_ensemble()
+    rows = np.random.default_rng(3).normal(size=(40, 5)).astype(np.float32)
+    first = CompiledTreeScorer(ensemble, model_sha256="ab" * 32, cache_dir=tmp_path)
+    files = list(tmp_path.glob("*.o"))
+    assert len(files) == 1
+    again = CompiledTreeScorer(ensemble, model_sha256="ab" * 32, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.score(rows), first.score(rows))
+    # A damaged cache entry is never loaded: it is compiled again and replaced.
+    files[0].write_bytes(files[0].read_bytes()[:-100])
+    repaired = CompiledTreeScorer(ensemble, model_sha256="ab" * 32, cache_dir=tmp_path)
+    np.testing.assert_array_equal(repaired.score(rows), reference.predict(ensemble, rows))
+    assert files[0].read_bytes() != b"" and len(list(tmp_path.glob("*.o"))) == 1
+
+
+def test_unwritable_cache_only_costs_a_compile(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    scorer = CompiledTreeScorer(_random_ensemble(), model_sha256="cd" * 32, cache_dir=blocker)
+    assert scorer.score(np.zeros((2, 5), np.float32)).shape == (2,)

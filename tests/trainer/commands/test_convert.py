@@ -1,0 +1,196 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+import xgboost as xgb
+from typer.testing import CliRunner
+
+from app.artifacts.store import load_version
+from app.artifacts.tree_dump import TreeEnsemble
+from app.scoring.reference import predict
+from trainer.cli import app
+from trainer.commands.convert import probe_features
+from trainer.convert import convert_lightgbm
+from trainer.data.loader import load_dataset
+
+from .conftest import TEST, TRAIN, one_error_line
+
+
+def loaded(path: Path) -> TreeEnsemble:
+    return TreeEnsemble.from_json_bytes(load_version(path).files["model.json"])
+
+
+def test_lightgbm_to_version(runner: CliRunner, lightgbm_model_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "v1"
+    result = runner.invoke(
+        app,
+        ["convert", "--from", "lightgbm", str(lightgbm_model_file), "--out", str(out), "--json"],
+    )
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["version"], summary["engine"], summary["trees"]) == ("v1", "lightgbm", 10)
+    manifest = load_version(out).manifest
+    assert manifest.feature_names[:2] == ["Column_0", "Column_1"]  # the model's own names
+    assert manifest.training["objective"] == "lambdarank"
+    test = load_dataset(TEST, num_features=300)
+    booster = lgb.Booster(model_file=str(lightgbm_model_file))
+    np.testing.assert_allclose(
+        predict(loaded(out), test.features), booster.predict(test.features), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_feature_names_and_data_metrics(
+    runner: CliRunner, lightgbm_model_file: Path, tmp_path: Path
+) -> None:
+    names_file = tmp_path / "names.txt"
+    names_file.write_text("\n".join(f"feat{i}" for i in range(300)) + "\n")
+    out = tmp_path / "v2"
+    result = runner.invoke(
+        app,
+        [
+            "convert",
+            "--from",
+            "lightgbm",
+            str(lightgbm_model_file),
+            "--out",
+            str(out),
+            "--feature-names",
+            f"@{names_file}",
+            "--data",
+            str(TEST),
+            "--name",
+            "imported",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    manifest = load_version(out).manifest
+    assert manifest.name == "imported" and manifest.feature_names[299] == "feat299"
+    assert 0 < manifest.metrics["ndcg@10"]["value"] <= 1
+    assert "verified on 768 rows" in result.stdout
+    result = runner.invoke(
+        app,
+        [
+            "convert",
+            "--from",
+            "lightgbm",
+            str(lightgbm_model_file),
+            "--out",
+            str(tmp_path / "v3"),
+            "--feature-names",
+            "a,b",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "2 feature names for a model of 300" in one_error_line(result.stderr)
+
+
+def test_xgboost_to_version(runner: CliRunner, tmp_path: Path) -> None:
+    train = load_dataset(TRAIN)
+    dm = xgb.DMatrix(train.features, train.labels)
+    dm.set_group(train.group_sizes)
+    booster = xgb.train({"objective": "rank:ndcg", "max_depth": 4, "nthread": 1}, dm, 10)
+    model = tmp_path / "model.json"
+    booster.save_model(str(model))
+    out = tmp_path / "x1"
+    result = runner.invoke(
+        app, ["convert", "--from", "xgboost", str(model), "--out", str(out), "--data", str(TEST)]
+    )
+    assert result.exit_code == 0, result.stderr
+    test = load_dataset(TEST, num_features=300)
+    theirs = booster.predict(xgb.DMatrix(test.features))
+    ours = predict(loaded(out), test.features)
+    assert np.max(np.abs(ours - theirs)) <= 1e-6 * np.max(np.abs(theirs))
+    assert load_version(out).manifest.feature_names[0] == "f1"
+
+
+def test_probe_rows_reach_both_sides_of_every_split(lightgbm_model_file: Path) -> None:
+    ensemble = convert_lightgbm(lightgbm_model_file.read_text())
+    probe = probe_features(ensemble, 2000, infinities=True)
+    assert probe.dtype == np.float32 and np.isnan(probe).any() and np.isinf(probe).any()
+    from app.scoring.reference import tree_leaf_index
+
+    for tree in ensemble.trees:
+        assert np.unique(tree_leaf_index(tree, probe)).size == tree.num_leaves
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--from", "catboost"], "--from 'catboost': choose lightgbm or xgboost"),
+        (["--from", "xgboost"], "not JSON"),
+    ],
+)
+def test_errors(
+    runner: CliRunner, lightgbm_model_file: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = runner.invoke(
+        app, ["convert", str(lightgbm_model_file), "--out", str(tmp_path / "v"), *args]
+    )
+    assert result.exit_code == 2 and message in one_error_line(result.stderr)
+    assert not (tmp_path / "v").exists()
+
+
+def test_missing_and_garbage_files(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["convert", "--from", "lightgbm", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "v")],
+    )
+    assert result.exit_code == 2 and "nope.txt" in one_error_line(result.stderr)
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_bytes(b"\xff\xfe not a model")
+    result = runner.invoke(
+        app, ["convert", "--from", "lightgbm", str(garbage), "--out", str(tmp_path / "v")]
+    )
+    assert result.exit_code == 2 and "not a LightGBM text model" in one_error_line(result.stderr)
+
+
+def ltr_command() -> list[str]:
+    script = Path(sys.executable).parent / "ltr"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trainer"]
+
+
+@pytest.mark.slow
+def test_real_console_script(runner: CliRunner, lightgbm_model_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "v9"
+    convert = runner.invoke(
+        app, ["convert", "--from", "lightgbm", str(lightgbm_model_file), "--out", str(out)]
+    )
+    assert convert.exit_code == 0, convert.stderr
+    env = {**os.environ, "NO_COLOR": "1"}
+    evaluate = subprocess.run(
+        [*ltr_command(), "evaluate", "--model", str(out), "--data", str(TEST), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert evaluate.returncode == 0, evaluate.stderr
+    assert json.loads(evaluate.stdout)["documents"] == 768
+    failing = subprocess.run(
+        [
+            *ltr_command(),
+            "train",
+            "--train",
+            str(TRAIN),
+            "--out",
+            str(tmp_path / "v10"),
+            "--engine",
+            "nope",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert failing.returncode == 2
+    assert (
+        one_error_line(failing.stderr)
+        == "error: unknown engine 'nope' (choose one of native, lightgbm, dnn)"
+    )

@@ -28,7 +28,7 @@ from trainer.lambdamart.params import LambdaMARTParams
 def query_aligned_chunks(
     data: RankingDataset, partitions: int
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(row chunks, query chunks): `partitions` parts of about equal rows, never splitting a query."""
+    """(row chunks, query chunks): `partitions` parts of about equal rows; no query is split."""
     partitions = max(1, min(partitions, data.num_queries))
     targets = np.linspace(0, data.num_docs, partitions + 1)[1:-1]
     cuts = np.searchsorted(data.group_offsets, targets)  # query index at each cut

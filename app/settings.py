@@ -49,3 +49,11 @@ class Settings(BaseSettings):
     redis_cache_max_entries: Annotated[int, Field(ge=0)] = 100_000
     breaker_failure_threshold: Annotated[int, Field(ge=1)] = 5
     breaker_reset_seconds: Annotated[float, Field(gt=0)] = 2.0
+
+    # Impression logging and click feedback (app.impressions): Redis stream when redis_url is
+    # set, else the JSONL file; records are dropped (and counted) rather than slow a request.
+    impressions_enabled: bool = False
+    impressions_jsonl: Path | None = None
+    impressions_stream_maxlen: Annotated[int, Field(ge=1)] = 1_000_000
+    impressions_queue_size: Annotated[int, Field(ge=1)] = 10_000
+    impressions_ttl_seconds: Annotated[int, Field(ge=1)] = 86400

@@ -1,6 +1,7 @@
 """`ltr simulate` throughput and memory, and its LETOR formatter against the alternatives.
 
-`python -m bench.bench_simulate` → bench/results/simulate.md
+`python -m bench.bench_simulate [--big]` → bench/results/simulate.md (`--big` adds a
+10,000,000-row Parquet run, about a minute)
 
 Each simulation runs in a fresh child process so its peak RSS is its own; a child that only
 imports the same modules gives the baseline to subtract. The formatter comparison writes the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,24 +115,32 @@ def formatter_rows() -> list[tuple[str, float]]:
 def main() -> None:
     load = os.getloadavg()[0]
     runs = [
-        ("parquet", False),
-        ("parquet", True),
-        ("letor", False),
-        ("letor", True),
+        (ROWS, "parquet", False),
+        (ROWS, "parquet", True),
+        (ROWS, "letor", False),
+        (ROWS, "letor", True),
     ]
+    if "--big" in sys.argv[1:]:
+        runs.append((10 * ROWS, "parquet", True))
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = run_child(None, Path(tmp))["rss_mb"]
-        for fmt, clicks in runs:
-            config = SimulationConfig(rows=ROWS, users=20_000, format=fmt, clicks=clicks)  # type: ignore[arg-type]
-            out = Path(tmp) / f"{fmt}-{clicks}"
+        for n_rows, fmt, clicks in runs:
+            config = SimulationConfig(
+                rows=n_rows,
+                users=20_000,
+                format=fmt,
+                clicks=clicks,
+            )
+            out = Path(tmp) / f"{n_rows}-{fmt}-{clicks}"
             res = run_child(config, out)
             rows.append(
-                f"| {fmt} | {'yes' if clicks else 'no'} | {res['seconds']:.2f} | "
-                f"{ROWS / res['seconds']:,.0f} | {res['rss_mb']:.0f} | "
+                f"| {n_rows:,} | {fmt} | {'yes' if clicks else 'no'} | {res['seconds']:.2f} | "
+                f"{n_rows / res['seconds']:,.0f} | {res['rss_mb']:.0f} | "
                 f"{res['rss_mb'] - base:.0f} | {dir_mb(out):.0f} |"
             )
             print(rows[-1], flush=True)
+            shutil.rmtree(out)
     formats = formatter_rows()
     ours = formats[0][1]
     lines = [
@@ -140,13 +150,14 @@ def main() -> None:
         f"other jobs while measured (load average {load:.1f} at the start), so absolute times "
         "are indicative, ratios less so.",
         "",
-        f"Method: `python -m bench.bench_simulate`. Each run simulates {ROWS:,} rows (20 "
+        "Method: `python -m bench.bench_simulate --big`. Each run simulates its rows (20 "
         "features, 20,000 users, 10..40 documents per query, train/vali/test 0.8/0.1/0.1) in a "
         "fresh child process, once; peak RSS is the child's `ru_maxrss`, and `above imports` "
         f"subtracts a child that only imports the same modules ({base:.0f} MB).",
         "",
-        "| format | clicks | seconds | rows/s | peak RSS (MB) | above imports (MB) | output (MB) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| rows | format | clicks | seconds | rows/s | peak RSS (MB) | above imports (MB) "
+        "| output (MB) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
         *rows,
         "",
         f"LETOR line formatting, {FORMAT_ROWS:,} rows x 20 features, best of 3 (Python: 1 run); "

@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "evaluate",
     "convert",
     "publish",
+    "nightly",
     "simulate",
     "serve",
 )

@@ -33,7 +33,7 @@ from app.api.schemas import (
     ValidationErrorResponse,
 )
 from app.artifacts.manifest import NAME_PATTERN
-from app.features.request_matrix import build_matrix, decode_body
+from app.features.request_matrix import build_matrix, decode_body, token_budget
 from app.features.user_features import UserFeatures
 from app.registry import LoadedModel
 
@@ -75,7 +75,8 @@ async def rerank(
     `top_k`. `features` is a list in the model's feature order (`GET /models`) or a name →
     value map; null or an absent name is a missing value."""
     started = time.perf_counter()
-    doc = decode_body(await request.body())
+    raw = await request.body()
+    doc = decode_body(raw)
     candidates = doc.pop("candidates", None)
     envelope = RerankEnvelope.model_validate(doc)
     model = registry.get(envelope.model)
@@ -92,6 +93,7 @@ async def rerank(
             max_candidates=settings.max_candidates,
             ignore_unknown=settings.ignore_unknown_features,
             extra_columns=extra,
+            budget=token_budget(raw, doc),
         )
     except BaseException:
         if user_task is not None:

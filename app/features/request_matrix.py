@@ -1,11 +1,14 @@
 """A /rerank body → candidate ids and a float32 feature matrix, in bulk.
 
 The body is decoded once with orjson; feature values are never validated one by one in
-Python. Per candidate there is a handful of dict/len operations; the values are checked by
-collecting their types with `set(map(type, ...))` (C speed) and converted with one
-`np.asarray(..., dtype=float32)`. Only when that check fails is the offending value searched
-for, to name it in the error. Name → value maps are grouped by their key order (clients
-usually send the same order for every candidate) so each group is one bulk assignment.
+Python. Per candidate there is a handful of dict/len operations; the values are converted with
+one `np.asarray(..., dtype=float32)`. That conversion would quietly accept booleans and numeric
+strings, so they are ruled out first: cheaply when `token_budget` shows the raw body has no
+string or true/false literal left over for the feature values (counting quotes and literals is
+a memchr-speed scan), else by collecting the values' types with `set(map(type, ...))`. Only
+when a check fails is the offending value searched for, to name it in the error. Name → value
+maps are grouped by their key order (clients usually send the same order for every candidate)
+so each group is one bulk assignment.
 """
 
 from __future__ import annotations
@@ -38,6 +41,41 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True)
+class TokenBudget:
+    """JSON strings and true/false literals of the raw body not accounted for by the envelope:
+    what the candidates may hold. Feature values are numbers only when the candidates' own
+    strings (keys, string ids, feature names) use up `strings` exactly and `bools` is 0."""
+
+    strings: int
+    bools: int
+
+
+def token_budget(body: bytes, envelope: dict[str, Any]) -> TokenBudget | None:
+    """The budget of `body` once `envelope` (the body without `candidates`) is paid for.
+
+    None when the body has a backslash: an escaped quote is not a string delimiter.
+    """
+    if b"\\" in body:
+        return None
+    strings = body.count(b'"') // 2 - 1  # - 1: the "candidates" key
+    bools = body.count(b"true") + body.count(b"false")
+    stack: list[Any] = [envelope]
+    while stack:  # iterative: the envelope may be nested deeply by a hostile client
+        value = stack.pop()
+        kind = type(value)
+        if kind is dict:
+            strings -= len(value)
+            stack.extend(value.values())
+        elif kind is list:
+            stack.extend(value)
+        elif kind is str:
+            strings -= 1
+        elif kind is bool:
+            bools -= 1
+    return TokenBudget(strings, bools)
+
+
+@dataclass(frozen=True)
 class CandidateMatrix:
     ids: list[str | int]
     features: np.ndarray  # float32 [n_candidates, n_features + extra_columns], NaN = missing
@@ -67,10 +105,13 @@ def build_matrix(
     max_candidates: int = 10_000,
     ignore_unknown: bool = False,
     extra_columns: int = 0,
+    budget: TokenBudget | None = None,
 ) -> CandidateMatrix:
     """Validate `candidates` and lay their features out in `feature_names` order.
 
     `extra_columns` NaN columns are appended (for the user embedding the caller fills in).
+    `budget` (from `token_budget`) lets the value type scan be skipped when it proves the
+    values hold no strings or booleans; without it every value's type is checked.
     """
     where: Loc = ("body", "candidates")
     if type(candidates) is not list:
@@ -89,6 +130,7 @@ def build_matrix(
     list_rows: list[list[Any]] = []
     map_pos: list[int] = []
     map_rows: list[dict[str, Any]] = []
+    strings = 0  # JSON strings the candidates hold outside their feature values
     for i, cand in enumerate(candidates):
         if type(cand) is not dict:
             raise RequestError((*where, i), "must be an object with `id` and `features`")
@@ -98,6 +140,7 @@ def build_matrix(
         if type(cid) is not str and type(cid) is not int:
             raise RequestError((*where, i, "id"), "must be a string or an integer", "id_type")
         ids.append(cid)
+        strings += 3 if type(cid) is str else 2
         feats = cand["features"]
         if type(feats) is list:
             if len(feats) != width:
@@ -111,6 +154,7 @@ def build_matrix(
         elif type(feats) is dict:
             map_pos.append(i)
             map_rows.append(feats)
+            strings += len(feats)
         else:
             raise RequestError(
                 (*where, i, "features"),
@@ -120,20 +164,21 @@ def build_matrix(
     if len(set(ids)) != n:
         _duplicate_id(ids, where)
 
+    numbers = budget is not None and budget.bools == 0 and budget.strings == strings
     total = width + extra_columns
     if not map_rows and not extra_columns:
-        matrix = _to_float32(list_rows, list_pos, where)
+        matrix = _to_float32(list_rows, list_pos, where, numbers)
         return CandidateMatrix(ids, matrix)
     matrix = np.full((n, total), np.nan, dtype=np.float32)
     if list_rows:
-        values = _to_float32(list_rows, list_pos, where)
+        values = _to_float32(list_rows, list_pos, where, numbers)
         if len(list_pos) == n:
             matrix[:, :width] = values
         else:
             matrix[np.asarray(list_pos), :width] = values
     if map_rows:
         index = _column_index(tuple(feature_names))
-        _fill_from_maps(matrix, map_rows, map_pos, index, ignore_unknown, where)
+        _fill_from_maps(matrix, map_rows, map_pos, index, ignore_unknown, where, numbers)
     return CandidateMatrix(ids, matrix)
 
 
@@ -141,17 +186,25 @@ def _to_float32(
     rows: list[list[Any]],
     positions: list[int],
     where: Loc,
+    numbers: bool,
     keys: Sequence[str] | None = None,
 ) -> np.ndarray:
     """float32 [len(rows), row length]; RequestError naming the first non-number.
 
+    `numbers`: the token budget proved there are no strings or booleans among the values.
     `keys`: the feature names of the row entries, when the rows came from name → value maps.
     """
-    types = set(map(type, chain.from_iterable(rows)))
-    if not types <= _NUMERIC:
+    if not numbers and not set(map(type, chain.from_iterable(rows))) <= _NUMERIC:
         _first_non_number(rows, positions, where, keys)
-    with np.errstate(over="ignore"):  # beyond float32's range is ±inf, still ordered
-        return np.asarray(rows, dtype=np.float32)
+    try:
+        with np.errstate(over="ignore"):  # beyond float32's range is ±inf, still ordered
+            out = np.asarray(rows, dtype=np.float32)
+    except (TypeError, ValueError):  # a nested list or object, which the budget cannot see
+        out = None
+    if out is None or out.ndim != 2:
+        _first_non_number(rows, positions, where, keys)
+        raise RequestError(where, "feature values must be numbers or null", "float_type")
+    return out
 
 
 def _fill_from_maps(
@@ -161,6 +214,7 @@ def _fill_from_maps(
     index: dict[str, int],
     ignore_unknown: bool,
     where: Loc,
+    numbers: bool,
 ) -> None:
     groups: dict[tuple[str, ...], list[int]] = {}
     last_keys: list[str] | None = None
@@ -192,6 +246,7 @@ def _fill_from_maps(
             [list(rows[k].values()) for k in members],
             [positions[k] for k in members],
             where,
+            numbers,
             keys,
         )
         if keep is not None:

@@ -8,10 +8,9 @@ does, `resolve` answers within the deadline with a vector, and says `degraded` a
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
-import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,8 @@ EMBEDDING_MISSING_IN_REDIS = "embedding_missing_in_redis"
 EMBEDDING_MALFORMED_IN_REDIS = "embedding_malformed_in_redis"
 EMBEDDING_TABLE_MISSING = "embedding_table_missing"
 INTERNAL_ERROR = "user_features_error"
+# Per model: the serving version, versions requests in flight may still use, refused loads.
+VERSIONS_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,8 @@ class UserFeatureResolver:
             "errors": getattr(source, "REDIS_ERRORS", None),
         }
         self.store = RedisStore(settings, counters=counters)
-        self._tables: dict[tuple[str, str], tuple[int, EmbeddingTable]] = {}
-        self._tokens = itertools.count()
-        # Re-entrant: a finalizer may run (garbage collection) while this thread holds it.
-        self._lock = threading.RLock()
+        self._tables: dict[str, OrderedDict[str, EmbeddingTable]] = {}
+        self._lock = threading.Lock()  # the registry registers from a worker thread
 
     async def start(self) -> None:
         await self.store.start()
@@ -69,28 +68,26 @@ class UserFeatureResolver:
     def register_model(self, manifest: Manifest, files: dict[str, bytes]) -> None:
         """Load the model's embedding table; ValueError (naming the file) when it is bad.
 
-        The table lives as long as this `manifest` object: the registry's loaded model holds
-        it, so a version's table goes when the last request on that version has finished.
+        Tables are kept per model, least recently used first out, at most VERSIONS_KEPT: every
+        request touches the serving version's table, so refused or retired versions go first.
         """
         if manifest.user_clusters is None:
             return
         table = EmbeddingTable.from_files(manifest, files)
-        key = (manifest.name, manifest.version)
         with self._lock:
-            token = next(self._tokens)
-            self._tables[key] = (token, table)
-        weakref.finalize(manifest, self._forget, key, token)
-
-    def _forget(self, key: tuple[str, str], token: int) -> None:
-        with self._lock:
-            # The same version may have been registered again since: keep the newer table.
-            entry = self._tables.get(key)
-            if entry is not None and entry[0] == token:
-                del self._tables[key]
+            versions = self._tables.setdefault(manifest.name, OrderedDict())
+            versions[manifest.version] = table
+            versions.move_to_end(manifest.version)
+            while len(versions) > VERSIONS_KEPT:
+                versions.popitem(last=False)
 
     def table(self, manifest: Manifest) -> EmbeddingTable | None:
-        entry = self._tables.get((manifest.name, manifest.version))
-        return None if entry is None else entry[1]
+        with self._lock:
+            versions = self._tables.get(manifest.name)
+            table = None if versions is None else versions.get(manifest.version)
+            if table is not None and versions is not None:
+                versions.move_to_end(manifest.version)
+            return table
 
     async def resolve(self, manifest: Manifest, user: Mapping[str, Any] | None) -> UserFeatures:
         """The user's cluster and vector; never raises, never waits past the Redis deadline."""

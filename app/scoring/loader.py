@@ -1,4 +1,4 @@
-"""Artifact → scorer, chosen by the manifest's kind: trees are compiled, networks run in onnxruntime."""
+"""Artifact → scorer by the manifest's kind: trees are compiled, networks run in onnxruntime."""
 
 from __future__ import annotations
 
@@ -60,7 +60,9 @@ def load_scorer(
         except OnnxModelError as exc:
             raise ArtifactError(f"{where}: {exc}") from None
         if scorer.num_features != expected:
-            raise ArtifactError(f"{where}: {scorer.num_features} features, manifest lists {expected}")
+            raise ArtifactError(
+                f"{where}: {scorer.num_features} features, manifest lists {expected}"
+            )
         if uc is not None and scorer.user_dim is not None and scorer.user_dim != uc.embedding_dim:
             raise ArtifactError(
                 f"{where}: user input has width {scorer.user_dim}, manifest says {uc.embedding_dim}"

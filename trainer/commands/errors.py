@@ -22,13 +22,12 @@ def fail(message: str, code: int = 2) -> NoReturn:
 @contextmanager
 def clear_errors(*expected: type[BaseException]) -> Iterator[None]:
     """Turn expected exceptions into `error: <message>` on stderr and exit code 2."""
+    catch: tuple[type[BaseException], ...] = (CommandError, FileNotFoundError, *expected)
     try:
         yield
-    except (CommandError, FileNotFoundError, *expected) as exc:
+    except catch as exc:
         fail(str(exc))
 
 
 def echo_err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-

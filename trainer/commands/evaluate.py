@@ -64,13 +64,9 @@ def _scores(artifact: Artifact, features: np.ndarray) -> np.ndarray:
 
         where = str(artifact.path / "model.json")
         return predict(TreeEnsemble.from_json_bytes(artifact.files["model.json"], where), features)
-    try:
-        from app.scoring.onnx_scorer import OnnxScorer
-    except ImportError as exc:
-        raise CommandError(
-            f"{artifact.path}: cannot score a lambdadnn model here ({exc})"
-        ) from None
-    scorer = OnnxScorer.from_artifact(artifact)
+    from app.scoring.loader import load_scorer
+
+    scorer = load_scorer(artifact)
     parts = [
         scorer.score(features[start : start + ONNX_CHUNK_ROWS])
         for start in range(0, features.shape[0], ONNX_CHUNK_ROWS)

@@ -42,7 +42,7 @@ def publish_command(
             if name is None:
                 fail("--rollback needs --name")
             old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
-            out = {"name": name, "from": old, "to": new}
+            out: dict[str, object] = {"name": name, "from": old, "to": new}
         else:
             if model is None:
                 fail("give --model DIR (a version directory) or --rollback --name NAME")

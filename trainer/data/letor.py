@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import DataFormatError, located
+from trainer.data.errors import located
 from trainer.data.letor_line import LineError, parse_line, strip_comment
 from trainer.data.letor_side import read_group_sizes, read_positions, read_user_ids, side_path
 
@@ -154,7 +154,8 @@ def write_letor(dataset: RankingDataset, path: str | Path, significant_digits: i
     """Write `label qid:Q id:value ...` (zeros omitted, NaN as `nan`) plus `.user`/`.position`.
 
     Nine significant digits give back the same float32 values on reading. Query ids are written
-    when they are distinct integers, else the query's ordinal.
+    when they are distinct integers, else the query's ordinal. Trailing all-zero columns leave
+    no trace in the text: read it back with `num_features`.
     """
     path = Path(path)
     qids = dataset.query_ids
@@ -178,7 +179,7 @@ def write_rows(
 ) -> None:
     """Append rows (features [n, f], labels [n], row_qids [n]) to an open LETOR text file."""
     if not features.shape[0] == labels.shape[0] == row_qids.shape[0]:
-        raise DataFormatError("features, labels and qids must have one entry per row")
+        raise ValueError("features, labels and qids must have one entry per row")
     pair = f" %d:%.{significant_digits}g"
     by_count: dict[int, str] = {}
     for begin in range(0, features.shape[0], _WRITE_CHUNK_ROWS):

@@ -20,6 +20,9 @@ DEVICES: tuple[str, ...] = ("mobile", "desktop", "tablet")
 AGE_RANGE = (18, 80)
 PRICE_LEVELS = (1, 5)
 HOME_COUNTRY_SHARE = 0.6  # probability that a user lives in their type's home country
+# Price level follows the preferred price (-1.5..1.5 → about 1..5) with noise.
+PRICE_LEVEL_SLOPE = 1.3
+PRICE_LEVEL_NOISE = 0.6
 PROFILE_FIELDS: tuple[str, ...] = ("country", "age", "price_level", "device", "trips_per_year")
 
 
@@ -52,6 +55,15 @@ class UserTypes:
             "device_probs": self.device_probs.tolist(),
             "trips_rate": self.trips_rate.tolist(),
             "category_affinity": self.category_affinity.tolist(),
+            "profile": {
+                "country": f"home country with p={HOME_COUNTRY_SHARE}, else Dirichlet spread",
+                "age": f"clip(round(Normal(age_mean, age_sd)), {AGE_RANGE[0]}, {AGE_RANGE[1]})",
+                "price_level": f"clip(round(3 + {PRICE_LEVEL_SLOPE} * price_preference"
+                f" + Normal(0, {PRICE_LEVEL_NOISE})), 1, 5)",
+                "device": "Categorical(device_probs)",
+                "trips_per_year": "Poisson(trips_rate)",
+                "query_activity": "LogNormal(0, 1) per user, normalised",
+            },
         }
 
 
@@ -133,8 +145,8 @@ def draw_users(types: UserTypes, n_users: int, rng: np.random.Generator) -> User
     true_type = _draw_by_type(types.weights[None, :], np.zeros(n_users, dtype=np.int64), rng)
     country = np.asarray(COUNTRIES)[_draw_by_type(types.country_probs, true_type, rng)]
     age = np.clip(np.rint(rng.normal(types.age_mean[true_type], types.age_sd)), *AGE_RANGE)
-    # Price level follows the preferred price (-1.5..1.5 → about 1..5) with noise.
-    level = 3.0 + 1.3 * types.price_preference[true_type] + rng.normal(0.0, 0.6, n_users)
+    level = 3.0 + PRICE_LEVEL_SLOPE * types.price_preference[true_type]
+    level = level + rng.normal(0.0, PRICE_LEVEL_NOISE, n_users)
     price_level = np.clip(np.rint(level), *PRICE_LEVELS)
     device = np.asarray(DEVICES)[_draw_by_type(types.device_probs, true_type, rng)]
     trips = rng.poisson(types.trips_rate[true_type])

@@ -111,7 +111,8 @@ class ParquetSplitWriter:
         ]
         if batch.positions is not None and batch.clicks is not None:
             columns += [pa.array(batch.positions.astype(np.int32)), pa.array(batch.clicks)]
-        columns += [pa.array(batch.features[:, j]) for j in range(batch.features.shape[1])]
+        by_column = np.ascontiguousarray(batch.features.T)  # one transpose, zero-copy columns
+        columns += [pa.array(column) for column in by_column]
         self._pending.append(pa.RecordBatch.from_arrays(columns, schema=self._schema))
         self._pending_rows += batch.num_docs
         if self._pending_rows >= self._row_group_rows:

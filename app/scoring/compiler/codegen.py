@@ -95,7 +95,7 @@ def _gen_tree(
         thr = _splat(lines, f"t{node}", "float", "thr", thr_base + node, lanes)
         default_left = bool(tree.default_left[node])
         # Unordered `<=` is also true for NaN (missing goes left); ordered is false (goes right).
-        pred = "ole"
+        pred = "ule" if default_left else "ole"
         lines.append(f"  %c{node} = fcmp {pred} {vf} %x{feat}, {thr}")
         cond = f"%c{node}"
         if tree.missing_zero[node]:

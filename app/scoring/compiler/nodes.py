@@ -5,7 +5,8 @@ that equals `x <= floor32(t)`, where floor32(t) is the largest float32 not above
 `x <= t` is also `<= floor32(t)` (no float32 lies between them), and the converse holds because
 floor32(t) <= t. So comparing in float32 against the rounded-down threshold makes exactly the
 reference's decisions, infinities included (t above the float32 range rounds to FLT_MAX, which
-+inf exceeds just as it exceeds t; t below it rounds to -inf, which only -inf reaches, as in float64).
++inf exceeds just as it exceeds t; t below it rounds to -inf, which only -inf reaches, as in
+float64).
 """
 
 from __future__ import annotations

@@ -32,9 +32,8 @@ def registry_dir(tmp_path: Path, ensemble: TreeEnsemble) -> Path:
     return root
 
 
-def app_settings(registry: Path, **overrides: Any) -> Settings:
+def app_settings(**overrides: Any) -> Settings:
     options: dict[str, Any] = {
-        "registry": registry,
         "reload_poll_seconds": 0,
         "admin_token": TOKEN,
         "max_body_bytes": 64 * 1024,
@@ -60,7 +59,7 @@ ClientFactory = Callable[..., AbstractContextManager[TestClient]]
 def make_client(registry_dir: Path) -> ClientFactory:
     @contextmanager
     def factory(ready: bool = True, **overrides: Any) -> Iterator[TestClient]:
-        app = create_app(app_settings(registry_dir, **overrides))
+        app = create_app(app_settings(**{"registry": registry_dir, **overrides}))
         with TestClient(app) as client:
             if ready:
                 wait_ready(client)
@@ -82,6 +81,6 @@ def shared_client(
     """One app for a module of tests that change nothing (bad-input tests)."""
     root = tmp_path_factory.mktemp("shared") / "registry"
     publish(root, ensemble, name="m", version="v1")
-    with TestClient(create_app(app_settings(root))) as client:
+    with TestClient(create_app(app_settings(registry=root))) as client:
         wait_ready(client)
         yield client

@@ -147,6 +147,7 @@ bodies = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.artifacts.tree_dump import TreeEnsemble
+from app.artifacts.tree_dump import Tree, TreeEnsemble
 from app.scoring.reference import predict
 from tests.app.api.conftest import NF, ClientFactory
 from tests.support import publish
@@ -22,6 +22,20 @@ def random_rows(n: int) -> np.ndarray:
 
 def as_lists(rows: np.ndarray) -> list[list[float | None]]:
     return [[None if np.isnan(v) else float(v) for v in row] for row in rows]
+
+
+def flat_ensemble(value: float) -> TreeEnsemble:
+    """Every row scores `value`: one tree without splits."""
+    empty = np.zeros(0)
+    leaf = Tree(
+        empty.astype(np.int32),
+        empty,
+        empty.astype(np.int32),
+        empty.astype(np.int32),
+        empty.astype(bool),
+        np.array([value]),
+    )
+    return TreeEnsemble(NF, [leaf])
 
 
 def expected_order(ensemble: TreeEnsemble, rows: np.ndarray) -> list[int]:
@@ -84,7 +98,7 @@ def test_top_k_request_id_and_explain(client: TestClient, ensemble) -> None:
 
 
 def test_ties_keep_input_order(make_client: ClientFactory, registry_dir: Path) -> None:
-    publish(registry_dir, TreeEnsemble(NF, [], base_score=1.0), name="flat", version="v1")
+    publish(registry_dir, flat_ensemble(1.0), name="flat", version="v1")
     with make_client() as client:
         cands = [{"id": f"d{i}", "features": [0.0] * NF} for i in range(7)]
         body = client.post("/rerank", json={"model": "flat", "candidates": cands}).json()
@@ -93,7 +107,7 @@ def test_ties_keep_input_order(make_client: ClientFactory, registry_dir: Path) -
 
 
 def test_model_choice(make_client: ClientFactory, registry_dir: Path) -> None:
-    publish(registry_dir, TreeEnsemble(NF, [], base_score=2.0), name="flat", version="v3")
+    publish(registry_dir, flat_ensemble(2.0), name="flat", version="v3")
     one = {"candidates": [{"id": "a", "features": [1.0] * NF}]}
     with make_client() as client:
         resp = client.post("/rerank", json=one)

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.features.request_matrix import RequestError, build_matrix, decode_body
+from app.features.request_matrix import (
+    RequestError,
+    TokenBudget,
+    build_matrix,
+    decode_body,
+    token_budget,
+)
 
 NAMES = ["a", "b", "c"]
 
@@ -135,7 +141,7 @@ number = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     rows=st.lists(st.lists(number, min_size=3, max_size=3), min_size=1, max_size=20),
     as_map=st.lists(st.booleans(), min_size=20, max_size=20),
@@ -159,7 +165,11 @@ def test_matrix_equals_a_value_by_value_conversion(rows, as_map) -> None:
 
 
 json_junk = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
     ),
@@ -167,14 +177,45 @@ json_junk = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(junk=json_junk)
-def test_junk_gives_a_request_error_or_a_valid_matrix(junk) -> None:
+def outcome(candidates, budget=None):
+    try:
+        out = build(candidates, budget=budget)
+    except RequestError as err:
+        assert err.msg and err.loc[:2] == ("body", "candidates")
+        orjson.dumps(err.detail())
+        return ("error", err.loc, err.type)
+    assert out.features.shape == (len(out.ids), 3)
+    return ("ok", out.ids, out.features.tobytes())
+
+
+@settings(max_examples=150, deadline=None)
+@given(junk=json_junk, explain=st.booleans())
+def test_junk_gives_a_request_error_and_the_budget_changes_nothing(junk, explain) -> None:
     for candidates in (junk, [junk], [{"id": "x", "features": junk}]):
-        try:
-            out = build(candidates)
-        except RequestError as err:
-            assert err.msg and err.loc[:2] == ("body", "candidates")
-            orjson.dumps(err.detail())
-        else:
-            assert out.features.shape == (len(out.ids), 3)
+        body = orjson.dumps({"explain": explain, "candidates": candidates})
+        doc = orjson.loads(body)
+        parsed = doc.pop("candidates")
+        assert outcome(parsed, token_budget(body, doc)) == outcome(parsed)
+
+
+def test_the_budget_sees_booleans_and_strings_only_where_they_are() -> None:
+    def budget_of(doc):
+        body = orjson.dumps(doc)
+        envelope = orjson.loads(body)
+        envelope.pop("candidates")
+        budget = token_budget(body, envelope)
+        return (budget.strings, budget.bools)
+
+    clean = {"explain": True, "user": {"id": "true"}, "candidates": [{"id": "a", "features": [1]}]}
+    assert budget_of({**clean, "user": {"id": "u"}}) == (3, 0)  # "id", "features", "a"
+    assert budget_of(clean) == (3, 1)  # the id "true" reads as a literal: no fast path
+    with_bool = {"candidates": [{"id": 1, "features": [True]}]}
+    assert budget_of(with_bool) == (2, 1)
+    with_str = {"candidates": [{"id": 1, "features": ["1.5"]}]}
+    assert budget_of(with_str) == (3, 0)  # "id", "features" and the value
+    assert token_budget(b'{"candidates": [], "q": "a\\"b"}', {"q": 'a"b'}) is None
+    # Fooled by nothing: a budget claiming numbers still rejects a nested list.
+    budget = token_budget(b'{"candidates": [{"id": 1, "features": [[1], [2], [3]]}]}', {})
+    assert budget == TokenBudget(2, 0)
+    err = error_of([{"id": 1, "features": [[1], [2], [3]]}], budget=budget)
+    assert err.type == "float_type" and err.loc[-1] == 0

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
@@ -12,7 +11,7 @@ import pytest
 import redis
 
 from app.artifacts.manifest import Manifest
-from app.features.user_features import UserFeatureResolver, UserFeatures
+from app.features.user_features import VERSIONS_KEPT, UserFeatureResolver, UserFeatures
 from app.settings import Settings
 from tests.app.features.conftest import CLUSTERS, DIM, make_files, make_manifest, table_vectors
 from tests.support.redis_server import RedisServer, free_port, redis_binary
@@ -98,22 +97,22 @@ def test_model_without_clusters(manifest: Manifest) -> None:
     assert got == UserFeatures(None, None, False, [])
 
 
-def test_a_table_lives_as_long_as_its_manifest(manifest: Manifest) -> None:
+def test_tables_are_kept_least_recently_used_first_out(manifest: Manifest) -> None:
     resolver = UserFeatureResolver(_settings(None))
-    old = make_manifest(version="v0")
-    resolver.register_model(old, make_files())
     resolver.register_model(manifest, make_files())
-    again = make_manifest()  # the same version loaded once more: the newer table must stay
+    newer = [make_manifest(version=f"v{i}") for i in range(2, VERSIONS_KEPT + 2)]
+    for i, m in enumerate(newer):
+        resolver.register_model(m, make_files())
+        if i < len(newer) - 1:
+            assert resolver.table(manifest) is not None  # serving traffic keeps it
+    assert resolver.table(manifest) is not None
+    assert resolver.table(newer[0]) is None  # the least recently used one went
+    again = make_manifest(version="v3")  # the same version loaded once more: newer table
     resolver.register_model(again, make_files(vectors=table_vectors() + 5))
-    del old
-    gc.collect()
-    assert resolver.table(make_manifest(version="v0")) is None
-    del manifest
-    gc.collect()
-    table = resolver.table(again)
+    table = resolver.table(newer[1])
     assert table is not None and table.vectors[0, 0] == 5.0
 
-    got = asyncio.run(resolver.resolve(make_manifest(version="v0"), US_USER))
+    got = asyncio.run(resolver.resolve(newer[0], US_USER))
     assert got.degraded and got.reasons == ["embedding_table_missing"]
     assert got.vector is not None and got.vector.shape == (DIM,)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from app.artifacts.tree_dump import Tree, TreeEnsemble
+from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
 
 # Thresholds that stress float32 lowering: not representable in float32, beyond its range,
 # subnormal there, signed zeros, infinities.
@@ -67,8 +67,10 @@ def ensembles(draw: st.DrawFn, max_trees: int = 6) -> TreeEnsemble:
 def value_pool(ensemble: TreeEnsemble) -> list[float]:
     """Inputs that sit on, just above and just below every threshold, plus special values."""
     pool = list(SPECIAL_VALUES)
-    for tree in ensemble.trees:
-        for t in tree.threshold:
+    # ±ZERO_THRESHOLD too: the edge of "missing" for missing_zero splits.
+    for tree in [*ensemble.trees, None]:
+        thresholds = [ZERO_THRESHOLD, -ZERO_THRESHOLD] if tree is None else tree.threshold
+        for t in thresholds:
             with np.errstate(over="ignore"):
                 t32 = np.float32(t)
             pool += [

@@ -13,9 +13,7 @@ from app.scoring.compiled import LANES, CompiledTreeScorer
 from app.scoring.compiler.nodes import ZERO32, floor_float32
 from tests.app.scoring.ensembles import ensemble_and_rows
 
-HYPOTHESIS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+HYPOTHESIS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @HYPOTHESIS

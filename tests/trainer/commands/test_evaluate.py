@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
 import lightgbm as lgb
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from app.artifacts.manifest import (
+    BucketedField,
+    ClusterScheme,
+    Manifest,
+    MissingValueRule,
+    UserClusters,
+)
+from app.artifacts.store import write_version_dir
 from trainer.cli import app
 from trainer.data.loader import load_dataset
 from trainer.metrics.report import ranking_report
@@ -101,3 +111,66 @@ def test_corrupt_model_file(runner: CliRunner, version_dir: Path, tmp_path: Path
     model.write_bytes(model.read_bytes().replace(b"0.", b"1.", 1))
     result = runner.invoke(app, ["evaluate", "--model", str(copy), "--data", str(TEST)])
     assert result.exit_code == 2 and "sha256 mismatch" in one_error_line(result.stderr)
+
+
+def linear_onnx(weights: np.ndarray) -> bytes:
+    """A network scoring `features @ weights`, with the service's graph interface."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    n_features = weights.shape[0]
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["features", "w"], ["col"]),
+            helper.make_node("Reshape", ["col", "shape"], ["scores"]),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", n_features])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N"])],
+        initializer=[
+            numpy_helper.from_array(weights.reshape(-1, 1).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array([-1], dtype=np.int64), "shape"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def test_network_model_scores_through_onnxruntime(runner: CliRunner, tmp_path: Path) -> None:
+    weights = np.random.default_rng(0).normal(size=300)
+    manifest = Manifest(
+        name="net",
+        version="n1",
+        kind="lambdadnn",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=[f"f{i + 1}" for i in range(300)],
+        missing_value=MissingValueRule(handled_by="mean_imputation"),
+    )
+    out = write_version_dir(tmp_path / "n1", manifest, {"model.onnx": linear_onnx(weights)})
+    result = runner.invoke(app, ["evaluate", "--model", str(out), "--data", str(TEST), "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["model"]["kind"] == "lambdadnn"
+    test = load_dataset(TEST, num_features=300)
+    scores = (test.features @ weights.astype(np.float32)).astype(np.float64)
+    expected = ranking_report(scores, test.labels, test.group_offsets)
+    assert report["ndcg@10"] == pytest.approx(expected["ndcg@10"], abs=1e-9)
+
+
+def test_refuses_models_with_user_clusters(runner: CliRunner, tmp_path: Path) -> None:
+    scheme = ClusterScheme(fields=[BucketedField(name="country", kind="categorical")])
+    manifest = Manifest(
+        name="net",
+        version="n2",
+        kind="lambdadnn",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=[f"f{i + 1}" for i in range(300)],
+        missing_value=MissingValueRule(handled_by="mean_imputation"),
+        user_clusters=UserClusters(scheme=scheme, embedding_dim=4, input="onnx_input"),
+    )
+    out = write_version_dir(tmp_path / "n2", manifest, {"model.onnx": linear_onnx(np.ones(300))})
+    result = runner.invoke(app, ["evaluate", "--model", str(out), "--data", str(TEST)])
+    assert result.exit_code == 2
+    assert "user-cluster embeddings" in one_error_line(result.stderr)

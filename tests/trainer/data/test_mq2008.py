@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -29,3 +30,13 @@ def test_fold1_train_counts_and_speed() -> None:
     np.testing.assert_array_equal(np.bincount(data.labels.astype(int)), [7820, 1223, 587])
     assert data.query_ids[0] == 10002 and data.group_sizes.min() >= 5
     assert min(seconds) < 1.0
+
+
+def test_lightgbm_position_file(tmp_path: Path) -> None:
+    """LightGBM's `_rank.train.position` (`pos_1`..`pos_27`, one per rank.train row)."""
+    shutil.copy(DEMO_TEST.with_name("rank.train"), tmp_path / "rank.train")
+    shutil.copy(DEMO_TEST.with_name("rank.train.query"), tmp_path / "rank.train.query")
+    shutil.copy(SHARED / "lightgbm-rank" / "_rank.train.position", tmp_path / "rank.train.position")
+    data = read_letor(tmp_path / "rank.train")
+    assert data.positions is not None and data.positions.shape == (3005,)
+    assert (data.positions.min(), data.positions.max()) == (1, 27)

@@ -106,7 +106,7 @@ def test_equals_lightgbm_ndcg_at_k() -> None:
         callbacks=[lgb.record_evaluation(recorded)],
     )
     for name, data in (("train", train), ("valid", valid)):
-        scores = booster.predict(data.features)
+        scores = np.asarray(booster.predict(data.features))
         assert np.unique(scores).size < scores.size  # ties exist, so their order is tested too
         for k in (1, 3, 5, 10):
             ours = mean_ndcg(scores, data.labels, data.group_offsets, k)

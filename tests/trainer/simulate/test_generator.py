@@ -17,7 +17,7 @@ def _bytes_of(directory: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("fmt", ["letor", "parquet"])
 def test_same_seed_gives_identical_bytes(tmp_path: Path, fmt: str) -> None:
-    config = SimulationConfig(rows=3_000, users=100, seed=3, format=fmt, clicks=True)  # type: ignore[arg-type]
+    config = SimulationConfig(rows=3_000, users=100, seed=3, format=fmt, clicks=True)
     simulate(config, tmp_path / "a")
     simulate(config, tmp_path / "b")
     first, second = _bytes_of(tmp_path / "a"), _bytes_of(tmp_path / "b")

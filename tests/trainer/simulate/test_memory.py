@@ -40,7 +40,7 @@ def test_peak_memory_does_not_grow_with_rows(tmp_path: Path, fmt: str) -> None:
         users=50,
         chunk_queries=64,
         row_group_rows=4_096,
-        format=fmt,  # type: ignore[arg-type]
+        format=fmt,
         clicks=True,
     )
     large = small.model_copy(update={"rows": 64_000})

@@ -1,0 +1,95 @@
+"""`POST /feedback`: clicks, purchases and dwell times on the candidates a /rerank served.
+
+Include with `app.include_router(feedback_router)`; the lifespan puts an
+`app.impressions.ImpressionLog` on `app.state.impressions`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.responses import Response
+
+from app.api.errors import json_error
+from app.api.schemas import MessageResponse, ValidationErrorResponse
+from app.impressions.feedback import FeedbackError, FeedbackUnavailable, ImpressionLog
+
+feedback_router = APIRouter()
+
+MAX_EVENTS = 10_000
+
+
+class FeedbackEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | int = Field(description="A candidate id the request served.", examples=["d1"])
+    type: Literal["click", "purchase", "dwell"]
+    value: float | None = Field(
+        None, description="Optional number, e.g. dwell seconds or purchase amount."
+    )
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"request_id": "3f2a9c", "events": [{"id": "d7", "type": "click"}]}]
+        },
+    )
+
+    request_id: str = Field(min_length=1, max_length=128)
+    events: list[FeedbackEvent] = Field(min_length=1, max_length=MAX_EVENTS)
+
+
+class FeedbackResponse(BaseModel):
+    request_id: str
+    accepted: int = Field(description="Events recorded now.")
+    duplicates: int = Field(description="Events already recorded for this request (ignored).")
+
+
+def get_impressions(request: Request) -> ImpressionLog | None:
+    return getattr(request.app.state, "impressions", None)
+
+
+@feedback_router.post(
+    "/feedback",
+    status_code=202,
+    response_model=FeedbackResponse,
+    responses={
+        404: {"model": MessageResponse, "description": "Unknown (or expired) request id."},
+        422: {"model": ValidationErrorResponse, "description": "Bad shape, or an id not served."},
+        503: {"model": MessageResponse, "description": "Logging off or its store unreachable."},
+    },
+    summary="Record clicks / purchases / dwell on served candidates",
+)
+async def feedback(
+    body: FeedbackRequest,
+    impressions: Annotated[ImpressionLog | None, Depends(get_impressions)],
+) -> Response:
+    """Events for candidates of one earlier /rerank answer (by its `request_id`). The same
+    request id + candidate + type counts once: repeats are answered 202 and ignored."""
+    if impressions is None:
+        return json_error(503, "impression logging is not configured in this service")
+    events: list[dict[str, Any]] = [e.model_dump() for e in body.events]
+    try:
+        accepted, duplicates = await impressions.record_feedback(body.request_id, events)
+    except FeedbackUnavailable as exc:
+        return json_error(exc.status, str(exc), {"Retry-After": "1"})
+    except FeedbackError as exc:
+        if exc.status == 422:
+            detail = [{"loc": ["body", "events"], "msg": str(exc), "type": "value_error"}]
+            return json_error(422, detail)
+        return json_error(exc.status, str(exc))
+    content = {"request_id": body.request_id, "accepted": accepted, "duplicates": duplicates}
+    return Response(orjson.dumps(content), 202, media_type="application/json")

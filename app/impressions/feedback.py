@@ -1,0 +1,191 @@
+"""The serving side of the click loop: log what `/rerank` served, accept feedback on it.
+
+`ImpressionLog.log_rerank` indexes the served ids of a request in-process and queues the
+impression record; `record_feedback` checks a feedback call against the served ids (the
+in-process index first, then Redis `{prefix}imp:{request_id}`, so any replica can answer once
+the record is flushed), drops duplicates (same request id + candidate + event type, counted once:
+a Redis hash `{prefix}fbseen:{request_id}` across replicas, the in-process index otherwise) and
+queues the new events. Without Redis a feedback call must reach the process that served the
+request, within the last LOCAL_INDEX_MAX requests and `impressions_ttl_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from redis.exceptions import RedisError
+
+from app.features.redis_store import TTLCache
+from app.impressions.sink import (
+    DROPPED,
+    ImpressionSink,
+    RedisStreamWriter,
+    Writer,
+    feedback_record,
+    impression_record,
+    make_writer,
+)
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPES = ("click", "purchase", "dwell")
+LOCAL_INDEX_MAX = 50_000  # requests remembered in-process (their ids and the feedback seen)
+LOOKUP_TIMEOUT_S = 1.0  # feedback is not latency-critical, but must not hang on a stuck Redis
+
+
+class FeedbackError(Exception):
+    """A feedback call that cannot be accepted; `status` is the HTTP answer."""
+
+    status = 422
+
+
+class UnknownRequest(FeedbackError):
+    status = 404
+
+
+class FeedbackUnavailable(FeedbackError):
+    status = 503
+
+
+@dataclass
+class Served:
+    """What one request served: its ids and the (id, type) feedback already recorded."""
+
+    ids: set[Any]
+    seen: set[tuple[Any, str]] = field(default_factory=set)
+
+
+def _seen_field(candidate: Any, kind: str) -> bytes:
+    return kind.encode() + b"\x1f" + orjson.dumps(candidate)
+
+
+class ImpressionLog:
+    """Inert (every call a no-op, feedback answered 503) unless impressions are enabled and a
+    sink (Redis or a JSONL path) is configured."""
+
+    def __init__(self, settings: Settings, writer: Writer | None = None) -> None:
+        self.settings = settings
+        if writer is None and settings.impressions_enabled:
+            writer = make_writer(settings)
+        size = settings.impressions_queue_size
+        self.sink = None if writer is None else ImpressionSink(writer, size)
+        self.redis = writer.client if isinstance(writer, RedisStreamWriter) else None
+        self.prefix = settings.redis_prefix
+        self.ttl = settings.impressions_ttl_seconds
+        self.index = TTLCache(float(self.ttl), LOCAL_INDEX_MAX)
+
+    @property
+    def enabled(self) -> bool:
+        return self.sink is not None
+
+    async def start(self) -> None:
+        if self.sink is not None:
+            await self.sink.start()
+
+    async def close(self) -> None:
+        if self.sink is not None:
+            await self.sink.close()
+
+    def log_rerank(
+        self,
+        body: dict[str, Any],
+        query_id: str | int | None,
+        user_id: str | None,
+        user_cluster: str | None,
+        ids: list[Any],
+        features: np.ndarray,
+    ) -> None:
+        """Queue the impression of a /rerank answer. `body` is the answer before `_order` (input
+        index of each result, best first) is removed; `features` [n_candidates, n_features] in
+        input order. Never raises and never waits."""
+        if self.sink is None:
+            return
+        try:
+            order = body["_order"]
+            served = [ids[i] for i in order]
+            request_id = body["request_id"]
+            model = body["model"]
+            record = impression_record(
+                request_id,
+                query_id,
+                user_id,
+                user_cluster,
+                model["name"],
+                model["version"],
+                served,
+                features[order],
+            )
+        except Exception:  # a logging bug must not fail the request
+            log.exception("could not build an impression record")
+            DROPPED.labels("impression", "encode_error").inc()
+            return
+        if self.sink.submit(record):
+            self.index.put(request_id, Served(set(served)))
+
+    async def record_feedback(
+        self, request_id: str, events: list[dict[str, Any]]
+    ) -> tuple[int, int]:
+        """Queue the new events of one feedback call; (accepted, duplicates). Raises
+        UnknownRequest (404), FeedbackError (422: an id the request did not serve) or
+        FeedbackUnavailable (503: logging off, or Redis unreachable for an id not known here)."""
+        if self.sink is None:
+            raise FeedbackUnavailable("impression logging is off (LTR_IMPRESSIONS_ENABLED)")
+        served = await self._served(request_id)
+        unknown = [e["id"] for e in events if e["id"] not in served.ids]
+        if unknown:
+            shown = ", ".join(orjson.dumps(i).decode() for i in unknown[:5])
+            raise FeedbackError(f"request {request_id!r} did not serve candidate(s) {shown}")
+        fresh: list[dict[str, Any]] = []
+        for event in events:
+            key = (event["id"], event["type"])
+            if key not in served.seen:
+                served.seen.add(key)
+                fresh.append(event)
+        fresh = await self._shared_dedup(request_id, fresh)
+        if fresh:
+            self.sink.submit(feedback_record(request_id, fresh))
+        return len(fresh), len(events) - len(fresh)
+
+    async def _served(self, request_id: str) -> Served:
+        found, served = self.index.get(request_id)
+        if found:
+            assert isinstance(served, Served)
+            return served
+        if self.redis is None:
+            raise UnknownRequest(f"unknown request id {request_id!r}")
+        try:
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                raw = await self.redis.get(f"{self.prefix}imp:{request_id}")
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise FeedbackUnavailable(f"impression store unavailable: {exc}") from None
+        if raw is None:
+            raise UnknownRequest(f"unknown request id {request_id!r}")
+        served = Served(set(orjson.loads(raw)))
+        self.index.put(request_id, served)
+        return served
+
+    async def _shared_dedup(
+        self, request_id: str, events: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Events no replica has recorded yet. If Redis fails, the in-process check stands
+        (the training join drops duplicates again)."""
+        if self.redis is None or not events:
+            return events
+        key = f"{self.prefix}fbseen:{request_id}"
+        try:
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                pipe = self.redis.pipeline(transaction=False)
+                for event in events:
+                    pipe.hsetnx(key, _seen_field(event["id"], event["type"]), 1)
+                pipe.expire(key, self.ttl)
+                created = await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("feedback dedup skipped (Redis: %s)", exc)
+            return events
+        return [event for event, new in zip(events, created[:-1], strict=True) if new]

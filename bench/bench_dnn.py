@@ -1,0 +1,437 @@
+"""LambdaDNN benchmarks: quality on MQ2008, user-cluster embeddings on simulated personalised
+data, training throughput, and ONNX scoring latency.
+
+    .venv/bin/python -m bench.bench_dnn [--part mq2008|simulated|throughput|scoring|all]
+                                        [--folds 1,2,3,4,5] [--seeds 0,1,2] [--sim-rows 220000]
+
+Each part stores its figures in bench/results/dnn.json; bench/results/dnn.md is rendered from
+all stored parts, so parts can run at different times. NDCG@10: gain 2^label - 1, a query with no
+relevant document scores 1 (LightGBM's convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.data.dataset import RankingDataset
+from trainer.data.loader import load_dataset
+from trainer.metrics.ndcg import mean_ndcg
+
+ROOT = Path(__file__).resolve().parents[1]
+MQ2008 = ROOT / ".." / "shared" / "datasets" / "mq2008"
+RESULTS_JSON = ROOT / "bench" / "results" / "dnn.json"
+RESULTS_MD = ROOT / "bench" / "results" / "dnn.md"
+THREADS = 2
+LOSSES = ("lambdarank", "ranknet", "listnet", "pointwise")
+
+# Tuned on MQ2008 validation folds (see dnn.md): a small MLP, dropout, Adam at 5e-4.
+MQ_OPTIONS: dict[str, Any] = {
+    "hidden": [64, 32],
+    "dropout": 0.2,
+    "learning_rate": 5e-4,
+    "batch_queries": 32,
+    "epochs": 100,
+    "early_stopping_rounds": 10,
+    "threads": THREADS,
+}
+SIM_OPTIONS: dict[str, Any] = {
+    "hidden": [128, 64],
+    "dropout": 0.1,
+    "learning_rate": 1e-3,
+    "batch_queries": 32,
+    "epochs": 40,
+    "early_stopping_rounds": 5,
+    "threads": THREADS,
+    "embedding_dim": 8,
+    "min_cluster_count": 20,
+}
+LAMBDAMART_MQ = {"num_trees": 1000, "num_leaves": 31, "learning_rate": 0.05, "stop": 50}
+LAMBDAMART_SIM = {"num_trees": 500, "num_leaves": 31, "learning_rate": 0.1, "stop": 30}
+
+
+def ndcg10(scores: np.ndarray, data: RankingDataset) -> float:
+    return float(mean_ndcg(scores, data.labels, data.group_offsets, 10, empty_value=1.0))
+
+
+def lambdamart_scores(
+    train: RankingDataset, valid: RankingDataset, tests: list[RankingDataset], cfg: dict
+) -> list[np.ndarray]:
+    from app.scoring.reference import predict
+    from trainer.lambdamart import LambdaMARTParams
+    from trainer.lambdamart import train as train_lambdamart
+
+    params = LambdaMARTParams(
+        num_trees=cfg["num_trees"],
+        num_leaves=cfg["num_leaves"],
+        learning_rate=cfg["learning_rate"],
+        early_stopping_rounds=cfg["stop"],
+        eval_at=10,
+        threads=THREADS,
+    )
+    result = train_lambdamart(train, params, valid)
+    return [predict(result.ensemble, t.features) for t in tests]
+
+
+def dnn_run(
+    train: RankingDataset, valid: RankingDataset, options: dict, out: Path
+) -> tuple[Path, dict[str, Any]]:
+    from trainer.dnn.engine import train_and_export
+    from trainer.dnn.options import DNNOptions
+
+    path = train_and_export(train, valid, DNNOptions(**options), out)
+    manifest = json.loads((path / "manifest.json").read_text())
+    return path, manifest["training"]
+
+
+def onnx_dataset_scores(path: Path, data: RankingDataset, rows: np.ndarray | None) -> np.ndarray:
+    """Score every list of `data` through the exported model, one list per call, as served."""
+    from trainer.dnn.onnx_export import onnx_scores, onnx_session
+
+    session = onnx_session((path / "model.onnx").read_bytes(), threads=THREADS)
+    table = None
+    if rows is not None:
+        table = np.load(io.BytesIO((path / "embeddings.npy").read_bytes()))
+    out = []
+    for q in range(data.num_queries):
+        lo, hi = data.group_offsets[q], data.group_offsets[q + 1]
+        user = None if table is None or rows is None else table[rows[q]]
+        out.append(onnx_scores(session, data.features[lo:hi], user))
+    return np.concatenate(out).astype(np.float64)
+
+
+def part_mq2008(folds: list[int]) -> dict[str, Any]:
+    per_fold: dict[str, list[float]] = {name: [] for name in (*LOSSES, "lambdamart")}
+    seconds: dict[str, float] = dict.fromkeys(per_fold, 0.0)
+    epochs: dict[str, list[int]] = {name: [] for name in LOSSES}
+    for fold in folds:
+        base = MQ2008 / f"Fold{fold}"
+        tr = load_dataset(base / "train.txt")
+        va = load_dataset(base / "vali.txt", num_features=tr.num_features)
+        te = load_dataset(base / "test.txt", num_features=tr.num_features)
+        started = time.perf_counter()
+        (scores,) = lambdamart_scores(tr, va, [te], LAMBDAMART_MQ)
+        seconds["lambdamart"] += time.perf_counter() - started
+        per_fold["lambdamart"].append(ndcg10(scores, te))
+        for loss in LOSSES:
+            with tempfile.TemporaryDirectory() as tmp:
+                started = time.perf_counter()
+                path, training = dnn_run(tr, va, {**MQ_OPTIONS, "loss": loss}, Path(tmp) / "v")
+                seconds[loss] += time.perf_counter() - started
+                per_fold[loss].append(ndcg10(onnx_dataset_scores(path, te, None), te))
+                epochs[loss].append(int(training["best_epoch"]))
+        print(f"fold {fold}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in per_fold.items()))
+    return {"folds": folds, "ndcg10": per_fold, "seconds": seconds, "best_epochs": epochs}
+
+
+def _simulated(seed: int, rows: int, root: Path) -> Path:
+    from trainer.simulate import SimulationConfig, simulate
+
+    out = root / f"sim{seed}"
+    simulate(SimulationConfig(rows=rows, seed=seed), out)
+    return out
+
+
+def _users(data: RankingDataset) -> list[str]:
+    assert data.user_ids is not None, "simulated data carries user ids"
+    return [str(u) for u in data.user_ids]
+
+
+def part_simulated(seeds: list[int], rows: int) -> dict[str, Any]:
+    from app.artifacts.manifest import ClusterScheme
+    from trainer.dnn.user_clusters import (
+        append_user_embeddings,
+        cluster_rows,
+        fine_cluster_ids,
+    )
+    from trainer.dnn.user_profiles import read_profiles
+
+    names = ("mlp", "mlp+clusters", "lambdamart", "lambdamart+embeddings")
+    results: dict[str, list[float]] = {n: [] for n in names}
+    info: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            sim = _simulated(seed, rows, Path(tmp))
+            tr = load_dataset(sim / "train.parquet")
+            va = load_dataset(sim / "vali.parquet", feature_names=tr.names())
+            te = load_dataset(sim / "test.parquet", feature_names=tr.names())
+            plain, _ = dnn_run(tr, va, {**SIM_OPTIONS, "seed": seed}, Path(tmp) / f"p{seed}")
+            results["mlp"].append(ndcg10(onnx_dataset_scores(plain, te, None), te))
+            cluster_opts = {
+                **SIM_OPTIONS,
+                "seed": seed,
+                "user_profiles": sim / "users.parquet",
+                "cluster_config": sim / "cluster_scheme.toml",
+            }
+            personal, training = dnn_run(tr, va, cluster_opts, Path(tmp) / f"u{seed}")
+            manifest = json.loads((personal / "manifest.json").read_text())
+            scheme = ClusterScheme.model_validate(manifest["user_clusters"]["scheme"])
+            clusters = json.loads((personal / "clusters.json").read_text())
+            table = np.load(personal / "embeddings.npy")
+            profiles = read_profiles(sim / "users.parquet")
+            rows = [
+                cluster_rows(scheme, clusters, fine_cluster_ids(scheme, profiles, _users(d)))
+                for d in (tr, va, te)
+            ]
+            te_rows = rows[2]
+            results["mlp+clusters"].append(ndcg10(onnx_dataset_scores(personal, te, te_rows), te))
+            sets = [
+                append_user_embeddings(d, clusters, table, r)
+                for d, r in zip((tr, va, te), rows, strict=True)
+            ]
+            (s_plain,) = lambdamart_scores(tr, va, [te], LAMBDAMART_SIM)
+            (s_emb,) = lambdamart_scores(sets[0], sets[1], [sets[2]], LAMBDAMART_SIM)
+            results["lambdamart"].append(ndcg10(s_plain, te))
+            results["lambdamart+embeddings"].append(ndcg10(s_emb, te))
+            info.append(
+                {
+                    "seed": seed,
+                    "train_rows": tr.num_docs,
+                    "train_queries": tr.num_queries,
+                    "test_queries": te.num_queries,
+                    "clusters": len(clusters),
+                    "lists_per_second": training["lists_per_second"],
+                }
+            )
+            print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in results.items()))
+    return {"seeds": seeds, "rows": rows, "ndcg10": results, "runs": info}
+
+
+def part_throughput(rows: int) -> dict[str, Any]:
+    import torch
+
+    from trainer.dnn.batching import QueryLists
+    from trainer.dnn.losses import loss_for
+    from trainer.dnn.models import build_ranker
+    from trainer.dnn.normalisation import fit_standardiser
+    from trainer.dnn.options import DNNOptions
+    from trainer.dnn.trainer_loop import deterministic, train_ranker
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tr = load_dataset(_simulated(0, rows, Path(tmp)) / "train.parquet")
+    lists = QueryLists(tr.features, tr.labels, tr.group_offsets)
+    for arch in ("mlp", "dcn"):
+        for loss in LOSSES:
+            options = DNNOptions(
+                **{**SIM_OPTIONS, "epochs": 2, "early_stopping_rounds": None},
+                loss=loss,
+                arch=arch,
+            )
+            with deterministic(0, THREADS):
+                ranker = build_ranker(options, fit_standardiser(tr.features))
+                result = train_ranker(ranker, loss_for(options), lists, tr.labels, options)
+            out[f"{arch}/{loss}"] = result.lists_per_second
+            print(f"{arch}/{loss}: {result.lists_per_second:.0f} lists/s")
+    sizes = tr.group_sizes
+    return {
+        "lists_per_second": out,
+        "train_queries": tr.num_queries,
+        "mean_list_len": float(sizes.mean()),
+        "torch_threads": THREADS,
+        "torch": torch.__version__,
+    }
+
+
+def part_scoring(repeats: int = 2000) -> dict[str, Any]:
+    import torch
+
+    from trainer.dnn.models import build_ranker
+    from trainer.dnn.normalisation import fit_standardiser
+    from trainer.dnn.onnx_export import export_onnx, onnx_session
+    from trainer.dnn.options import DNNOptions
+
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    x = rng.normal(size=(1000, 136)).astype(np.float32)
+    ranker = build_ranker(DNNOptions(hidden=[256, 128], dropout=0.0), fit_standardiser(x)).eval()
+    session = onnx_session(export_onnx(ranker), threads=1)
+    feeds = {"features": x}
+
+    def timed(fn: Any) -> list[float]:
+        for _ in range(50):
+            fn()
+        samples = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - started)
+        return samples
+
+    ort_times = timed(lambda: session.run(["scores"], feeds))  # type: ignore[attr-defined]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    xt = torch.from_numpy(x)
+    with torch.inference_mode():
+        torch_times = timed(lambda: ranker.score_list(xt))
+    torch.set_num_threads(previous)
+
+    def summary(t: list[float]) -> dict[str, float]:
+        q = np.percentile(np.array(t) * 1e6, [50, 99])
+        return {"p50_us": float(q[0]), "p99_us": float(q[1])}
+
+    return {"onnxruntime": summary(ort_times), "torch": summary(torch_times), "docs": 1000}
+
+
+def _fmt(values: list[float]) -> str:
+    if len(values) > 1:
+        return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+    return f"{values[0]:.4f}" if values else "n/a"
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "# LambdaDNN benchmarks",
+        "",
+        f"Machine: {os.cpu_count()} cores shared with other engineers while measuring (noisy); "
+        f"{platform.python_implementation()} {platform.python_version()}. Produced by "
+        "`.venv/bin/python -m bench.bench_dnn`. NDCG@10 uses gain 2^label - 1 and scores a query "
+        "with no relevant document 1 (LightGBM's convention). Neural scores are those of the "
+        "exported model.onnx run by onnxruntime, one query list per call.",
+        "",
+    ]
+    mq = results.get("mq2008")
+    if mq:
+        lm = float(np.mean(mq["ndcg10"]["lambdamart"]))
+        lines += [
+            "## MQ2008, 5 folds: test NDCG@10",
+            "",
+            "Train on train, early stopping on vali NDCG@10, evaluate on test. MLP "
+            f"`{MQ_OPTIONS['hidden']}` ReLU, dropout {MQ_OPTIONS['dropout']}, Adam lr "
+            f"{MQ_OPTIONS['learning_rate']}, {MQ_OPTIONS['batch_queries']} lists per batch, "
+            f"patience {MQ_OPTIONS['early_stopping_rounds']} epochs, sigma 1, delta NDCG over the "
+            "whole list. Native LambdaMART: 31 leaves, lr 0.05, up to 1000 trees, early stop 50.",
+            "",
+            "| model | "
+            + " | ".join(f"fold {f}" for f in mq["folds"])
+            + " | mean | vs LambdaMART |",
+            "|---" * (len(mq["folds"]) + 3) + "|",
+        ]
+        for name, values in mq["ndcg10"].items():
+            mean = float(np.mean(values))
+            label = "native LambdaMART" if name == "lambdamart" else f"MLP, {name} loss"
+            lines.append(
+                f"| {label} | "
+                + " | ".join(f"{v:.4f}" for v in values)
+                + f" | **{mean:.4f}** | {mean - lm:+.4f} |"
+            )
+        best = max((float(np.mean(mq["ndcg10"][n])), n) for n in LOSSES)
+        lines += [
+            "",
+            f"Best neural: {best[1]} {best[0]:.4f} vs LambdaMART {lm:.4f} "
+            f"(difference {best[0] - lm:+.4f}; target: within 0.01). Training seconds over the "
+            "folds: " + ", ".join(f"{k} {v:.0f}" for k, v in mq["seconds"].items()) + ".",
+            "",
+        ]
+    sim = results.get("simulated")
+    if sim:
+        lines += [
+            f"## Simulated personalised data ({sim['rows']:,} rows, seeds {sim['seeds']})",
+            "",
+            "`ltr simulate` (default config: 2,000 users of 6 latent types, relevance with "
+            "user-type x category/price affinity); train/vali/test splits of each seed; "
+            "test NDCG@10, mean ± standard deviation over the seeds. Clusters: the simulator's "
+            "`cluster_scheme.toml` (country, age bucket, price level), min 20 users per "
+            "cluster, embedding dim 8. LambdaMART (31 leaves, lr 0.1, up to 500 trees, early "
+            "stop 30) gets the learned embedding of the user's cluster as 8 extra features.",
+            "",
+            "| model | test NDCG@10 | per seed |",
+            "|---|---|---|",
+        ]
+        for name, values in sim["ndcg10"].items():
+            lines.append(
+                f"| {name} | {_fmt(values)} | " + ", ".join(f"{v:.4f}" for v in values) + " |"
+            )
+        lift = np.array(sim["ndcg10"]["mlp+clusters"]) - np.array(sim["ndcg10"]["mlp"])
+        lines += [
+            "",
+            f"Lift of the user-cluster embeddings for the MLP: {_fmt(list(lift))} NDCG@10.",
+            "Runs: "
+            + "; ".join(
+                f"seed {r['seed']}: {r['train_rows']:,} train rows, {r['train_queries']:,} lists, "
+                f"{r['clusters']} clusters"
+                for r in sim["runs"]
+            )
+            + ".",
+            "",
+        ]
+    tp = results.get("throughput")
+    if tp:
+        lines += [
+            "## Training throughput (2 threads)",
+            "",
+            f"Query lists per second over 2 epochs of the simulated seed-0 training split "
+            f"({tp['train_queries']:,} lists, mean length {tp['mean_list_len']:.1f}), "
+            f"{SIM_OPTIONS['batch_queries']} lists per batch, hidden {SIM_OPTIONS['hidden']}, "
+            f"torch {tp['torch']} with {tp['torch_threads']} threads (forward, loss, backward, "
+            "Adam; evaluation excluded).",
+            "",
+            "| model/loss | lists/s |",
+            "|---|---|",
+        ]
+        for name, value in tp["lists_per_second"].items():
+            lines.append(f"| {name} | {value:,.0f} |")
+        lines.append("")
+    sc = results.get("scoring")
+    if sc:
+        ratio = sc["torch"]["p50_us"] / sc["onnxruntime"]["p50_us"]
+        lines += [
+            "## Scoring 1,000 documents (MLP 136 -> 256 -> 128 -> 1, single thread)",
+            "",
+            "One call scoring a [1000, 136] float32 list, normalisation and NaN imputation "
+            "included, median and p99 of 2,000 calls after warm-up.",
+            "",
+            "| runtime | p50 | p99 |",
+            "|---|---|---|",
+            f"| onnxruntime (exported model.onnx) | {sc['onnxruntime']['p50_us']:.0f} µs | "
+            f"{sc['onnxruntime']['p99_us']:.0f} µs |",
+            f"| PyTorch eager (same weights) | {sc['torch']['p50_us']:.0f} µs | "
+            f"{sc['torch']['p99_us']:.0f} µs |",
+            "",
+            f"onnxruntime is {ratio:.2f}x the speed of PyTorch eager here.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", default="all")
+    parser.add_argument("--folds", default="1,2,3,4,5")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--sim-rows", type=int, default=220_000)
+    args = parser.parse_args()
+    results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else {}
+    parts = ["mq2008", "simulated", "throughput", "scoring"] if args.part == "all" else [args.part]
+    for part in parts:
+        if part == "mq2008":
+            if not MQ2008.is_dir():
+                print(f"skipping mq2008: {MQ2008} not found")
+                continue
+            results[part] = part_mq2008([int(f) for f in args.folds.split(",")])
+        elif part == "simulated":
+            results[part] = part_simulated([int(s) for s in args.seeds.split(",")], args.sim_rows)
+        elif part == "throughput":
+            results[part] = part_throughput(args.sim_rows)
+        elif part == "scoring":
+            results[part] = part_scoring()
+        else:
+            raise SystemExit(f"unknown part {part!r}")
+        RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS_JSON.write_text(json.dumps(results, indent=1) + "\n")
+        RESULTS_MD.write_text(render(results))
+    print(RESULTS_MD.read_text())
+
+
+if __name__ == "__main__":
+    main()

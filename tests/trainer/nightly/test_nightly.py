@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from app.artifacts.store import list_versions, load_version, read_current
+from trainer.cli import app
+from trainer.commands.nightly import seconds_until
+from trainer.data.letor import write_letor
+from trainer.data.loader import load_dataset
+from trainer.nightly.config import load_config
+from trainer.nightly.partitions import find_partitions
+from trainer.nightly.run import NightlyRefused, load_data, run_nightly
+
+DEMO = Path(__file__).resolve().parents[3] / "trainer" / "demo_data"
+
+
+@pytest.fixture(scope="module")
+def partitioned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo data cut into three daily partitions (plus an undated file that is ignored)."""
+    root = tmp_path_factory.mktemp("data")
+    data = load_dataset(DEMO / "rank.train")
+    thirds = np.array_split(np.arange(data.num_queries), 3)
+    for day, queries in zip(("2026-11-19", "2026-11-20", "2026-11-21"), thirds, strict=True):
+        (root / day).mkdir()
+        write_letor(data.subset_queries(queries), root / day / "part-0.txt")
+    (root / "notes.txt").write_text("not a partition")
+    return root
+
+
+def write_config(tmp_path: Path, data_dir: Path, **model: object) -> Path:
+    lambdamart = {"num_trees": 20, "num_leaves": 15, "learning_rate": 0.1, "min_data_in_leaf": 5}
+    lambdamart.update(model)  # type: ignore[arg-type]
+    lines = [
+        f'work_dir = "{tmp_path / "work"}"',
+        "[data]",
+        f'dir = "{data_dir}"',
+        "partitions = 3",
+        "[model]",
+        'name = "nightly"',
+        "[model.lambdamart]",
+        *(f"{k} = {v}" for k, v in lambdamart.items()),
+        "[gate]",
+        "tolerance = 0.0",
+        "[publish]",
+        f'registry = "{tmp_path / "registry"}"',
+        "keep = 3",
+    ]
+    path = tmp_path / "nightly.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_partitions_newest_first_and_time_split(partitioned: Path, tmp_path: Path) -> None:
+    parts = find_partitions(partitioned, 2)
+    assert [str(p.date) for p in parts] == ["2026-11-20", "2026-11-21"]
+    config = load_config(write_config(tmp_path, partitioned))
+    data = load_data(config)
+    newest = load_dataset(partitioned / "2026-11-21" / "part-0.txt", num_features=300)
+    assert data.holdout.num_queries == newest.num_queries  # the newest day is held out
+    assert data.train.num_queries + data.valid.num_queries + newest.num_queries == 201
+
+
+def test_publishes_then_gates_against_the_deployed_model(partitioned: Path, tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, partitioned))
+    first = run_nightly(config)
+    registry = tmp_path / "registry"
+    assert read_current(registry, "nightly") == first.published.version
+    report = json.loads((first.report_dir / "report.json").read_text())
+    assert report["gate"]["passed"] and report["gate"]["deployed"] is None
+    assert report["history"]["valid"] and report["feature_importance"]
+    assert (first.report_dir / "report.html").read_text().startswith("<!doctype html>")
+    # The same configuration again scores the same on the same held-out day: it passes.
+    second = run_nightly(config)
+    assert second.published.previous == first.published.version
+    assert second.gate.deployed is not None
+    assert second.gate.deployed["version"] == first.published.version
+
+
+def test_a_worse_candidate_is_refused_and_nothing_changes(
+    partitioned: Path, tmp_path: Path
+) -> None:
+    good = load_config(write_config(tmp_path, partitioned, num_trees=60))
+    deployed = run_nightly(good).published.version
+    bad = load_config(write_config(tmp_path, partitioned, num_trees=1, num_leaves=2))
+    with pytest.raises(NightlyRefused, match="below the deployed model") as info:
+        run_nightly(bad)
+    assert (info.value.report_dir / "report.html").is_file()
+    registry = tmp_path / "registry"
+    assert read_current(registry, "nightly") == deployed
+    assert list_versions(registry, "nightly") == [deployed]
+    load_version(registry / "nightly" / deployed)
+
+
+def test_cli_bad_data_exits_nonzero_and_leaves_the_deployed_model(
+    partitioned: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, partitioned)
+    runner = CliRunner()
+    ok = runner.invoke(app, ["nightly", "--config", str(config), "--json"])
+    assert ok.exit_code == 0, ok.output
+    deployed = json.loads(ok.stdout.strip().splitlines()[-1])["version"]
+    broken = tmp_path / "broken"
+    (broken / "2026-11-22").mkdir(parents=True)
+    (broken / "2026-11-22" / "part-0.txt").write_text("1 qid:1 1:0.5\nnot-a-label qid:1 1:0.2\n")
+    bad = runner.invoke(app, ["nightly", "--config", str(config), "--data", str(broken)])
+    assert bad.exit_code != 0
+    assert "part-0.txt:2" in bad.output
+    assert read_current(tmp_path / "registry", "nightly") == deployed
+
+
+def test_bootstrap_only_when_the_registry_is_empty(tmp_path: Path) -> None:
+    config = write_config(tmp_path, tmp_path / "no-data-yet")
+    runner = CliRunner()
+    first = runner.invoke(app, ["nightly", "--config", str(config), "--bootstrap-demo"])
+    assert first.exit_code == 0, first.output
+    version = read_current(tmp_path / "registry", "nightly")
+    assert version is not None
+    again = runner.invoke(app, ["nightly", "--config", str(config), "--bootstrap-demo"])
+    assert again.exit_code == 0 and "nothing to bootstrap" in again.output
+    assert read_current(tmp_path / "registry", "nightly") == version
+    missing = runner.invoke(app, ["nightly", "--config", str(config)])
+    assert missing.exit_code != 0 and "no-data-yet" in missing.output
+
+
+def test_bad_config_names_the_file_and_field(tmp_path: Path) -> None:
+    config = tmp_path / "n.toml"
+    config.write_text("[gate]\ntolerance = -1\n")
+    result = CliRunner().invoke(app, ["nightly", "--config", str(config)])
+    assert result.exit_code != 0
+    assert "n.toml: gate.tolerance" in result.output
+
+
+def test_seconds_until_next_run() -> None:
+    now = dt.datetime(2026, 11, 22, 1, 30)
+    assert seconds_until("02:00", now) == 1800
+    assert seconds_until("01:00", now) == 23.5 * 3600
+    with pytest.raises(ValueError, match="HH:MM"):
+        seconds_until("2am", now)

@@ -1,0 +1,172 @@
+"""Impressions + feedback → query-grouped training data, split by time.
+
+Each logged request is one query list (qid = request id) of the candidates it served, with
+their served positions, the features the model scored and a label from the feedback:
+the largest of click → `click`, purchase → `purchase`, dwell of at least `dwell_seconds` →
+`dwell` (LabelRules); no feedback → 0. A request id logged twice keeps its first impression;
+the same (request, candidate, event type) counts once however often it was posted.
+
+The validation part is the latest impressions: every validation list was served strictly
+after every training list, so no training example comes from the validation period.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trainer.clicks.logs import ClickLogs, FeedbackEvent, Impression, read_logs
+from trainer.data.dataset import RankingDataset
+
+
+@dataclass(frozen=True)
+class LabelRules:
+    click: float = 1.0
+    purchase: float = 2.0
+    dwell: float = 1.0
+    dwell_seconds: float = 30.0  # shorter dwells count as no signal
+
+    def label(self, event: FeedbackEvent) -> float:
+        if event.type == "click":
+            return self.click
+        if event.type == "purchase":
+            return self.purchase
+        long_enough = event.value is not None and event.value >= self.dwell_seconds
+        return self.dwell if long_enough else 0.0
+
+
+@dataclass(frozen=True)
+class JoinedLogs:
+    dataset: RankingDataset  # query_ids = request ids; positions set
+    times: np.ndarray  # float64 [n_queries], impression time (Unix seconds), non-decreasing
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def subset(self, query_index: np.ndarray) -> JoinedLogs:
+        return JoinedLogs(self.dataset.subset_queries(query_index), self.times[query_index])
+
+
+def _labels(feedback: list[FeedbackEvent], rules: LabelRules) -> tuple[dict[str, dict], int]:
+    """request id → candidate id → label, and how many events were repeats."""
+    seen: set[tuple[str, object, str]] = set()
+    labels: dict[str, dict] = {}
+    repeats = 0
+    for event in feedback:
+        key = (event.request_id, event.id, event.type)
+        if key in seen:
+            repeats += 1
+            continue
+        seen.add(key)
+        per_request = labels.setdefault(event.request_id, {})
+        per_request[event.id] = max(per_request.get(event.id, 0.0), rules.label(event))
+    return labels, repeats
+
+
+def _select(
+    impressions: list[Impression], feature_names: list[str] | None, model: str | None
+) -> tuple[list[Impression], int]:
+    """Impressions of the wanted model and feature width, first per request id, by time."""
+    first: dict[str, Impression] = {}
+    for imp in impressions:
+        if len(imp.ids) and (model is None or imp.model == model):
+            first.setdefault(imp.request_id, imp)
+    chosen = list(first.values())
+    widths = {imp.features.shape[1] for imp in chosen}
+    if feature_names is not None:
+        chosen = [imp for imp in chosen if imp.features.shape[1] == len(feature_names)]
+        if not chosen and widths:
+            raise ValueError(
+                f"no impression has {len(feature_names)} features (the manifest's feature "
+                f"names); logged widths: {sorted(widths)}"
+            )
+    elif len(widths) > 1:
+        raise ValueError(
+            f"impressions have different feature widths {sorted(widths)}: choose one model "
+            "(--model) or give its manifest (--manifest)"
+        )
+    chosen.sort(key=lambda imp: imp.ts)
+    return chosen, len(impressions) - len(chosen)
+
+
+def join_logs(
+    logs: ClickLogs,
+    feature_names: list[str] | None = None,
+    rules: LabelRules | None = None,
+    model: str | None = None,
+) -> JoinedLogs:
+    """One query list per logged request, ordered by impression time."""
+    rules = rules or LabelRules()
+    impressions, skipped = _select(logs.impressions, feature_names, model)
+    if not impressions:
+        raise ValueError("the logs hold no impressions to train on")
+    labels, repeats = _labels(logs.feedback, rules)
+    known = {imp.request_id for imp in impressions}
+    orphans = sum(1 for e in logs.feedback if e.request_id not in known)
+    sizes = np.array([len(imp.ids) for imp in impressions], dtype=np.int64)
+    label_rows = []
+    for imp in impressions:
+        given = labels.get(imp.request_id, {})
+        label_rows.append(np.array([given.get(cid, 0.0) for cid in imp.ids], dtype=np.float64))
+    users = [imp.user_id or imp.user_cluster for imp in impressions]
+    dataset = RankingDataset(
+        features=np.ascontiguousarray(np.concatenate([imp.features for imp in impressions])),
+        labels=np.concatenate(label_rows),
+        group_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        query_ids=np.array([imp.request_id for imp in impressions], dtype=object),
+        feature_names=feature_names,
+        source="click logs",
+        user_ids=None
+        if all(u is None for u in users)
+        else np.array(["" if u is None else str(u) for u in users], dtype=object),
+        positions=np.concatenate([imp.positions for imp in impressions]),
+    )
+    stats = {
+        "impressions": len(impressions),
+        "impressions_skipped": skipped,
+        "feedback_events": len(logs.feedback),
+        "feedback_repeats": repeats,
+        "feedback_orphans": orphans,
+        "clicked_lists": int(sum(1 for row in label_rows if row.max() > 0)),
+    }
+    times = np.array([imp.ts for imp in impressions], dtype=np.float64)
+    return JoinedLogs(dataset, times, stats)
+
+
+def split_by_time(
+    joined: JoinedLogs, valid_after: float | None = None, valid_fraction: float | None = None
+) -> tuple[JoinedLogs, JoinedLogs]:
+    """(train, valid): valid = lists served after `valid_after` (Unix seconds), or the latest
+    `valid_fraction` of them; lists served at the cut-off time all go to train."""
+    n = joined.times.size
+    if (valid_after is None) == (valid_fraction is None):
+        raise ValueError("give exactly one of valid_after and valid_fraction")
+    if valid_fraction is not None:
+        if not 0.0 < valid_fraction < 1.0:
+            raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
+        n_train = n - max(1, math.ceil(valid_fraction * n))
+        if n_train < 1:
+            raise ValueError(f"{n} logged lists are too few to split")
+        valid_after = float(joined.times[n_train - 1])
+    assert valid_after is not None
+    is_valid = joined.times > valid_after
+    if not is_valid.any() or is_valid.all():
+        where = "after" if not is_valid.any() else "up to"
+        raise ValueError(f"no logged list was served {where} the cut-off time {valid_after}")
+    return joined.subset(np.flatnonzero(~is_valid)), joined.subset(np.flatnonzero(is_valid))
+
+
+def dataset_from_logs(
+    source: Path,
+    manifest_feature_names: list[str] | None,
+    valid_fraction: float,
+    *,
+    rules: LabelRules | None = None,
+    model: str | None = None,
+) -> tuple[RankingDataset, RankingDataset]:
+    """(train, valid) from a log source (JSONL file or directory, or a redis:// URL): labels
+    from feedback, served positions, validation = the latest `valid_fraction` of the lists."""
+    joined = join_logs(read_logs(source), manifest_feature_names, rules, model)
+    train, valid = split_by_time(joined, valid_fraction=valid_fraction)
+    return train.dataset, valid.dataset

@@ -1,0 +1,184 @@
+"""Read the service's impression and feedback logs (format: `app/impressions/sink.py`).
+
+A source is a JSONL file, a directory of `*.jsonl` files (read in name order), or a Redis URL
+`redis://host:port/db?prefix=ltr:` whose `{prefix}impressions` and `{prefix}feedback` streams
+are read whole. A JSONL line that does not end in a newline is the write in progress of a live
+log and is skipped; any other bad line is an error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import orjson
+
+from trainer.data.errors import DataFormatError, located
+
+EVENT_TYPES = ("click", "purchase", "dwell")
+XRANGE_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class Impression:
+    request_id: str
+    ts: float  # Unix seconds
+    query_id: str | int | None
+    user_id: str | None
+    user_cluster: str | None
+    model: str
+    version: str
+    ids: list[Any]  # served candidate ids, best first
+    positions: np.ndarray  # int64 [n], 1-based served positions aligned with ids
+    features: np.ndarray  # float32 [n, n_features]
+
+
+@dataclass(frozen=True)
+class FeedbackEvent:
+    request_id: str
+    ts: float
+    id: Any
+    type: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class ClickLogs:
+    impressions: list[Impression]
+    feedback: list[FeedbackEvent]
+
+
+def decode_features(text: str, n_rows: int, n_features: int) -> np.ndarray:
+    """The base64 float32 little-endian row-major matrix → float32 [n_rows, n_features]."""
+    raw = base64.b64decode(text, validate=True)
+    if len(raw) != 4 * n_rows * n_features:
+        raise ValueError(f"features hold {len(raw)} bytes, expected 4 x {n_rows} x {n_features}")
+    return np.frombuffer(raw, dtype="<f4").reshape(n_rows, n_features).astype(np.float32)
+
+
+def _impression(doc: dict[str, Any]) -> Impression:
+    ids = doc["ids"]
+    positions = np.asarray(doc["positions"], dtype=np.int64)
+    if not isinstance(ids, list) or positions.shape != (len(ids),):
+        raise ValueError("'ids' and 'positions' must be lists of the same length")
+    if len(ids) and positions.min() < 1:
+        raise ValueError("positions must be 1-based")
+    features = decode_features(doc["features"], len(ids), int(doc["n_features"]))
+    return Impression(
+        request_id=str(doc["request_id"]),
+        ts=float(doc["ts"]),
+        query_id=doc.get("query_id"),
+        user_id=doc.get("user_id"),
+        user_cluster=doc.get("user_cluster"),
+        model=str(doc["model"]),
+        version=str(doc["version"]),
+        ids=ids,
+        positions=positions,
+        features=features,
+    )
+
+
+def _events(doc: dict[str, Any]) -> list[FeedbackEvent]:
+    out = []
+    for event in doc["events"]:
+        if event["type"] not in EVENT_TYPES:
+            raise ValueError(f"event type {event['type']!r} is not one of {EVENT_TYPES}")
+        value = event.get("value")
+        out.append(
+            FeedbackEvent(
+                request_id=str(doc["request_id"]),
+                ts=float(doc["ts"]),
+                id=event["id"],
+                type=event["type"],
+                value=None if value is None else float(value),
+            )
+        )
+    return out
+
+
+def _add(doc: Any, logs: ClickLogs) -> None:
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object")
+    kind = doc.get("kind")
+    if kind == "impression":
+        logs.impressions.append(_impression(doc))
+    elif kind == "feedback":
+        logs.feedback.extend(_events(doc))
+    else:
+        raise ValueError(f"'kind' is {kind!r}, expected 'impression' or 'feedback'")
+
+
+_RECORD_ERRORS = (ValueError, KeyError, TypeError, binascii.Error, orjson.JSONDecodeError)
+
+
+def read_jsonl(path: Path, logs: ClickLogs | None = None) -> ClickLogs:
+    logs = logs if logs is not None else ClickLogs([], [])
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        lines.pop()  # a partial last line: the sink is writing it right now
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            _add(orjson.loads(line), logs)
+        except _RECORD_ERRORS as exc:
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise located(path, number, f"bad log record: {what}") from None
+    return logs
+
+
+def read_redis(url: str) -> ClickLogs:
+    """Both streams of the service whose Redis is `url` (`?prefix=` defaults to `ltr:`)."""
+    import redis
+
+    parts = urlsplit(url)
+    prefix = parse_qs(parts.query).get("prefix", ["ltr:"])[0]
+    plain = parts._replace(query="").geturl()
+    logs = ClickLogs([], [])
+    client = redis.Redis.from_url(plain)
+    try:
+        for stream in (f"{prefix}impressions", f"{prefix}feedback"):
+            start = "-"
+            while True:
+                entries = client.xrange(stream, min=start, max="+", count=XRANGE_PAGE)
+                for entry_id, fields in entries:
+                    try:
+                        _add(orjson.loads(fields[b"data"]), logs)
+                    except _RECORD_ERRORS as exc:
+                        where = f"{plain} stream {stream} entry {entry_id.decode()}"
+                        raise DataFormatError(f"{where}: bad log record: {exc}") from None
+                if len(entries) < XRANGE_PAGE:
+                    break
+                start = "(" + entries[-1][0].decode()
+    except redis.RedisError as exc:
+        raise DataFormatError(f"{plain}: cannot read the log streams: {exc}") from None
+    finally:
+        client.close()
+    return logs
+
+
+def read_logs(source: str | Path) -> ClickLogs:
+    """Impressions and feedback from a JSONL file, a directory of them, or a Redis URL."""
+    text = str(source)
+    if text.startswith(("redis://", "rediss://", "unix://")):
+        return read_redis(text)
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(path.glob("*.jsonl"))
+        if not files:
+            raise located(path, None, "no *.jsonl log files in this directory")
+        logs = ClickLogs([], [])
+        for file in files:
+            read_jsonl(file, logs)
+        return logs
+    if not path.is_file():
+        raise located(path, None, "no such file or directory")
+    return read_jsonl(path)

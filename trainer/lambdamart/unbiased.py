@@ -1,0 +1,180 @@
+"""Unbiased LambdaMART on click labels: inverse-propensity-weighted lambdas and a position
+discount fitted to observed click-through (seed 002).
+
+IPW (Wang et al. 2016/2018, Joachims et al. 2017), chosen over Hu et al. 2019's pairwise
+debiasing because the propensities come from a separate EM fit (trainer.clicks.propensity) and
+stay fixed while boosting. A click at position k is evidence of relevance discounted by the
+chance theta_k that position k was examined at all, so each clicked document's gain is weighted
+by w = 1 / theta_k: `sum_i c_i / theta_{k_i} * D(rank_i)` is an unbiased estimate of the DCG of
+relevance under the position-based model. The lambdas are LambdaRank's on that estimate: for a
+(clicked, not clicked) pair |delta| = w_clicked * |delta D|, exactly the pairwise IPW weight.
+Each query is still normalised by the ideal DCG of its unweighted labels: normalising by the
+weighted ideal would cancel the weight of every single-click query.
+
+The discount D replaces 1/log2(1 + rank) in delta NDCG when `discount` is given, e.g.
+`power_discount(fit_power_discount(ctr))`, the power law k^-eta fitted to click-through by
+position. It must be positive and non-increasing (the kernel relies on it).
+
+The numba kernels are lambdas.py's; only the gains, the discount and the normalisers change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainer.lambdamart.lambdas import LambdaObjective, _all_queries, _query_norms
+
+
+def ipw_weights(
+    positions: np.ndarray, propensities: np.ndarray, max_weight: float | None = None
+) -> np.ndarray:
+    """1 / theta[position - 1] per document: float64 [n_docs] for 1-based positions [n_docs];
+    positions past the end of `propensities` [K] take its last value; clipped to max_weight."""
+    theta = np.asarray(propensities, dtype=np.float64)
+    if theta.ndim != 1 or theta.size == 0 or np.any(~(theta > 0)):
+        raise ValueError("propensities must be a non-empty 1-D array of positive numbers")
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.size and pos.min() < 1:
+        raise ValueError("positions must be 1-based")
+    weights = 1.0 / theta[np.minimum(pos, theta.size) - 1]
+    return weights if max_weight is None else np.minimum(weights, max_weight)
+
+
+def fit_power_discount(curve: np.ndarray, counts: np.ndarray | None = None) -> float:
+    """eta of the power law curve_k / curve_1 ~ k^-eta, least squares in log space, each
+    position weighted by its impressions `counts` [K] (positions with no clicks left out)."""
+    values = np.asarray(curve, dtype=np.float64)
+    w = np.ones_like(values) if counts is None else np.asarray(counts, dtype=np.float64)
+    ok = np.isfinite(values) & (values > 0) & (w > 0)
+    if not ok[0] or ok.sum() < 2:
+        raise ValueError("need a positive value at position 1 and at one more position")
+    x = np.log(np.arange(1, values.size + 1)[ok])
+    y = np.log(values[ok] / values[0])
+    eta = -float(np.sum(w[ok] * x * y) / np.sum(w[ok] * x * x))  # through the origin
+    return max(eta, 0.0)
+
+
+def power_discount(eta: float, n: int) -> np.ndarray:
+    """k^-eta for ranks 1..n: float64 [n]."""
+    return np.arange(1, n + 1, dtype=np.float64) ** -eta
+
+
+class UnbiasedObjective(LambdaObjective):
+    """LambdaObjective with per-document gain weights [n_docs] (IPW) and/or a discount [>= 1]
+    for ranks 1.. (padded with its last value). `compute` reports NDCG@eval_at on the
+    unweighted labels with the standard discount, as LambdaObjective does."""
+
+    def __init__(
+        self,
+        labels: np.ndarray,
+        group_offsets: np.ndarray,
+        weights: np.ndarray | None = None,
+        discount: np.ndarray | None = None,
+        sigma: float = 1.0,
+        ndcg_truncation: int | None = None,
+        max_pairs_rank: int | None = None,
+        eval_at: int = 0,
+        empty_value: float = 1.0,
+    ) -> None:
+        super().__init__(
+            labels, group_offsets, sigma, ndcg_truncation, max_pairs_rank, eval_at, empty_value
+        )
+        max_len = int(np.diff(self.offsets).max())
+        trunc = max_len if ndcg_truncation is None else int(ndcg_truncation)
+        if discount is not None:
+            self.disc_pairs = _padded_discount(discount, max_len)
+            self.disc_pairs[trunc:] = 0.0
+            self.inv_trunc, _, _ = _query_norms(
+                self.gains,
+                self.labels,
+                self.offsets,
+                self.disc_pairs,
+                trunc,
+                self.disc_eval,
+                max(self.eval_at, 1),
+            )
+        self.pair_gains = self.gains
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64)
+            if w.shape != self.labels.shape or np.any(~(w > 0)):
+                raise ValueError("weights must be positive, one per document")
+            self.pair_gains = np.ascontiguousarray(self.gains * w)
+
+    def compute(
+        self, scores: np.ndarray, with_lambdas: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lambdas float64 [n_docs], hessians float64 [n_docs], NDCG@eval_at per query."""
+        scores = np.ascontiguousarray(scores, dtype=np.float64)
+        if scores.shape != self.labels.shape:
+            raise ValueError(f"scores has shape {scores.shape}, labels {self.labels.shape}")
+        out_l = np.empty_like(scores)
+        out_h = np.empty_like(scores)
+        out_ndcg = np.zeros(self.offsets.size - 1)
+        common = (self.offsets, self.disc_pairs, self.disc_eval, self.inv_trunc, self.inv_k)
+        if with_lambdas:
+            _all_queries(
+                scores,
+                self.labels,
+                self.pair_gains,
+                *common,
+                self.active,
+                self.sigma,
+                self.lim_i,
+                self.lim_j,
+                0,
+                self.empty_value,
+                True,
+                out_l,
+                out_h,
+                out_ndcg,
+            )
+        else:
+            out_l[:] = 0.0
+            out_h[:] = 0.0
+        if self.eval_at > 0:
+            scratch_l, scratch_h = np.empty_like(scores), np.empty_like(scores)
+            _all_queries(
+                scores,
+                self.labels,
+                self.gains,
+                *common,
+                self.active,
+                self.sigma,
+                self.lim_i,
+                self.lim_j,
+                self.eval_at,
+                self.empty_value,
+                False,
+                scratch_l,
+                scratch_h,
+                out_ndcg,
+            )
+        return out_l, out_h, out_ndcg
+
+
+def _padded_discount(discount: np.ndarray, n: int) -> np.ndarray:
+    d = np.asarray(discount, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0 or np.any(~(d > 0)) or np.any(np.diff(d) > 0):
+        raise ValueError("discount must be a non-empty, positive, non-increasing 1-D array")
+    out = np.full(n, d[-1])
+    out[: min(n, d.size)] = d[:n]
+    return out
+
+
+def lambdas_and_hessians(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    group_offsets: np.ndarray,
+    sigma: float = 1.0,
+    ndcg_truncation: int | None = None,
+    max_pairs_rank: int | None = None,
+    weights: np.ndarray | None = None,
+    discount: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """lambdas.lambdas_and_hessians with IPW gain weights [n_docs] and a discount [K]: float64
+    lambdas and hessians [n_docs]. Positive lambda = the document should move up."""
+    objective = UnbiasedObjective(
+        labels, group_offsets, weights, discount, sigma, ndcg_truncation, max_pairs_rank
+    )
+    lam, hess, _ = objective.compute(scores)
+    return lam, hess

@@ -1,0 +1,232 @@
+"""One nightly run: data → train → gate (against the deployed model) → report → publish.
+
+Nothing touches the registry before the gate has passed; a refused or crashed run leaves the
+deployed model serving and raises `NightlyRefused` / the original error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.artifacts.manifest import new_version_id
+from app.artifacts.store import Artifact, ArtifactError, load_version, read_current
+from app.artifacts.tree_dump import TreeEnsemble
+from trainer.data.concat import concat_datasets
+from trainer.data.dataset import RankingDataset
+from trainer.data.loader import load_dataset
+from trainer.nightly.config import NightlyConfig
+from trainer.nightly.gate import GateResult, run_gate
+from trainer.nightly.partitions import find_partitions, split_by_query_hash
+from trainer.nightly.report import write_report
+from trainer.progress import TrainingProgress
+from trainer.publish import PublishResult, publish
+
+log = logging.getLogger(__name__)
+DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
+
+
+class NightlyRefused(RuntimeError):
+    """The candidate did not pass the gate; the deployed model is untouched."""
+
+    def __init__(self, reasons: list[str], report_dir: Path) -> None:
+        super().__init__("; ".join(reasons) + f" (report: {report_dir / 'report.html'})")
+        self.reasons = reasons
+        self.report_dir = report_dir
+
+
+@dataclass(frozen=True)
+class NightlyData:
+    train: RankingDataset
+    valid: RankingDataset
+    holdout: RankingDataset
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NightlyOutcome:
+    published: PublishResult
+    gate: GateResult
+    report_dir: Path
+
+
+class _RecordingProgress(TrainingProgress):
+    """The usual progress output, plus the NDCG history for the report."""
+
+    def __init__(self, total: int, **kwargs: Any) -> None:
+        super().__init__(total, **kwargs)
+        self.train_history: list[float] = []
+        self.valid_history: list[float] = []
+
+    def update(
+        self,
+        iteration: int,
+        train_metric: float | None = None,
+        valid_metric: float | None = None,
+    ) -> None:
+        if train_metric is not None:
+            self.train_history.append(float(train_metric))
+        if valid_metric is not None:
+            self.valid_history.append(float(valid_metric))
+        super().update(iteration, train_metric, valid_metric)
+
+
+def load_data(config: NightlyConfig) -> NightlyData:
+    """Training, validation and held-out sets from the newest partitions (or the demo data)."""
+    cfg = config.data
+    summary: dict[str, Any]
+    if cfg.source == "logs":
+        from trainer.clicks.join import dataset_from_logs
+
+        train_all, holdout = dataset_from_logs(cfg.dir, None, cfg.holdout_fraction)
+        train, valid = split_by_query_hash(train_all, cfg.valid_fraction, salt="valid")
+        summary = {"source": f"logs in {cfg.dir}"}
+        return NightlyData(train, valid, holdout, summary | _sizes(train, valid, holdout))
+    partitions = find_partitions(cfg.dir, cfg.partitions) if cfg.dir.is_dir() else []
+    if not partitions:
+        if not cfg.bundled_demo:
+            raise FileNotFoundError(f"{cfg.dir}: no dated partitions of training data")
+        data = load_dataset(DEMO_DATA / "rank.train")
+        rest, holdout = split_by_query_hash(data, cfg.holdout_fraction, salt="holdout")
+        summary = {"source": "bundled demo data (LightGBM lambdarank example)"}
+    else:
+        loaded = [[load_dataset(f) for f in p.files] for p in partitions]
+        # Sparse LETOR files may stop short of the widest feature id: re-read them aligned.
+        width = max(d.num_features for part in loaded for d in part)
+        parts = [
+            concat_datasets(
+                [
+                    d if d.num_features == width else load_dataset(f, num_features=width)
+                    for f, d in zip(p.files, part, strict=True)
+                ]
+            )
+            for p, part in zip(partitions, loaded, strict=True)
+        ]
+        if len(parts) >= 2:
+            rest, holdout = concat_datasets(parts[:-1]), parts[-1]
+            split = f"time: held out {partitions[-1].date}"
+        else:
+            rest, holdout = split_by_query_hash(parts[0], cfg.holdout_fraction, salt="holdout")
+            split = "query hash (one partition)"
+        summary = {
+            "source": str(cfg.dir),
+            "partitions": [str(p.date) for p in partitions],
+            "split": split,
+        }
+    train, valid = split_by_query_hash(rest, cfg.valid_fraction, salt="valid")
+    return NightlyData(train, valid, holdout, summary | _sizes(train, valid, holdout))
+
+
+def _sizes(*sets: RankingDataset) -> dict[str, Any]:
+    out: dict[str, Any] = {"features": sets[0].num_features}
+    for label, data in zip(("train", "valid", "holdout"), sets, strict=True):
+        out[f"{label}_queries"] = data.num_queries
+        out[f"{label}_documents"] = data.num_docs
+    return out
+
+
+def train_candidate(
+    config: NightlyConfig, data: NightlyData, out: Path
+) -> tuple[Path, dict[str, list[float]]]:
+    """Train the configured engine into the version directory `out`."""
+    model = config.model
+    if model.engine == "dnn":
+        from trainer.dnn.engine import train_and_export
+
+        options = model.dnn
+        progress = _RecordingProgress(options.epochs, unit="epoch")
+        with progress:
+            path = train_and_export(data.train, data.valid, options, out, progress, name=model.name)
+    else:
+        from trainer.engines import train_tree_model
+
+        params = model.lambdamart
+        progress = _RecordingProgress(params.num_trees)
+        with progress:
+            summary = train_tree_model(
+                model.engine,
+                data.train,
+                data.valid,
+                params,
+                out,
+                name=model.name,
+                progress=progress,
+            )
+        path = Path(summary["model_dir"])
+    history = {"train": progress.train_history, "valid": progress.valid_history}
+    return path, {k: v for k, v in history.items() if v}
+
+
+def feature_importance(artifact: Artifact) -> dict[str, float]:
+    """Split counts per feature (tree models); empty for networks."""
+    if artifact.manifest.kind != "lambdamart":
+        return {}
+    ensemble = TreeEnsemble.from_json_bytes(artifact.files["model.json"])
+    counts = np.zeros(ensemble.num_features, dtype=np.int64)
+    for tree in ensemble.trees:
+        np.add.at(counts, tree.split_feature, 1)
+    names = artifact.manifest.feature_names
+    return {names[i]: float(c) for i, c in enumerate(counts) if c}
+
+
+def deployed_artifact(config: NightlyConfig) -> Artifact | None:
+    registry, name = config.publish.registry, config.model.name
+    current = read_current(registry, name)
+    if current is None:
+        return None
+    try:
+        return load_version(registry / name / current)
+    except ArtifactError as exc:
+        log.warning(
+            "deployed model %s/%s does not load (%s); gating without it", name, current, exc
+        )
+        return None
+
+
+def run_nightly(config: NightlyConfig) -> NightlyOutcome:
+    data = load_data(config)
+    version = new_version_id()
+    staging = config.work_dir / "candidates"
+    staging.mkdir(parents=True, exist_ok=True)
+    candidate_dir, history = train_candidate(config, data, staging / version)
+    candidate = load_version(candidate_dir)
+    expected = None
+    if candidate.manifest.kind == "lambdamart":
+        from app.scoring.reference import predict
+
+        ensemble = TreeEnsemble.from_json_bytes(candidate.files["model.json"])
+        expected = predict(ensemble, data.holdout.features)
+    gate = run_gate(candidate, deployed_artifact(config), data.holdout, config.gate, expected)
+    report = {
+        "model": config.model.name,
+        "version": candidate.manifest.version,
+        "engine": config.model.engine,
+        "data": data.summary,
+        "gate": gate.to_dict(),
+        "history": history,
+        "feature_importance": feature_importance(candidate),
+        "training": candidate.manifest.training,
+    }
+    if not gate.passed:
+        refused = config.work_dir / "refused" / version
+        write_report(refused, report)
+        shutil.rmtree(candidate_dir, ignore_errors=True)
+        raise NightlyRefused(gate.reasons, refused)
+    write_report(candidate_dir, report)  # beside the artifact; not part of its verified files
+    published = publish(
+        candidate_dir,
+        config.publish.registry,
+        keep=config.publish.keep,
+        redis_url=config.publish.redis_url or os.environ.get("LTR_REDIS_URL"),
+        redis_prefix=config.publish.redis_prefix,
+    )
+    for name in ("report.html", "report.json"):
+        shutil.copy2(candidate_dir / name, published.path / name)
+    shutil.rmtree(candidate_dir, ignore_errors=True)
+    return NightlyOutcome(published, gate, published.path)

@@ -89,25 +89,36 @@ def _bin_columns(features: np.ndarray, bins: int) -> tuple[np.ndarray, int]:
 
 
 class _AdditiveLogit:
-    """gamma = sigmoid(b + sum_f w[bin of feature f]); Newton steps on soft targets."""
+    """gamma = sigmoid(b + sum_f w[bin of feature f]); Newton steps on soft targets. The one-hot
+    design is kept as column indices [n, n_features], never materialised."""
 
     def __init__(self, features: np.ndarray, bins: int, l2: float) -> None:
-        cols, width = _bin_columns(features, bins)
-        self.design = np.zeros((features.shape[0], width + 1))
-        rows = np.arange(features.shape[0])[:, None]
-        self.design[rows, cols] = 1.0
-        self.design[:, width] = 1.0  # intercept (not regularised)
-        self.penalty = np.full(width + 1, l2)
+        self.cols, width = _bin_columns(features, bins)
+        self.width = width + 1  # the last column is the intercept (not regularised)
+        self.n_features = features.shape[1]
+        self.penalty = np.full(self.width, l2)
         self.penalty[width] = 0.0
-        self.w = np.zeros(width + 1)
+        self.w = np.zeros(self.width)
 
     def predict(self) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-(self.design @ self.w)))
+        logit = self.w[self.cols].sum(axis=1) + self.w[-1]
+        return np.asarray(1.0 / (1.0 + np.exp(-logit)))
 
     def step(self, target: np.ndarray) -> None:
         p = self.predict()
-        grad = self.design.T @ (p - target) + self.penalty * self.w
-        hess = (self.design * (p * (1.0 - p))[:, None]).T @ self.design
+        d, f = self.width, self.n_features
+        residual = p - target
+        grad = np.bincount(self.cols.ravel(), np.repeat(residual, f), d) + self.penalty * self.w
+        grad[-1] = residual.sum()
+        h = p * (1.0 - p)
+        hess = np.zeros((d, d))
+        for j in range(f):  # X^T diag(h) X one feature's columns at a time
+            pair = self.cols[:, j : j + 1] * d + self.cols
+            hess += np.bincount(pair.ravel(), np.repeat(h, f), d * d).reshape(d, d)
+        by_col = np.bincount(self.cols.ravel(), np.repeat(h, f), d)
+        hess[-1, :] += by_col
+        hess[:, -1] += by_col
+        hess[-1, -1] = h.sum()
         hess[np.diag_indices_from(hess)] += self.penalty + _EPS
         self.w -= np.linalg.solve(hess, grad)
 

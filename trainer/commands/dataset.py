@@ -1,0 +1,138 @@
+"""`ltr dataset --from-logs`: the service's impression + feedback logs → Parquet training data
+(train.parquet, valid.parquet: qid, label, position, user_id, features) split by time, and
+propensities.json (examination probability per position, EM under the position-based model)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from trainer.commands.errors import CommandError, clear_errors, fail
+from trainer.data.errors import DataFormatError
+
+Opt = typer.Option
+LABELS = "Labels"
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds, or an ISO 8601 time (UTC unless it names a zone)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"--valid-after {text!r}: expected Unix seconds or an ISO 8601 time")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def manifest_names(path: Path) -> tuple[list[str], str]:
+    """(feature names, model name) of a version directory or its manifest.json."""
+    from pydantic import ValidationError
+
+    from app.artifacts.manifest import Manifest
+
+    file = path / "manifest.json" if path.is_dir() else path
+    try:
+        manifest = Manifest.model_validate_json(file.read_bytes())
+    except FileNotFoundError:
+        raise CommandError(f"{file}: no such file") from None
+    except ValidationError as exc:
+        raise CommandError(f"{file}: not a valid manifest ({exc.error_count()} errors)") from None
+    return list(manifest.feature_names), manifest.name
+
+
+def dataset_command(
+    from_logs: Annotated[
+        str, Opt("--from-logs", help="JSONL log file, directory of them, or redis://...?prefix=")
+    ],
+    out: Annotated[Path, Opt("--out", help="Directory to write (created if absent).")],
+    valid_after: Annotated[
+        str | None, Opt(help="Lists served after this time (Unix s or ISO 8601) validate.")
+    ] = None,
+    valid_fraction: Annotated[
+        float | None, Opt(help="The latest fraction of lists validate [default: 0.2].")
+    ] = None,
+    manifest: Annotated[
+        Path | None, Opt(help="Model version dir (or manifest.json): names the feature columns.")
+    ] = None,
+    model: Annotated[str | None, Opt(help="Only impressions served by this model name.")] = None,
+    click: Annotated[float, Opt(rich_help_panel=LABELS)] = 1.0,
+    purchase: Annotated[float, Opt(rich_help_panel=LABELS)] = 2.0,
+    dwell: Annotated[float, Opt(rich_help_panel=LABELS)] = 1.0,
+    dwell_seconds: Annotated[
+        float, Opt(rich_help_panel=LABELS, help="Shortest dwell that counts.")
+    ] = 30.0,
+    propensities: Annotated[
+        bool, Opt(help="Estimate examination per position (EM) into propensities.json.")
+    ] = True,
+    as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Join impression and feedback logs into query-grouped Parquet with a time-based split."""
+    from trainer.clicks.join import LabelRules, join_logs, split_by_time
+    from trainer.clicks.logs import read_logs
+    from trainer.data.parquet import write_parquet
+
+    if valid_after is not None and valid_fraction is not None:
+        fail("give --valid-after or --valid-fraction, not both")
+    cutoff = None if valid_after is None else parse_time(valid_after)
+    fraction = 0.2 if cutoff is None and valid_fraction is None else valid_fraction
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out}: exists and is not a directory")
+    rules = LabelRules(click=click, purchase=purchase, dwell=dwell, dwell_seconds=dwell_seconds)
+    with clear_errors(DataFormatError, ValueError, OSError):
+        names, model_name = manifest_names(manifest) if manifest else (None, None)
+        logs = read_logs(from_logs)
+        joined = join_logs(logs, names, rules, model or model_name)
+        train, valid = split_by_time(joined, valid_after=cutoff, valid_fraction=fraction)
+        out.mkdir(parents=True, exist_ok=True)
+        write_parquet(train.dataset, out / "train.parquet")
+        write_parquet(valid.dataset, out / "valid.parquet")
+        summary: dict[str, Any] = {
+            "out": str(out),
+            **joined.stats,
+            "train_lists": train.dataset.num_queries,
+            "train_rows": train.dataset.num_docs,
+            "valid_lists": valid.dataset.num_queries,
+            "valid_rows": valid.dataset.num_docs,
+            "train_until": float(train.times[-1]),
+            "valid_from": float(valid.times[0]),
+        }
+        if propensities:
+            summary["propensities"] = _propensities(train.dataset, out / "propensities.json")
+    if as_json:
+        typer.echo(orjson.dumps(summary).decode())
+        return
+    typer.echo(
+        f"wrote {summary['train_lists']:,} train lists ({summary['train_rows']:,} rows) and "
+        f"{summary['valid_lists']:,} valid lists to {out}"
+    )
+    if propensities:
+        theta = ", ".join(f"{t:.3f}" for t in summary["propensities"]["theta"][:10])
+        typer.echo(f"examination by position (relative to 1): {theta}")
+
+
+def _propensities(train: Any, path: Path) -> dict[str, Any]:
+    from trainer.clicks.propensity import estimate_propensities, write_propensities
+    from trainer.lambdamart.unbiased import fit_power_discount
+
+    clicks = (train.labels > 0).astype("int8")
+    estimate = estimate_propensities(train.positions, clicks, features=train.features)
+    extra: dict[str, Any] = {}
+    try:
+        extra["ctr_power_eta"] = round(fit_power_discount(estimate.ctr, estimate.impressions), 6)
+    except ValueError:
+        pass  # too few clicks to fit a discount curve; training falls back to theta
+    write_propensities(path, estimate, **extra)
+    return {**estimate.to_json(), **extra, "file": str(path)}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("dataset")(dataset_command)

@@ -8,6 +8,7 @@ bit for bit (same decisions, same float64 summation order).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from app.artifacts.tree_dump import TreeEnsemble
-from app.scoring.compiler.codegen import ENTRY, build_tables, gen_module_text
+from app.scoring.compiler.codegen import ENTRY, build_tables, gen_modules
 from app.scoring.compiler.jit import CompiledModule, cache_key, compile_cached
 from app.scoring.compiler.nodes import lower_ensemble
 
@@ -28,6 +29,8 @@ TILE_ROWS = 1024
 # Below this many rows a second thread costs more (hand-off ~50-100 µs) than it saves; measured
 # in bench/bench_scoring.py (see bench/results/scoring.md).
 DEFAULT_PARALLEL_MIN_ROWS = 512
+# Compile with this many processes at most (one module each); see compiler/jit.py.
+COMPILE_PROCESSES = 2
 
 _ENTRY_TYPE = ctypes.CFUNCTYPE(  # CFUNCTYPE releases the GIL for the duration of the call
     None,
@@ -39,6 +42,7 @@ _ENTRY_TYPE = ctypes.CFUNCTYPE(  # CFUNCTYPE releases the GIL for the duration o
     ctypes.c_void_p,
 )
 
+_serial = itertools.count()
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
@@ -80,18 +84,23 @@ class CompiledTreeScorer:
         trees = lower_ensemble(ensemble)
         self._tables = build_tables(trees)
 
-        def build() -> str:
-            return gen_module_text(trees, self.num_features, lanes=LANES, chunk=CHUNK_TREES)
+        # A prefix fixed by the model keeps cached objects valid across processes; each scorer's
+        # code lives in its own JIT engine, so equal names in two engines never meet.
+        prefix = f"ltr_{model_sha256[:16]}" if model_sha256 else f"ltr{next(_serial)}"
+        parts = max(1, min(COMPILE_PROCESSES, os.cpu_count() or 1))
+
+        def build() -> list[str]:
+            return gen_modules(
+                trees, self.num_features, prefix=prefix, lanes=LANES, chunk=CHUNK_TREES, parts=parts
+            )
 
         key = None
         if model_sha256 is not None and cache_dir is not None:
-            key = cache_key(model_sha256, f"lanes={LANES},chunk={CHUNK_TREES}")
-        self._module: CompiledModule = (
-            compile_cached(build, key, Path(cache_dir) if cache_dir else None)
-            if key is not None
-            else CompiledModule(ir_text=build())
+            key = cache_key(model_sha256, f"lanes={LANES},chunk={CHUNK_TREES},parts={parts}")
+        self._module: CompiledModule = compile_cached(
+            build, key, Path(cache_dir) if cache_dir is not None else None
         )
-        self._entry = _ENTRY_TYPE(self._module.address(ENTRY))
+        self._entry = _ENTRY_TYPE(self._module.address(f"{prefix}_{ENTRY}"))
         self._table_ptrs = (
             self._tables.thresholds.ctypes.data,
             self._tables.leaf_numbers.ctypes.data,

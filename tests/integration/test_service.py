@@ -34,7 +34,7 @@ def env(registry: Path, **extra: str) -> dict[str, str]:
         "LTR_REGISTRY": str(registry),
         "LTR_ADMIN_TOKEN": TOKEN,
         "LTR_RELOAD_POLL_SECONDS": "0.2",
-        "LTR_MAX_BODY_BYTES": "200000",
+        "LTR_MAX_BODY_BYTES": "4000000",
         **extra,
     }
 
@@ -153,7 +153,7 @@ def test_a_damaged_artifact_is_refused_and_the_old_one_keeps_serving(
 
 def test_a_chunked_body_over_the_limit_is_413_before_it_ends(tmp_path: Path) -> None:
     publish(tmp_path, random_ensemble(NF))
-    with uvicorn_server(env(tmp_path)) as server:
+    with uvicorn_server(env(tmp_path, LTR_MAX_BODY_BYTES="200000")) as server:
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
             sock.sendall(
                 b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

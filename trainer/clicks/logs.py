@@ -148,7 +148,9 @@ def read_redis(url: str) -> ClickLogs:
         for stream in (f"{prefix}impressions", f"{prefix}feedback"):
             start = "-"
             while True:
-                entries = client.xrange(stream, min=start, max="+", count=XRANGE_PAGE)
+                entries: list[Any] = client.xrange(  # type: ignore[assignment]
+                    stream, min=start, max="+", count=XRANGE_PAGE
+                )
                 for entry_id, fields in entries:
                     try:
                         _add(orjson.loads(fields[b"data"]), logs)

@@ -4,6 +4,7 @@ propensities.json (examination probability per position, EM under the position-b
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from pathlib import Path
 from typing import Annotated, Any
@@ -126,10 +127,8 @@ def _propensities(train: Any, path: Path) -> dict[str, Any]:
     clicks = (train.labels > 0).astype("int8")
     estimate = estimate_propensities(train.positions, clicks, features=train.features)
     extra: dict[str, Any] = {}
-    try:
+    with contextlib.suppress(ValueError):  # too few clicks to fit: training falls back to theta
         extra["ctr_power_eta"] = round(fit_power_discount(estimate.ctr, estimate.impressions), 6)
-    except ValueError:
-        pass  # too few clicks to fit a discount curve; training falls back to theta
     write_propensities(path, estimate, **extra)
     return {**estimate.to_json(), **extra, "file": str(path)}
 

@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from app.artifacts.store import ArtifactError, load_version
-from trainer.commands.errors import clear_errors, fail
+from trainer.commands.errors import CommandError, clear_errors, fail
 from trainer.config import ConfigError, build_params, read_config
 from trainer.data.errors import DataFormatError
 from trainer.export import ExportError, check_out_dir
@@ -142,11 +142,16 @@ def _train_dnn(
     options = build_params(DNNOptions, file_values, flags, source=source, label="--engine dnn")
     try:
         from trainer.dnn.engine import train_and_export
+        from trainer.dnn.user_clusters import ClusterConfigError
+        from trainer.dnn.user_profiles import ProfileTableError
     except ImportError as exc:
         fail(f"--engine dnn needs the dnn extra (pip install 'ltr-rerank[dnn]'): {exc}")
     metric = f"ndcg@{options.eval_at}"
     with TrainingProgress(options.epochs, metric=metric, unit="epoch") as progress:
-        path = train_and_export(train, valid, options, out, progress, name=name)
+        try:
+            path = train_and_export(train, valid, options, out, progress, name=name)
+        except (ClusterConfigError, ProfileTableError) as exc:
+            raise CommandError(str(exc)) from None
     manifest = load_version(path).manifest
     return {
         "model_dir": str(path),

@@ -73,7 +73,8 @@ def _tree(raw: dict[str, Any], num_features: int, where: str) -> Tree:
     internal_ids = np.asarray(internal, dtype=np.int64)
     leaf_ids = np.asarray(leaves, dtype=np.int64)
     cond = conditions[internal_ids]
-    threshold = np.nextafter(cond, np.float32(-np.inf)).astype(np.float64)
+    with np.errstate(over="ignore"):  # below -float32 max is -inf, which is what we want
+        threshold = np.nextafter(cond, np.float32(-np.inf)).astype(np.float64)
     return Tree(
         split_feature=split_indices[internal_ids].astype(np.int32),
         threshold=threshold,

@@ -4,13 +4,15 @@ lambdarank (`trainer.engines.lightgbm_ranker`), exported as a verified version d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
 from trainer.lambdamart.params import LambdaMARTParams
-from trainer.progress import TrainingProgress
+
+if TYPE_CHECKING:
+    from trainer.progress import TrainingProgress
 
 TREE_ENGINES = ("native", "lightgbm")
 VERIFY_ROWS = 10_000  # rows re-scored after writing; enough to cover every leaf in practice

@@ -6,15 +6,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numba
 from numba import njit, prange
 
 from app.artifacts.tree_dump import Tree
 from trainer.lambdamart.binning import BinMapper
-from trainer.lambdamart.histogram import build_feature_histogram, subtract_histogram
+from trainer.lambdamart.histogram import (
+    build_feature_histogram,
+    build_gathered_histograms,
+    subtract_histogram,
+)
 from trainer.lambdamart.split import HESS_EPS, best_feature_split
 
 # Rows x features below which a histogram pass stays on one thread (thread start-up dominates).
 PARALLEL_WORK = 20_000
+# A leaf holding less than this share of the rows gathers its bins row by row first: reading a
+# column per feature would cost a cache line per value (measured: 3x faster at 1%, slower > 10%).
+ROW_WISE_SHARE = 0.06
 
 
 @njit(cache=True, nogil=True)
@@ -31,9 +39,10 @@ def _feature_step(
     large: np.ndarray,
     limits: np.ndarray,
     results: np.ndarray,
+    build: bool,
 ) -> None:
-    """Histogram of the smaller leaf for feature feats[k], the larger one by subtraction, and the
-    best split of each. small/large: [buffer, start, count, grad, hess, can_split] (buffer < 0 =
+    """Histogram of the smaller leaf for feature feats[k] (unless already built), the larger one
+    by subtraction, and the best split of each. small/large: [buffer, start, count, grad, hess, can_split] (buffer < 0 =
     no such leaf); results [2, n_used, 6] receives (gain, bin, default_left, grad, hess, count)."""
     f = feats[k]
     nr = n_real[f]
@@ -41,7 +50,9 @@ def _feature_step(
     start = int(small[1])
     stop = start + int(small[2])
     hs = pool[sb, f]
-    build_feature_histogram(bins[f], order[start:stop], og[start:stop], oh[start:stop], hs, nr + 1)
+    if build:
+        rows = order[start:stop]
+        build_feature_histogram(bins[f], rows, og[start:stop], oh[start:stop], hs, nr + 1)
     min_data = int(limits[0])
     for side in range(2):
         leaf = small if side == 0 else large
@@ -70,6 +81,7 @@ def _feature_step(
 def _histograms(
     feats: np.ndarray,
     bins: np.ndarray,
+    row_bins: np.ndarray,
     n_real: np.ndarray,
     order: np.ndarray,
     og: np.ndarray,
@@ -80,18 +92,48 @@ def _histograms(
     limits: np.ndarray,
     results: np.ndarray,
     parallel: bool,
+    row_wise: bool,
+    scratch: np.ndarray,
+    n_threads: int,
 ) -> None:
+    n_used = feats.size
+    if row_wise:
+        start = int(small[1])
+        stop = start + int(small[2])
+        hist = pool[int(small[0])]
+        blocks = min(n_threads, n_used)
+        # One block of features per thread: each thread owns its histograms, no reduction.
+        for blk in prange(blocks):
+            lo = blk * n_used // blocks
+            hi = (blk + 1) * n_used // blocks
+            rows = order[start:stop]
+            build_gathered_histograms(
+                row_bins,
+                rows,
+                og[start:stop],
+                oh[start:stop],
+                feats[lo:hi],
+                n_real,
+                hist,
+                scratch[lo:hi],
+            )
+    build = not row_wise
     if parallel:
-        for k in prange(feats.size):
-            _feature_step(k, feats, bins, n_real, order, og, oh, pool, small, large, limits, results)
+        for k in prange(n_used):
+            _feature_step(
+                k, feats, bins, n_real, order, og, oh, pool, small, large, limits, results, build
+            )
     else:
-        for k in range(feats.size):
-            _feature_step(k, feats, bins, n_real, order, og, oh, pool, small, large, limits, results)
+        for k in range(n_used):
+            _feature_step(
+                k, feats, bins, n_real, order, og, oh, pool, small, large, limits, results, build
+            )
 
 
 @njit(cache=True, nogil=True)
 def _grow(
     bins: np.ndarray,
+    row_bins: np.ndarray,
     n_real: np.ndarray,
     grad: np.ndarray,
     hess: np.ndarray,
@@ -104,6 +146,8 @@ def _grow(
     og: np.ndarray,
     oh: np.ndarray,
     tmp: np.ndarray,
+    scratch: np.ndarray,
+    n_threads: int,
 ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Grows one tree over rows [n_in] (order[:n_in] ends up grouped by leaf).
 
@@ -164,8 +208,24 @@ def _grow(
                     og[p] = grad[order[p]]
                     oh[p] = hess[order[p]]
                 parallel = leaf_count[a] * feats.size >= PARALLEL_WORK
+                row_wise = leaf_count[a] <= scratch.shape[1]
                 _histograms(
-                    feats, bins, n_real, order, og, oh, pool, small, large, limits, results, parallel
+                    feats,
+                    bins,
+                    row_bins,
+                    n_real,
+                    order,
+                    og,
+                    oh,
+                    pool,
+                    small,
+                    large,
+                    limits,
+                    results,
+                    parallel,
+                    row_wise,
+                    scratch,
+                    n_threads,
                 )
             else:
                 results[:, :, 0] = -np.inf
@@ -291,6 +351,7 @@ class TreeLearner:
         lambda_l2: float,
     ) -> None:
         self.bins = bins  # uint8/uint16 [n_features, n_docs]
+        self.row_bins = np.ascontiguousarray(bins.T)  # [n_docs, n_features]
         self.n_real = mapper.n_real
         self.num_leaves = num_leaves
         self.limits = np.array([min_data_in_leaf, min_sum_hessian_in_leaf, lambda_l2], np.float64)
@@ -300,6 +361,8 @@ class TreeLearner:
         self.tmp = np.zeros(n_docs, dtype=np.int32)
         self.og = np.zeros(n_docs)
         self.oh = np.zeros(n_docs)
+        # Bins of a thin leaf's rows, feature by feature (see build_gathered_histograms).
+        self.scratch = np.zeros((mapper.num_features, int(ROW_WISE_SHARE * n_docs)), bins.dtype)
 
     def grow(
         self, grad: np.ndarray, hess: np.ndarray, rows: np.ndarray, features: np.ndarray
@@ -308,6 +371,7 @@ class TreeLearner:
         only on features int64 [n_used] (ascending). `self.order[:n_in]` holds the leaves' rows."""
         n_leaves, nodes, sums, start, count = _grow(
             self.bins,
+            self.row_bins,
             self.n_real,
             grad,
             hess,
@@ -320,5 +384,7 @@ class TreeLearner:
             self.og,
             self.oh,
             self.tmp,
+            self.scratch,
+            numba.get_num_threads(),
         )
         return GrownTree(n_leaves, nodes, sums, start, count)

@@ -17,8 +17,8 @@ for one block of rows is one contiguous vector at a constant offset. Output: flo
 [n_blocks * lanes], filled by the caller with base_score; each tree's leaf value is added in
 ensemble order in float64, so the sums equal the reference scorer's bit for bit.
 
-Entry point: `void score_blocks(float* x, double* out, i64 n_blocks, float* thresholds,
-i32* leaf_numbers, double* leaf_values)`.
+Entry point: `void <prefix>_score_blocks(float* x, double* out, i64 n_blocks,
+float* thresholds, i32* leaf_numbers, double* leaf_values)`.
 """
 
 from __future__ import annotations
@@ -63,12 +63,16 @@ def _splat(lines: list[str], name: str, elem: str, table: str, index: int, lanes
     return f"%{name}"
 
 
+def _tree_name(prefix: str, index: int) -> str:
+    return f"{prefix}_tree_{index}"
+
+
 def _gen_tree(
-    tree: LoweredTree, index: int, thr_base: int, leaf_base: int, zero_slot: int, lanes: int
+    tree: LoweredTree, name: str, thr_base: int, leaf_base: int, zero_slot: int, lanes: int
 ) -> str:
     vf, vi, vd = f"<{lanes} x float>", f"<{lanes} x i32>", f"<{lanes} x double>"
     head = (
-        f"define private fastcc {vd} @tree_{index}(ptr noalias readonly %x, ptr noalias "
+        f"define fastcc {vd} @{name}(ptr noalias readonly %x, ptr noalias "
         f"readonly %thr, ptr noalias readonly %num, ptr noalias readonly %val) "
         f"noinline nounwind {{\nentry:"
     )
@@ -123,11 +127,11 @@ def _gen_tree(
     return "\n".join(lines)
 
 
-def _gen_entry(n_trees: int, num_features: int, lanes: int, chunk: int) -> str:
+def _gen_entry(prefix: str, n_trees: int, num_features: int, lanes: int, chunk: int) -> str:
     vd = f"<{lanes} x double>"
     block_floats = num_features * lanes
     lines = [
-        f"define void @{ENTRY}(ptr noalias readonly %x, ptr noalias %out, i64 %n_blocks, "
+        f"define void @{prefix}_{ENTRY}(ptr noalias readonly %x, ptr noalias %out, i64 %n_blocks, "
         "ptr noalias readonly %thr, ptr noalias readonly %num, ptr noalias readonly %val) "
         "nounwind {",
         "entry:",
@@ -151,7 +155,8 @@ def _gen_entry(n_trees: int, num_features: int, lanes: int, chunk: int) -> str:
         acc = f"%a{ci}.0"
         for k in range(start, min(start + chunk, n_trees)):
             lines.append(
-                f"  %r{k} = call fastcc {vd} @tree_{k}(ptr %xp{ci}, ptr %thr, ptr %num, ptr %val)"
+                f"  %r{k} = call fastcc {vd} @{_tree_name(prefix, k)}(ptr %xp{ci}, ptr %thr, "
+                "ptr %num, ptr %val)"
             )
             lines.append(f"  %a{ci}.{k + 1} = fadd {vd} {acc}, %r{k}")
             acc = f"%a{ci}.{k + 1}"
@@ -165,26 +170,49 @@ def _gen_entry(n_trees: int, num_features: int, lanes: int, chunk: int) -> str:
     return "\n".join(lines)
 
 
-def gen_module_text(
-    trees: list[LoweredTree], num_features: int, *, lanes: int = 16, chunk: int = 8
-) -> str:
-    """The module for an ensemble: one function per tree plus the `score_blocks` driver.
+def gen_modules(
+    trees: list[LoweredTree],
+    num_features: int,
+    *,
+    prefix: str,
+    lanes: int = 16,
+    chunk: int = 8,
+    parts: int = 1,
+) -> list[str]:
+    """IR modules for an ensemble, to compile separately (in parallel) and load together.
 
-    The driver walks trees in chunks of `chunk` (their code stays in the instruction cache) and,
-    for each chunk, every block of rows, adding the chunk's trees to the block's scores in order.
+    Part 0 holds `<prefix>_score_blocks`, the driver, which walks trees in chunks of `chunk`
+    (their code stays in the instruction cache) and, for each chunk, every block of rows, adding
+    the chunk's trees to the block's scores in order. The tree functions `<prefix>_tree_<i>` are
+    spread over `parts` modules with about equal numbers of splits; the loader links them.
+    `prefix` keeps the symbols of models loaded side by side apart.
     """
     vf, vd = f"<{lanes} x float>", f"<{lanes} x double>"
-    parts = [
+    header = [
         f"declare {vf} @llvm.fabs.v{lanes}f32({vf})",
         f"declare {vd} @llvm.masked.gather.v{lanes}f64.v{lanes}p0(<{lanes} x ptr>, i32, "
         f"<{lanes} x i1>, {vd})",
         "",
     ]
-    thr_base = leaf_base = 0
+    total = max(sum(t.num_nodes + 1 for t in trees), 1)
+    bodies: list[list[str]] = [[] for _ in range(max(parts, 1))]
+    defined: list[set[int]] = [set() for _ in bodies]
+    thr_base = leaf_base = done = 0
     zero_slot = sum(t.num_nodes for t in trees)
     for i, tree in enumerate(trees):
-        parts.append(_gen_tree(tree, i, thr_base, leaf_base, zero_slot, lanes))
+        part = min(done * len(bodies) // total, len(bodies) - 1)
+        bodies[part].append(
+            _gen_tree(tree, _tree_name(prefix, i), thr_base, leaf_base, zero_slot, lanes)
+        )
+        defined[part].add(i)
+        done += tree.num_nodes + 1
         thr_base += tree.num_nodes
         leaf_base += int(tree.leaf_value.shape[0])
-    parts.append(_gen_entry(len(trees), num_features, lanes, chunk))
-    return "\n".join(parts)
+    signature = f"fastcc {vd} @{{}}(ptr, ptr, ptr, ptr)"
+    externs = [
+        "declare " + signature.format(_tree_name(prefix, i))
+        for i in range(len(trees))
+        if i not in defined[0]
+    ]
+    bodies[0] += [*externs, "", _gen_entry(prefix, len(trees), num_features, lanes, chunk)]
+    return ["\n".join(header + body) for body in bodies]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -53,29 +55,93 @@ def cache_key(model_sha256: str, options: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# Compiles one module in a child process: llvmlite serialises all LLVM calls in a process behind
+# one lock, so a second core can only be used from another process. Needs nothing but llvmlite.
+_WORKER = """
+import sys
+import llvmlite.binding as llvm
+llvm.initialize_native_target()
+llvm.initialize_native_asmprinter()
+cpu, features, opt = sys.argv[1], sys.argv[2], int(sys.argv[3])
+target = llvm.Target.from_triple(llvm.get_process_triple())
+tm = target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="pic",
+                                  codemodel="large")
+module = llvm.parse_assembly(sys.stdin.buffer.read().decode())
+module.triple = llvm.get_process_triple()
+module.data_layout = str(tm.target_data)
+module.verify()
+sys.stdout.buffer.write(tm.emit_object(module))
+"""
+
+
+def _target_machine() -> llvm.TargetMachine:
+    _ensure_llvm()
+    cpu, features = host_cpu()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    # The large code model makes every address absolute, so the JIT may place the sections of
+    # each object anywhere; it costs one extra instruction per call, once per tree per block.
+    return target.create_target_machine(
+        cpu=cpu, features=features, opt=CODEGEN_OPT, reloc="pic", codemodel="large"
+    )
+
+
+def _emit(ir_text: str) -> bytes:
+    """Object code for one module; the child worker above does exactly the same."""
+    tm = _target_machine()
+    module = llvm.parse_assembly(ir_text)
+    module.triple = llvm.get_process_triple()
+    module.data_layout = str(tm.target_data)
+    module.verify()
+    return bytes(tm.emit_object(module))
+
+
+def _emit_in_child(ir_text: str, result: list[bytes | None]) -> None:
+    cpu, features = host_cpu()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-c", _WORKER, cpu, features, str(CODEGEN_OPT)],
+            input=ir_text.encode(),
+            capture_output=True,
+            timeout=600,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return
+    if proc.returncode == 0 and proc.stdout:
+        result[0] = proc.stdout
+
+
+def emit_objects(ir_texts: list[str]) -> list[bytes]:
+    """Object code for each module: the first here, the others in child processes at once.
+
+    A child that cannot run (no interpreter, killed, out of memory) only means that module is
+    compiled here afterwards.
+    """
+    results: list[list[bytes | None]] = [[None] for _ in ir_texts[1:]]
+    threads = [
+        threading.Thread(target=_emit_in_child, args=(text, slot), daemon=True)
+        for text, slot in zip(ir_texts[1:], results, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    objects = [_emit(ir_texts[0])]
+    for t, text, slot in zip(threads, ir_texts[1:], results, strict=True):
+        t.join()
+        objects.append(slot[0] if slot[0] is not None else _emit(text))
+    return objects
+
+
 class CompiledModule:
     """Machine code loaded into this process; keep this object alive while its code is called."""
 
-    def __init__(self, ir_text: str | None = None, object_code: bytes | None = None) -> None:
-        if (ir_text is None) == (object_code is None):
-            raise ValueError("give exactly one of ir_text and object_code")
+    def __init__(self, object_code: list[bytes]) -> None:
+        if not object_code:
+            raise ValueError("no object code to load")
         _ensure_llvm()
-        cpu, features = host_cpu()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        # The large code model makes every address absolute, so the JIT may place code and data
-        # sections anywhere; it costs one extra instruction per call, once per tree per block.
-        self._tm = target.create_target_machine(
-            cpu=cpu, features=features, opt=CODEGEN_OPT, reloc="pic", codemodel="large"
-        )
-        if ir_text is not None:
-            parsed = llvm.parse_assembly(ir_text)
-            parsed.triple = llvm.get_process_triple()
-            parsed.verify()
-            object_code = self._tm.emit_object(parsed)
-        assert object_code is not None
         self.object_code = object_code
-        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._tm)
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+        for obj in object_code:
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self._engine.finalize_object()
 
     def address(self, name: str) -> int:
@@ -85,44 +151,63 @@ class CompiledModule:
         return addr
 
 
-def _read_cached(path: Path) -> bytes | None:
-    """The object stored at `path`, or None when absent or damaged (never load a torn file)."""
+def _pack(objects: list[bytes]) -> bytes:
+    return b"".join(len(o).to_bytes(8, "little") + o for o in objects)
+
+
+def _unpack(payload: bytes) -> list[bytes] | None:
+    objects, pos = [], 0
+    while pos < len(payload):
+        size = int.from_bytes(payload[pos : pos + 8], "little")
+        pos += 8
+        if size == 0 or pos + size > len(payload):
+            return None
+        objects.append(payload[pos : pos + size])
+        pos += size
+    return objects or None
+
+
+def _read_cached(path: Path) -> list[bytes] | None:
+    """The objects stored at `path`, or None when absent or damaged (never load a torn file)."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    digest, _, obj = data.partition(b"\n")
-    if not obj or hashlib.sha256(obj).hexdigest().encode() != digest:
+    digest, _, payload = data.partition(b"\n")
+    if not payload or hashlib.sha256(payload).hexdigest().encode() != digest:
         return None
-    return obj
+    return _unpack(payload)
 
 
-def _write_cached(path: Path, object_code: bytes) -> None:
+def _write_cached(path: Path, objects: list[bytes]) -> None:
+    payload = _pack(objects)
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".o", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(hashlib.sha256(object_code).hexdigest().encode() + b"\n" + object_code)
+            fh.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
         os.replace(tmp, path)
     except OSError:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
 
 
-def compile_cached(build: Callable[[], str], key: str, cache_dir: Path | None) -> CompiledModule:
+def compile_cached(
+    build: Callable[[], list[str]], key: str | None, cache_dir: Path | None
+) -> CompiledModule:
     """Load object `key` from `cache_dir` when there, else compile `build()` and store it.
 
-    Each cache file starts with its object's sha256 (a damaged file is recompiled, never
+    Each cache file starts with its payload's sha256 (a damaged file is recompiled, never
     loaded) and is written under a temporary name then renamed, so a concurrent loader never
     reads half a file. An unreadable or unwritable cache only costs a compile.
     """
-    path = Path(cache_dir) / f"{key}.o" if cache_dir is not None else None
+    path = Path(cache_dir) / f"{key}.o" if cache_dir is not None and key is not None else None
     if path is not None:
         cached = _read_cached(path)
         if cached is not None:
-            return CompiledModule(object_code=cached)
-    compiled = CompiledModule(ir_text=build())
+            return CompiledModule(cached)
+    compiled = CompiledModule(emit_objects(build()))
     if path is not None:
         _write_cached(path, compiled.object_code)
     return compiled

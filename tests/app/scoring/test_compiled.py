@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from app.artifacts.tree_dump import Tree, TreeEnsemble
 from app.scoring import reference
 from app.scoring.compiled import LANES, CompiledTreeScorer
+from app.scoring.compiler import jit
 from app.scoring.compiler.nodes import ZERO32, floor_float32
 from tests.app.scoring.ensembles import ensemble_and_rows
 
@@ -127,3 +128,23 @@ def test_unwritable_cache_only_costs_a_compile(tmp_path: Path) -> None:
     blocker.write_text("x")
     scorer = CompiledTreeScorer(_random_ensemble(), model_sha256="cd" * 32, cache_dir=blocker)
     assert scorer.score(np.zeros((2, 5), np.float32)).shape == (2,)
+
+
+def test_models_with_equal_symbol_names_stay_apart() -> None:
+    # Same claimed hash (so the same symbol prefix), different trees, no shared cache.
+    a, b = _random_ensemble(n_trees=3), _random_ensemble(n_trees=4)
+    rows = np.random.default_rng(4).normal(size=(30, 5)).astype(np.float32)
+    first = CompiledTreeScorer(a, model_sha256="ef" * 32)
+    second = CompiledTreeScorer(b, model_sha256="ef" * 32)
+    np.testing.assert_array_equal(first.score(rows), reference.predict(a, rows))
+    np.testing.assert_array_equal(second.score(rows), reference.predict(b, rows))
+
+
+def test_a_failed_child_compile_falls_back_to_this_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(jit, "_WORKER", "import sys; sys.exit(3)")
+    ensemble = _random_ensemble(n_trees=12)
+    rows = np.random.default_rng(5).normal(size=(20, 5)).astype(np.float32)
+    scorer = CompiledTreeScorer(ensemble)
+    np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))

@@ -135,3 +135,22 @@ def test_dnn_engine_dispatch(runner: CliRunner, tmp_path: Path) -> None:
     assert summary["kind"] == "lambdadnn" and summary["engine"] == "dnn"
     assert load_version(out).manifest.kind == "lambdadnn"
     assert "epoch 1/2" in result.stderr
+    # a bad user-cluster config is one clear line too
+    config = tmp_path / "clusters.toml"
+    config.write_text("")
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--engine",
+            "dnn",
+            "--train",
+            str(TRAIN),
+            "--out",
+            str(tmp_path / "dnn2"),
+            "--cluster-config",
+            str(config),
+        ],
+    )
+    assert result.exit_code == 2
+    assert str(config) in one_error_line(result.stderr)  # names the bad cluster config

@@ -134,6 +134,7 @@ def test_refuses_categorical_splits() -> None:
             "min_data_per_group": 5,
             "cat_smooth": 1,
             "min_data_in_leaf": 5,
+            "num_threads": 1,
         },
         ds,
         num_boost_round=3,
@@ -144,7 +145,7 @@ def test_refuses_categorical_splits() -> None:
 
 def test_refuses_transformed_objective(demo_train) -> None:
     ds = lgb.Dataset(demo_train.features, (demo_train.labels > 1).astype(float))
-    booster = lgb.train({"objective": "binary", "verbose": -1}, ds, num_boost_round=2)
+    booster = lgb.train({"objective": "binary", "verbose": -1, "num_threads": 1}, ds, 2)
     with pytest.raises(ModelFormatError, match="binary"):
         convert_lightgbm(booster.model_to_string())
 
@@ -152,7 +153,9 @@ def test_refuses_transformed_objective(demo_train) -> None:
 def test_refuses_linear_trees(demo_train) -> None:
     ds = lgb.Dataset(demo_train.features[:, :20], demo_train.labels, params={"verbose": -1})
     booster = lgb.train(
-        {"objective": "regression", "linear_tree": True, "verbose": -1}, ds, num_boost_round=2
+        {"objective": "regression", "linear_tree": True, "verbose": -1, "num_threads": 1},
+        ds,
+        num_boost_round=2,
     )
     with pytest.raises(ModelFormatError, match="linear trees"):
         convert_lightgbm(booster.model_to_string())

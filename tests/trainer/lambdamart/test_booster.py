@@ -96,7 +96,9 @@ def test_demo_quality_comparable_to_lightgbm(demo):
     train_set, test_set = demo
     params = LambdaMARTParams(num_trees=60, num_leaves=31, learning_rate=0.1, min_data_in_leaf=20)
     result = train(train_set, params)
-    native = mean_ndcg(predict(result.ensemble, test_set.features), test_set.labels, test_set.group_offsets, 10)
+    native = mean_ndcg(
+        predict(result.ensemble, test_set.features), test_set.labels, test_set.group_offsets, 10
+    )
     booster = lgb.train(
         {
             "objective": "lambdarank",
@@ -109,5 +111,7 @@ def test_demo_quality_comparable_to_lightgbm(demo):
         lgb.Dataset(train_set.features, train_set.labels, group=np.diff(train_set.group_offsets)),
         60,
     )
-    reference = mean_ndcg(booster.predict(test_set.features), test_set.labels, test_set.group_offsets, 10)
+    reference = mean_ndcg(
+        booster.predict(test_set.features), test_set.labels, test_set.group_offsets, 10
+    )
     assert native >= reference - 0.02

@@ -54,7 +54,9 @@ def test_seed003_golden_query_1830():
 def test_seed000_convention_unnormalised_natural_log():
     # Seed 000's example: labels 1, 2, 1, all scores 0. Its printed lambdas (-0.344, 0.816,
     # -0.64) treat document 3 as label 0; with the labels as given, these are the values.
-    objective = LambdaObjective(np.array([1.0, 2.0, 1.0]), np.array([0, 3]), gain_discount="seed000")
+    objective = LambdaObjective(
+        np.array([1.0, 2.0, 1.0]), np.array([0, 3]), gain_discount="seed000"
+    )
     lam, _, _ = objective.compute(np.zeros(3))
     np.testing.assert_allclose(lam, [-0.532, 0.721, -0.189], atol=5e-4)
     dcg_12 = 2.0 * (1 / np.log(2) - 1 / np.log(3))

@@ -84,6 +84,8 @@ def test_subtraction_histograms_match_a_fresh_build_on_a_subset_of_rows():
     tree = grown.to_tree(mapper, grown.leaf_values(1.0, 0.0))
     leaves = tree_leaf_index(tree, x[rows])
     for leaf in range(tree.num_leaves):
-        members = np.sort(learner.order[grown.leaf_start[leaf] : grown.leaf_start[leaf] + grown.leaf_count[leaf]])
+        members = np.sort(
+            learner.order[grown.leaf_start[leaf] : grown.leaf_start[leaf] + grown.leaf_count[leaf]]
+        )
         np.testing.assert_array_equal(members, np.sort(rows[leaves == leaf]))
         np.testing.assert_allclose(grown.sums[leaf, 0], grad[members].sum(), atol=1e-9)

@@ -1,0 +1,133 @@
+"""Renders bench/results/dnn.md from the figures bench.bench_dnn stores in dnn.json."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from typing import Any
+
+import numpy as np
+
+from bench.dnn_config import LOSSES, MQ_OPTIONS, SIM_OPTIONS
+
+
+def _fmt(values: list[float]) -> str:
+    if len(values) > 1:
+        return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+    return f"{values[0]:.4f}" if values else "n/a"
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "# LambdaDNN benchmarks",
+        "",
+        f"Machine: {os.cpu_count()} cores shared with other engineers while measuring (noisy); "
+        f"{platform.python_implementation()} {platform.python_version()}. Produced by "
+        "`.venv/bin/python -m bench.bench_dnn`. NDCG@10 uses gain 2^label - 1 and scores a query "
+        "with no relevant document 1 (LightGBM's convention). Neural scores are those of the "
+        "exported model.onnx run by onnxruntime, one query list per call.",
+        "",
+    ]
+    mq = results.get("mq2008")
+    if mq:
+        lm = float(np.mean(mq["ndcg10"]["lambdamart"]))
+        lines += [
+            "## MQ2008, 5 folds: test NDCG@10",
+            "",
+            "Train on train, early stopping on vali NDCG@10, evaluate on test. MLP "
+            f"`{MQ_OPTIONS['hidden']}` ReLU, dropout {MQ_OPTIONS['dropout']}, Adam lr "
+            f"{MQ_OPTIONS['learning_rate']}, {MQ_OPTIONS['batch_queries']} lists per batch, "
+            f"patience {MQ_OPTIONS['early_stopping_rounds']} epochs, sigma 1, delta NDCG over the "
+            "whole list. Native LambdaMART: 31 leaves, lr 0.05, up to 1000 trees, early stop 50.",
+            "",
+            "| model | "
+            + " | ".join(f"fold {f}" for f in mq["folds"])
+            + " | mean | vs LambdaMART |",
+            "|---" * (len(mq["folds"]) + 3) + "|",
+        ]
+        for name, values in mq["ndcg10"].items():
+            mean = float(np.mean(values))
+            label = "native LambdaMART" if name == "lambdamart" else f"MLP, {name} loss"
+            lines.append(
+                f"| {label} | "
+                + " | ".join(f"{v:.4f}" for v in values)
+                + f" | **{mean:.4f}** | {mean - lm:+.4f} |"
+            )
+        best = max((float(np.mean(mq["ndcg10"][n])), n) for n in LOSSES)
+        lines += [
+            "",
+            f"Best neural: {best[1]} {best[0]:.4f} vs LambdaMART {lm:.4f} "
+            f"(difference {best[0] - lm:+.4f}; target: within 0.01). Training seconds over the "
+            "folds: " + ", ".join(f"{k} {v:.0f}" for k, v in mq["seconds"].items()) + ".",
+            "",
+        ]
+    sim = results.get("simulated")
+    if sim:
+        lines += [
+            f"## Simulated personalised data ({sim['rows']:,} rows, seeds {sim['seeds']})",
+            "",
+            "`ltr simulate` (default config: 2,000 users of 6 latent types, relevance with "
+            "user-type x category/price affinity); train/vali/test splits of each seed; "
+            "test NDCG@10, mean ± standard deviation over the seeds. Clusters: the simulator's "
+            "`cluster_scheme.toml` (country, age bucket, price level), min 20 users per "
+            "cluster, embedding dim 8. LambdaMART (31 leaves, lr 0.1, up to 500 trees, early "
+            "stop 30) gets the learned embedding of the user's cluster as 8 extra features.",
+            "",
+            "| model | test NDCG@10 | per seed |",
+            "|---|---|---|",
+        ]
+        for name, values in sim["ndcg10"].items():
+            lines.append(
+                f"| {name} | {_fmt(values)} | " + ", ".join(f"{v:.4f}" for v in values) + " |"
+            )
+        lift = np.array(sim["ndcg10"]["mlp+clusters"]) - np.array(sim["ndcg10"]["mlp"])
+        lines += [
+            "",
+            f"Lift of the user-cluster embeddings for the MLP: {_fmt(list(lift))} NDCG@10.",
+            "Runs: "
+            + "; ".join(
+                f"seed {r['seed']}: {r['train_rows']:,} train rows, {r['train_queries']:,} lists, "
+                f"{r['clusters']} clusters"
+                for r in sim["runs"]
+            )
+            + ".",
+            "",
+        ]
+    tp = results.get("throughput")
+    if tp:
+        lines += [
+            "## Training throughput (2 threads)",
+            "",
+            f"Query lists per second over 2 epochs of the simulated seed-0 training split "
+            f"({tp['train_queries']:,} lists, mean length {tp['mean_list_len']:.1f}), "
+            f"{SIM_OPTIONS['batch_queries']} lists per batch, hidden {SIM_OPTIONS['hidden']}, "
+            f"torch {tp['torch']} with {tp['torch_threads']} threads (forward, loss, backward, "
+            "Adam; evaluation excluded).",
+            "",
+            "| model/loss | lists/s |",
+            "|---|---|",
+        ]
+        for name, value in tp["lists_per_second"].items():
+            lines.append(f"| {name} | {value:,.0f} |")
+        lines.append("")
+    sc = results.get("scoring")
+    if sc:
+        ratio = sc["torch"]["p50_us"] / sc["onnxruntime"]["p50_us"]
+        lines += [
+            "## Scoring 1,000 documents (MLP 136 -> 256 -> 128 -> 1, single thread)",
+            "",
+            "One call scoring a [1000, 136] float32 list, normalisation and NaN imputation "
+            "included, median and p99 of 2,000 calls after warm-up.",
+            "",
+            "| runtime | p50 | p99 |",
+            "|---|---|---|",
+            f"| onnxruntime (exported model.onnx) | {sc['onnxruntime']['p50_us']:.0f} µs | "
+            f"{sc['onnxruntime']['p99_us']:.0f} µs |",
+            f"| PyTorch eager (same weights) | {sc['torch']['p50_us']:.0f} µs | "
+            f"{sc['torch']['p99_us']:.0f} µs |",
+            "",
+            f"onnxruntime is {ratio:.2f}x the speed of PyTorch eager here.",
+            "",
+        ]
+    return "\n".join(lines)

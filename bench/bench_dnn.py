@@ -26,8 +26,9 @@ from bench.dnn_config import (
     LAMBDAMART_SIM,
     LOSSES,
     MQ_OPTIONS,
+    QUALITY_THREADS,
     SIM_OPTIONS,
-    THREADS,
+    THROUGHPUT_THREADS,
 )
 from bench.dnn_report import render
 from trainer.data.dataset import RankingDataset
@@ -35,6 +36,7 @@ from trainer.data.loader import load_dataset
 from trainer.metrics.ndcg import mean_ndcg
 
 ROOT = Path(__file__).resolve().parents[1]
+THROUGHPUT_LISTS = 2000
 MQ2008 = ROOT / ".." / "shared" / "datasets" / "mq2008"
 RESULTS_JSON = ROOT / "bench" / "results" / "dnn.json"
 RESULTS_MD = ROOT / "bench" / "results" / "dnn.md"
@@ -57,7 +59,7 @@ def lambdamart_scores(
         learning_rate=cfg["learning_rate"],
         early_stopping_rounds=cfg["stop"],
         eval_at=10,
-        threads=THREADS,
+        threads=QUALITY_THREADS,
     )
     result = train_lambdamart(train, params, valid)
     return [predict(result.ensemble, t.features) for t in tests]
@@ -78,7 +80,7 @@ def onnx_dataset_scores(path: Path, data: RankingDataset, rows: np.ndarray | Non
     """Score every list of `data` through the exported model, one list per call, as served."""
     from trainer.dnn.onnx_export import onnx_scores, onnx_session
 
-    session = onnx_session((path / "model.onnx").read_bytes(), threads=THREADS)
+    session = onnx_session((path / "model.onnx").read_bytes(), threads=1)
     table = None
     if rows is not None:
         table = np.load(io.BytesIO((path / "embeddings.npy").read_bytes()))
@@ -159,15 +161,15 @@ def part_simulated(seeds: list[int], rows: int) -> dict[str, Any]:
             clusters = json.loads((personal / "clusters.json").read_text())
             table = np.load(personal / "embeddings.npy")
             profiles = read_profiles(sim / "users.parquet")
-            rows = [
+            user_rows = [
                 cluster_rows(scheme, clusters, fine_cluster_ids(scheme, profiles, _users(d)))
                 for d in (tr, va, te)
             ]
-            te_rows = rows[2]
+            te_rows = user_rows[2]
             results["mlp+clusters"].append(ndcg10(onnx_dataset_scores(personal, te, te_rows), te))
             sets = [
                 append_user_embeddings(d, clusters, table, r)
-                for d, r in zip((tr, va, te), rows, strict=True)
+                for d, r in zip((tr, va, te), user_rows, strict=True)
             ]
             (s_plain,) = lambdamart_scores(tr, va, [te], LAMBDAMART_SIM)
             (s_emb,) = lambdamart_scores(sets[0], sets[1], [sets[2]], LAMBDAMART_SIM)
@@ -197,28 +199,31 @@ def part_throughput(rows: int) -> dict[str, Any]:
     from trainer.dnn.options import DNNOptions
     from trainer.dnn.trainer_loop import deterministic, train_ranker
 
-    out: dict[str, Any] = {}
+    out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        tr = load_dataset(_simulated(0, rows, Path(tmp)) / "train.parquet")
+        full = load_dataset(_simulated(0, rows, Path(tmp)) / "train.parquet")
+    tr = full.subset_queries(np.arange(min(THROUGHPUT_LISTS, full.num_queries)))
     lists = QueryLists(tr.features, tr.labels, tr.group_offsets)
-    for arch in ("mlp", "dcn"):
-        for loss in LOSSES:
-            options = DNNOptions(
-                **{**SIM_OPTIONS, "epochs": 2, "early_stopping_rounds": None},
-                loss=loss,
-                arch=arch,
-            )
-            with deterministic(0, THREADS):
-                ranker = build_ranker(options, fit_standardiser(tr.features))
-                result = train_ranker(ranker, loss_for(options), lists, tr.labels, options)
-            out[f"{arch}/{loss}"] = result.lists_per_second
-            print(f"{arch}/{loss}: {result.lists_per_second:.0f} lists/s")
-    sizes = tr.group_sizes
+    for threads in THROUGHPUT_THREADS:
+        for arch in ("mlp", "dcn"):
+            for loss in LOSSES:
+                options = DNNOptions(
+                    **{**SIM_OPTIONS, "epochs": 1, "early_stopping_rounds": None},
+                    batch_queries=32,
+                    loss=loss,
+                    arch=arch,
+                    threads=threads,
+                )
+                with deterministic(0, threads):
+                    ranker = build_ranker(options, fit_standardiser(tr.features))
+                    result = train_ranker(ranker, loss_for(options), lists, tr.labels, options)
+                key = f"{arch}/{loss}/{threads}"
+                out[key] = result.lists_per_second
+                print(f"{key}: {result.lists_per_second:.0f} lists/s", flush=True)
     return {
         "lists_per_second": out,
         "train_queries": tr.num_queries,
-        "mean_list_len": float(sizes.mean()),
-        "torch_threads": THREADS,
+        "mean_list_len": float(tr.group_sizes.mean()),
         "torch": torch.__version__,
     }
 
@@ -286,9 +291,12 @@ def main() -> None:
             results[part] = part_scoring()
         else:
             raise SystemExit(f"unknown part {part!r}")
+        # Re-read before writing: parts may run at the same time in separate processes.
+        stored = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else {}
+        stored[part] = results[part]
         RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS_JSON.write_text(json.dumps(results, indent=1) + "\n")
-        RESULTS_MD.write_text(render(results))
+        RESULTS_JSON.write_text(json.dumps(stored, indent=1) + "\n")
+        RESULTS_MD.write_text(render(stored))
     print(RESULTS_MD.read_text())
 
 

@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "publish",
     "nightly",
     "simulate",
+    "dataset",
     "serve",
 )
 

@@ -89,10 +89,11 @@ def export_tree_model(
 ) -> Path:
     """Write `ensemble` as the version directory `out_dir` and prove it scores as trained.
 
-    verify_features: float [n_rows, num_features]; after writing, the version is loaded back
-    (sha256 checked) and these rows re-scored with the reference scorer. expected_scores:
-    float64 [n_rows], defaulting to the in-memory ensemble's scores. A mismatch beyond 1e-9
-    relative removes the directory again and raises ExportError.
+    verify_features: float [n_rows, num_features]; the serialised `model.json` is parsed back
+    and these rows scored with the reference scorer before anything is written. expected_scores:
+    float64 [n_rows], defaulting to the in-memory ensemble's scores; a mismatch beyond 1e-9
+    relative raises ExportError and writes nothing. After writing, the version is loaded back
+    (every sha256 checked) and must hold exactly the verified bytes, else it is removed.
     """
     out_dir = check_out_dir(out_dir, name)
     if len(feature_names) != ensemble.num_features:
@@ -110,30 +111,37 @@ def export_tree_model(
         metrics=plain_json(metrics),
         training=plain_json(training),
     )
-    files = {"model.json": ensemble.to_json_bytes(), **(extra_files or {})}
-    path = write_version_dir(out_dir, manifest, files)
+    model_bytes = ensemble.to_json_bytes()
     if verify_features is not None:
-        try:
-            _verify(path, verify_features, expected_scores, ensemble)
-        except BaseException:
-            shutil.rmtree(path, ignore_errors=True)
-            raise
+        # Score what will be written before anything becomes visible.
+        _check_scores(out_dir, model_bytes, verify_features, expected_scores, ensemble)
+    path = write_version_dir(out_dir, manifest, {"model.json": model_bytes, **(extra_files or {})})
+    try:
+        written = load_version(path).files["model.json"]
+        if written != model_bytes:
+            raise ExportError(f"{path}: model.json on disk differs from the verified model")
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     return path
 
 
-def _verify(
-    path: Path, features: np.ndarray, expected: np.ndarray | None, ensemble: TreeEnsemble
+def _check_scores(
+    out_dir: Path,
+    model_bytes: bytes,
+    features: np.ndarray,
+    expected: np.ndarray | None,
+    ensemble: TreeEnsemble,
 ) -> None:
-    artifact = load_version(path)
-    reloaded = TreeEnsemble.from_json_bytes(artifact.files["model.json"], str(path / "model.json"))
+    reloaded = TreeEnsemble.from_json_bytes(model_bytes, str(out_dir / "model.json"))
     if expected is None:
         expected = predict(ensemble, features)
     actual = predict(reloaded, features)
     if not scores_match(actual, expected, ROUNDTRIP_RTOL):
         worst = float(np.max(np.abs(actual - np.asarray(expected, dtype=np.float64))))
         raise ExportError(
-            f"{path}: the written model scores differently from the trained one "
-            f"(max abs difference {worst:.3g}); the version was removed"
+            f"{out_dir}: the exported model scores differently from the trained one "
+            f"(max abs difference {worst:.3g}); nothing was written"
         )
 
 

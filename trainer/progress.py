@@ -36,7 +36,8 @@ class TrainingProgress:
     """Context manager reporting (iteration, total, train metric, valid metric) updates.
 
     `total` is an upper bound (early stopping may end sooner). `unit` names an iteration in the
-    lines ("iter", "epoch"). mode "auto" picks the bar when `stream` is a terminal.
+    lines ("iter", "epoch"); `description` heads the bar (default: the metric's name).
+    mode "auto" picks the bar when `stream` is a terminal.
     Plain lines come at the first iteration, every `every` iterations (default total/20),
     at least every 10 s, and for the last update when the context exits.
     """
@@ -47,7 +48,7 @@ class TrainingProgress:
         *,
         metric: str = "ndcg@10",
         unit: str = "iter",
-        description: str = "training",
+        description: str | None = None,
         stream: TextIO | None = None,
         mode: Mode = "auto",
         every: int | None = None,
@@ -56,7 +57,7 @@ class TrainingProgress:
         self.total = max(int(total), 1)
         self.metric = metric
         self.unit = unit
-        self.description = description
+        self.description = description or metric
         self.stream = stream if stream is not None else sys.stderr
         if mode == "auto":
             mode = "bar" if self.stream.isatty() else "lines"
@@ -74,9 +75,10 @@ class TrainingProgress:
         self._start = self._last_line_at = self._clock()
         if self.mode == "bar":
             console = Console(file=self.stream, force_terminal=True)
+            # Short columns so the whole line fits an 80-column terminal.
             self._bar = Progress(
                 TextColumn("{task.description}"),
-                BarColumn(),
+                BarColumn(bar_width=15),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[metrics]}"),
                 TimeElapsedColumn(),
@@ -119,7 +121,7 @@ class TrainingProgress:
             self._bar.update(
                 self._task,
                 completed=min(iteration, self.total),
-                metrics=self._metrics_text(train_metric, valid_metric),
+                metrics=self._metrics_text(train_metric, valid_metric, named=False),
             )
         elif self.mode == "lines":
             now = self._clock()
@@ -134,12 +136,16 @@ class TrainingProgress:
         elif self.mode != "off":
             print(text, file=self.stream, flush=True)
 
-    def _metrics_text(self, train_metric: float | None, valid_metric: float | None) -> str:
+    def _metrics_text(
+        self, train_metric: float | None, valid_metric: float | None, named: bool = True
+    ) -> str:
+        """`train ndcg@10 0.7100 valid ndcg@10 0.6900` (the bar names the metric once, first)."""
+        name = f" {self.metric}" if named else ""
         parts = []
         if train_metric is not None:
-            parts.append(f"train {self.metric} {train_metric:.4f}")
+            parts.append(f"train{name} {train_metric:.4f}")
         if valid_metric is not None:
-            parts.append(f"valid {self.metric} {valid_metric:.4f}")
+            parts.append(f"valid{name} {valid_metric:.4f}")
         return " ".join(parts)
 
     def _print_line(

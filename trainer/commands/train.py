@@ -4,7 +4,7 @@ it as a verified version directory."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -14,6 +14,12 @@ from trainer.commands.errors import CommandError, clear_errors, fail
 from trainer.config import ConfigError, build_params, read_config
 from trainer.data.errors import DataFormatError
 from trainer.export import ExportError, check_out_dir
+
+if TYPE_CHECKING:
+    # trainer.lambdamart's package imports numba: keep `ltr --help` and `ltr serve` light.
+    from trainer.data.dataset import RankingDataset
+    from trainer.dnn.options import DNNOptions
+    from trainer.lambdamart.params import LambdaMARTParams
 
 ENGINES = ("native", "lightgbm", "dnn")
 TREE = "Tree engines (native, lightgbm)"
@@ -84,37 +90,47 @@ def train_command(
         if chosen not in ENGINES:
             fail(f"unknown engine {chosen!r} (choose one of {', '.join(ENGINES)})")
         source = str(config) if config is not None else "command line"
-        from trainer.data.loader import load_dataset
-
-        train = load_dataset(train_file)
-        valid = None
-        if valid_file is not None:
-            valid = load_dataset(
-                valid_file, num_features=train.num_features, feature_names=train.feature_names
-            )
+        label = f"--engine {chosen}"
+        # Parameters are checked before the data is read: bad values fail before any work.
         if chosen == "dnn":
-            summary = _train_dnn(train, valid, file_values, flags, source, out, name)
+            from trainer.dnn.options import DNNOptions
+
+            options = build_params(DNNOptions, file_values, flags, source=source, label=label)
+            summary = _train_dnn(*_load(train_file, valid_file), options, out, name)
         else:
-            summary = _train_trees(chosen, train, valid, file_values, flags, source, out, name)
+            from trainer.lambdamart.params import LambdaMARTParams
+
+            params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
+            summary = _train_trees(chosen, *_load(train_file, valid_file), params, out, name)
     _print_summary(summary, as_json)
+
+
+def _load(
+    train_file: Path, valid_file: Path | None
+) -> tuple[RankingDataset, RankingDataset | None]:
+    """Training data and validation data lined up with its columns."""
+    from trainer.data.loader import load_dataset
+
+    train = load_dataset(train_file)
+    if valid_file is None:
+        return train, None
+    valid = load_dataset(
+        valid_file, num_features=train.num_features, feature_names=train.feature_names
+    )
+    return train, valid
 
 
 def _train_trees(
     engine: str,
-    train: Any,
-    valid: Any,
-    file_values: dict[str, Any],
-    flags: dict[str, Any],
-    source: str,
+    train: RankingDataset,
+    valid: RankingDataset | None,
+    params: LambdaMARTParams,
     out: Path,
     name: str,
 ) -> dict[str, Any]:
     from trainer.engines import train_tree_model
-    from trainer.lambdamart.params import LambdaMARTParams
     from trainer.progress import TrainingProgress
 
-    label = f"--engine {engine}"
-    params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
     metric = f"ndcg@{params.eval_at}"
     with TrainingProgress(params.num_trees, metric=metric) as progress:
         return train_tree_model(engine, train, valid, params, out, name=name, progress=progress)
@@ -128,18 +144,14 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 
 def _train_dnn(
-    train: Any,
-    valid: Any,
-    file_values: dict[str, Any],
-    flags: dict[str, Any],
-    source: str,
+    train: RankingDataset,
+    valid: RankingDataset | None,
+    options: DNNOptions,
     out: Path,
     name: str,
 ) -> dict[str, Any]:
-    from trainer.dnn.options import DNNOptions
     from trainer.progress import TrainingProgress
 
-    options = build_params(DNNOptions, file_values, flags, source=source, label="--engine dnn")
     try:
         from trainer.dnn.engine import train_and_export
         from trainer.dnn.user_clusters import ClusterConfigError

@@ -77,9 +77,11 @@ def train(
     params: LambdaMARTParams,
     valid: RankingDataset | None = None,
     on_iteration: Callable[[IterationLog], None] | None = None,
+    objective: LambdaObjective | None = None,
 ) -> TrainResult:
     """Train a LambdaMART ensemble; early stopping on valid NDCG@eval_at when both `valid` and
-    `params.early_stopping_rounds` are given."""
+    `params.early_stopping_rounds` are given. `objective` replaces the lambdas built from
+    `train.labels` and `params` (e.g. lambdamart.unbiased.UnbiasedObjective for click logs)."""
     if valid is not None and valid.num_features != train.num_features:
         raise ValueError(f"valid has {valid.num_features} features, train {train.num_features}")
     t0 = time.perf_counter()
@@ -87,7 +89,7 @@ def train(
     mapper = fit_bins(train.features, params.max_bin, params.seed)
     bins = mapper.transform(train.features)
     valid_bins = None if valid is None else mapper.transform(valid.features)
-    objective = LambdaObjective(
+    objective = objective or LambdaObjective(
         train.labels,
         train.group_offsets,
         sigma=params.sigma,

@@ -20,9 +20,15 @@ The numba kernels are lambdas.py's; only the gains, the discount and the normali
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
 import numpy as np
 
+from trainer.data.dataset import RankingDataset
+from trainer.data.errors import DataFormatError
 from trainer.lambdamart.lambdas import LambdaObjective, _all_queries, _query_norms
+from trainer.lambdamart.params import LambdaMARTParams
 
 
 def ipw_weights(
@@ -178,3 +184,47 @@ def lambdas_and_hessians(
     )
     lam, hess, _ = objective.compute(scores)
     return lam, hess
+
+
+def click_objective(
+    train: RankingDataset,
+    params: LambdaMARTParams,
+    propensities: Path,
+    discount: Literal["ctr", "theta", "log2"] = "ctr",
+    max_weight: float | None = None,
+) -> UnbiasedObjective:
+    """The objective `ltr train --unbiased --propensities FILE` trains with: IPW weights from
+    the file's theta and the served positions of `train`, and the discount fitted to the file's
+    CTR by position ("ctr"), the theta curve itself ("theta") or the usual 1/log2 ("log2")."""
+    from trainer.clicks.propensity import load_propensities
+
+    if train.positions is None:
+        raise DataFormatError(
+            f"{train.source}: --unbiased needs the served position of every row "
+            "(a `position` column, as `ltr dataset --from-logs` writes)"
+        )
+    theta, ctr = load_propensities(propensities)
+    curve: np.ndarray | None = None
+    longest = int(train.group_sizes.max())
+    if discount == "ctr":
+        if ctr is None:
+            raise DataFormatError(f"{propensities}: no 'ctr' list to fit a discount to")
+        try:
+            curve = power_discount(fit_power_discount(ctr), longest)
+        except ValueError as exc:
+            raise DataFormatError(
+                f"{propensities}: cannot fit a discount to 'ctr': {exc}"
+            ) from None
+    elif discount == "theta":
+        curve = np.minimum.accumulate(theta)  # the kernel needs a non-increasing discount
+    return UnbiasedObjective(
+        train.labels,
+        train.group_offsets,
+        ipw_weights(train.positions, theta, max_weight),
+        curve,
+        sigma=params.sigma,
+        ndcg_truncation=params.ndcg_truncation,
+        max_pairs_rank=params.max_pairs_rank,
+        eval_at=params.eval_at,
+        empty_value=params.empty_query_ndcg,
+    )

@@ -19,7 +19,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 
 # Bump when the generated code changes meaning or layout: old cache entries then miss.
-CODEGEN_VERSION = 1
+CODEGEN_VERSION = 2
 # Code generation at -O1: the IR is already minimal straight-line code, and -O2/-O3 only add
 # compile time (measured: same scoring speed, 1.5-2.5x longer compiles).
 CODEGEN_OPT = 1
@@ -64,7 +64,7 @@ llvm.initialize_native_target()
 llvm.initialize_native_asmprinter()
 cpu, features, opt = sys.argv[1], sys.argv[2], int(sys.argv[3])
 target = llvm.Target.from_triple(llvm.get_process_triple())
-tm = target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="pic",
+tm = target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="static",
                                   codemodel="large")
 module = llvm.parse_assembly(sys.stdin.buffer.read().decode())
 module.triple = llvm.get_process_triple()
@@ -78,10 +78,12 @@ def _target_machine() -> llvm.TargetMachine:
     _ensure_llvm()
     cpu, features = host_cpu()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    # The large code model makes every address absolute, so the JIT may place the sections of
-    # each object anywhere; it costs one extra instruction per call, once per tree per block.
+    # Static relocations with the large code model make every address an absolute 64-bit one:
+    # the JIT may place each object's sections anywhere, and no object depends on a GOT (PIC
+    # code reaching its constants through the GOT broke once a model spans several objects).
+    # It costs one extra instruction per call, once per tree per block.
     return target.create_target_machine(
-        cpu=cpu, features=features, opt=CODEGEN_OPT, reloc="pic", codemodel="large"
+        cpu=cpu, features=features, opt=CODEGEN_OPT, reloc="static", codemodel="large"
     )
 
 

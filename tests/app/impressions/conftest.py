@@ -15,7 +15,7 @@ __all__ = ["redis_server"]
 
 
 def settings(**overrides: Any) -> Settings:
-    return Settings(impressions_enabled=True, **overrides)
+    return Settings(**{"impressions_enabled": True, **overrides})
 
 
 def jsonl_settings(tmp_path: Path, **overrides: Any) -> Settings:

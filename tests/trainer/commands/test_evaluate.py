@@ -69,7 +69,9 @@ def test_json_report_matches_lightgbm(
     assert report["model"] == {"name": "ranker", "version": "v1", "kind": "lambdamart"}
     test = load_dataset(TEST, num_features=300)
     booster = lgb.Booster(model_file=str(lightgbm_model_file))
-    expected = ranking_report(booster.predict(test.features), test.labels, test.group_offsets)
+    expected = ranking_report(
+        np.asarray(booster.predict(test.features)), test.labels, test.group_offsets
+    )
     for key in REPORT_KEYS:
         assert report[key] == pytest.approx(expected[key], abs=1e-12)
     assert (report["queries"], report["documents"]) == (50, 768)

@@ -63,7 +63,7 @@ def test_scores_equal_booster_predict(case: str, demo_train, demo_test) -> None:
     assert expected_type in missing_types(text)
     ensemble = convert_lightgbm(text)
     probe = with_missing(demo_test.features, seed=2)
-    ours, theirs = predict(ensemble, probe), booster.predict(probe)
+    ours, theirs = predict(ensemble, probe), np.asarray(booster.predict(probe))
     assert scores_match(ours, theirs, 1e-6)
     assert_same_ranking(ours, theirs, demo_test.group_offsets, tol=1e-9)
     assert ensemble.meta["source"] == "lightgbm"
@@ -210,6 +210,6 @@ def test_mq2008_fold1() -> None:
         booster = train(train_set, rounds=50, num_leaves=31, **params)
         ensemble = convert_lightgbm(booster.model_to_string())
         probe = with_missing(test_set.features, seed=4)
-        ours, theirs = predict(ensemble, probe), booster.predict(probe)
+        ours, theirs = predict(ensemble, probe), np.asarray(booster.predict(probe))
         assert scores_match(ours, theirs, 1e-6)
         assert_same_ranking(ours, theirs, test_set.group_offsets, tol=1e-9)

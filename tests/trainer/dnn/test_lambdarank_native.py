@@ -30,6 +30,7 @@ def loss_gradient(scores, labels, offsets, sigma=1.0, k=None, max_pairs_rank=Non
         s, y, mask, sigma=sigma, k=k, reduction="sum", max_pairs_rank=max_pairs_rank
     )
     loss.backward()
+    assert s.grad is not None
     return s.grad.numpy()[mask.numpy()]
 
 

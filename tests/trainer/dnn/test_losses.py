@@ -101,6 +101,7 @@ def test_padding_leaves_loss_and_gradients_unchanged(name, seed):
     mask2 = torch.cat([mask, torch.zeros(3, pad, dtype=torch.bool)], 1)
     loss2 = loss_fn(s2, labels2, mask2)
     loss2.backward()
+    assert s1.grad is not None and s2.grad is not None
     assert loss2.item() == pytest.approx(loss1.item(), rel=1e-12, abs=1e-12)
     assert torch.allclose(s2.grad[:, :-pad], s1.grad, rtol=1e-12, atol=1e-14)
     assert torch.all(s2.grad[:, -pad:] == 0)

@@ -1,0 +1,231 @@
+"""Position bias: does debiased LambdaMART on clicks get back to what true labels give?
+
+1. `ltr simulate --clicks` data (position-based click model with known theta_k = (1/k)^eta).
+   Each training query is served `--sessions` times: session 0 is the simulator's own log, the
+   others replay its logging ranker and click model (trainer.simulate.clicks) with fresh noise,
+   as head queries come back in real traffic.
+2. Every session is written in the service's log format (app.impressions records: impressions
+   + click feedback, JSONL) and read back through `trainer.clicks` (read_logs, join_logs).
+3. Propensities by EM (trainer.clicks.propensity) vs the true theta, per position.
+4. NDCG@10 on the TRUE relevance of the test split for native LambdaMART trained on
+   (a) true labels, (b) naive clicks, (c) debiased clicks: IPW lambdas with the estimated
+   propensities + the discount fitted to CTR by position; plus ablations and, side by side,
+   LightGBM lambdarank on the same click lists with and without its own position-bias
+   correction (`position` in the Dataset).
+
+Run: .venv/bin/python -m bench.bench_position_bias [--rows 100000 --sessions 8 --trees 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from app.impressions.sink import feedback_record, impression_record, to_json
+from trainer.clicks.join import join_logs
+from trainer.clicks.logs import read_logs
+from trainer.clicks.propensity import estimate_propensities
+from trainer.data.dataset import RankingDataset
+from trainer.data.parquet import read_parquet
+from trainer.lambdamart.booster import train
+from trainer.lambdamart.lambdas import LambdaObjective
+from trainer.lambdamart.params import LambdaMARTParams
+from trainer.lambdamart.unbiased import (
+    UnbiasedObjective,
+    fit_power_discount,
+    ipw_weights,
+    power_discount,
+)
+from trainer.metrics.ndcg import mean_ndcg
+from trainer.simulate import SimulationConfig, simulate
+from trainer.simulate.clicks import ClickModel
+
+REPORT_POSITIONS = 20
+
+
+def sessions_log(
+    sim_dir: Path, sessions: int, seed: int, out: Path
+) -> tuple[RankingDataset, np.ndarray]:
+    """Write `sessions` serves of every train query as service logs; (true-label train, theta)."""
+    truth = json.loads((sim_dir / "truth.json").read_text())["clicks"]
+    model = ClickModel(truth["eta"], truth["epsilon"], truth["logging_policy"]["logging_noise"])
+    data = read_parquet(sim_dir / "train.parquet")
+    first = pq.read_table(sim_dir / "train.parquet", columns=["click"]).column("click")
+    offsets = data.group_offsets
+    query_index = np.repeat(np.arange(data.num_queries), np.diff(offsets))
+    labels = data.labels.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    with out.open("wb") as log:
+        for s in range(sessions):
+            if s == 0:
+                positions, clicks = data.positions, first.to_numpy()
+            else:
+                positions = model.serve(data.features, query_index, offsets, rng)
+                clicks = model.click(positions, labels, rng)
+            for q in range(data.num_queries):
+                lo, hi = offsets[q], offsets[q + 1]
+                order = lo + np.argsort(positions[lo:hi], kind="stable")
+                rid = f"s{s}q{q}"
+                ids = [int(i) for i in order]
+                ts = float(s * data.num_queries + q)
+                imp = impression_record(rid, q, None, None, "sim", "1", ids, data.features[order])
+                imp["ts"] = ts
+                log.write(to_json(imp) + b"\n")
+                clicked = [
+                    {"id": int(i), "type": "click", "value": None} for i in order[clicks[order] > 0]
+                ]
+                if clicked:
+                    log.write(to_json(feedback_record(rid, clicked, ts=ts + 0.5)) + b"\n")
+    return data, np.asarray(truth["theta"], dtype=np.float64)
+
+
+def fit_native(
+    data: RankingDataset,
+    params: LambdaMARTParams,
+    test: RankingDataset,
+    objective: LambdaObjective | None = None,
+) -> tuple[float, float]:
+    from app.scoring.reference import predict
+
+    started = time.perf_counter()
+    result = train(data, params, objective=objective)
+    seconds = time.perf_counter() - started
+    scores = predict(result.ensemble, test.features)
+    return mean_ndcg(scores, test.labels, test.group_offsets, 10, 1.0), seconds
+
+
+def fit_lightgbm(
+    data: RankingDataset, params: LambdaMARTParams, test: RankingDataset, positions: bool
+) -> tuple[float, float]:
+    import lightgbm as lgb
+
+    started = time.perf_counter()
+    dataset = lgb.Dataset(
+        data.features,
+        data.labels,
+        group=data.group_sizes,
+        position=data.positions - 1 if positions else None,
+        params={"verbose": -1, "max_bin": params.max_bin},
+    )
+    config = {
+        "objective": "lambdarank",
+        "num_leaves": params.num_leaves,
+        "learning_rate": params.learning_rate,
+        "min_data_in_leaf": params.min_data_in_leaf,
+        "verbose": -1,
+        "num_threads": 1,
+        "seed": params.seed,
+    }
+    booster = lgb.train(config, dataset, num_boost_round=params.num_trees)
+    seconds = time.perf_counter() - started
+    scores = booster.predict(test.features)
+    return mean_ndcg(scores, test.labels, test.group_offsets, 10, 1.0), seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--eta", type=float, default=1.0)
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--max-weight", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
+    args = parser.parse_args()
+    out: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json"}}
+    with tempfile.TemporaryDirectory(prefix="ltr-pb-") as tmp:
+        sim = Path(tmp) / "sim"
+        config = SimulationConfig(rows=args.rows, clicks=True, eta=args.eta, seed=args.seed)
+        simulate(config, sim)
+        started = time.perf_counter()
+        truth_train, theta_true = sessions_log(
+            sim, args.sessions, args.seed, Path(tmp) / "log.jsonl"
+        )
+        log_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        joined = join_logs(read_logs(Path(tmp) / "log.jsonl"))
+        out["log_rows"] = joined.dataset.num_docs
+        out["log_write_read_seconds"] = [
+            round(log_seconds, 1),
+            round(time.perf_counter() - started, 1),
+        ]
+        test = read_parquet(sim / "test.parquet")
+    logs = joined.dataset
+    clicks = (logs.labels > 0).astype(np.int8)
+    out["clicks"] = int(clicks.sum())
+    started = time.perf_counter()
+    est = estimate_propensities(logs.positions, clicks, features=logs.features)
+    out["em_seconds"] = round(time.perf_counter() - started, 1)
+    out["em_updates"] = est.iterations
+    k = min(REPORT_POSITIONS, est.theta.size)
+    out["theta_true"] = theta_true[:k].round(4).tolist()
+    out["theta_est"] = est.theta[:k].round(4).tolist()
+    out["ctr_relative"] = (est.ctr[:k] / est.ctr[0]).round(4).tolist()
+    err = np.abs(est.theta[:k] - theta_true[:k])
+    out["theta_abs_error_mean"] = round(float(err.mean()), 4)
+    out["theta_rel_error_mean"] = round(float((err / theta_true[:k]).mean()), 4)
+    out["ctr_rel_error_mean"] = round(
+        float((np.abs(out["ctr_relative"] - theta_true[:k]) / theta_true[:k]).mean()), 4
+    )
+    eta = fit_power_discount(est.ctr, est.impressions)
+    out["ctr_power_eta"] = round(eta, 4)
+    clicked = logs.subset_queries(
+        np.flatnonzero(np.add.reduceat(clicks, logs.group_offsets[:-1]) > 0)
+    )
+    out["train_lists"] = {
+        "true_labels": truth_train.num_queries,
+        "click_lists": clicked.num_queries,
+    }
+    params = LambdaMARTParams(
+        num_trees=args.trees, num_leaves=15, min_data_in_leaf=100, eval_at=10, threads=1
+    )
+    weights = ipw_weights(clicked.positions, est.theta, args.max_weight)
+    weights_true = ipw_weights(clicked.positions, theta_true, args.max_weight)
+    max_len = int(clicked.group_sizes.max())
+    discount = power_discount(eta, max_len)
+
+    def unbiased(w: np.ndarray | None, d: np.ndarray | None) -> UnbiasedObjective:
+        return UnbiasedObjective(clicked.labels, clicked.group_offsets, w, d, eval_at=10)
+
+    runs = {
+        "a_true_labels": lambda: fit_native(truth_train, params, test),
+        "b_naive_clicks": lambda: fit_native(clicked, params, test),
+        "c_ipw_fitted_discount": lambda: fit_native(
+            clicked, params, test, unbiased(weights, discount)
+        ),
+        "c1_ipw_only": lambda: fit_native(clicked, params, test, unbiased(weights, None)),
+        "c2_ipw_true_theta": lambda: fit_native(
+            clicked, params, test, unbiased(weights_true, None)
+        ),
+        "c3_fitted_discount_only": lambda: fit_native(
+            clicked, params, test, unbiased(None, discount)
+        ),
+        "lightgbm_true_labels": lambda: fit_lightgbm(truth_train, params, test, False),
+        "lightgbm_naive_clicks": lambda: fit_lightgbm(clicked, params, test, False),
+        "lightgbm_position_debiased": lambda: fit_lightgbm(clicked, params, test, True),
+    }
+    out["ndcg10"], out["train_seconds"] = {}, {}
+    for name, run in runs.items():
+        ndcg, seconds = run()
+        out["ndcg10"][name] = round(ndcg, 4)
+        out["train_seconds"][name] = round(seconds, 1)
+        print(f"{name:28s} NDCG@10 {ndcg:.4f}  ({seconds:.1f} s)", flush=True)
+    n = out["ndcg10"]
+    gap = n["a_true_labels"] - n["b_naive_clicks"]
+    for name in ("c_ipw_fitted_discount", "c1_ipw_only", "c2_ipw_true_theta"):
+        share = (n[name] - n["b_naive_clicks"]) / gap if gap > 0 else float("nan")
+        out.setdefault("gap_recovered", {})[name] = round(share, 3)
+    print(json.dumps(out, indent=1))
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

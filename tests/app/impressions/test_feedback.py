@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from app.impressions.feedback import (
+    FeedbackError,
+    FeedbackUnavailable,
+    ImpressionLog,
+    UnknownRequest,
+)
+from tests.app.impressions.conftest import answer, dropped, features, jsonl_settings, settings
+from tests.support.redis_server import RedisServer, free_port
+
+
+def click(cid: object, kind: str = "click") -> dict[str, object]:
+    return {"id": cid, "type": kind, "value": None}
+
+
+def test_logs_served_order_and_counts_feedback_once(tmp_path: Path) -> None:
+    config = jsonl_settings(tmp_path)
+
+    async def go() -> list[tuple[int, int]]:
+        log = ImpressionLog(config)
+        await log.start()
+        # Input order a, b, c; served c, a (top_k 2): b was never shown.
+        log.log_rerank(
+            answer("r1", ["a", "b", "c"], [2, 0]), "q1", "u1", "US", ["a", "b", "c"], features(3)
+        )
+        out = [
+            await log.record_feedback("r1", [click("c"), click("c", "purchase")]),
+            await log.record_feedback("r1", [click("c"), click("a"), click("a")]),
+        ]
+        await log.close()
+        return out
+
+    assert asyncio.run(go()) == [(2, 0), (1, 2)]
+    records = [orjson.loads(line) for line in config.impressions_jsonl.read_bytes().splitlines()]
+    impression = records[0]
+    assert impression["ids"] == ["c", "a"] and impression["positions"] == [1, 2]
+    assert (impression["query_id"], impression["user_id"], impression["user_cluster"]) == (
+        "q1",
+        "u1",
+        "US",
+    )
+    assert [e["id"] for r in records[1:] for e in r["events"]] == ["c", "c", "a"]
+
+
+def test_feedback_errors(tmp_path: Path) -> None:
+    async def go() -> None:
+        log = ImpressionLog(jsonl_settings(tmp_path))
+        log.log_rerank(answer("r1", ["a", "b"], [1]), None, None, None, ["a", "b"], features(2))
+        with pytest.raises(UnknownRequest):
+            await log.record_feedback("nope", [click("a")])
+        with pytest.raises(FeedbackError, match="did not serve candidate"):
+            await log.record_feedback("r1", [click("a")])  # a was cut by top_k
+        with pytest.raises(FeedbackUnavailable):
+            await ImpressionLog(settings(impressions_enabled=False)).record_feedback("r1", [])
+
+    asyncio.run(go())
+
+
+def test_disabled_log_is_inert(tmp_path: Path) -> None:
+    log = ImpressionLog(jsonl_settings(tmp_path, impressions_enabled=False))
+    assert not log.enabled
+    log.log_rerank(answer("r1", ["a"], [0]), None, None, None, ["a"], features(1))
+    assert not (tmp_path / "log").exists()
+
+
+def test_a_bad_answer_is_counted_not_raised(tmp_path: Path) -> None:
+    log = ImpressionLog(jsonl_settings(tmp_path))
+    before = dropped("impression", "encode_error")
+    log.log_rerank({"request_id": "r"}, None, None, None, ["a"], features(1))  # no _order
+    assert dropped("impression", "encode_error") == before + 1
+
+
+def test_another_replica_answers_from_redis(redis_server: RedisServer) -> None:
+    config = settings(redis_url=redis_server.url)
+
+    async def go() -> tuple[tuple[int, int], tuple[int, int]]:
+        serving, other = ImpressionLog(config), ImpressionLog(config)
+        serving.log_rerank(
+            answer("r9", ["a", "b"], [1, 0]), None, None, None, ["a", "b"], features(2)
+        )
+        assert serving.sink is not None
+        await serving.sink.flush()
+        first = await other.record_feedback("r9", [click("b")])
+        again = await serving.record_feedback("r9", [click("b"), click("a")])
+        with pytest.raises(UnknownRequest):
+            await other.record_feedback("r10", [click("a")])
+        await serving.close()
+        await other.close()
+        return first, again
+
+    # The second replica's click on b is seen by the first through the shared hash.
+    assert asyncio.run(go()) == ((1, 0), (1, 1))
+
+
+def test_redis_down_is_503_for_unknown_ids_only(tmp_path: Path) -> None:
+    config = settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+
+    async def go() -> tuple[int, int]:
+        log = ImpressionLog(config)
+        log.log_rerank(answer("r1", ["a"], [0]), None, None, None, ["a"], features(1))
+        with pytest.raises(FeedbackUnavailable):
+            await log.record_feedback("elsewhere", [click("a")])
+        result = await log.record_feedback("r1", [click("a")])  # known here: accepted
+        await log.close()
+        return result
+
+    assert asyncio.run(go()) == (1, 0)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from app.impressions.sink import to_json
+from tests.support.redis_server import RedisServer
+from tests.support.redis_server import redis_server as redis_server
+from tests.trainer.clicks.conftest import feedback, impression, write_log
+from trainer.clicks.logs import decode_features, read_logs
+from trainer.data.errors import DataFormatError
+
+
+def test_reads_what_the_service_writes(tmp_path: Path) -> None:
+    path = write_log(
+        tmp_path / "a.jsonl",
+        [
+            impression("r1", ["x", 2], 10.0, user_id="u1"),
+            feedback("r1", (2, "dwell", 31.5), ts=11.0),
+        ],
+    )
+    logs = read_logs(path)
+    (imp,) = logs.impressions
+    assert imp.ids == ["x", 2] and imp.user_id == "u1" and imp.ts == 10.0
+    np.testing.assert_array_equal(imp.positions, [1, 2])
+    np.testing.assert_array_equal(imp.features, [[10.0, 0.0], [10.0, 1.0]])
+    (event,) = logs.feedback
+    assert (event.request_id, event.id, event.type, event.value) == ("r1", 2, "dwell", 31.5)
+
+
+def test_directory_reads_every_jsonl_file(tmp_path: Path) -> None:
+    write_log(tmp_path / "b.jsonl", [impression("r2", ["a"], 2.0)])
+    write_log(tmp_path / "a.jsonl", [impression("r1", ["a"], 1.0)])
+    (tmp_path / "notes.txt").write_text("ignored")
+    assert [i.request_id for i in read_logs(tmp_path).impressions] == ["r1", "r2"]
+
+
+def test_partial_last_line_is_skipped(tmp_path: Path) -> None:
+    path = write_log(tmp_path / "a.jsonl", [impression("r1", ["a"], 1.0)])
+    with path.open("ab") as f:
+        f.write(to_json(impression("r2", ["a"], 2.0))[:40])  # the sink is mid-write
+    assert len(read_logs(path).impressions) == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        (b"not json", "bad log record"),
+        (b'{"kind": "view"}', "'kind' is 'view'"),
+        (b'{"kind": "feedback", "request_id": "r", "ts": 1}', "missing field 'events'"),
+        (
+            b'{"kind": "feedback", "request_id": "r", "ts": 1,'
+            b' "events": [{"id": 1, "type": "like"}]}',
+            "event type 'like'",
+        ),
+        (
+            b'{"kind": "impression", "request_id": "r", "ts": 1, "model": "m", "version": "v",'
+            b' "ids": ["a"], "positions": [1], "n_features": 2, "features": "AAAAAA=="}',
+            "features hold 4 bytes",
+        ),
+    ],
+)
+def test_bad_line_names_file_and_line(tmp_path: Path, line: bytes, what: str) -> None:
+    path = write_log(tmp_path / "a.jsonl", [impression("r1", ["a"], 1.0)])
+    with path.open("ab") as f:
+        f.write(line + b"\n")
+    with pytest.raises(DataFormatError, match=f"a.jsonl:2: .*{what}"):
+        read_logs(path)
+
+
+def test_missing_source(tmp_path: Path) -> None:
+    with pytest.raises(DataFormatError, match="no such file"):
+        read_logs(tmp_path / "absent.jsonl")
+    with pytest.raises(DataFormatError, match=r"no \*\.jsonl"):
+        read_logs(tmp_path)
+
+
+def test_decode_features_checks_size() -> None:
+    assert decode_features("AACAPw==", 1, 1).tolist() == [[1.0]]
+    with pytest.raises(ValueError, match="expected 4 x 2 x 1"):
+        decode_features("AACAPw==", 2, 1)
+
+
+def test_reads_redis_streams(redis_server: RedisServer) -> None:
+    with redis.Redis.from_url(redis_server.url) as client:
+        pipe = client.pipeline(transaction=False)
+        for i in range(2500):  # more than one XRANGE page
+            pipe.xadd("ltr:impressions", {"data": to_json(impression(f"r{i}", ["a"], float(i)))})
+        pipe.xadd("ltr:feedback", {"data": to_json(feedback("r7", ("a", "click")))})
+        pipe.execute()
+    logs = read_logs(f"{redis_server.url}?prefix=ltr:")
+    assert len(logs.impressions) == 2500 and logs.impressions[-1].request_id == "r2499"
+    assert [e.request_id for e in logs.feedback] == ["r7"]

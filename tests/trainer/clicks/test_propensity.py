@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.trainer.clicks.conftest import pbm_clicks
+from trainer.clicks.propensity import (
+    ctr_by_position,
+    estimate_propensities,
+    load_propensities,
+    write_propensities,
+)
+from trainer.data.errors import DataFormatError
+
+
+def test_ctr_by_position() -> None:
+    ctr, shown = ctr_by_position(np.array([1, 1, 2, 4]), np.array([1, 0, 1, 1]), 3)
+    np.testing.assert_array_equal(shown, [2, 1, 0])
+    np.testing.assert_array_equal(ctr[:2], [0.5, 1.0])
+    assert np.isnan(ctr[2])
+
+
+def test_regression_em_recovers_theta_where_ctr_does_not() -> None:
+    sim = pbm_clicks(4000, docs=10, eta=1.0, seed=1)
+    est = estimate_propensities(sim.positions, sim.clicks, features=sim.features)
+    err = np.abs(est.theta - sim.theta) / sim.theta
+    ctr_err = np.abs(est.ctr / est.ctr[0] - sim.theta) / sim.theta
+    assert est.theta[0] == 1.0
+    assert err.mean() < 0.08, est.theta
+    assert ctr_err.mean() > 2 * err.mean()  # the logging ranker puts relevant docs on top
+
+
+def test_pairs_em_with_repeated_documents() -> None:
+    # 200 queries x 10 docs, each list served 20 times in fresh random orders.
+    rng = np.random.default_rng(3)
+    relevance = rng.random(2000)
+    keys = np.tile(np.arange(2000), 20)
+    positions = np.concatenate(
+        [np.argsort(rng.random((200, 10)), axis=1).ravel() + 1 for _ in range(20)]
+    )
+    theta = 1.0 / np.arange(1, 11) ** 0.7
+    clicks = rng.random(keys.size) < theta[positions - 1] * relevance[keys]
+    est = estimate_propensities(positions, clicks, keys=keys, relevance="pairs")
+    assert np.abs(est.theta - theta).max() < 0.06, est.theta
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="1-based"):
+        estimate_propensities(np.array([0, 1]), np.array([0, 1]), features=np.zeros((2, 1)))
+    with pytest.raises(ValueError, match="needs features"):
+        estimate_propensities(np.array([1, 2]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="needs keys"):
+        estimate_propensities(np.array([1, 2]), np.array([0, 1]), relevance="pairs")
+
+
+def test_file_round_trip_and_truth_json(tmp_path: Path) -> None:
+    sim = pbm_clicks(300, docs=5, seed=2)
+    est = estimate_propensities(sim.positions, sim.clicks, features=sim.features, iterations=6)
+    write_propensities(tmp_path / "p.json", est, note="x")
+    theta, ctr = load_propensities(tmp_path / "p.json")
+    np.testing.assert_allclose(theta, est.theta, atol=1e-6)
+    assert ctr is not None and ctr.shape == theta.shape
+    truth = {"clicks": {"theta": [1.0, 0.5, 0.25]}, "config": {}}
+    (tmp_path / "truth.json").write_text(json.dumps(truth))
+    assert load_propensities(tmp_path / "truth.json")[0].tolist() == [1.0, 0.5, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [
+        ("{", "not a readable JSON"),
+        ('{"theta": []}', "no 'theta' list"),
+        ('{"theta": [1.0, 0.0]}', r"theta\[1\] = 0.0"),
+        ('{"theta": [1.0, "x"]}', r"theta\[1\] = 'x'"),
+    ],
+)
+def test_bad_propensity_files(tmp_path: Path, content: str, what: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(DataFormatError, match=what):
+        load_propensities(path)
+    with pytest.raises(DataFormatError, match="no such file"):
+        load_propensities(tmp_path / "absent.json")

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from app.artifacts.manifest import Manifest, MissingValueRule
+from tests.trainer.clicks.conftest import feedback, impression, pbm_clicks, write_log
+from tests.trainer.commands.conftest import one_error_line
+from trainer.cli import app
+from trainer.commands.dataset import parse_time
+from trainer.data.parquet import read_parquet
+
+
+def _logs(tmp_path: Path, n: int = 40) -> Path:
+    records = []
+    for i in range(n):
+        records.append(impression(f"r{i}", ["a", "b", "c"], 1000.0 + i))
+        if i % 2 == 0:
+            records.append(feedback(f"r{i}", ("a", "click"), ("c", "purchase")))
+    return write_log(tmp_path / "logs" / "service.jsonl", records)
+
+
+def _manifest(tmp_path: Path, names: list[str]) -> Path:
+    manifest = Manifest(
+        name="m",
+        version="v1",
+        kind="lambdamart",
+        created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        feature_names=names,
+        missing_value=MissingValueRule(handled_by="tree_default_direction"),
+    )
+    folder = tmp_path / "v1"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(manifest.model_dump_json())
+    return folder
+
+
+def test_writes_parquet_split_by_time_and_propensities(runner: CliRunner, tmp_path: Path) -> None:
+    _logs(tmp_path)
+    out = tmp_path / "data"
+    model_dir = _manifest(tmp_path, ["ts", "slot"])
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(out)]
+    result = runner.invoke(
+        app, [*args, "--manifest", str(model_dir), "--valid-fraction", "0.25", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.stdout)
+    assert (summary["train_lists"], summary["valid_lists"]) == (30, 10)
+    assert summary["train_until"] < summary["valid_from"]
+    train, valid = read_parquet(out / "train.parquet"), read_parquet(out / "valid.parquet")
+    assert train.feature_names == ["ts", "slot"]
+    assert train.features[:, 0].max() < valid.features[:, 0].min()  # no leakage
+    np.testing.assert_array_equal(train.labels[:6], [1, 0, 2, 0, 0, 0])
+    assert train.positions is not None and train.positions[:3].tolist() == [1, 2, 3]
+    assert pq.read_schema(out / "train.parquet").names[:3] == ["qid", "label", "ts"]
+    theta = json.loads((out / "propensities.json").read_text())["theta"]
+    assert theta[0] == 1.0 and len(theta) == 3
+
+
+def test_valid_after_iso_time(runner: CliRunner, tmp_path: Path) -> None:
+    _logs(tmp_path)
+    cut = dt.datetime.fromtimestamp(1029.0, dt.UTC).isoformat()
+    args = ["dataset", "--from-logs", str(tmp_path / "logs" / "service.jsonl")]
+    args += ["--out", str(tmp_path / "d"), "--valid-after", cut, "--no-propensities", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.stdout)
+    assert (summary["train_lists"], summary["valid_lists"]) == (30, 10)
+    assert not (tmp_path / "d" / "propensities.json").exists()
+
+
+def test_propensities_from_pbm_logs(runner: CliRunner, tmp_path: Path) -> None:
+    sim = pbm_clicks(1500, docs=6, seed=5)
+    records = []
+    for q in range(1500):
+        rows = slice(q * 6, q * 6 + 6)
+        order = np.argsort(sim.positions[rows])
+        ids = [int(i) for i in order]
+        rec = impression(f"r{q}", ids, float(q))
+        rec["features"] = sim.features[rows][order]
+        records.append(rec)
+        clicked = [(i, "click") for i in ids if sim.clicks[rows][i]]
+        if clicked:
+            records.append(feedback(f"r{q}", *clicked))
+    write_log(tmp_path / "l.jsonl", records)
+    args = ["dataset", "--from-logs", str(tmp_path / "l.jsonl"), "--out", str(tmp_path / "d")]
+    result = runner.invoke(app, [*args, "--valid-fraction", "0.1", "--json"])
+    assert result.exit_code == 0, result.output
+    theta = np.array(orjson.loads(result.stdout)["propensities"]["theta"])
+    assert np.abs(theta - sim.theta).max() < 0.1, theta
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--valid-after", "5", "--valid-fraction", "0.2"], "not both"),
+        (["--valid-after", "yesterday"], "expected Unix seconds or an ISO 8601"),
+        (["--valid-after", "99999"], "no logged list was served after"),
+        (["--valid-fraction", "1.5"], "valid_fraction must be in (0, 1)"),
+        (["--manifest", "nowhere"], "nowhere: no such file"),
+    ],
+)
+def test_errors(runner: CliRunner, tmp_path: Path, extra: list[str], message: str) -> None:
+    _logs(tmp_path)
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(tmp_path / "d")]
+    result = runner.invoke(app, [*args, *extra])
+    assert result.exit_code == 2
+    assert message in one_error_line(result.stderr)
+
+
+def test_bad_log_line_is_located(runner: CliRunner, tmp_path: Path) -> None:
+    path = _logs(tmp_path)
+    with path.open("ab") as f:
+        f.write(b'{"kind": "nope"}\n')
+    result = runner.invoke(app, ["dataset", "--from-logs", str(path), "--out", str(tmp_path / "d")])
+    assert result.exit_code == 2
+    assert "service.jsonl:61: bad log record" in one_error_line(result.stderr)
+
+
+def test_parse_time() -> None:
+    assert parse_time("12.5") == 12.5
+    assert parse_time("1970-01-01T00:01:00") == 60.0
+    assert parse_time("1970-01-01T01:00:00+01:00") == 0.0

@@ -129,7 +129,8 @@ def _users(data: RankingDataset) -> list[str]:
     return [str(u) for u in data.user_ids]
 
 
-def part_simulated(seeds: list[int], rows: int) -> dict[str, Any]:
+def part_simulated_seed(seed: int, rows: int) -> dict[str, Any]:
+    """Test NDCG@10 of the four models on one simulated dataset."""
     from app.artifacts.manifest import ClusterScheme
     from trainer.dnn.user_clusters import (
         append_user_embeddings,
@@ -138,55 +139,48 @@ def part_simulated(seeds: list[int], rows: int) -> dict[str, Any]:
     )
     from trainer.dnn.user_profiles import read_profiles
 
-    names = ("mlp", "mlp+clusters", "lambdamart", "lambdamart+embeddings")
-    results: dict[str, list[float]] = {n: [] for n in names}
-    info: list[dict[str, Any]] = []
+    result: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in seeds:
-            sim = _simulated(seed, rows, Path(tmp))
-            tr = load_dataset(sim / "train.parquet")
-            va = load_dataset(sim / "vali.parquet", feature_names=tr.names())
-            te = load_dataset(sim / "test.parquet", feature_names=tr.names())
-            plain, _ = dnn_run(tr, va, {**SIM_OPTIONS, "seed": seed}, Path(tmp) / f"p{seed}")
-            results["mlp"].append(ndcg10(onnx_dataset_scores(plain, te, None), te))
-            cluster_opts = {
-                **SIM_OPTIONS,
-                "seed": seed,
-                "user_profiles": sim / "users.parquet",
-                "cluster_config": sim / "cluster_scheme.toml",
-            }
-            personal, training = dnn_run(tr, va, cluster_opts, Path(tmp) / f"u{seed}")
-            manifest = json.loads((personal / "manifest.json").read_text())
-            scheme = ClusterScheme.model_validate(manifest["user_clusters"]["scheme"])
-            clusters = json.loads((personal / "clusters.json").read_text())
-            table = np.load(personal / "embeddings.npy")
-            profiles = read_profiles(sim / "users.parquet")
-            user_rows = [
-                cluster_rows(scheme, clusters, fine_cluster_ids(scheme, profiles, _users(d)))
-                for d in (tr, va, te)
-            ]
-            te_rows = user_rows[2]
-            results["mlp+clusters"].append(ndcg10(onnx_dataset_scores(personal, te, te_rows), te))
-            sets = [
-                append_user_embeddings(d, clusters, table, r)
-                for d, r in zip((tr, va, te), user_rows, strict=True)
-            ]
-            (s_plain,) = lambdamart_scores(tr, va, [te], LAMBDAMART_SIM)
-            (s_emb,) = lambdamart_scores(sets[0], sets[1], [sets[2]], LAMBDAMART_SIM)
-            results["lambdamart"].append(ndcg10(s_plain, te))
-            results["lambdamart+embeddings"].append(ndcg10(s_emb, te))
-            info.append(
-                {
-                    "seed": seed,
-                    "train_rows": tr.num_docs,
-                    "train_queries": tr.num_queries,
-                    "test_queries": te.num_queries,
-                    "clusters": len(clusters),
-                    "lists_per_second": training["lists_per_second"],
-                }
-            )
-            print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in results.items()))
-    return {"seeds": seeds, "rows": rows, "ndcg10": results, "runs": info}
+        sim = _simulated(seed, rows, Path(tmp))
+        tr = load_dataset(sim / "train.parquet")
+        va = load_dataset(sim / "vali.parquet", feature_names=tr.names())
+        te = load_dataset(sim / "test.parquet", feature_names=tr.names())
+        plain, _ = dnn_run(tr, va, {**SIM_OPTIONS, "seed": seed}, Path(tmp) / "plain")
+        result["mlp"] = ndcg10(onnx_dataset_scores(plain, te, None), te)
+        cluster_opts = {
+            **SIM_OPTIONS,
+            "seed": seed,
+            "user_profiles": sim / "users.parquet",
+            "cluster_config": sim / "cluster_scheme.toml",
+        }
+        personal, _ = dnn_run(tr, va, cluster_opts, Path(tmp) / "personal")
+        manifest = json.loads((personal / "manifest.json").read_text())
+        scheme = ClusterScheme.model_validate(manifest["user_clusters"]["scheme"])
+        clusters = json.loads((personal / "clusters.json").read_text())
+        table = np.load(personal / "embeddings.npy")
+        profiles = read_profiles(sim / "users.parquet")
+        user_rows = [
+            cluster_rows(scheme, clusters, fine_cluster_ids(scheme, profiles, _users(d)))
+            for d in (tr, va, te)
+        ]
+        result["mlp+clusters"] = ndcg10(onnx_dataset_scores(personal, te, user_rows[2]), te)
+        sets = [
+            append_user_embeddings(d, clusters, table, r)
+            for d, r in zip((tr, va, te), user_rows, strict=True)
+        ]
+        (s_plain,) = lambdamart_scores(tr, va, [te], LAMBDAMART_SIM)
+        (s_emb,) = lambdamart_scores(sets[0], sets[1], [sets[2]], LAMBDAMART_SIM)
+        result["lambdamart"] = ndcg10(s_plain, te)
+        result["lambdamart+embeddings"] = ndcg10(s_emb, te)
+    print(f"seed {seed}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items()), flush=True)
+    return {
+        "ndcg10": result,
+        "train_rows": tr.num_docs,
+        "total_rows": tr.num_docs + va.num_docs + te.num_docs,
+        "train_queries": tr.num_queries,
+        "test_queries": te.num_queries,
+        "clusters": len(clusters),
+    }
 
 
 def part_throughput(rows: int) -> dict[str, Any]:
@@ -268,6 +262,19 @@ def part_scoring(repeats: int = 2000) -> dict[str, Any]:
     return {"onnxruntime": summary(ort_times), "torch": summary(torch_times), "docs": 1000}
 
 
+def _store(part: str, value: dict[str, Any], key: str | None = None) -> None:
+    """Merge one result into dnn.json (re-read first: parts may run in parallel processes)
+    and re-render dnn.md."""
+    stored = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else {}
+    if key is None:
+        stored[part] = value
+    else:
+        stored.setdefault(part, {})[key] = value
+    RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS_JSON.write_text(json.dumps(stored, indent=1) + "\n")
+    RESULTS_MD.write_text(render(stored))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", default="all")
@@ -275,28 +282,23 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--sim-rows", type=int, default=220_000)
     args = parser.parse_args()
-    results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else {}
     parts = ["mq2008", "simulated", "throughput", "scoring"] if args.part == "all" else [args.part]
     for part in parts:
         if part == "mq2008":
             if not MQ2008.is_dir():
                 print(f"skipping mq2008: {MQ2008} not found")
                 continue
-            results[part] = part_mq2008([int(f) for f in args.folds.split(",")])
+            _store(part, part_mq2008([int(f) for f in args.folds.split(",")]))
         elif part == "simulated":
-            results[part] = part_simulated([int(s) for s in args.seeds.split(",")], args.sim_rows)
+            # One entry per seed, stored as it completes: seeds may run in separate processes.
+            for seed in [int(s) for s in args.seeds.split(",")]:
+                _store(part, part_simulated_seed(seed, args.sim_rows), key=str(seed))
         elif part == "throughput":
-            results[part] = part_throughput(args.sim_rows)
+            _store(part, part_throughput(args.sim_rows))
         elif part == "scoring":
-            results[part] = part_scoring()
+            _store(part, part_scoring())
         else:
             raise SystemExit(f"unknown part {part!r}")
-        # Re-read before writing: parts may run at the same time in separate processes.
-        stored = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else {}
-        stored[part] = results[part]
-        RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS_JSON.write_text(json.dumps(stored, indent=1) + "\n")
-        RESULTS_MD.write_text(render(stored))
     print(RESULTS_MD.read_text())
 
 

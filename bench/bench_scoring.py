@@ -16,6 +16,7 @@ import hashlib
 import os
 import platform
 import random
+import resource
 import statistics
 import tempfile
 import time
@@ -65,6 +66,8 @@ def _patch_lleaves() -> None:
 
 
 def train_model(args: argparse.Namespace, cache: Path) -> Path:
+    if args.model is not None:
+        return args.model
     path = cache / f"lgb-{args.rows}-{args.features}-{args.trees}-{args.leaves}-{args.seed}.txt"
     if path.exists():
         return path
@@ -87,6 +90,30 @@ def train_model(args: argparse.Namespace, cache: Path) -> Path:
     return path
 
 
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def thread_sweep(engines: dict[str, Callable], rows: np.ndarray, reps: int) -> list[str]:
+    """Where a second thread starts to pay: ours 1 vs 2 threads (parallel_min_rows=1)."""
+    one, two = engines["ours (1 thread)"], engines["ours (2 threads, from 1 row)"]
+    lines = []
+    for n in (64, 128, 256, 512, 1024, 2048):
+        x = np.ascontiguousarray(rows[:n])
+        t1: list[float] = []
+        t2: list[float] = []
+        for _ in range(reps):
+            for fn, ts in ((one, t1), (two, t2)):
+                t0 = time.perf_counter()
+                fn(x)
+                ts.append(time.perf_counter() - t0)
+        m1, m2 = statistics.median(t1) * 1e3, statistics.median(t2) * 1e3
+        lines.append(f"{n} rows: 1 thread {m1:.3f} ms, 2 threads {m2:.3f} ms ({m1 / m2:.2f}x)")
+    return lines
+
+
 def build_engines(model_txt: Path, cache: Path, notes: list[str]) -> dict[str, Callable]:
     import lightgbm as lgb
 
@@ -94,17 +121,23 @@ def build_engines(model_txt: Path, cache: Path, notes: list[str]) -> dict[str, C
     ensemble = convert_lightgbm(text)
     digest = hashlib.sha256(text.encode()).hexdigest()
     with tempfile.TemporaryDirectory() as cold:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
         ours = CompiledTreeScorer(ensemble, model_sha256=digest, cache_dir=Path(cold))
-        notes.append(f"our compile (cold, no cache): {time.perf_counter() - t0:.1f} s")
+        wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+        notes.append(
+            f"our compile (cold, no cache): {wall:.1f} s wall, {cpu:.1f} CPU-seconds "
+            "(this process + compile children)"
+        )
         t0 = time.perf_counter()
         CompiledTreeScorer(ensemble, model_sha256=digest, cache_dir=Path(cold))
         notes.append(f"our load from the object cache: {(time.perf_counter() - t0) * 1e3:.0f} ms")
-    ours2 = CompiledTreeScorer(ensemble, threads=2, parallel_min_rows=512)
+    ours2 = CompiledTreeScorer(ensemble, threads=2)
+    always2 = CompiledTreeScorer(ensemble, threads=2, parallel_min_rows=1)
     booster = lgb.Booster(model_file=str(model_txt))
     engines: dict[str, Callable] = {
         "ours (1 thread)": ours.score,
         "ours (2 threads)": ours2.score,
+        "ours (2 threads, from 1 row)": always2.score,
         "LightGBM": lambda x: booster.predict(x, num_threads=1, raw_score=True),
         "reference (numpy)": lambda x: reference.predict(ensemble, x),
     }
@@ -191,10 +224,15 @@ def report(results: dict, engines: list[str], notes: list[str], args: argparse.N
         cells = [f"{results[(name, n)] / results[('ours (1 thread)', n)]:.2f}x" for n in SIZES]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    trained = (
+        f"model file {args.model}"
+        if args.model is not None
+        else f"trained on generate_letor(rows={args.rows}, queries={args.queries}, "
+        f"seed={args.seed})"
+    )
     meta = [
         f"Model: LightGBM lambdarank, {args.trees} trees x {args.leaves} leaves, "
-        f"{args.features} features, trained on generate_letor(rows={args.rows}, "
-        f"queries={args.queries}, seed={args.seed}).",
+        f"{args.features} features, {trained}.",
         f"Machine: {machine}; load average at the end {os.getloadavg()[0]:.1f} "
         "(shared with other jobs: absolute times are indicative, ratios are the result).",
         "Medians in milliseconds per call, input float32 [n, features] already in memory.",
@@ -213,6 +251,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=200, help="repetitions at <= 100 docs")
     parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "ltr-bench")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here")
+    parser.add_argument(
+        "--model", type=Path, default=None, help="an existing LightGBM model.txt (skip training)"
+    )
     args = parser.parse_args()
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     model_txt = train_model(args, args.cache_dir)
@@ -222,6 +263,8 @@ def main() -> None:
     notes += check_agreement(engines, rows[:2000])
     reps = {1: args.reps, 10: args.reps, 100: args.reps, 1000: max(args.reps // 4, 5)}
     reps[10000] = max(args.reps // 20, 3)
+    notes += ["threads: " + line for line in thread_sweep(engines, rows, max(args.reps // 4, 5))]
+    del engines["ours (2 threads, from 1 row)"]
     results = measure(engines, rows, reps)
     text = report(results, list(engines), notes, args)
     print(text)

@@ -5,7 +5,7 @@ to the bare scoring and JSON decode times of the same payload; then throughput o
 
 Model: LightGBM lambdarank, 500 iterations x 63 leaves, 136 features, on generated data
 (bench.generate_letor), converted to the tree dump. The user-cluster variant has 8 embedding
-columns appended (144 model features, 136 sent by the client).
+columns appended (144 model features, 136 sent by the client) and 20 trees splitting on them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -40,6 +41,7 @@ from app.artifacts.store import load_version, set_current, write_version
 from app.artifacts.tree_dump import TreeEnsemble
 from app.features.request_matrix import build_matrix, decode_body
 from bench.generate_letor import generate
+from tests.support import random_tree
 from tests.support.redis_server import RedisServer
 from tests.support.uvicorn_server import UvicornServer
 
@@ -78,11 +80,24 @@ def train_model(n_features: int, seed: int) -> TreeEnsemble:
     return ensemble
 
 
+def with_embedding_trees(ensemble: TreeEnsemble, dim: int, count: int = 20) -> TreeEnsemble:
+    """`ensemble` widened by `dim` embedding columns, plus `count` depth-3 trees splitting on
+    them (a second LightGBM training would take half an hour on this shared machine)."""
+    rng = np.random.default_rng(4)
+    width = ensemble.num_features + dim
+    trees = []
+    for _ in range(count):
+        tree = random_tree(rng, dim, depth=3)
+        shifted = tree.split_feature + ensemble.num_features
+        trees.append(replace(tree, split_feature=shifted.astype(np.int32)))
+    return TreeEnsemble(width, [*ensemble.trees, *trees], ensemble.base_score)
+
+
 def publish_models(registry: Path) -> None:
     plain = train_model(N_FEATURES, seed=1)
     names = [f"f{i}" for i in range(N_FEATURES)]
     _write(registry, "plain", plain, names, None, {})
-    clustered = train_model(N_FEATURES + EMB_DIM, seed=2)
+    clustered = with_embedding_trees(plain, EMB_DIM)
     scheme = ClusterScheme(
         fields=[
             BucketedField(name="country", kind="categorical", values=["US", "FR", "DE"]),
@@ -235,7 +250,12 @@ async def _async_load(url: str, path: str, body: bytes | None, seconds: float, c
 
 
 def server_env(registry: Path, **extra: str) -> dict[str, str]:
-    return {"LTR_REGISTRY": str(registry), "LTR_RELOAD_POLL_SECONDS": "0", **extra}
+    return {
+        "LTR_REGISTRY": str(registry),
+        "LTR_RELOAD_POLL_SECONDS": "0",
+        "LTR_COMPILED_CACHE_DIR": str(CACHE / "compiled"),  # compile each model once per run
+        **extra,
+    }
 
 
 def main() -> None:
@@ -245,6 +265,7 @@ def main() -> None:
     counts = {10: 400, 100: 300, 300: 300, 1000: 150}
     if args.quick:
         counts = {n: 30 for n in counts}
+    load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="ltr-bench-service-"))
     registry = work / "registry"
     publish_models(registry)
@@ -267,18 +288,30 @@ def main() -> None:
             finally:
                 server.stop()
         offline = {n: offline_times(registry, n, 15 if args.quick else 60) for n in SIZES}
-        server = UvicornServer(server_env(registry, LTR_WORKERS="2"), workers=2)
-        server.start().wait_ready()
+        seconds = 3.0 if args.quick else 6.0
+        body = payload(100, "plain")
+        server = UvicornServer(server_env(registry), workers=2).start().wait_ready()
         try:
-            seconds = 3.0 if args.quick else 6.0
-            rerank_rps = throughput(server.url, "/rerank", payload(100, "plain"), seconds, 16)
+            rerank_rps = throughput(server.url, "/rerank", body, seconds, 16)
             livez_rps = throughput(server.url, "/livez", None, seconds, 16)
         finally:
             server.stop()
+        inline = {}  # 1 worker: 100-candidate requests scored inline vs in a worker thread
+        for label, limit in (("inline", "1000"), ("thread", "0")):
+            env = server_env(registry, LTR_INLINE_SCORING_MAX_ROWS=limit)
+            server = UvicornServer(env).start().wait_ready()
+            try:
+                inline[label] = (
+                    latency(server.url, body, counts[100])[0],
+                    throughput(server.url, "/rerank", body, seconds, 16),
+                )
+            finally:
+                server.stop()
     finally:
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
-    report = render(rows, offline, rerank_rps, livez_rps, args.quick)
+    load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+    report = render(rows, offline, rerank_rps, livez_rps, inline, args.quick, load)
     RESULTS.write_text(report)
     print(report)
 
@@ -292,15 +325,15 @@ def _push_embeddings(registry: Path, redis_url: str) -> None:
     push_embeddings(redis_url, "ltr:", artifact.manifest, CLUSTERS, vectors)
 
 
-def render(rows, offline, rerank_rps: float, livez_rps: float, quick: bool) -> str:
+def render(rows, offline, rerank_rps, livez_rps, inline, quick: bool, load: str) -> str:
     generator = "wrk, 1 thread, 16 connections" if shutil.which("wrk") else "httpx asyncio, 16"
     lines = [
         "# Service: end-to-end latency and throughput",
         "",
         f"Run: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `python -m bench.bench_service"
         f"{' --quick' if quick else ''}`; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, shared with other jobs while measured (noisy: figures are "
-        "indicative, ratios within one run are what to read).",
+        f"{os.cpu_count()} cores, shared with other jobs while measured ({load}; noisy: "
+        "figures are indicative, ratios within one run are what to read).",
         "",
         "Model: LightGBM lambdarank 500 iterations x 63 leaves on generated data, 136 features "
         "sent per candidate (the user-cluster model appends 8 embedding columns: 144), converted "
@@ -337,6 +370,12 @@ def render(rows, offline, rerank_rps: float, livez_rps: float, quick: bool) -> s
         "",
         f"/rerank reaches {rerank_rps / livez_rps:.0%} of the /livez rate. Load generator: "
         f"{generator}, on the same 2 cores as the server (it takes CPU from it).",
+        "",
+        "## Small requests: score inline or in a worker thread (1 worker, 100 candidates)",
+        "",
+        "| scoring | sequential p50 (ms) | req/s, 16 connections |",
+        "|---|---:|---:|",
+        *(f"| {k} | {p50:.2f} | {rps:.0f} |" for k, (p50, rps) in inline.items()),
         "",
     ]
     return "\n".join(lines)

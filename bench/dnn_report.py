@@ -64,32 +64,45 @@ def render(results: dict[str, Any]) -> str:
         ]
     sim = results.get("simulated")
     if sim:
+        seeds = sorted(sim, key=int)
+        names = list(sim[seeds[0]]["ndcg10"])
+        rows = ", ".join(f"{sim[s]['total_rows']:,}" for s in seeds)
         lines += [
-            f"## Simulated personalised data ({sim['rows']:,} rows, seeds {sim['seeds']})",
+            f"## Simulated personalised data (seeds {', '.join(seeds)}; rows {rows})",
             "",
             "`ltr simulate` (default config: 2,000 users of 6 latent types, relevance with "
-            "user-type x category/price affinity); train/vali/test splits of each seed; "
-            "test NDCG@10, mean ± standard deviation over the seeds. Clusters: the simulator's "
-            "`cluster_scheme.toml` (country, age bucket, price level), min 20 users per "
-            "cluster, embedding dim 8. LambdaMART (31 leaves, lr 0.1, up to 500 trees, early "
-            "stop 30) gets the learned embedding of the user's cluster as 8 extra features.",
+            "user-type x category/price affinity, 20 features), its train/vali/test splits; "
+            "test NDCG@10, mean ± standard deviation over the seeds. MLP "
+            f"{SIM_OPTIONS['hidden']}, lambdarank loss, lr {SIM_OPTIONS['learning_rate']}, "
+            f"{SIM_OPTIONS['batch_queries']} lists per batch, up to {SIM_OPTIONS['epochs']} "
+            f"epochs, patience {SIM_OPTIONS['early_stopping_rounds']}. Clusters: the simulator's "
+            "`cluster_scheme.toml` (country, age bucket, price level), min "
+            f"{SIM_OPTIONS['min_cluster_count']} users per cluster, embedding dim "
+            f"{SIM_OPTIONS['embedding_dim']}. LambdaMART (31 leaves, lr 0.1, up to 500 trees, "
+            "early stop 30) with the MLP's learned embedding of the user's cluster as "
+            f"{SIM_OPTIONS['embedding_dim']} extra features.",
             "",
             "| model | test NDCG@10 | per seed |",
             "|---|---|---|",
         ]
-        for name, values in sim["ndcg10"].items():
-            lines.append(
-                f"| {name} | {_fmt(values)} | " + ", ".join(f"{v:.4f}" for v in values) + " |"
-            )
-        lift = np.array(sim["ndcg10"]["mlp+clusters"]) - np.array(sim["ndcg10"]["mlp"])
+        for name in names:
+            values = [sim[s]["ndcg10"][name] for s in seeds]
+            per_seed = ", ".join(f"{v:.4f}" for v in values)
+            lines.append(f"| {name} | {_fmt(values)} | {per_seed} |")
+        lift = [sim[s]["ndcg10"]["mlp+clusters"] - sim[s]["ndcg10"]["mlp"] for s in seeds]
+        lift_trees = [
+            sim[s]["ndcg10"]["lambdamart+embeddings"] - sim[s]["ndcg10"]["lambdamart"]
+            for s in seeds
+        ]
         lines += [
             "",
-            f"Lift of the user-cluster embeddings for the MLP: {_fmt(list(lift))} NDCG@10.",
+            f"Lift of the user-cluster embeddings: MLP {_fmt(lift)}, LambdaMART "
+            f"{_fmt(lift_trees)} NDCG@10.",
             "Runs: "
             + "; ".join(
-                f"seed {r['seed']}: {r['train_rows']:,} train rows, {r['train_queries']:,} lists, "
-                f"{r['clusters']} clusters"
-                for r in sim["runs"]
+                f"seed {s}: {sim[s]['train_rows']:,} train rows in "
+                f"{sim[s]['train_queries']:,} lists, {sim[s]['clusters']} clusters"
+                for s in seeds
             )
             + ".",
             "",

@@ -6,6 +6,7 @@ from app.impressions.feedback import (
     FeedbackUnavailable,
     ImpressionLog,
     UnknownRequest,
+    log_impression,
 )
 from app.impressions.sink import ImpressionSink, JsonlWriter, RedisStreamWriter
 
@@ -18,4 +19,5 @@ __all__ = [
     "JsonlWriter",
     "RedisStreamWriter",
     "UnknownRequest",
+    "log_impression",
 ]

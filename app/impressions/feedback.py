@@ -73,6 +73,11 @@ class ImpressionLog:
         self.settings = settings
         if writer is None and settings.impressions_enabled:
             writer = make_writer(settings)
+            if writer is None:
+                log.warning(
+                    "LTR_IMPRESSIONS_ENABLED is set but neither LTR_REDIS_URL nor "
+                    "LTR_IMPRESSIONS_JSONL: impressions are not logged"
+                )
         size = settings.impressions_queue_size
         self.sink = None if writer is None else ImpressionSink(writer, size)
         self.redis = writer.client if isinstance(writer, RedisStreamWriter) else None
@@ -189,3 +194,22 @@ class ImpressionLog:
             log.warning("feedback dedup skipped (Redis: %s)", exc)
             return events
         return [event for event, new in zip(events, created[:-1], strict=True) if new]
+
+
+def log_impression(
+    state: Any,
+    body: dict[str, Any],
+    query_id: str | int | None,
+    user: Any,
+    ids: list[Any],
+    features: np.ndarray,
+    user_features: Any,
+) -> None:
+    """The /rerank hook: `state` is `request.app.state` (its `impressions`, if the lifespan set
+    one), `user` the request's UserInfo or None, `user_features` the resolved UserFeatures or
+    None. Never raises."""
+    impressions = getattr(state, "impressions", None)
+    if isinstance(impressions, ImpressionLog) and impressions.enabled:
+        user_id = getattr(user, "id", None)
+        cluster = getattr(user_features, "cluster", None)
+        impressions.log_rerank(body, query_id, user_id, cluster, ids, features)

@@ -46,7 +46,7 @@ CLOSE_TIMEOUT_S = 2.0  # how long shutdown waits for the queue to drain
 WRITTEN = Counter("ltr_impressions_written_total", "Log records written, by kind.", ["kind"])
 DROPPED = Counter(
     "ltr_impressions_dropped_total",
-    "Log records dropped, by kind and reason (queue_full, sink_error, encode_error).",
+    "Log records dropped, by kind and reason (queue_full, sink_error, encode_error, shutdown).",
     ["kind", "reason"],
 )
 
@@ -185,7 +185,11 @@ class ImpressionSink:
             batch = [await self.queue.get()]
             while len(batch) < BATCH_MAX and not self.queue.empty():
                 batch.append(self.queue.get_nowait())
-            await self._write(batch)
+            try:
+                await self._write(batch)
+            finally:
+                for _ in batch:
+                    self.queue.task_done()
 
     async def _write(self, batch: list[dict[str, Any]]) -> None:
         try:
@@ -201,24 +205,32 @@ class ImpressionSink:
 
     async def flush(self) -> None:
         """Write whatever is queued now (tests and shutdown)."""
-        batch: list[dict[str, Any]] = []
         while not self.queue.empty():
-            batch.append(self.queue.get_nowait())
-            if len(batch) == BATCH_MAX:
+            batch: list[dict[str, Any]] = []
+            while len(batch) < BATCH_MAX and not self.queue.empty():
+                batch.append(self.queue.get_nowait())
+            try:
                 await self._write(batch)
-                batch = []
-        if batch:
-            await self._write(batch)
+            finally:
+                for _ in batch:
+                    self.queue.task_done()
 
     async def close(self) -> None:
+        """Give the queue up to CLOSE_TIMEOUT_S to drain (the batch in flight included), then
+        stop; what is still queued after that is dropped (reason `shutdown`)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                if self._task is None:
+                    await self.flush()
+                else:
+                    await self.queue.join()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await self.flush()
+        while not self.queue.empty():
+            DROPPED.labels(self.queue.get_nowait().get("kind", "unknown"), "shutdown").inc()
         await self.writer.close()
 
 

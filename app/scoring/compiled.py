@@ -8,6 +8,7 @@ bit for bit (same decisions, same float64 summation order).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import os
 import threading
@@ -29,8 +30,11 @@ TILE_ROWS = 1024
 # Below this many rows a second thread costs more (hand-off ~50-100 µs) than it saves; measured
 # in bench/bench_scoring.py (see bench/results/scoring.md).
 DEFAULT_PARALLEL_MIN_ROWS = 512
-# Compile with this many processes at most (one module each); see compiler/jit.py.
+# Compile with this many processes at most (one module each; see compiler/jit.py), and only
+# for models of at least MIN_SPLITS_PER_PROCESS splits per process: starting a process costs
+# ~0.2 s, while 500 trees x 62 splits take ~5 s of code generation on one core.
 COMPILE_PROCESSES = 2
+MIN_SPLITS_PER_PROCESS = 4000
 
 _ENTRY_TYPE = ctypes.CFUNCTYPE(  # CFUNCTYPE releases the GIL for the duration of the call
     None,
@@ -86,8 +90,12 @@ class CompiledTreeScorer:
 
         # A prefix fixed by the model keeps cached objects valid across processes; each scorer's
         # code lives in its own JIT engine, so equal names in two engines never meet.
-        prefix = f"ltr_{model_sha256[:16]}" if model_sha256 else f"ltr{next(_serial)}"
-        parts = max(1, min(COMPILE_PROCESSES, os.cpu_count() or 1))
+        tag = hashlib.sha256(model_sha256.encode()).hexdigest()[:16] if model_sha256 else None
+        prefix = f"ltr_{tag}" if tag else f"ltr{next(_serial)}"
+        splits = sum(t.num_nodes for t in trees)
+        parts = max(
+            1, min(COMPILE_PROCESSES, os.cpu_count() or 1, splits // MIN_SPLITS_PER_PROCESS)
+        )
 
         def build() -> list[str]:
             return gen_modules(

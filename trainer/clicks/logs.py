@@ -2,8 +2,8 @@
 
 A source is a JSONL file, a directory of `*.jsonl` files (read in name order), or a Redis URL
 `redis://host:port/db?prefix=ltr:` whose `{prefix}impressions` and `{prefix}feedback` streams
-are read whole. A JSONL line that does not end in a newline is the write in progress of a live
-log and is skipped; any other bad line is an error naming the file and line.
+are read whole. An unreadable last line without a final newline is the write in progress of a
+live log and is skipped; any other bad line is an error naming the file and line.
 """
 
 from __future__ import annotations
@@ -120,16 +120,16 @@ def read_jsonl(path: Path, logs: ClickLogs | None = None) -> ClickLogs:
     logs = logs if logs is not None else ClickLogs([], [])
     data = path.read_bytes()
     lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        lines.pop()  # a partial last line: the sink is writing it right now
+    # Without a final newline the last line may be a write in progress: kept if it parses.
+    unterminated = len(lines)
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             _add(orjson.loads(line), logs)
         except _RECORD_ERRORS as exc:
+            if number == unterminated:
+                break
             what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise located(path, number, f"bad log record: {what}") from None
     return logs

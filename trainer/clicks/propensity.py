@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trainer.clicks.relevance import AdditiveLogit, PairMeans
+from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 
 Relevance = Literal["regression", "pairs"]
@@ -184,6 +185,15 @@ class _EM:
             if done:
                 break
         return theta, ll, steps
+
+
+def estimate_from_dataset(data: RankingDataset, **options: Any) -> PropensityEstimate:
+    """Regression-EM on joined click logs (`trainer.clicks.join`): a row is clicked when its
+    label is positive; needs `data.positions`."""
+    if data.positions is None:
+        raise ValueError(f"{data.source}: no served positions to estimate position bias from")
+    clicks = (data.labels > 0).astype(np.int8)
+    return estimate_propensities(data.positions, clicks, features=data.features, **options)
 
 
 def _fill_unseen(theta: np.ndarray, shown: np.ndarray) -> np.ndarray:

@@ -59,7 +59,7 @@ def dataset_command(
         str | None, Opt(help="Lists served after this time (Unix s or ISO 8601) validate.")
     ] = None,
     valid_fraction: Annotated[
-        float | None, Opt(help="The latest fraction of lists validate [default: 0.2].")
+        float | None, Opt(help="The latest fraction of lists validate (default 0.2).")
     ] = None,
     manifest: Annotated[
         Path | None, Opt(help="Model version dir (or manifest.json): names the feature columns.")
@@ -121,11 +121,10 @@ def dataset_command(
 
 
 def _propensities(train: Any, path: Path) -> dict[str, Any]:
-    from trainer.clicks.propensity import estimate_propensities, write_propensities
+    from trainer.clicks.propensity import estimate_from_dataset, write_propensities
     from trainer.lambdamart.unbiased import fit_power_discount
 
-    clicks = (train.labels > 0).astype("int8")
-    estimate = estimate_propensities(train.positions, clicks, features=train.features)
+    estimate = estimate_from_dataset(train)
     extra: dict[str, Any] = {}
     with contextlib.suppress(ValueError):  # too few clicks to fit: training falls back to theta
         extra["ctr_power_eta"] = round(fit_power_discount(estimate.ctr, estimate.impressions), 6)

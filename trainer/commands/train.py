@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from trainer.dnn.options import DNNOptions
     from trainer.lambdamart.params import LambdaMARTParams
 
-ENGINES = ("native", "lightgbm", "dnn")
-TREE = "Tree engines (native, lightgbm)"
+ENGINES = ("native", "lightgbm", "lightgbm-dask", "dnn")
+TREE = "Tree engines (native, lightgbm, lightgbm-dask)"
 DNN = "DNN engine"
 Opt = typer.Option
 
@@ -35,7 +35,13 @@ def train_command(
     valid_file: Annotated[
         Path | None, Opt("--valid", help="Validation data: early stopping and metrics.")
     ] = None,
-    engine: Annotated[str | None, Opt(help="native | lightgbm | dnn [default: native]")] = None,
+    engine: Annotated[
+        str | None, Opt(help="native | lightgbm | lightgbm-dask | dnn [default: native]")
+    ] = None,
+    dask_scheduler: Annotated[
+        str | None,
+        Opt(help="Dask scheduler address for --engine lightgbm-dask.", rich_help_panel=TREE),
+    ] = None,
     config: Annotated[Path | None, Opt(help="Params TOML file; flags override it.")] = None,
     name: Annotated[str, Opt(help="Model name.")] = "default",
     num_trees: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
@@ -101,7 +107,10 @@ def train_command(
             from trainer.lambdamart.params import LambdaMARTParams
 
             params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
-            summary = _train_trees(chosen, *_load(train_file, valid_file), params, out, name)
+            if chosen == "lightgbm-dask" and not dask_scheduler:
+                fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
+            train, valid = _load(train_file, valid_file)
+            summary = _train_trees(chosen, train, valid, params, out, name, dask_scheduler)
     _print_summary(summary, as_json)
 
 
@@ -127,13 +136,23 @@ def _train_trees(
     params: LambdaMARTParams,
     out: Path,
     name: str,
+    dask_scheduler: str | None = None,
 ) -> dict[str, Any]:
     from trainer.engines import train_tree_model
     from trainer.progress import TrainingProgress
 
     metric = f"ndcg@{params.eval_at}"
     with TrainingProgress(params.num_trees, metric=metric) as progress:
-        return train_tree_model(engine, train, valid, params, out, name=name, progress=progress)
+        return train_tree_model(
+            engine,
+            train,
+            valid,
+            params,
+            out,
+            name=name,
+            progress=progress,
+            dask_scheduler=dask_scheduler,
+        )
 
 
 def _int_list(text: str, flag: str) -> list[int]:

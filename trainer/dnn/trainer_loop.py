@@ -57,15 +57,17 @@ class TrainingResult:
 def deterministic(seed: int, threads: int) -> Iterator[None]:
     """Seed torch, force deterministic kernels and fix the thread count; restored on exit."""
     previous_threads = torch.get_num_threads()
-    previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    previous_mode = torch.get_deterministic_debug_mode()
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
+    # Same switch as torch.use_deterministic_algorithms(True) (error on a nondeterministic
+    # kernel) without that function's import of torch._inductor, seconds per process.
+    torch.set_deterministic_debug_mode("error")
     torch.set_num_threads(threads or os.cpu_count() or 1)
     try:
         yield
     finally:
         torch.set_num_threads(previous_threads)
-        torch.use_deterministic_algorithms(previous_deterministic)
+        torch.set_deterministic_debug_mode(previous_mode)
 
 
 def predict_lists(ranker: Ranker, lists: QueryLists) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Tree training engines behind one call: native LambdaMART (`trainer.lambdamart`) or LightGBM
-lambdarank (`trainer.engines.lightgbm_ranker`), exported as a verified version directory."""
+"""Tree training engines behind one call: native LambdaMART (`trainer.lambdamart`), LightGBM
+lambdarank (`trainer.engines.lightgbm_ranker`) or LightGBM on a Dask cluster
+(`trainer.engines.lightgbm_dask`), exported as a verified version directory."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from trainer.lambdamart.params import LambdaMARTParams
 if TYPE_CHECKING:
     from trainer.progress import TrainingProgress
 
-TREE_ENGINES = ("native", "lightgbm")
+TREE_ENGINES = ("native", "lightgbm", "lightgbm-dask")
 VERIFY_ROWS = 10_000  # rows re-scored after writing; enough to cover every leaf in practice
 
 
@@ -27,6 +28,7 @@ def train_tree_model(
     *,
     name: str = "default",
     progress: TrainingProgress | None = None,
+    dask_scheduler: str | None = None,
 ) -> dict[str, Any]:
     """Train with `engine`, write the version directory `out`, return a summary.
 
@@ -55,6 +57,12 @@ def train_tree_model(
             # The trainer's own (binned) scores: the written model must reproduce them.
             expected = result.train_scores[rows]
         extra["lambda_seconds"] = round(result.lambda_seconds, 3)
+    elif engine == "lightgbm-dask":
+        from trainer.engines.lightgbm_dask import train_lightgbm_dask
+
+        if not dask_scheduler:
+            raise ValueError("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
+        result = train_lightgbm_dask(train, params, dask_scheduler)  # type: ignore[assignment]
     else:
         from trainer.engines.lightgbm_ranker import train_lightgbm
 

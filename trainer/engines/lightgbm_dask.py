@@ -78,7 +78,7 @@ def train_lightgbm_dask(
         booster = ranker.to_local().booster_
     text = booster.model_to_string()
     ensemble = convert_lightgbm(text, train.names(), source="LightGBM (Dask) model")
-    expected = booster.predict(train.features)
+    expected = np.asarray(booster.predict(train.features), dtype=np.float64)
     if not scores_match(predict(ensemble, train.features), expected, CONVERSION_RTOL):
         raise EngineError("the converted LightGBM model does not score like Booster.predict")
     return LightGBMResult(

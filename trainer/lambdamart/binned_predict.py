@@ -9,8 +9,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+# Rows below which a tree is applied on one thread.
+PARALLEL_ROWS = 50_000
 
-@njit(cache=True, nogil=True, parallel=True)
+
+@njit(cache=True, nogil=True)
 def add_leaf_values(
     order: np.ndarray,
     leaf_start: np.ndarray,
@@ -19,10 +22,30 @@ def add_leaf_values(
     scores: np.ndarray,
 ) -> None:
     """scores[rows of leaf l] += values[l] for the rows the tree was grown on (order, by leaf)."""
-    for leaf in prange(values.size):
+    for leaf in range(values.size):
         v = values[leaf]
         for p in range(leaf_start[leaf], leaf_start[leaf] + leaf_count[leaf]):
             scores[order[p]] += v
+
+
+@njit(cache=True, nogil=True)
+def _add_one(
+    bins: np.ndarray,
+    n_real: np.ndarray,
+    nodes: np.ndarray,
+    values: np.ndarray,
+    r: int,
+    scores: np.ndarray,
+) -> None:
+    node = 0
+    if values.size > 1:
+        while node >= 0:
+            f = nodes[node, 0]
+            v = bins[f, r]
+            go_left = nodes[node, 2] != 0 if v == n_real[f] else v <= nodes[node, 1]
+            node = nodes[node, 3] if go_left else nodes[node, 4]
+        node = ~node
+    scores[r] += values[node]
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -36,18 +59,9 @@ def add_tree(
 ) -> None:
     """scores[rows] += the tree's output, walking nodes [n_nodes, 5] = (feature, bin,
     default_left, left, right) on bins [n_features, n_docs]."""
-    n_nodes = values.size - 1
-    for i in prange(rows.size):
-        r = rows[i]
-        node = 0
-        if n_nodes > 0:
-            while node >= 0:
-                f = nodes[node, 0]
-                v = bins[f, r]
-                if v == n_real[f]:
-                    go_left = nodes[node, 2] != 0
-                else:
-                    go_left = v <= nodes[node, 1]
-                node = nodes[node, 3] if go_left else nodes[node, 4]
-            node = ~node
-        scores[r] += values[node]
+    if rows.size < PARALLEL_ROWS:
+        for i in range(rows.size):
+            _add_one(bins, n_real, nodes, values, rows[i], scores)
+    else:
+        for i in prange(rows.size):
+            _add_one(bins, n_real, nodes, values, rows[i], scores)

@@ -15,6 +15,8 @@ from numba import njit, prange
 
 GainDiscount = Literal["ndcg", "seed000"]
 _NO_LIMIT = np.iinfo(np.int64).max
+# Pairs per pass below which the queries are done on one thread.
+PARALLEL_PAIRS = 500_000
 
 
 @njit(cache=True, nogil=True)
@@ -138,7 +140,84 @@ def _ndcg_at(scores: np.ndarray, gains: np.ndarray, disc: np.ndarray, k: int, in
     return total * inv
 
 
+@njit(cache=True, nogil=True)
+def _query_step(
+    q: int,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    gains: np.ndarray,
+    offsets: np.ndarray,
+    disc_pairs: np.ndarray,
+    disc_eval: np.ndarray,
+    inv_trunc: np.ndarray,
+    inv_k: np.ndarray,
+    active: np.ndarray,
+    params: np.ndarray,
+    limits: np.ndarray,
+    with_lambdas: bool,
+    out_l: np.ndarray,
+    out_h: np.ndarray,
+    out_ndcg: np.ndarray,
+) -> None:
+    """One query: lambdas/hessians (params = sigma, empty_value; limits = lim_i, lim_j, k)."""
+    lo, hi = offsets[q], offsets[q + 1]
+    out_l[lo:hi] = 0.0
+    out_h[lo:hi] = 0.0
+    if with_lambdas and active[q]:
+        _one_query(
+            scores[lo:hi],
+            labels[lo:hi],
+            gains[lo:hi],
+            disc_pairs,
+            inv_trunc[q],
+            params[0],
+            limits[0],
+            limits[1],
+            out_l[lo:hi],
+            out_h[lo:hi],
+        )
+    eval_at = limits[2]
+    if eval_at > 0:
+        if inv_k[q] == 0.0:
+            out_ndcg[q] = params[1]
+        else:
+            out_ndcg[q] = _ndcg_at(scores[lo:hi], gains[lo:hi], disc_eval, eval_at, inv_k[q])
+
+
 @njit(cache=True, nogil=True, parallel=True)
+def _queries_kernel(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    gains: np.ndarray,
+    offsets: np.ndarray,
+    disc_pairs: np.ndarray,
+    disc_eval: np.ndarray,
+    inv_trunc: np.ndarray,
+    inv_k: np.ndarray,
+    active: np.ndarray,
+    params: np.ndarray,
+    limits: np.ndarray,
+    with_lambdas: bool,
+    parallel: bool,
+    out_l: np.ndarray,
+    out_h: np.ndarray,
+    out_ndcg: np.ndarray,
+) -> None:
+    n_queries = offsets.size - 1
+    if parallel:
+        for q in prange(n_queries):
+            _query_step(
+                q, scores, labels, gains, offsets, disc_pairs, disc_eval, inv_trunc, inv_k,
+                active, params, limits, with_lambdas, out_l, out_h, out_ndcg,
+            )
+    else:
+        for q in range(n_queries):
+            _query_step(
+                q, scores, labels, gains, offsets, disc_pairs, disc_eval, inv_trunc, inv_k,
+                active, params, limits, with_lambdas, out_l, out_h, out_ndcg,
+            )
+
+
 def _all_queries(
     scores: np.ndarray,
     labels: np.ndarray,
@@ -159,28 +238,28 @@ def _all_queries(
     out_h: np.ndarray,
     out_ndcg: np.ndarray,
 ) -> None:
-    for q in prange(offsets.size - 1):
-        lo, hi = offsets[q], offsets[q + 1]
-        out_l[lo:hi] = 0.0
-        out_h[lo:hi] = 0.0
-        if with_lambdas and active[q]:
-            _one_query(
-                scores[lo:hi],
-                labels[lo:hi],
-                gains[lo:hi],
-                disc_pairs,
-                inv_trunc[q],
-                sigma,
-                lim_i,
-                lim_j,
-                out_l[lo:hi],
-                out_h[lo:hi],
-            )
-        if eval_at > 0:
-            if inv_k[q] == 0.0:
-                out_ndcg[q] = empty_value
-            else:
-                out_ndcg[q] = _ndcg_at(scores[lo:hi], gains[lo:hi], disc_eval, eval_at, inv_k[q])
+    """Every query's lambdas into out_l/out_h [n_docs] and NDCG@eval_at into out_ndcg
+    [n_queries] (eval_at 0: none); on several threads when there are enough pairs."""
+    sizes = np.diff(offsets)
+    pair_work = float(np.sum(np.minimum(sizes, lim_i) * sizes)) if with_lambdas else 0.0
+    _queries_kernel(
+        scores,
+        labels,
+        gains,
+        offsets,
+        disc_pairs,
+        disc_eval,
+        inv_trunc,
+        inv_k,
+        active,
+        np.array([sigma, empty_value]),
+        np.array([lim_i, lim_j, eval_at], dtype=np.int64),
+        with_lambdas,
+        pair_work + sizes.size * 100.0 >= PARALLEL_PAIRS,
+        out_l,
+        out_h,
+        out_ndcg,
+    )
 
 
 class LambdaObjective:

@@ -15,7 +15,8 @@ The discount D replaces 1/log2(1 + rank) in delta NDCG when `discount` is given,
 `power_discount(fit_power_discount(ctr))`, the power law k^-eta fitted to click-through by
 position. It must be positive and non-increasing (the kernel relies on it).
 
-The numba kernels are lambdas.py's; only the gains, the discount and the normalisers change.
+LambdaObjective's numba kernels do the work; only the gains, the discount and the normalisers
+change.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
-from trainer.lambdamart.lambdas import LambdaObjective, _all_queries, _query_norms
+from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.params import LambdaMARTParams
 
 
@@ -90,15 +91,11 @@ class UnbiasedObjective(LambdaObjective):
         if discount is not None:
             self.disc_pairs = _padded_discount(discount, max_len)
             self.disc_pairs[trunc:] = 0.0
-            self.inv_trunc, _, _ = _query_norms(
-                self.gains,
-                self.labels,
-                self.offsets,
-                self.disc_pairs,
-                trunc,
-                self.disc_eval,
-                max(self.eval_at, 1),
+            ideal = _ideal_dcg(self.gains, self.offsets, self.disc_pairs)
+            self.inv_trunc = np.divide(
+                1.0, ideal, out=np.zeros_like(ideal), where=self.active & (ideal > 0)
             )
+        self.plain_gains = self.gains
         self.pair_gains = self.gains
         if weights is not None:
             w = np.asarray(weights, dtype=np.float64)
@@ -109,53 +106,28 @@ class UnbiasedObjective(LambdaObjective):
     def compute(
         self, scores: np.ndarray, with_lambdas: bool = True
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Lambdas float64 [n_docs], hessians float64 [n_docs], NDCG@eval_at per query."""
-        scores = np.ascontiguousarray(scores, dtype=np.float64)
-        if scores.shape != self.labels.shape:
-            raise ValueError(f"scores has shape {scores.shape}, labels {self.labels.shape}")
-        out_l = np.empty_like(scores)
-        out_h = np.empty_like(scores)
-        out_ndcg = np.zeros(self.offsets.size - 1)
-        common = (self.offsets, self.disc_pairs, self.disc_eval, self.inv_trunc, self.inv_k)
-        if with_lambdas:
-            _all_queries(
-                scores,
-                self.labels,
-                self.pair_gains,
-                *common,
-                self.active,
-                self.sigma,
-                self.lim_i,
-                self.lim_j,
-                0,
-                self.empty_value,
-                True,
-                out_l,
-                out_h,
-                out_ndcg,
-            )
-        else:
-            out_l[:] = 0.0
-            out_h[:] = 0.0
-        if self.eval_at > 0:
-            scratch_l, scratch_h = np.empty_like(scores), np.empty_like(scores)
-            _all_queries(
-                scores,
-                self.labels,
-                self.gains,
-                *common,
-                self.active,
-                self.sigma,
-                self.lim_i,
-                self.lim_j,
-                self.eval_at,
-                self.empty_value,
-                False,
-                scratch_l,
-                scratch_h,
-                out_ndcg,
-            )
-        return out_l, out_h, out_ndcg
+        """Lambdas float64 [n_docs], hessians float64 [n_docs], NDCG@eval_at per query: the
+        lambdas from the weighted gains, the NDCG from the plain ones (a second, pair-free
+        pass of LambdaObjective.compute)."""
+        if not with_lambdas:
+            return super().compute(scores, with_lambdas=False)
+        eval_at = self.eval_at
+        try:
+            self.gains, self.eval_at = self.pair_gains, 0
+            lam, hess, ndcg = super().compute(scores)
+        finally:
+            self.gains, self.eval_at = self.plain_gains, eval_at
+        if eval_at > 0:
+            ndcg = super().compute(scores, with_lambdas=False)[2]
+        return lam, hess, ndcg
+
+
+def _ideal_dcg(gains: np.ndarray, offsets: np.ndarray, discount: np.ndarray) -> np.ndarray:
+    """Per query: the DCG of its gains [n_docs] sorted best first under discount [max_len]."""
+    query = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    order = np.lexsort((-gains, query))
+    rank = np.arange(gains.size) - offsets[query]
+    return np.add.reduceat(gains[order] * discount[rank], offsets[:-1])
 
 
 def _padded_discount(discount: np.ndarray, n: int) -> np.ndarray:

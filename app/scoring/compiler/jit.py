@@ -51,7 +51,9 @@ def cache_key(model_sha256: str, options: str) -> str:
     """Hex digest naming one compiled object: model bytes, generator, options and host CPU."""
     cpu, features = host_cpu()
     triple = llvm.get_process_triple()
+    llvm_version = ".".join(map(str, llvm.llvm_version_info))
     text = f"{model_sha256}|{CODEGEN_VERSION}|{CODEGEN_OPT}|{options}|{triple}|{cpu}|{features}"
+    text += f"|llvm {llvm_version}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 

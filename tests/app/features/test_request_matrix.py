@@ -204,6 +204,7 @@ def test_the_budget_sees_booleans_and_strings_only_where_they_are() -> None:
         envelope = orjson.loads(body)
         envelope.pop("candidates")
         budget = token_budget(body, envelope)
+        assert budget is not None
         return (budget.strings, budget.bools)
 
     clean = {"explain": True, "user": {"id": "true"}, "candidates": [{"id": "a", "features": [1]}]}

@@ -2,14 +2,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 import redis
 
+from app.impressions import sink as sink_module
 from app.impressions.sink import (
+    BATCH_MAX,
     ImpressionSink,
     JsonlWriter,
     RedisStreamWriter,
@@ -129,3 +133,22 @@ def test_redis_writer_streams_and_indexes(redis_server: RedisServer) -> None:
         assert orjson.loads(client.get("ltr:imp:r5")) == ["a", 7]
         assert 0 < client.ttl("ltr:imp:r5") <= 60
         assert client.xlen("ltr:feedback") == 1
+
+
+def test_close_waits_briefly_then_counts_what_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sink_module, "CLOSE_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(sink_module, "WRITE_TIMEOUT_S", 10.0)
+
+    async def go() -> float:
+        sink = ImpressionSink(Stuck(), queue_size=1000)
+        await sink.start()
+        for _ in range(BATCH_MAX + 3):  # one batch in flight (stuck), 3 left in the queue
+            sink.submit(feedback_record("r", []))
+        await asyncio.sleep(0.01)
+        started = time.perf_counter()
+        await sink.close()
+        return time.perf_counter() - started
+
+    before = dropped("feedback", "shutdown")
+    assert asyncio.run(go()) < 1.0
+    assert dropped("feedback", "shutdown") == before + 3

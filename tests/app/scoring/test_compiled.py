@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.artifacts.tree_dump import Tree, TreeEnsemble
-from app.scoring import reference
+from app.scoring import compiled, reference
 from app.scoring.compiled import LANES, CompiledTreeScorer
 from app.scoring.compiler import jit
 from app.scoring.compiler.nodes import ZERO32, floor_float32
@@ -22,6 +22,23 @@ HYPOTHESIS = settings(max_examples=40, deadline=None, suppress_health_check=[Hea
 def test_compiled_equals_reference_bit_for_bit(case: tuple[TreeEnsemble, np.ndarray]) -> None:
     ensemble, rows = case
     scorer = CompiledTreeScorer(ensemble)
+    np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ensemble_and_rows())
+def test_code_split_over_compile_processes_equals_reference(
+    case: tuple[TreeEnsemble, np.ndarray],
+) -> None:
+    # Big models compile in two processes and link two objects; force that on small ones.
+    ensemble, rows = case
+    saved = compiled.MIN_SPLITS_PER_PROCESS
+    compiled.MIN_SPLITS_PER_PROCESS = 1
+    try:
+        scorer = CompiledTreeScorer(ensemble)
+    finally:
+        compiled.MIN_SPLITS_PER_PROCESS = saved
     np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
 
 
@@ -66,7 +83,7 @@ def _chain(depth: int, num_features: int) -> Tree:
 def test_deep_trees_and_single_leaf_trees() -> None:
     empty = np.zeros(0, np.int32)
     stump = Tree(empty, np.zeros(0), empty, empty, np.zeros(0, bool), np.array([0.25]))
-    ensemble = TreeEnsemble(3, [_chain(1500, 3), stump, _chain(7, 3)], base_score=-1.5)
+    ensemble = TreeEnsemble(3, [_chain(1100, 3), stump, _chain(7, 3)], base_score=-1.5)
     rows = np.random.default_rng(0).normal(size=(100, 3)).astype(np.float32)
     rows[::7, 1] = np.nan
     scorer = CompiledTreeScorer(ensemble)
@@ -143,6 +160,7 @@ def test_models_with_equal_symbol_names_stay_apart() -> None:
 def test_a_failed_child_compile_falls_back_to_this_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(compiled, "MIN_SPLITS_PER_PROCESS", 1)
     monkeypatch.setattr(jit, "_WORKER", "import sys; sys.exit(3)")
     ensemble = _random_ensemble(n_trees=12)
     rows = np.random.default_rng(5).normal(size=(20, 5)).astype(np.float32)

@@ -94,3 +94,9 @@ def test_reads_redis_streams(redis_server: RedisServer) -> None:
     logs = read_logs(f"{redis_server.url}?prefix=ltr:")
     assert len(logs.impressions) == 2500 and logs.impressions[-1].request_id == "r2499"
     assert [e.request_id for e in logs.feedback] == ["r7"]
+
+
+def test_complete_last_line_without_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(to_json(impression("r1", ["a"], 1.0)))
+    assert len(read_logs(path).impressions) == 1

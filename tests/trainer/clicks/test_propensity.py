@@ -9,10 +9,12 @@ import pytest
 from tests.trainer.clicks.conftest import pbm_clicks
 from trainer.clicks.propensity import (
     ctr_by_position,
+    estimate_from_dataset,
     estimate_propensities,
     load_propensities,
     write_propensities,
 )
+from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 
 
@@ -84,3 +86,15 @@ def test_bad_propensity_files(tmp_path: Path, content: str, what: str) -> None:
         load_propensities(path)
     with pytest.raises(DataFormatError, match="no such file"):
         load_propensities(tmp_path / "absent.json")
+
+
+def test_estimate_from_dataset() -> None:
+    sim = pbm_clicks(2000, docs=6, seed=7)
+    labels = sim.clicks.astype(np.float64) * 2.0  # purchases count as clicks too
+    data = RankingDataset(
+        sim.features, labels, sim.offsets, np.arange(2000), positions=sim.positions
+    )
+    est = estimate_from_dataset(data)
+    assert np.abs(est.theta - sim.theta).max() < 0.1
+    with pytest.raises(ValueError, match="no served positions"):
+        estimate_from_dataset(RankingDataset(sim.features, labels, sim.offsets, np.arange(2000)))

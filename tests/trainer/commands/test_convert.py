@@ -217,5 +217,5 @@ def test_real_console_script(runner: CliRunner, lightgbm_model_file: Path, tmp_p
     assert failing.returncode == 2
     assert (
         one_error_line(failing.stderr)
-        == "error: unknown engine 'nope' (choose one of native, lightgbm, dnn)"
+        == "error: unknown engine 'nope' (choose one of native, lightgbm, lightgbm-dask, dnn)"
     )

@@ -16,7 +16,7 @@ from trainer.export import ExportError
 from trainer.metrics.ndcg import mean_ndcg
 
 DEMO = Path(__file__).parents[3] / "trainer" / "demo_data"
-FAST = {"hidden": [32], "epochs": 6, "early_stopping_rounds": 3, "threads": 1, "dropout": 0.0}
+FAST = {"hidden": [32], "epochs": 4, "early_stopping_rounds": 3, "threads": 1, "dropout": 0.0}
 
 
 @pytest.fixture(scope="module")

@@ -46,3 +46,31 @@ def test_trains_on_a_two_worker_cluster(cluster_address: str) -> None:
         mean_ndcg(scores, test.labels, test.group_offsets, 10)
         > mean_ndcg(np.zeros(test.num_docs), test.labels, test.group_offsets, 10) + 0.03
     )
+
+
+@pytest.mark.slow
+def test_ltr_train_engine_lightgbm_dask(cluster_address: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from app.artifacts.store import load_version
+    from trainer.cli import app
+
+    out = tmp_path / "v1"
+    args = ["train", "--train", str(DEMO / "rank.train"), "--out", str(out), "--num-trees", "5"]
+    args += ["--engine", "lightgbm-dask", "--dask-scheduler", cluster_address, "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    manifest = load_version(out).manifest
+    assert manifest.training["engine"] == "lightgbm-dask"
+    assert manifest.training["trees"] == 5
+
+
+def test_dask_engine_without_a_scheduler_is_a_clear_error(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trainer.cli import app
+
+    args = ["train", "--train", str(DEMO / "rank.train"), "--out", str(tmp_path / "v1")]
+    result = CliRunner().invoke(app, [*args, "--engine", "lightgbm-dask", "--num-trees", "2"])
+    assert result.exit_code != 0
+    assert "--dask-scheduler" in result.output

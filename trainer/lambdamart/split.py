@@ -48,9 +48,13 @@ def best_feature_split(
     h = 0.0
     c = 0.0
     for t in range(n_real):
+        if hist[t, COUNT] == 0.0:
+            continue  # same partition as the last non-empty bin, already tried
         g += hist[t, GRAD]
         h += hist[t, HESS]
         c += hist[t, COUNT]
+        if count - c < min_data:
+            break  # the right side only shrinks from here
         # NaN right; at the last real bin this is the real-vs-NaN split.
         if t < n_real - 1 or c_nan > 0:
             gr = sum_grad - g

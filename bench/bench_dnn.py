@@ -202,11 +202,15 @@ def part_throughput(rows: int) -> dict[str, Any]:
         for arch in ("mlp", "dcn"):
             for loss in LOSSES:
                 options = DNNOptions(
-                    **{**SIM_OPTIONS, "epochs": 1, "early_stopping_rounds": None},
-                    batch_queries=32,
-                    loss=loss,
-                    arch=arch,
-                    threads=threads,
+                    **{
+                        **SIM_OPTIONS,
+                        "epochs": 1,
+                        "early_stopping_rounds": None,
+                        "batch_queries": 32,
+                        "loss": loss,
+                        "arch": arch,
+                        "threads": threads,
+                    }
                 )
                 with deterministic(0, threads):
                     ranker = build_ranker(options, fit_standardiser(tr.features))

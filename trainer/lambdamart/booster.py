@@ -68,7 +68,7 @@ class _Sampler:
 
 
 def _set_threads(threads: int) -> None:
-    limit = numba.config.NUMBA_NUM_THREADS
+    limit = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     numba.set_num_threads(limit if threads == 0 else min(threads, limit))
 
 
@@ -109,7 +109,6 @@ def train(
     sampler = _Sampler(train, params)
     scores = np.zeros(train.num_docs)
     valid_scores = None if valid is None else np.zeros(valid.num_docs)
-    valid_rows = None if valid is None else np.arange(valid.num_docs, dtype=np.int32)
     trees: list[Tree] = []
     history: list[IterationLog] = []
     best_scores = scores.copy()  # training scores at the best iteration (early stopping)
@@ -147,7 +146,8 @@ def train(
         trees.append(grown.to_tree(mapper, values))
         valid_ndcg = None
         if valid is not None and valid_scores is not None and valid_bins is not None:
-            add_tree(valid_bins, mapper.n_real, grown.nodes, values, valid_rows, valid_scores)
+            every = np.arange(valid.num_docs, dtype=np.int32)
+            add_tree(valid_bins, mapper.n_real, grown.nodes, values, every, valid_scores)
             valid_ndcg = mean_ndcg(
                 valid_scores,
                 valid.labels,

@@ -19,18 +19,46 @@ def build_feature_histogram(
     ordered_hess: np.ndarray,
     hist: np.ndarray,
     n_bins: int,
+    spare: np.ndarray,
 ) -> None:
     """hist [>= n_bins, 3] from the bins column [n_docs] of rows [n] whose gradients are given in
-    the same order, ordered_grad / ordered_hess [n] (contiguous reads in the hot loop)."""
+    the same order, ordered_grad / ordered_hess [n] (contiguous reads in the hot loop). spare
+    [>= n_bins, 3] is scratch: odd rows accumulate there, so that runs of rows in one bin (a
+    feature's many zeros) do not wait on each other's additions."""
     for b in range(n_bins):
         hist[b, GRAD] = 0.0
         hist[b, HESS] = 0.0
         hist[b, COUNT] = 0.0
-    for i in range(rows.size):
-        b = column[rows[i]]
-        hist[b, GRAD] += ordered_grad[i]
-        hist[b, HESS] += ordered_hess[i]
+    n = rows.size
+    if n < 2 * n_bins:
+        for i in range(n):
+            b = column[rows[i]]
+            hist[b, GRAD] += ordered_grad[i]
+            hist[b, HESS] += ordered_hess[i]
+            hist[b, COUNT] += 1.0
+        return
+    for b in range(n_bins):
+        spare[b, GRAD] = 0.0
+        spare[b, HESS] = 0.0
+        spare[b, COUNT] = 0.0
+    for i in range(0, n - 1, 2):
+        b0 = column[rows[i]]
+        b1 = column[rows[i + 1]]
+        hist[b0, GRAD] += ordered_grad[i]
+        hist[b0, HESS] += ordered_hess[i]
+        hist[b0, COUNT] += 1.0
+        spare[b1, GRAD] += ordered_grad[i + 1]
+        spare[b1, HESS] += ordered_hess[i + 1]
+        spare[b1, COUNT] += 1.0
+    if n % 2:
+        b = column[rows[n - 1]]
+        hist[b, GRAD] += ordered_grad[n - 1]
+        hist[b, HESS] += ordered_hess[n - 1]
         hist[b, COUNT] += 1.0
+    for b in range(n_bins):
+        hist[b, GRAD] += spare[b, GRAD]
+        hist[b, HESS] += spare[b, HESS]
+        hist[b, COUNT] += spare[b, COUNT]
 
 
 @njit(cache=True, nogil=True)
@@ -63,16 +91,10 @@ def build_gathered_histograms(
         src = row_bins[rows[i]]
         for j in range(k):
             scratch[j, i] = src[feats[j]]
+    identity = np.arange(n)
+    spare = np.empty((hist.shape[1], 3))
     for j in range(k):
         f = feats[j]
-        h = hist[f]
-        column = scratch[j]
-        for b in range(n_real[f] + 1):
-            h[b, GRAD] = 0.0
-            h[b, HESS] = 0.0
-            h[b, COUNT] = 0.0
-        for i in range(n):
-            b = column[i]
-            h[b, GRAD] += ordered_grad[i]
-            h[b, HESS] += ordered_hess[i]
-            h[b, COUNT] += 1.0
+        build_feature_histogram(
+            scratch[j], identity, ordered_grad, ordered_hess, hist[f], n_real[f] + 1, spare
+        )

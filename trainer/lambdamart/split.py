@@ -72,7 +72,9 @@ def best_feature_split(
             gr = sum_grad - gl
             hr = sum_hess - hl
             cr = count - cl
-            if _side_ok(cl, hl, min_data, min_hess, l2) and _side_ok(cr, hr, min_data, min_hess, l2):
+            if _side_ok(cl, hl, min_data, min_hess, l2) and _side_ok(
+                cr, hr, min_data, min_hess, l2
+            ):
                 gain = gl * gl / (hl + l2) + gr * gr / (hr + l2) - parent
                 if gain > best:
                     best, best_bin, best_dl, best_g, best_h, best_c = gain, t, True, gl, hl, cl

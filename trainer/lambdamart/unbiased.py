@@ -22,7 +22,7 @@ change.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -97,6 +97,11 @@ class UnbiasedObjective(LambdaObjective):
             )
         self.plain_gains = self.gains
         self.pair_gains = self.gains
+        # What the manifest's `training` records about this objective (click_objective adds more).
+        self.description: dict[str, Any] = {
+            "lambdas": "ipw" if weights is not None else "plain",
+            "discount": "log2" if discount is None else "custom",
+        }
         if weights is not None:
             w = np.asarray(weights, dtype=np.float64)
             if w.shape != self.labels.shape or np.any(~(w > 0)):
@@ -162,12 +167,14 @@ def click_objective(
     train: RankingDataset,
     params: LambdaMARTParams,
     propensities: Path,
-    discount: Literal["ctr", "theta", "log2"] = "ctr",
+    discount: Literal["ctr", "theta", "log2"] = "log2",
     max_weight: float | None = None,
 ) -> UnbiasedObjective:
     """The objective `ltr train --unbiased --propensities FILE` trains with: IPW weights from
-    the file's theta and the served positions of `train`, and the discount fitted to the file's
-    CTR by position ("ctr"), the theta curve itself ("theta") or the usual 1/log2 ("log2")."""
+    the file's theta and the served positions of `train`, and in delta NDCG the usual 1/log2
+    discount ("log2"), the power law fitted to the file's CTR by position ("ctr", seed 002) or
+    the theta curve itself ("theta"). log2 is the default: on the benchmark the fitted curves
+    did not help NDCG@10 (bench/results/position_bias.md)."""
     from trainer.clicks.propensity import load_propensities
 
     if train.positions is None:
@@ -189,7 +196,7 @@ def click_objective(
             ) from None
     elif discount == "theta":
         curve = np.minimum.accumulate(theta)  # the kernel needs a non-increasing discount
-    return UnbiasedObjective(
+    objective = UnbiasedObjective(
         train.labels,
         train.group_offsets,
         ipw_weights(train.positions, theta, max_weight),
@@ -200,3 +207,10 @@ def click_objective(
         eval_at=params.eval_at,
         empty_value=params.empty_query_ndcg,
     )
+    objective.description.update(
+        propensities=str(propensities),
+        theta=[round(float(t), 6) for t in theta[:20]],
+        discount=discount,
+        max_weight=max_weight,
+    )
+    return objective

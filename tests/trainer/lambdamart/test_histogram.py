@@ -17,8 +17,11 @@ def test_column_and_gathered_histograms_agree_and_subtract():
     rows = np.sort(rng.choice(n_docs, 60, replace=False)).astype(np.int32)
     feats = np.array([0, 2, 3, 4])
     by_column = np.full((n_features, stride, 3), np.nan)
+    spare = np.empty((stride, 3))
     for f in feats:
-        build_feature_histogram(bins[f], rows, grad[rows], hess[rows], by_column[f], n_real[f] + 1)
+        build_feature_histogram(
+            bins[f], rows, grad[rows], hess[rows], by_column[f], n_real[f] + 1, spare
+        )
     gathered = np.full((n_features, stride, 3), np.nan)
     scratch = np.zeros((n_features, 60), dtype=np.uint8)
     row_bins = np.ascontiguousarray(bins.T)
@@ -36,9 +39,9 @@ def test_column_and_gathered_histograms_agree_and_subtract():
     assert np.isnan(gathered[1]).all()  # features not asked for are left alone
     everything = np.arange(n_docs, dtype=np.int32)
     parent = np.zeros((stride, 3))
-    build_feature_histogram(bins[0], everything, grad, hess, parent, n_real[0] + 1)
+    build_feature_histogram(bins[0], everything, grad, hess, parent, n_real[0] + 1, spare)
     subtract_histogram(parent, by_column[0], n_real[0] + 1)
     rest = np.setdiff1d(everything, rows)
     sibling = np.zeros((stride, 3))
-    build_feature_histogram(bins[0], rest, grad[rest], hess[rest], sibling, n_real[0] + 1)
+    build_feature_histogram(bins[0], rest, grad[rest], hess[rest], sibling, n_real[0] + 1, spare)
     np.testing.assert_allclose(parent, sibling, atol=1e-12)

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from app.scoring.reference import predict, tree_leaf_index
 from app.artifacts.tree_dump import TreeEnsemble
+from app.scoring.reference import predict, tree_leaf_index
 from trainer.lambdamart.binning import fit_bins
 from trainer.lambdamart.tree_learner import TreeLearner
 
@@ -63,7 +63,7 @@ def test_min_data_in_leaf_and_hessian_are_honoured():
     x = rng.normal(size=(500, 4)).astype(np.float32)
     grad = rng.normal(size=500)
     for min_data in (1, 30, 120):
-        _, mapper, learner, grown = _grow(x, grad, num_leaves=31, min_data=min_data)
+        _, mapper, _, grown = _grow(x, grad, num_leaves=31, min_data=min_data)
         counts = grown.leaf_count[: grown.num_leaves]
         assert counts.min() >= min_data and counts.sum() == 500
         tree = grown.to_tree(mapper, grown.leaf_values(1.0, 0.0))

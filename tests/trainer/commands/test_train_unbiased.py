@@ -1,0 +1,102 @@
+"""The loop's training half: `ltr dataset --from-logs` then `ltr train --unbiased`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from app.artifacts.store import load_version
+from tests.trainer.clicks.conftest import feedback, impression, pbm_clicks, write_log
+from tests.trainer.commands.conftest import one_error_line
+from trainer.cli import app
+
+
+@pytest.fixture(scope="module")
+def click_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """train/valid Parquet + propensities.json joined from PBM click logs."""
+    root = tmp_path_factory.mktemp("clicks")
+    sim = pbm_clicks(600, docs=8, seed=11)
+    records = []
+    for q in range(600):
+        rows = slice(q * 8, q * 8 + 8)
+        order = np.argsort(sim.positions[rows])
+        ids = [int(i) for i in order]
+        rec = impression(f"r{q}", ids, float(q))
+        rec["features"] = sim.features[rows][order]
+        records.append(rec)
+        clicked = [(i, "click") for i in ids if sim.clicks[rows][i]]
+        if clicked:
+            records.append(feedback(f"r{q}", *clicked))
+    write_log(root / "log.jsonl", records)
+    result = CliRunner().invoke(
+        app, ["dataset", "--from-logs", str(root / "log.jsonl"), "--out", str(root / "data")]
+    )
+    assert result.exit_code == 0, result.output
+    return root / "data"
+
+
+def _train(runner: CliRunner, data: Path, out: Path, *extra: str) -> object:
+    args = ["train", "--train", str(data / "train.parquet"), "--valid", str(data / "valid.parquet")]
+    args += ["--out", str(out), "--num-trees", "5", "--num-leaves", "4", "--json", *extra]
+    return runner.invoke(app, args)
+
+
+def test_unbiased_training_is_recorded(runner: CliRunner, click_data: Path, tmp_path: Path) -> None:
+    props = str(click_data / "propensities.json")
+    result = _train(runner, click_data, tmp_path / "v1", "--unbiased", "--propensities", props)
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.stdout)
+    training = load_version(Path(summary["model_dir"])).manifest.training
+    assert training["objective"]["lambdas"] == "ipw"
+    assert training["objective"]["propensities"] == props
+    assert training["objective"]["discount"] == "log2"
+    fitted = _train(
+        runner,
+        click_data,
+        tmp_path / "v2",
+        "--unbiased",
+        "--propensities",
+        props,
+        "--discount",
+        "ctr",
+    )
+    assert fitted.exit_code == 0, fitted.output
+    plain = _train(runner, click_data, tmp_path / "v3")
+    assert plain.exit_code == 0, plain.output
+    assert "objective" not in load_version(tmp_path / "v3").manifest.training
+
+
+def test_unbiased_needs_a_native_engine_and_a_file(
+    runner: CliRunner, click_data: Path, tmp_path: Path
+) -> None:
+    props = str(click_data / "propensities.json")
+    result = _train(runner, click_data, tmp_path / "a", "--unbiased")
+    assert result.exit_code == 2
+    assert "--unbiased needs --propensities" in one_error_line(result.stderr)
+    result = _train(
+        runner,
+        click_data,
+        tmp_path / "b",
+        "--unbiased",
+        "--propensities",
+        props,
+        "--engine",
+        "lightgbm",
+    )
+    assert result.exit_code == 2
+    assert "--unbiased works with --engine native" in one_error_line(result.stderr)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"theta": [1.0, -1.0]}))
+    result = _train(runner, click_data, tmp_path / "c", "--unbiased", "--propensities", str(bad))
+    assert result.exit_code == 2
+    assert "bad.json: theta[1] = -1.0" in one_error_line(result.stderr)
+    result = _train(
+        runner, click_data, tmp_path / "d", "--unbiased", "--propensities", props, "--discount", "x"
+    )
+    assert result.exit_code == 2
+    assert "--discount" in one_error_line(result.stderr)

@@ -19,9 +19,11 @@ import anyio
 from fastapi import FastAPI
 
 from app.api.errors import install_error_handlers
+from app.api.feedback_routes import feedback_router
 from app.api.middleware import ServiceMiddleware
 from app.api.routes import router
 from app.api.schemas import RerankRequest
+from app.impressions import ImpressionLog
 from app.registry import ModelRegistry
 from app.settings import Settings
 
@@ -55,6 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.resolver = resolver
         app.state.registry = registry
         app.state.scoring_limiter = anyio.CapacityLimiter(settings.scoring_concurrency)
+        app.state.impressions = ImpressionLog(settings)
+        await app.state.impressions.start()
 
         async def on_event(model: str, version: str) -> None:
             log.info("announcement: %s/%s", model, version)
@@ -70,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await resolver.close()
+            await app.state.impressions.close()
 
     app = RerankApp(
         title="ltr-rerank",
@@ -83,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(feedback_router)
     return app
 
 

@@ -35,6 +35,7 @@ from app.api.schemas import (
 from app.artifacts.manifest import NAME_PATTERN
 from app.features.request_matrix import build_matrix, decode_body, token_budget
 from app.features.user_features import UserFeatures
+from app.impressions import log_impression
 from app.registry import LoadedModel
 
 router = APIRouter()
@@ -113,6 +114,8 @@ async def rerank(
     scores = await _score(model, features, user_vector, settings.inline_scoring_max_rows, limiter)
     request_id = envelope.request_id or request.scope["state"]["request_id"]
     body = _ranked(request_id, model, matrix.ids, scores, envelope.top_k, user_features)
+    state, user = request.app.state, envelope.user
+    log_impression(state, body, envelope.query_id, user, matrix.ids, features, user_features)
     if envelope.explain:
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
         for item, i in zip(body["results"], body.pop("_order"), strict=True):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 ENGINES = ("native", "lightgbm", "lightgbm-dask", "dnn")
 TREE = "Tree engines (native, lightgbm, lightgbm-dask)"
 DNN = "DNN engine"
+CLICKS = "Click logs (native engine)"
 Opt = typer.Option
 
 
@@ -64,6 +65,19 @@ def train_command(
     user_profiles: Annotated[Path | None, Opt(rich_help_panel=DNN)] = None,
     cluster_config: Annotated[Path | None, Opt(rich_help_panel=DNN)] = None,
     embedding_dim: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
+    unbiased: Annotated[
+        bool, Opt(help="Click labels: inverse-propensity-weighted lambdas.", rich_help_panel=CLICKS)
+    ] = False,
+    propensities: Annotated[
+        Path | None,
+        Opt(help="propensities.json (ltr dataset) or truth.json.", rich_help_panel=CLICKS),
+    ] = None,
+    discount: Annotated[
+        str, Opt(help="Delta-NDCG discount: log2 | ctr | theta.", rich_help_panel=CLICKS)
+    ] = "log2",
+    max_weight: Annotated[
+        float | None, Opt(help="Clip 1/propensity at this.", rich_help_panel=CLICKS)
+    ] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Train a ranking model and write it as a version directory (manifest + model)."""
@@ -110,7 +124,16 @@ def train_command(
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
             train, valid = _load(train_file, valid_file)
-            summary = _train_trees(chosen, train, valid, params, out, name, dask_scheduler)
+            objective = None
+            if unbiased or propensities is not None:
+                from trainer.lambdamart.unbiased import unbiased_from_flags
+
+                objective = unbiased_from_flags(
+                    chosen, train, params, unbiased, propensities, discount, max_weight
+                )
+            summary = _train_trees(
+                chosen, train, valid, params, out, name, dask_scheduler, objective
+            )
     _print_summary(summary, as_json)
 
 
@@ -137,6 +160,7 @@ def _train_trees(
     out: Path,
     name: str,
     dask_scheduler: str | None = None,
+    objective: Any = None,
 ) -> dict[str, Any]:
     from trainer.engines import train_tree_model
     from trainer.progress import TrainingProgress
@@ -152,6 +176,7 @@ def _train_trees(
             name=name,
             progress=progress,
             dask_scheduler=dask_scheduler,
+            objective=objective,
         )
 
 

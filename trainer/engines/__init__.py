@@ -29,6 +29,7 @@ def train_tree_model(
     name: str = "default",
     progress: TrainingProgress | None = None,
     dask_scheduler: str | None = None,
+    objective: Any = None,
 ) -> dict[str, Any]:
     """Train with `engine`, write the version directory `out`, return a summary.
 
@@ -52,7 +53,9 @@ def train_tree_model(
     if engine == "native":
         from trainer.lambdamart.booster import train as native_train
 
-        result = native_train(train, params, valid, on_iteration)
+        result = native_train(train, params, valid, on_iteration, objective=objective)
+        if objective is not None:  # e.g. lambdamart.unbiased.click_objective (click logs)
+            extra["objective"] = getattr(objective, "description", type(objective).__name__)
         if result.train_scores is not None:
             # The trainer's own (binned) scores: the written model must reproduce them.
             expected = result.train_scores[rows]

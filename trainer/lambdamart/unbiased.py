@@ -22,7 +22,7 @@ change.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -214,3 +214,33 @@ def click_objective(
         max_weight=max_weight,
     )
     return objective
+
+
+DISCOUNTS = ("log2", "ctr", "theta")
+
+
+def unbiased_from_flags(
+    engine: str,
+    train: RankingDataset,
+    params: LambdaMARTParams,
+    unbiased: bool,
+    propensities: Path | None,
+    discount: str,
+    max_weight: float | None,
+) -> UnbiasedObjective:
+    """`ltr train --unbiased --propensities FILE [--discount D] [--max-weight W]`, checked:
+    ConfigError naming the flag for a bad combination."""
+    from trainer.config import ConfigError
+
+    if not unbiased:
+        raise ConfigError("--propensities is used with --unbiased")
+    if propensities is None:
+        raise ConfigError("--unbiased needs --propensities FILE (from ltr dataset --from-logs)")
+    if engine != "native":
+        raise ConfigError(f"--unbiased works with --engine native only, not {engine!r}")
+    if discount not in DISCOUNTS:
+        raise ConfigError(f"--discount {discount!r}: choose one of {', '.join(DISCOUNTS)}")
+    if max_weight is not None and not max_weight >= 1.0:
+        raise ConfigError(f"--max-weight {max_weight}: must be at least 1")
+    chosen = cast(Literal["ctr", "theta", "log2"], discount)
+    return click_objective(train, params, propensities, chosen, max_weight)

@@ -78,6 +78,21 @@ def test_unbiased_needs_a_native_engine_and_a_file(
     result = _train(runner, click_data, tmp_path / "a", "--unbiased")
     assert result.exit_code == 2
     assert "--unbiased needs --propensities" in one_error_line(result.stderr)
+    result = _train(runner, click_data, tmp_path / "a", "--propensities", props)
+    assert result.exit_code == 2
+    assert "--propensities is used with --unbiased" in one_error_line(result.stderr)
+    result = _train(
+        runner,
+        click_data,
+        tmp_path / "a",
+        "--unbiased",
+        "--propensities",
+        props,
+        "--max-weight",
+        "0.5",
+    )
+    assert result.exit_code == 2
+    assert "--max-weight 0.5: must be at least 1" in one_error_line(result.stderr)
     result = _train(
         runner,
         click_data,

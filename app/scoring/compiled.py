@@ -85,6 +85,9 @@ class CompiledTreeScorer:
         self.base_score = float(ensemble.base_score)
         self.threads = threads
         self.parallel_min_rows = max(int(parallel_min_rows), LANES)
+        self._constant = not ensemble.trees  # no tree: every row scores base_score
+        if self._constant:
+            return
         trees = lower_ensemble(ensemble)
         self._tables = build_tables(trees)
 
@@ -133,6 +136,8 @@ class CompiledTreeScorer:
             raise ValueError(f"expected features of shape [n, {self.num_features}], got {x.shape}")
         x = np.ascontiguousarray(x, dtype=np.float32)
         n = x.shape[0]
+        if self._constant:
+            return np.full(n, self.base_score, dtype=np.float64)
         parts = min(self.threads, os.cpu_count() or 1)
         if parts < 2 or n < self.parallel_min_rows:
             return self._score_rows(x)

@@ -166,3 +166,12 @@ def test_a_failed_child_compile_falls_back_to_this_process(
     rows = np.random.default_rng(5).normal(size=(20, 5)).astype(np.float32)
     scorer = CompiledTreeScorer(ensemble)
     np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
+
+
+def test_an_ensemble_without_trees_scores_its_base_score() -> None:
+    from app.artifacts.tree_dump import TreeEnsemble
+    from app.scoring.compiled import CompiledTreeScorer
+
+    scorer = CompiledTreeScorer(TreeEnsemble(num_features=3, trees=[], base_score=0.5))
+    x = np.array([[np.nan, 1.0, 2.0], [0.0, 0.0, 0.0]], dtype=np.float32)
+    np.testing.assert_array_equal(scorer.score(x), [0.5, 0.5])

@@ -9,7 +9,9 @@
 3. Propensities by EM (trainer.clicks.propensity) vs the true theta, per position.
 4. NDCG@10 on the TRUE relevance of the test split for native LambdaMART trained on
    (a) true labels, (b) naive clicks, (c) debiased clicks: IPW lambdas with the estimated
-   propensities + the discount fitted to CTR by position; plus ablations and, side by side,
+   propensities + the discount fitted to CTR by position; (c4) Hu et al. 2019's pairwise
+   debiasing (lambdamart.pairwise_debias, position ratios learned while boosting, no EM);
+   plus ablations and, side by side,
    LightGBM lambdarank on the same click lists with and without its own position-bias
    correction (`position` in the Dataset).
 
@@ -36,9 +38,11 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.parquet import read_parquet
 from trainer.lambdamart.booster import train
 from trainer.lambdamart.lambdas import LambdaObjective
+from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.lambdamart.unbiased import (
     UnbiasedObjective,
+    click_objective,
     fit_power_discount,
     ipw_weights,
     power_discount,
@@ -152,6 +156,7 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--max-weight", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pairwise-power", type=float, default=1.0, help="p of Hu et al.")
     parser.add_argument("--only", default=None, help="Comma-separated runs (default: all).")
     parser.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
     args = parser.parse_args()
@@ -212,6 +217,20 @@ def main() -> None:
     def unbiased(w: np.ndarray | None, d: np.ndarray | None) -> UnbiasedObjective:
         return UnbiasedObjective(clicked.labels, clicked.group_offsets, w, d, eval_at=10)
 
+    def pairwise(name: str, **options: Any) -> tuple[np.ndarray, float]:
+        if not options:  # what `ltr train --unbiased --debias pairwise` trains with
+            objective = click_objective(clicked, params, None, debias="pairwise")
+        else:
+            assert clicked.positions is not None
+            objective = PairwiseDebiasObjective(
+                clicked.labels, clicked.group_offsets, clicked.positions, eval_at=10, **options
+            )
+        fitted = fit_native(clicked, params, test, objective)
+        for side in ("t_plus", "t_minus"):
+            ratios = [round(t, 4) for t in objective.description[side]]
+            out.setdefault("pairwise_ratios", {}).setdefault(name, {})[side] = ratios
+        return fitted
+
     runs = {
         "a_true_labels": lambda: fit_native(truth_train, params, test),
         "b_naive_clicks": lambda: fit_native(clicked, params, test),
@@ -225,6 +244,14 @@ def main() -> None:
         "c3_fitted_discount_only": lambda: fit_native(
             clicked, params, test, unbiased(None, discount)
         ),
+        "c4_pairwise_debias": lambda: pairwise("c4_pairwise_debias"),
+        "c4b_pairwise_12_positions": lambda: pairwise(
+            "c4b_pairwise_12_positions", max_position=12, power=args.pairwise_power
+        ),
+        "c4c_pairwise_clicked_side_only": lambda: pairwise(
+            "c4c_pairwise_clicked_side_only", non_clicks=False, power=args.pairwise_power
+        ),
+        "c4d_pairwise_power": lambda: pairwise("c4d_pairwise_power", power=args.pairwise_power),
         "lightgbm_true_labels": lambda: fit_lightgbm(truth_train, params, test, False),
         "lightgbm_naive_clicks": lambda: fit_lightgbm(clicked, params, test, False),
         "lightgbm_position_debiased": lambda: fit_lightgbm(clicked, params, test, True),
@@ -246,11 +273,16 @@ def main() -> None:
         )
     n = out["ndcg10"]
     gap = n["a_true_labels"] - n["b_naive_clicks"]
-    for name in ("c_ipw_fitted_discount", "c1_ipw_only", "c2_ipw_true_theta"):
-        if name not in n:
+    for name in n:
+        if not name.startswith("c"):
             continue
         share = (n[name] - n["b_naive_clicks"]) / gap if gap > 0 else float("nan")
         out.setdefault("gap_recovered", {})[name] = round(share, 3)
+    lgb_runs = ("lightgbm_true_labels", "lightgbm_naive_clicks", "lightgbm_position_debiased")
+    if all(name in n for name in lgb_runs):
+        top, low, mid = (n[name] for name in lgb_runs)
+        share = (mid - low) / (top - low) if top > low else float("nan")
+        out.setdefault("gap_recovered", {})["lightgbm_position_debiased"] = round(share, 3)
     print(json.dumps(out, indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n")

@@ -268,6 +268,11 @@ def server_env(registry: Path, **extra: str) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the plain model's latency and the in-process times, printed, not written",
+    )
     args = parser.parse_args()
     counts = {10: 400, 100: 300, 300: 300, 1000: 150}
     if args.quick:
@@ -285,6 +290,8 @@ def main() -> None:
             ("user clusters, in-process embeddings", "clustered", {}),
             ("user clusters, Redis", "clustered", {"LTR_REDIS_URL": redis.url}),
         ]
+        if args.latency_only:
+            configs = configs[:1]
         for label, model, extra in configs:
             server = UvicornServer(server_env(registry, **extra)).start().wait_ready()
             try:
@@ -295,6 +302,12 @@ def main() -> None:
             finally:
                 server.stop()
         offline = {n: offline_times(registry, n, 15 if args.quick else 60) for n in SIZES}
+        if args.latency_only:
+            for row in rows:
+                off = offline[row["n"]]
+                ratio = row["p50"] / (off["score"] + off["decode"])
+                print(row, {k: round(v, 2) for k, v in off.items()}, f"ratio {ratio:.2f}")
+            return
         seconds = 3.0 if args.quick else 6.0
         body = payload(100, "plain")
         server = UvicornServer(server_env(registry), workers=2).start().wait_ready()

@@ -8,7 +8,9 @@ string or true/false literal left over for the feature values (counting quotes a
 a memchr-speed scan), else by collecting the values' types with `set(map(type, ...))`. Only
 when a check fails is the offending value searched for, to name it in the error. Name → value
 maps are grouped by their key order (clients usually send the same order for every candidate)
-so each group is one bulk assignment.
+so each group is one bulk assignment. The usual request (every candidate exactly an id and a
+list of the right length) is recognised with a few set(map(...)) passes and skips the
+per-candidate loop; anything else takes the loop, which names the first problem.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import orjson
 Loc = tuple[str | int, ...]
 _NUMERIC = frozenset({float, int, type(None)})  # bool is not a number; null is missing
 _CANDIDATE_KEYS = frozenset({"id", "features"})
+_ID_TYPES = frozenset({str, int})
 
 
 class RequestError(ValueError):
@@ -57,8 +60,9 @@ def token_budget(body: bytes, envelope: dict[str, Any]) -> TokenBudget | None:
     """
     if b"\\" in body:
         return None
-    strings = body.count(b'"') // 2 - 1  # - 1: the "candidates" key
-    bools = body.count(b"true") + body.count(b"false")
+    data = np.frombuffer(body, dtype=np.uint8)
+    strings = _occurrences(data, b'"') // 2 - 1  # - 1: the "candidates" key
+    bools = _occurrences(data, b"true") + _occurrences(data, b"false")
     stack: list[Any] = [envelope]
     while stack:  # iterative: the envelope may be nested deeply by a hostile client
         value = stack.pop()
@@ -73,6 +77,15 @@ def token_budget(body: bytes, envelope: dict[str, Any]) -> TokenBudget | None:
         elif kind is bool:
             bools -= 1
     return TokenBudget(strings, bools)
+
+
+def _occurrences(data: np.ndarray, word: bytes) -> int:
+    """`bytes.count(word)` for a `word` that cannot overlap itself, over uint8 [n_bytes]:
+    vectorised, a few times faster than bytes.count on a megabyte body."""
+    starts = np.flatnonzero(data[: max(len(data) - len(word) + 1, 0)] == word[0])
+    for j in range(1, len(word)):
+        starts = starts[data[starts + j] == word[j]]
+    return len(starts)
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,9 @@ def build_matrix(
     if n > max_candidates:
         raise RequestError(where, f"{n} candidates; at most {max_candidates} allowed", "too_long")
     width = len(feature_names)
+    plain = _plain_lists(candidates, width)
+    if plain is not None:
+        return _plain_matrix(*plain, where, budget, extra_columns)
     ids: list[Any] = []
     list_pos: list[int] = []
     list_rows: list[list[Any]] = []
@@ -182,9 +198,57 @@ def build_matrix(
     return CandidateMatrix(ids, matrix)
 
 
+def _plain_lists(candidates: list[Any], width: int) -> tuple[list[Any], list[Any], int] | None:
+    """(ids, feature lists, JSON strings outside the values) when every candidate is exactly
+    `{"id": str | int, "features": [width values]}`, the usual request: checked with a few
+    C-speed passes instead of a Python loop. None sends the request down the per-candidate
+    path, which also finds and names the first problem."""
+    if set(map(type, candidates)) != {dict} or set(map(len, candidates)) != {2}:
+        return None
+    try:  # two keys, both present: exactly `id` and `features`
+        ids = [c["id"] for c in candidates]
+        rows = [c["features"] for c in candidates]
+    except KeyError:
+        return None
+    id_types = set(map(type, ids))
+    if not id_types <= _ID_TYPES or set(map(type, rows)) != {list}:
+        return None
+    if set(map(len, rows)) != {width}:
+        return None
+    if str not in id_types:
+        n_str = 0
+    elif int not in id_types:
+        n_str = len(ids)
+    else:
+        n_str = sum(type(cid) is str for cid in ids)
+    return ids, rows, 2 * len(ids) + n_str  # two keys each, plus the id when a string
+
+
+def _plain_matrix(
+    ids: list[Any],
+    rows: list[list[Any]],
+    strings: int,
+    where: Loc,
+    budget: TokenBudget | None,
+    extra_columns: int,
+) -> CandidateMatrix:
+    """The matrix of `_plain_lists`'s output, with `extra_columns` NaN columns appended."""
+    n = len(ids)
+    if len(set(ids)) != n:
+        _duplicate_id(ids, where)
+    numbers = budget is not None and budget.bools == 0 and budget.strings == strings
+    values = _to_float32(rows, range(n), where, numbers)
+    if not extra_columns:
+        return CandidateMatrix(ids, values)
+    matrix = np.empty((n, values.shape[1] + extra_columns), dtype=np.float32)
+    matrix[:, : values.shape[1]] = values
+    matrix[:, values.shape[1] :] = np.nan
+    return CandidateMatrix(ids, matrix)
+
+
 def _to_float32(
     rows: list[list[Any]],
-    positions: list[int],
+    positions: Sequence[int],
     where: Loc,
     numbers: bool,
     keys: Sequence[str] | None = None,
@@ -279,7 +343,7 @@ def _duplicate_id(ids: list[Any], where: Loc) -> None:
 
 
 def _first_non_number(
-    rows: list[list[Any]], positions: list[int], where: Loc, keys: Sequence[str] | None
+    rows: list[list[Any]], positions: Sequence[int], where: Loc, keys: Sequence[str] | None
 ) -> None:
     for row, pos in zip(rows, positions, strict=True):
         for j, value in enumerate(row):

@@ -78,6 +78,9 @@ def train_command(
     max_weight: Annotated[
         float | None, Opt(help="Clip 1/propensity at this.", rich_help_panel=CLICKS)
     ] = None,
+    debias: Annotated[
+        str, Opt(help="ipw | pairwise (Hu et al. 2019).", rich_help_panel=CLICKS)
+    ] = "ipw",
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Train a ranking model and write it as a version directory (manifest + model)."""
@@ -129,7 +132,7 @@ def train_command(
                 from trainer.lambdamart.unbiased import unbiased_from_flags
 
                 objective = unbiased_from_flags(
-                    chosen, train, params, unbiased, propensities, discount, max_weight
+                    chosen, train, params, unbiased, propensities, discount, max_weight, debias
                 )
             summary = _train_trees(
                 chosen, train, valid, params, out, name, dask_scheduler, objective

@@ -1,15 +1,19 @@
 """Unbiased LambdaMART on click labels: inverse-propensity-weighted lambdas and a position
 discount fitted to observed click-through (seed 002).
 
-IPW (Wang et al. 2016/2018, Joachims et al. 2017), chosen over Hu et al. 2019's pairwise
-debiasing because the propensities come from a separate EM fit (trainer.clicks.propensity) and
-stay fixed while boosting. A click at position k is evidence of relevance discounted by the
-chance theta_k that position k was examined at all, so each clicked document's gain is weighted
-by w = 1 / theta_k: `sum_i c_i / theta_{k_i} * D(rank_i)` is an unbiased estimate of the DCG of
-relevance under the position-based model. The lambdas are LambdaRank's on that estimate: for a
-(clicked, not clicked) pair |delta| = w_clicked * |delta D|, exactly the pairwise IPW weight.
-Each query is still normalised by the ideal DCG of its unweighted labels: normalising by the
-weighted ideal would cancel the weight of every single-click query.
+IPW (Wang et al. 2016/2018, Joachims et al. 2017): the propensities come from a separate EM fit
+(trainer.clicks.propensity) and stay fixed while boosting. Hu et al. 2019's pairwise debiasing,
+which learns click- and non-click-side position ratios while boosting, is the alternative
+(`debias="pairwise"`, lambdamart.pairwise_debias); IPW is the default because it measured
+better (bench/results/position_bias.md).
+
+A click at position k is evidence of relevance discounted by the chance theta_k that position k
+was examined at all, so each clicked document's gain is weighted by w = 1 / theta_k:
+`sum_i c_i / theta_{k_i} * D(rank_i)` is an unbiased estimate of the DCG of relevance under the
+position-based model. The lambdas are LambdaRank's on that estimate: for a (clicked, not clicked)
+pair |delta| = w_clicked * |delta D|, exactly the pairwise IPW weight. Each query is still
+normalised by the ideal DCG of its unweighted labels: normalising by the weighted ideal would
+cancel the weight of every single-click query.
 
 The discount D replaces 1/log2(1 + rank) in delta NDCG when `discount` is given, e.g.
 `power_discount(fit_power_discount(ctr))`, the power law k^-eta fitted to click-through by
@@ -166,12 +170,15 @@ def lambdas_and_hessians(
 def click_objective(
     train: RankingDataset,
     params: LambdaMARTParams,
-    propensities: Path,
+    propensities: Path | None,
     discount: Literal["ctr", "theta", "log2"] = "log2",
     max_weight: float | None = None,
+    debias: Literal["ipw", "pairwise"] = "ipw",
 ) -> UnbiasedObjective:
-    """The objective `ltr train --unbiased --propensities FILE` trains with: IPW weights from
-    the file's theta and the served positions of `train`, and in delta NDCG the usual 1/log2
+    """The objective `ltr train --unbiased [--propensities FILE]` trains with. debias "ipw":
+    IPW weights from the file's theta and the served positions of `train`; "pairwise": Hu et
+    al.'s pairwise debiasing (lambdamart.pairwise_debias), which estimates its own position
+    ratios and needs the file only for a ctr/theta discount. In delta NDCG the usual 1/log2
     discount ("log2"), the power law fitted to the file's CTR by position ("ctr", seed 002) or
     the theta curve itself ("theta"). log2 is the default: on the benchmark the fitted curves
     did not help NDCG@10 (bench/results/position_bias.md)."""
@@ -182,6 +189,10 @@ def click_objective(
             f"{train.source}: --unbiased needs the served position of every row "
             "(a `position` column, as `ltr dataset --from-logs` writes)"
         )
+    if propensities is None:
+        if debias == "ipw" or discount != "log2":
+            raise DataFormatError(f"--debias {debias} --discount {discount} needs propensities")
+        return _pairwise(train, params, None, {})
     theta, ctr = load_propensities(propensities)
     curve: np.ndarray | None = None
     longest = int(train.group_sizes.max())
@@ -196,6 +207,10 @@ def click_objective(
             ) from None
     elif discount == "theta":
         curve = np.minimum.accumulate(theta)  # the kernel needs a non-increasing discount
+    if debias == "pairwise":
+        return _pairwise(
+            train, params, curve, {"propensities": str(propensities), "discount": discount}
+        )
     objective = UnbiasedObjective(
         train.labels,
         train.group_offsets,
@@ -216,7 +231,29 @@ def click_objective(
     return objective
 
 
+def _pairwise(
+    train: RankingDataset, params: LambdaMARTParams, curve: np.ndarray | None, notes: dict[str, Any]
+) -> UnbiasedObjective:
+    from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective
+
+    assert train.positions is not None
+    objective = PairwiseDebiasObjective(
+        train.labels,
+        train.group_offsets,
+        train.positions,
+        curve,
+        sigma=params.sigma,
+        ndcg_truncation=params.ndcg_truncation,
+        max_pairs_rank=params.max_pairs_rank,
+        eval_at=params.eval_at,
+        empty_value=params.empty_query_ndcg,
+    )
+    objective.description.update(notes)
+    return objective
+
+
 DISCOUNTS = ("log2", "ctr", "theta")
+DEBIAS = ("ipw", "pairwise")
 
 
 def unbiased_from_flags(
@@ -227,15 +264,23 @@ def unbiased_from_flags(
     propensities: Path | None,
     discount: str,
     max_weight: float | None,
+    debias: str = "ipw",
 ) -> UnbiasedObjective:
-    """`ltr train --unbiased --propensities FILE [--discount D] [--max-weight W]`, checked:
-    ConfigError naming the flag for a bad combination."""
+    """`ltr train --unbiased [--debias ipw|pairwise] --propensities FILE [--discount D]
+    [--max-weight W]`, checked: ConfigError naming the flag for a bad combination."""
     from trainer.config import ConfigError
 
     if not unbiased:
         raise ConfigError("--propensities is used with --unbiased")
-    if propensities is None:
-        raise ConfigError("--unbiased needs --propensities FILE (from ltr dataset --from-logs)")
+    if debias not in DEBIAS:
+        raise ConfigError(f"--debias {debias!r}: choose one of {', '.join(DEBIAS)}")
+    if debias == "pairwise" and max_weight is not None:
+        raise ConfigError("--max-weight clips IPW weights: not used with --debias pairwise")
+    if propensities is None and (debias == "ipw" or discount != "log2"):
+        why = "" if debias == "ipw" else f" for --discount {discount}"
+        raise ConfigError(
+            f"--unbiased needs --propensities FILE (from ltr dataset --from-logs){why}"
+        )
     if engine != "native":
         raise ConfigError(f"--unbiased works with --engine native only, not {engine!r}")
     if discount not in DISCOUNTS:
@@ -243,4 +288,5 @@ def unbiased_from_flags(
     if max_weight is not None and not max_weight >= 1.0:
         raise ConfigError(f"--max-weight {max_weight}: must be at least 1")
     chosen = cast(Literal["ctr", "theta", "log2"], discount)
-    return click_objective(train, params, propensities, chosen, max_weight)
+    method = cast(Literal["ipw", "pairwise"], debias)
+    return click_objective(train, params, propensities, chosen, max_weight, method)

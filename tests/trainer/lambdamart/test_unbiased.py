@@ -12,6 +12,7 @@ from trainer.data.errors import DataFormatError
 from trainer.lambdamart.booster import train
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.lambdas import lambdas_and_hessians as plain_lambdas
+from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective, position_ratios
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.lambdamart.unbiased import (
     UnbiasedObjective,
@@ -20,6 +21,7 @@ from trainer.lambdamart.unbiased import (
     ipw_weights,
     lambdas_and_hessians,
     power_discount,
+    unbiased_from_flags,
 )
 
 
@@ -188,3 +190,179 @@ def test_click_objective_errors(tmp_path: Path) -> None:
         click_objective(_click_data(positions=False), params, path)
     with pytest.raises(DataFormatError, match="no 'ctr' list"):
         click_objective(_click_data(positions=True), params, path, discount="ctr")
+
+
+# Pairwise debiasing (Hu et al. 2019): trainer.lambdamart.pairwise_debias.
+
+
+def _pbm_clicks(seed: int, n_queries: int, n: int, theta: np.ndarray):
+    """Clicks under the position-based model, one relevant document per query, positions
+    served at random (independent of relevance)."""
+    rng = np.random.default_rng(seed)
+    positions = np.concatenate([rng.permutation(n) + 1 for _ in range(n_queries)])
+    relevant = np.zeros(n_queries * n, dtype=bool)
+    relevant[::n] = True  # first in input order: with tied scores each pair's loss is alike
+    clicks = relevant & (rng.random(n_queries * n) < theta[positions - 1])
+    offsets = np.arange(0, n_queries * n + 1, n, dtype=np.int64)
+    return clicks.astype(np.float64), positions, offsets, relevant
+
+
+def _expected_ratios(theta: np.ndarray, power: float) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed point of the t+/t- updates in expectation for a constant model on
+    _pbm_clicks: every pair then has the same mean loss (one click per list, so the same
+    normaliser), a click at k (chance theta_k / n) pairs with a non-click at every other
+    position m, and a non-click at k with the click at any other position."""
+    t_plus, t_minus = np.ones_like(theta), np.ones_like(theta)
+    for _ in range(200):
+        plus = theta * (np.sum(1 / t_minus) - 1 / t_minus)
+        minus = np.sum(theta / t_plus) - theta / t_plus
+        t_plus = (plus / plus[0]) ** (1 / (power + 1))
+        t_minus = (minus / minus[0]) ** (1 / (power + 1))
+    return t_plus, t_minus
+
+
+def test_pairwise_ratios_recover_known_position_ratios() -> None:
+    theta = 1.0 / np.arange(1, 9)
+    clicks, positions, offsets, relevant = _pbm_clicks(0, 20000, 8, theta)
+    # The click rate each position actually got, so that only the losses' noise is left.
+    seen = np.bincount(positions[clicks > 0])[1:] / np.bincount(positions[relevant])[1:]
+    for power in (1.0, 0.5):
+        objective = PairwiseDebiasObjective(clicks, offsets, positions, power=power)
+        for _ in range(6):  # t+ and t- divide each other's sums: let the joint fit settle
+            objective.compute(np.zeros(clicks.size))
+        want_plus, want_minus = _expected_ratios(seen, power)
+        assert objective.t_plus[0] == 1.0 and objective.t_minus[0] == 1.0
+        np.testing.assert_allclose(objective.t_plus, want_plus, rtol=0.04)
+        np.testing.assert_allclose(objective.t_minus, want_minus, rtol=0.01)
+        # The click side follows the examination curve: about theta_k^(1/(p+1)).
+        np.testing.assert_allclose(objective.t_plus, theta ** (1 / (power + 1)), rtol=0.1)
+
+
+def test_pairwise_with_unit_ratios_is_the_unbiased_objective() -> None:
+    scores, labels, _, offsets = _queries(seed=5)
+    positions = np.tile(np.arange(1, 9), 6)
+    for discount, trunc in ((None, None), (power_discount(1.2, 8), 5)):
+        plain = UnbiasedObjective(labels, offsets, None, discount, 1.3, trunc, eval_at=5)
+        ours = PairwiseDebiasObjective(labels, offsets, positions, discount, 1.3, trunc, eval_at=5)
+        for a, b in zip(plain.compute(scores), ours.compute(scores), strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+        assert not np.array_equal(ours.t_plus, np.ones(8))  # learned after the first pass
+        fixed = PairwiseDebiasObjective(
+            labels, offsets, positions, discount, 1.3, trunc, learn=False
+        )
+        for _ in range(2):
+            np.testing.assert_allclose(
+                fixed.compute(scores)[0], plain.compute(scores)[0], rtol=1e-12, atol=1e-14
+            )
+        np.testing.assert_array_equal(fixed.t_plus, np.ones(8))
+
+
+def test_pairwise_weights_each_pair_by_both_positions() -> None:
+    # One click at position 2 over non-clicks at positions 1 and 3: each pair's lambda is the
+    # plain one divided by t+_2 t-_{pos j}.
+    labels, offsets = np.array([0.0, 1.0, 0.0]), np.array([0, 3])
+    positions, scores = np.array([1, 2, 3]), np.array([0.3, 0.0, -0.2])
+    t_plus, t_minus = np.array([1.0, 0.5, 0.25]), np.array([1.0, 2.0, 4.0])
+    ours = PairwiseDebiasObjective(
+        labels, offsets, positions, t_plus=t_plus, t_minus=t_minus, learn=False
+    )
+    lam, hess, _ = ours.compute(scores)
+    disc = 1.0 / np.log2(np.arange(2, 5))
+    rank = {0: 0, 1: 1, 2: 2}  # by score
+    want_l, want_h = np.zeros(3), np.zeros(3)
+    for j in (0, 2):
+        rho = 1.0 / (1.0 + np.exp(scores[1] - scores[j]))
+        delta = abs(disc[rank[1]] - disc[rank[j]]) / disc[0] / (t_plus[1] * t_minus[j])
+        want_l[1] += rho * delta
+        want_l[j] -= rho * delta
+        want_h[[1, j]] += delta * rho * (1 - rho)
+    np.testing.assert_allclose(lam, want_l, rtol=1e-12)
+    np.testing.assert_allclose(hess, want_h, rtol=1e-12)
+
+
+def test_pairwise_permutation_and_padding() -> None:
+    theta = 1.0 / np.arange(1, 7)
+    clicks, positions, offsets, _ = _pbm_clicks(1, 60, 6, theta)
+    scores = np.random.default_rng(2).normal(size=clicks.size)
+    base = PairwiseDebiasObjective(clicks, offsets, positions, eval_at=5)
+    lam, hess, ndcg = base.compute(scores)
+    lam2, _, _ = base.compute(scores)
+    # Shuffle the documents inside each query and the queries themselves.
+    rng = np.random.default_rng(3)
+    q_order = rng.permutation(60)
+    perm = np.concatenate([offsets[q] + rng.permutation(6) for q in q_order])
+    shuffled = PairwiseDebiasObjective(clicks[perm], offsets, positions[perm], eval_at=5)
+    s_lam, s_hess, s_ndcg = shuffled.compute(scores[perm])
+    np.testing.assert_allclose(s_lam, lam[perm], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(s_hess, hess[perm], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(s_ndcg, ndcg[q_order])
+    np.testing.assert_allclose(shuffled.compute(scores[perm])[0], lam2[perm], rtol=1e-9, atol=1e-12)
+    # Padding: a query without clicks and a long tail of positions share nothing with the rest.
+    pad_clicks = np.concatenate([clicks, np.zeros(9)])
+    pad_pos = np.concatenate([positions, np.arange(1, 10)])
+    pad_offsets = np.append(offsets, offsets[-1] + 9)
+    padded = PairwiseDebiasObjective(pad_clicks, pad_offsets, pad_pos, max_position=6)
+    p_lam, _, _ = padded.compute(np.concatenate([scores, np.ones(9)]))
+    np.testing.assert_allclose(p_lam[: clicks.size], lam, rtol=1e-12)
+    assert not p_lam[clicks.size :].any()
+    fresh = PairwiseDebiasObjective(clicks, offsets, positions)
+    fresh.compute(scores)
+    np.testing.assert_allclose(padded.t_plus, fresh.t_plus, rtol=1e-12)
+    np.testing.assert_allclose(padded.t_minus, fresh.t_minus, rtol=1e-12)
+
+
+def test_position_ratios_keep_positions_without_pairs() -> None:
+    previous = np.array([1.0, 0.7, 0.3])
+    np.testing.assert_allclose(
+        position_ratios(np.array([4.0, 1.0, 0.0]), 1.0, previous), [1, 0.5, 0.3]
+    )
+    np.testing.assert_allclose(position_ratios(np.array([0.0, 1.0, 2.0]), 1.0, previous), previous)
+
+
+def test_pairwise_bad_input() -> None:
+    _scores, labels, _, offsets = _queries()
+    positions = np.tile(np.arange(1, 9), 6)
+    with pytest.raises(ValueError, match="one entry per document"):
+        PairwiseDebiasObjective(labels, offsets, positions[:5])
+    with pytest.raises(ValueError, match="1-based"):
+        PairwiseDebiasObjective(labels, offsets, positions - 1)
+    with pytest.raises(ValueError, match="power must be positive"):
+        PairwiseDebiasObjective(labels, offsets, positions, power=0.0)
+    with pytest.raises(ValueError, match="t_minus must hold 8"):
+        PairwiseDebiasObjective(labels, offsets, positions, t_minus=np.ones(3))
+
+
+def test_click_objective_pairwise(tmp_path: Path) -> None:
+    params = LambdaMARTParams(num_trees=3, num_leaves=2, min_data_in_leaf=1, threads=1)
+    data = _click_data(positions=True)
+    objective = click_objective(data, params, None, debias="pairwise")
+    assert isinstance(objective, PairwiseDebiasObjective)
+    assert objective.description["lambdas"] == "pairwise_debias"
+    objective.compute(np.array([0.0, 0.1, 0.2, 0.3, 0.0, 0.0]))
+    t_plus = objective.description["t_plus"]
+    assert t_plus[0] == 1.0 and t_plus[2] == 1.0 and 0 < t_plus[1] != 1.0  # no click at 3
+    assert len(objective.description["t_minus"]) == 3
+    assert objective.description["t_minus"][0] == 1.0 and objective.description["t_minus"][1] > 0
+    with pytest.raises(DataFormatError, match="needs propensities"):
+        click_objective(data, params, None, discount="ctr", debias="pairwise")
+    with pytest.raises(DataFormatError, match="needs propensities"):
+        click_objective(data, params, None)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"theta": [1.0, 0.5, 0.25]}))
+    theta = click_objective(data, params, path, discount="theta", debias="pairwise")
+    np.testing.assert_allclose(theta.disc_pairs, [1.0, 0.5, 0.25])
+    assert theta.description["discount"] == "theta"
+
+
+def test_unbiased_flags_debias() -> None:
+    from trainer.config import ConfigError
+
+    data, params = _click_data(positions=True), LambdaMARTParams()
+    flags = ("native", data, params, True, None, "log2", None)
+    assert isinstance(unbiased_from_flags(*flags, "pairwise"), PairwiseDebiasObjective)
+    with pytest.raises(ConfigError, match="--debias 'dpo'"):
+        unbiased_from_flags(*flags, "dpo")
+    with pytest.raises(ConfigError, match="needs --propensities"):
+        unbiased_from_flags(*flags, "ipw")
+    with pytest.raises(ConfigError, match="--max-weight"):
+        unbiased_from_flags("native", data, params, True, None, "log2", 5.0, "pairwise")

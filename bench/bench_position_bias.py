@@ -11,6 +11,9 @@
    (a) true labels, (b) naive clicks, (c) debiased clicks: IPW lambdas with the estimated
    propensities + the discount fitted to CTR by position; (c4) Hu et al. 2019's pairwise
    debiasing (lambdamart.pairwise_debias, position ratios learned while boosting, no EM);
+   (c5) LightGBM's additive position-bias factors in the native trainer
+   (lambdamart.position_bias_factors, `--debias position-bias`, no EM; c5b: the factors
+   take a full Newton step instead of one shrunk by the learning rate);
    plus ablations and, side by side,
    LightGBM lambdarank on the same click lists with and without its own position-bias
    correction (`position` in the Dataset).
@@ -40,6 +43,7 @@ from trainer.lambdamart.booster import train
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective
 from trainer.lambdamart.params import LambdaMARTParams
+from trainer.lambdamart.position_bias_factors import PositionBiasObjective
 from trainer.lambdamart.unbiased import (
     UnbiasedObjective,
     click_objective,
@@ -231,6 +235,19 @@ def main() -> None:
             out.setdefault("pairwise_ratios", {}).setdefault(name, {})[side] = ratios
         return fitted
 
+    def position_bias(name: str, step: float | None = None) -> tuple[np.ndarray, float]:
+        if step is None:  # what `ltr train --unbiased --debias position-bias` trains with
+            objective = click_objective(clicked, params, None, debias="position-bias")
+        else:
+            assert clicked.positions is not None
+            objective = PositionBiasObjective(
+                clicked.labels, clicked.group_offsets, clicked.positions, step, eval_at=10
+            )
+        fitted = fit_native(clicked, params, test, objective)
+        bias = [round(b, 4) for b in objective.description["position_bias"]]
+        out.setdefault("position_bias", {})[name] = bias
+        return fitted
+
     runs = {
         "a_true_labels": lambda: fit_native(truth_train, params, test),
         "b_naive_clicks": lambda: fit_native(clicked, params, test),
@@ -252,6 +269,8 @@ def main() -> None:
             "c4c_pairwise_clicked_side_only", non_clicks=False, power=args.pairwise_power
         ),
         "c4d_pairwise_power": lambda: pairwise("c4d_pairwise_power", power=args.pairwise_power),
+        "c5_position_bias_factors": lambda: position_bias("c5_position_bias_factors"),
+        "c5b_position_bias_full_step": lambda: position_bias("c5b_position_bias_full_step", 1.0),
         "lightgbm_true_labels": lambda: fit_lightgbm(truth_train, params, test, False),
         "lightgbm_naive_clicks": lambda: fit_lightgbm(clicked, params, test, False),
         "lightgbm_position_debiased": lambda: fit_lightgbm(clicked, params, test, True),

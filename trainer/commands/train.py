@@ -79,7 +79,8 @@ def train_command(
         float | None, Opt(help="Clip 1/propensity at this.", rich_help_panel=CLICKS)
     ] = None,
     debias: Annotated[
-        str, Opt(help="ipw | pairwise (Hu et al. 2019).", rich_help_panel=CLICKS)
+        str,
+        Opt(help="ipw | pairwise (Hu et al. 2019) | position-bias.", rich_help_panel=CLICKS),
     ] = "ipw",
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
 ) -> None:

@@ -173,7 +173,7 @@ def click_objective(
     propensities: Path | None,
     discount: Literal["ctr", "theta", "log2"] = "log2",
     max_weight: float | None = None,
-    debias: Literal["ipw", "pairwise"] = "ipw",
+    debias: Literal["ipw", "pairwise", "position-bias"] = "ipw",
 ) -> UnbiasedObjective:
     """The objective `ltr train --unbiased [--propensities FILE]` trains with. debias "ipw":
     IPW weights from the file's theta and the served positions of `train`; "pairwise": Hu et
@@ -189,6 +189,10 @@ def click_objective(
             f"{train.source}: --unbiased needs the served position of every row "
             "(a `position` column, as `ltr dataset --from-logs` writes)"
         )
+    if debias == "position-bias":  # lambdamart.position_bias_factors: no file, log2 only
+        if discount != "log2":
+            raise DataFormatError(f"--debias position-bias --discount {discount}: use log2")
+        return _position_bias(train, params)
     if propensities is None:
         if debias == "ipw" or discount != "log2":
             raise DataFormatError(f"--debias {debias} --discount {discount} needs propensities")
@@ -252,8 +256,25 @@ def _pairwise(
     return objective
 
 
+def _position_bias(train: RankingDataset, params: LambdaMARTParams) -> UnbiasedObjective:
+    from trainer.lambdamart.position_bias_factors import PositionBiasObjective
+
+    assert train.positions is not None
+    return PositionBiasObjective(
+        train.labels,
+        train.group_offsets,
+        train.positions,
+        learning_rate=params.learning_rate,
+        sigma=params.sigma,
+        ndcg_truncation=params.ndcg_truncation,
+        max_pairs_rank=params.max_pairs_rank,
+        eval_at=params.eval_at,
+        empty_value=params.empty_query_ndcg,
+    )
+
+
 DISCOUNTS = ("log2", "ctr", "theta")
-DEBIAS = ("ipw", "pairwise")
+DEBIAS = ("ipw", "pairwise", "position-bias")
 
 
 def unbiased_from_flags(
@@ -274,8 +295,10 @@ def unbiased_from_flags(
         raise ConfigError("--propensities is used with --unbiased")
     if debias not in DEBIAS:
         raise ConfigError(f"--debias {debias!r}: choose one of {', '.join(DEBIAS)}")
-    if debias == "pairwise" and max_weight is not None:
-        raise ConfigError("--max-weight clips IPW weights: not used with --debias pairwise")
+    if debias != "ipw" and max_weight is not None:
+        raise ConfigError(f"--max-weight clips IPW weights: not used with --debias {debias}")
+    if debias == "position-bias" and discount != "log2":
+        raise ConfigError(f"--discount {discount}: --debias position-bias uses log2 only")
     if propensities is None and (debias == "ipw" or discount != "log2"):
         why = "" if debias == "ipw" else f" for --discount {discount}"
         raise ConfigError(
@@ -288,5 +311,5 @@ def unbiased_from_flags(
     if max_weight is not None and not max_weight >= 1.0:
         raise ConfigError(f"--max-weight {max_weight}: must be at least 1")
     chosen = cast(Literal["ctr", "theta", "log2"], discount)
-    method = cast(Literal["ipw", "pairwise"], debias)
+    method = cast(Literal["ipw", "pairwise", "position-bias"], debias)
     return click_objective(train, params, propensities, chosen, max_weight, method)

@@ -7,9 +7,9 @@ service that reloads finds everything it needs.
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,10 +62,7 @@ def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> None:
     if uc is None:
         return
     clusters = orjson.loads(artifact.files[uc.clusters_file])
-    with tempfile.SpooledTemporaryFile() as fh:
-        fh.write(artifact.files[uc.embeddings_file])
-        fh.seek(0)
-        embeddings = np.load(fh, allow_pickle=False)
+    embeddings = np.load(io.BytesIO(artifact.files[uc.embeddings_file]), allow_pickle=False)
     push_embeddings(redis_url, prefix, artifact.manifest, clusters, embeddings)
 
 

@@ -186,6 +186,16 @@ def test_python_m_app_serves_with_two_workers(tmp_path: Path) -> None:
     server = UvicornServer(settings, port=port, command=[sys.executable, "-m", "app"])
     try:
         server.start().wait_ready()
+        # /readyz answered by one worker says nothing of the other: wait until fresh
+        # connections (spread over both workers by the kernel) all find a loaded model.
+        deadline = time.monotonic() + 120
+        streak = 0
+        while streak < 20:
+            assert time.monotonic() < deadline, server.log()
+            ready = httpx.get(f"{server.url}/readyz").status_code == 200
+            streak = streak + 1 if ready else 0
+            if not ready:
+                time.sleep(0.2)
         with httpx.Client(base_url=server.url) as client:
             for _ in range(20):
                 resp = client.post("/rerank", content=request_body(rows_for(3, 1)))

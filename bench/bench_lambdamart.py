@@ -210,7 +210,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--write", action="store_true", help=f"write {RESULTS}")
     args = ap.parse_args()
-    lines: list[str] = []
+    lines: list[str] = [
+        "# Native LambdaMART vs LightGBM and XGBoost (`bench/bench_lambdamart.py`)",
+        "",
+    ]
     if args.part in ("quality", "all"):
         quality([int(f) for f in args.folds.split(",")], lines)
     if args.part in ("speed", "all"):

@@ -14,7 +14,8 @@
    (c5) LightGBM's additive position-bias factors in the native trainer
    (lambdamart.position_bias_factors, `--debias position-bias`, no EM; c5b: the factors
    take a full Newton step instead of one shrunk by the learning rate);
-   plus ablations and, side by side,
+   plus ablations (suffixes _trunc30, _norm, _trunc30_norm: LightGBM's pair truncation at
+   rank 30 and per-query lambda normalisation on b, c1, c5, c5b) and, side by side,
    LightGBM lambdarank on the same click lists with and without its own position-bias
    correction (`position` in the Dataset).
 
@@ -27,6 +28,7 @@ import argparse
 import json
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +220,8 @@ def main() -> None:
     max_len = int(clicked.group_sizes.max())
     discount = power_discount(eta, max_len)
 
-    def unbiased(w: np.ndarray | None, d: np.ndarray | None) -> UnbiasedObjective:
-        return UnbiasedObjective(clicked.labels, clicked.group_offsets, w, d, eval_at=10)
+    def unbiased(w: np.ndarray | None, d: np.ndarray | None, **options: Any) -> UnbiasedObjective:
+        return UnbiasedObjective(clicked.labels, clicked.group_offsets, w, d, eval_at=10, **options)
 
     def pairwise(name: str, **options: Any) -> tuple[np.ndarray, float]:
         if not options:  # what `ltr train --unbiased --debias pairwise` trains with
@@ -235,13 +237,22 @@ def main() -> None:
             out.setdefault("pairwise_ratios", {}).setdefault(name, {})[side] = ratios
         return fitted
 
-    def position_bias(name: str, step: float | None = None) -> tuple[np.ndarray, float]:
-        if step is None:  # what `ltr train --unbiased --debias position-bias` trains with
+    def position_bias(
+        name: str, step: float | None = None, **options: Any
+    ) -> tuple[np.ndarray, float]:
+        if (
+            step is None and not options
+        ):  # what `ltr train --unbiased --debias position-bias` trains with
             objective = click_objective(clicked, params, None, debias="position-bias")
         else:
             assert clicked.positions is not None
             objective = PositionBiasObjective(
-                clicked.labels, clicked.group_offsets, clicked.positions, step, eval_at=10
+                clicked.labels,
+                clicked.group_offsets,
+                clicked.positions,
+                params.learning_rate if step is None else step,
+                eval_at=10,
+                **options,
             )
         fitted = fit_native(clicked, params, test, objective)
         bias = [round(b, 4) for b in objective.description["position_bias"]]
@@ -275,6 +286,27 @@ def main() -> None:
         "lightgbm_naive_clicks": lambda: fit_lightgbm(clicked, params, test, False),
         "lightgbm_position_debiased": lambda: fit_lightgbm(clicked, params, test, True),
     }
+    # LightGBM's lambdas (issue 6): pairs with one document in the current top 30
+    # (lambdarank_truncation_level) and/or each query's lambdas scaled by log2(1 + S) / S
+    # (lambdarank_norm).
+    variants: dict[str, dict[str, Any]] = {
+        "trunc30": {"ndcg_truncation": 30},
+        "norm": {"normalize": True},
+        "trunc30_norm": {"ndcg_truncation": 30, "normalize": True},
+    }
+
+    def native_variant(w: np.ndarray | None, opts: dict[str, Any]) -> tuple[np.ndarray, float]:
+        return fit_native(clicked, params, test, unbiased(w, None, **opts))
+
+    for tag, opts in variants.items():
+        runs[f"b_naive_{tag}"] = partial(native_variant, None, opts)
+        runs[f"c1_ipw_{tag}"] = partial(native_variant, weights, opts)
+        runs[f"c5_position_bias_{tag}"] = partial(
+            position_bias, f"c5_position_bias_{tag}", None, **opts
+        )
+        runs[f"c5b_position_bias_full_step_{tag}"] = partial(
+            position_bias, f"c5b_position_bias_full_step_{tag}", 1.0, **opts
+        )
     if args.only:
         wanted = {"a_true_labels", "b_naive_clicks", *args.only.split(",")}
         runs = {name: run for name, run in runs.items() if name in wanted}
@@ -293,7 +325,7 @@ def main() -> None:
     n = out["ndcg10"]
     gap = n["a_true_labels"] - n["b_naive_clicks"]
     for name in n:
-        if not name.startswith("c"):
+        if not name.startswith(("b", "c")):
             continue
         share = (n[name] - n["b_naive_clicks"]) / gap if gap > 0 else float("nan")
         out.setdefault("gap_recovered", {})[name] = round(share, 3)

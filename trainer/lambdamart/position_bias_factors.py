@@ -33,7 +33,8 @@ class PositionBiasObjective(UnbiasedObjective):
     """LambdaRank on scores + bias[position]; positions [n_docs] are the served 1-based
     positions (past `max_position` they share its factor). `bias` [n_pos] holds the current
     factors (index k - 1 for position k); `compute` reports NDCG@eval_at of the scores
-    WITHOUT the bias, i.e. of the model that is exported."""
+    WITHOUT the bias, i.e. of the model that is exported. With `normalize` (LightGBM's
+    `lambdarank_norm`, see UnbiasedObjective) the factors step on the normalised lambdas."""
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class PositionBiasObjective(UnbiasedObjective):
         eval_at: int = 0,
         empty_value: float = 1.0,
         max_position: int | None = None,
+        normalize: bool = False,
     ) -> None:
         super().__init__(
             labels,
@@ -59,6 +61,7 @@ class PositionBiasObjective(UnbiasedObjective):
             max_pairs_rank,
             eval_at,
             empty_value,
+            normalize,
         )
         pos = np.asarray(positions, dtype=np.int64)
         if pos.shape != self.labels.shape:

@@ -73,7 +73,9 @@ def power_discount(eta: float, n: int) -> np.ndarray:
 class UnbiasedObjective(LambdaObjective):
     """LambdaObjective with per-document gain weights [n_docs] (IPW) and/or a discount [>= 1]
     for ranks 1.. (padded with its last value). `compute` reports NDCG@eval_at on the
-    unweighted labels with the standard discount, as LambdaObjective does."""
+    unweighted labels with the standard discount, as LambdaObjective does. `normalize` scales
+    each query's lambdas and hessians as LightGBM's `lambdarank_norm` does (`query_norm`); off
+    by default: it undoes much of the IPW weighting (bench/results/position_bias.md)."""
 
     def __init__(
         self,
@@ -86,10 +88,12 @@ class UnbiasedObjective(LambdaObjective):
         max_pairs_rank: int | None = None,
         eval_at: int = 0,
         empty_value: float = 1.0,
+        normalize: bool = False,
     ) -> None:
         super().__init__(
             labels, group_offsets, sigma, ndcg_truncation, max_pairs_rank, eval_at, empty_value
         )
+        self.normalize = bool(normalize)
         max_len = int(np.diff(self.offsets).max())
         trunc = max_len if ndcg_truncation is None else int(ndcg_truncation)
         if discount is not None:
@@ -106,6 +110,8 @@ class UnbiasedObjective(LambdaObjective):
             "lambdas": "ipw" if weights is not None else "plain",
             "discount": "log2" if discount is None else "custom",
         }
+        if self.normalize:
+            self.description["query_norm"] = "log2(1 + S) / S"
         if weights is not None:
             w = np.asarray(weights, dtype=np.float64)
             if w.shape != self.labels.shape or np.any(~(w > 0)):
@@ -126,9 +132,23 @@ class UnbiasedObjective(LambdaObjective):
             lam, hess, ndcg = super().compute(scores)
         finally:
             self.gains, self.eval_at = self.plain_gains, eval_at
+        if self.normalize:
+            factor = query_norm(lam, self.offsets)
+            lam, hess = lam * factor, hess * factor
         if eval_at > 0:
             ndcg = super().compute(scores, with_lambdas=False)[2]
         return lam, hess, ndcg
+
+
+def query_norm(lambdas: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """LightGBM's `lambdarank_norm`: per document [n_docs], its query's log2(1 + S) / S with
+    S = sum of |lambda| over the query's documents (1 where S is 0). With two label levels
+    (clicks) every document's pairs push it one way, so S is LightGBM's sum, twice the pairs'
+    |lambda_ij|; with more levels it is a lower bound. Queries with many large lambdas are
+    damped (log), queries with little gradient keep it."""
+    total = np.add.reduceat(np.abs(lambdas), offsets[:-1])
+    factor = np.divide(np.log2(1.0 + total), total, out=np.ones_like(total), where=total > 0)
+    return np.repeat(factor, np.diff(offsets))
 
 
 def _ideal_dcg(gains: np.ndarray, offsets: np.ndarray, discount: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.lambdas import lambdas_and_hessians as plain_lambdas
 from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective, position_ratios
 from trainer.lambdamart.params import LambdaMARTParams
+from trainer.lambdamart.position_bias_factors import PositionBiasObjective
 from trainer.lambdamart.unbiased import (
     UnbiasedObjective,
     click_objective,
@@ -366,3 +367,50 @@ def test_unbiased_flags_debias() -> None:
         unbiased_from_flags(*flags, "ipw")
     with pytest.raises(ConfigError, match="--max-weight"):
         unbiased_from_flags("native", data, params, True, None, "log2", 5.0, "pairwise")
+
+
+def test_query_norm_is_lightgbms_lambdarank_norm() -> None:
+    """With click labels each query's lambdas and hessians are scaled by log2(1 + S) / S, S =
+    twice the sum of the pairs' |lambda_ij| (LightGBM's `sum_lambdas`); a query without a
+    click keeps its zeros."""
+    scores, labels, weights, offsets = _queries(seed=3)
+    labels = (labels > 0).astype(np.float64)
+    labels[offsets[2] : offsets[3]] = 0.0  # a query without a click
+    disc = 1.0 / np.log2(np.arange(2, 10))
+    plain = UnbiasedObjective(labels, offsets, weights)
+    normed = UnbiasedObjective(labels, offsets, weights, normalize=True)
+    lam, hess, _ = plain.compute(scores)
+    lam_n, hess_n, _ = normed.compute(scores)
+    assert normed.description["query_norm"] == "log2(1 + S) / S"
+    factors = []
+    for lo, hi in itertools.pairwise(offsets):
+        s, lab, w = scores[lo:hi], labels[lo:hi], weights[lo:hi]
+        order = np.argsort(-s, kind="stable")
+        rank = np.empty(s.size, dtype=np.int64)
+        rank[order] = np.arange(s.size)
+        ideal = float(np.sum(np.sort(2.0**lab - 1.0)[::-1] * disc[: s.size]))
+        total = 0.0
+        for i, j in itertools.product(range(s.size), repeat=2):
+            if lab[i] > lab[j]:
+                delta = w[i] * abs(disc[rank[i]] - disc[rank[j]]) / ideal
+                total += 2.0 * delta / (1.0 + np.exp(s[i] - s[j]))
+        factor = np.log2(1.0 + total) / total if total > 0 else 1.0
+        factors.append(factor)
+        np.testing.assert_allclose(lam_n[lo:hi], lam[lo:hi] * factor, rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(hess_n[lo:hi], hess[lo:hi] * factor, rtol=1e-10, atol=1e-15)
+    assert np.all(lam_n[offsets[2] : offsets[3]] == 0.0)
+    assert len({round(f, 6) for f in factors if f != 1.0}) > 1  # per query, not one constant
+    assert factors[2] == 1.0
+
+
+def test_position_bias_factors_step_on_normalised_lambdas() -> None:
+    scores, labels, _, offsets = _queries(seed=4)
+    labels = (labels > 0).astype(np.float64)
+    positions = np.tile(np.arange(1, 9), offsets.size - 1)
+    plain = PositionBiasObjective(labels, offsets, positions, learning_rate=1.0)
+    normed = PositionBiasObjective(labels, offsets, positions, learning_rate=1.0, normalize=True)
+    lam, _, _ = plain.compute(scores)
+    lam_n, _, _ = normed.compute(scores)
+    factor = lam_n[lam != 0] / lam[lam != 0]
+    assert not np.allclose(factor, factor[0])  # one factor per query
+    assert not np.allclose(plain.bias, normed.bias)

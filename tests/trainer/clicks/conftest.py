@@ -81,3 +81,22 @@ def pbm_clicks(n_queries: int, docs: int = 10, eta: float = 1.0, seed: int = 0) 
     clicks = (rng.random(n) < theta[positions - 1] * relevance).astype(np.int8)
     offsets = np.arange(0, n + 1, docs, dtype=np.int64)
     return PBMClicks(positions, clicks, x, relevance, offsets, theta)
+
+
+def write_pbm_log(path: Path, n_queries: int, docs: int, seed: int) -> PBMClicks:
+    """Write a log of `n_queries` served lists with clicks from the position-based model (each
+    list in served order, a feedback record for its clicked candidates); returns the clicks."""
+    sim = pbm_clicks(n_queries, docs=docs, seed=seed)
+    records = []
+    for q in range(n_queries):
+        rows = slice(q * docs, q * docs + docs)
+        order = np.argsort(sim.positions[rows])
+        ids = [int(i) for i in order]
+        rec = impression(f"r{q}", ids, float(q))
+        rec["features"] = sim.features[rows][order]
+        records.append(rec)
+        clicked = [(i, "click") for i in ids if sim.clicks[rows][i]]
+        if clicked:
+            records.append(feedback(f"r{q}", *clicked))
+    write_log(path, records)
+    return sim

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.artifacts.manifest import Manifest, MissingValueRule
-from tests.trainer.clicks.conftest import feedback, impression, pbm_clicks, write_log
+from tests.trainer.clicks.conftest import feedback, impression, write_log, write_pbm_log
 from tests.trainer.commands.conftest import one_error_line
 from trainer.cli import app
 from trainer.commands.dataset import parse_time
@@ -77,19 +77,7 @@ def test_valid_after_iso_time(runner: CliRunner, tmp_path: Path) -> None:
 
 
 def test_propensities_from_pbm_logs(runner: CliRunner, tmp_path: Path) -> None:
-    sim = pbm_clicks(1500, docs=6, seed=5)
-    records = []
-    for q in range(1500):
-        rows = slice(q * 6, q * 6 + 6)
-        order = np.argsort(sim.positions[rows])
-        ids = [int(i) for i in order]
-        rec = impression(f"r{q}", ids, float(q))
-        rec["features"] = sim.features[rows][order]
-        records.append(rec)
-        clicked = [(i, "click") for i in ids if sim.clicks[rows][i]]
-        if clicked:
-            records.append(feedback(f"r{q}", *clicked))
-    write_log(tmp_path / "l.jsonl", records)
+    sim = write_pbm_log(tmp_path / "l.jsonl", 1500, docs=6, seed=5)
     args = ["dataset", "--from-logs", str(tmp_path / "l.jsonl"), "--out", str(tmp_path / "d")]
     result = runner.invoke(app, [*args, "--valid-fraction", "0.1", "--json"])
     assert result.exit_code == 0, result.output

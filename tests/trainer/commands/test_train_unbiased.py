@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import orjson
 import pytest
 from typer.testing import CliRunner
 
 from app.artifacts.store import load_version
-from tests.trainer.clicks.conftest import feedback, impression, pbm_clicks, write_log
+from tests.trainer.clicks.conftest import write_pbm_log
 from tests.trainer.commands.conftest import one_error_line
 from trainer.cli import app
 
@@ -20,19 +19,7 @@ from trainer.cli import app
 def click_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """train/valid Parquet + propensities.json joined from PBM click logs."""
     root = tmp_path_factory.mktemp("clicks")
-    sim = pbm_clicks(600, docs=8, seed=11)
-    records = []
-    for q in range(600):
-        rows = slice(q * 8, q * 8 + 8)
-        order = np.argsort(sim.positions[rows])
-        ids = [int(i) for i in order]
-        rec = impression(f"r{q}", ids, float(q))
-        rec["features"] = sim.features[rows][order]
-        records.append(rec)
-        clicked = [(i, "click") for i in ids if sim.clicks[rows][i]]
-        if clicked:
-            records.append(feedback(f"r{q}", *clicked))
-    write_log(root / "log.jsonl", records)
+    write_pbm_log(root / "log.jsonl", 600, docs=8, seed=11)
     result = CliRunner().invoke(
         app, ["dataset", "--from-logs", str(root / "log.jsonl"), "--out", str(root / "data")]
     )

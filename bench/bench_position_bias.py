@@ -36,12 +36,14 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from app.impressions.sink import feedback_record, impression_record, to_json
+from trainer.clicks.aggregate import aggregate_by_query
 from trainer.clicks.join import join_logs
 from trainer.clicks.logs import read_logs
 from trainer.clicks.propensity import estimate_propensities
 from trainer.data.dataset import RankingDataset
 from trainer.data.parquet import read_parquet
 from trainer.lambdamart.booster import train
+from trainer.lambdamart.click_likelihood import ClickLikelihoodObjective
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective
 from trainer.lambdamart.params import LambdaMARTParams
@@ -160,6 +162,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--eta", type=float, default=1.0)
     parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument(
+        "--click-min-data-in-leaf",
+        type=int,
+        default=100,
+        help="min_data_in_leaf of the runs on click logs (true-label runs: 100)",
+    )
     parser.add_argument("--max-weight", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pairwise-power", type=float, default=1.0, help="p of Hu et al.")
@@ -211,9 +219,12 @@ def main() -> None:
         "true_labels": truth_train.num_queries,
         "click_lists": clicked.num_queries,
     }
-    params = LambdaMARTParams(
+    # One row per document for the true labels (and query-aggregated clicks); a click-log row
+    # repeats its document once per session, so click runs may ask for more rows per leaf.
+    truth_params = LambdaMARTParams(
         num_trees=args.trees, num_leaves=15, min_data_in_leaf=100, eval_at=10, threads=1
     )
+    params = truth_params.model_copy(update={"min_data_in_leaf": args.click_min_data_in_leaf})
     assert clicked.positions is not None
     weights = ipw_weights(clicked.positions, est.theta, args.max_weight)
     weights_true = ipw_weights(clicked.positions, theta_true, args.max_weight)
@@ -259,8 +270,22 @@ def main() -> None:
         out.setdefault("position_bias", {})[name] = bias
         return fitted
 
+    def aggregated(theta: np.ndarray, strength: float) -> RankingDataset:
+        dataset, _ = aggregate_by_query(joined, theta, strength)
+        out.setdefault("aggregated_lists", dataset.num_queries)
+        return dataset
+
+    def click_likelihood(
+        data: RankingDataset, theta: np.ndarray, learn: bool
+    ) -> tuple[np.ndarray, float]:
+        assert data.positions is not None
+        objective = ClickLikelihoodObjective(
+            data.labels, data.group_offsets, data.positions, theta, learn, eval_at=10
+        )
+        return fit_native(data, params, test, objective)
+
     runs = {
-        "a_true_labels": lambda: fit_native(truth_train, params, test),
+        "a_true_labels": lambda: fit_native(truth_train, truth_params, test),
         "b_naive_clicks": lambda: fit_native(clicked, params, test),
         "c_ipw_fitted_discount": lambda: fit_native(
             clicked, params, test, unbiased(weights, discount)
@@ -282,7 +307,18 @@ def main() -> None:
         "c4d_pairwise_power": lambda: pairwise("c4d_pairwise_power", power=args.pairwise_power),
         "c5_position_bias_factors": lambda: position_bias("c5_position_bias_factors"),
         "c5b_position_bias_full_step": lambda: position_bias("c5b_position_bias_full_step", 1.0),
-        "lightgbm_true_labels": lambda: fit_lightgbm(truth_train, params, test, False),
+        "c6_query_aggregated": lambda: fit_native(aggregated(est.theta, 1.0), truth_params, test),
+        "c6b_query_aggregated_strength4": lambda: fit_native(
+            aggregated(est.theta, 4.0), truth_params, test
+        ),
+        "c6c_query_aggregated_true_theta": lambda: fit_native(
+            aggregated(theta_true, 1.0), truth_params, test
+        ),
+        "c7_click_likelihood": lambda: click_likelihood(logs, est.theta, False),
+        "c7b_click_likelihood_learn_theta": lambda: click_likelihood(logs, est.theta, True),
+        "c7c_click_likelihood_clicked_lists": lambda: click_likelihood(clicked, est.theta, False),
+        "c7d_click_likelihood_true_theta": lambda: click_likelihood(logs, theta_true, False),
+        "lightgbm_true_labels": lambda: fit_lightgbm(truth_train, truth_params, test, False),
         "lightgbm_naive_clicks": lambda: fit_lightgbm(clicked, params, test, False),
         "lightgbm_position_debiased": lambda: fit_lightgbm(clicked, params, test, True),
     }

@@ -4,9 +4,9 @@ scorer (so offline figures are what the service will serve)."""
 from __future__ import annotations
 
 import numpy as np
-from app.scoring.loader import load_scorer
 
 from app.artifacts.store import Artifact
+from app.scoring.loader import load_scorer
 from trainer.data.dataset import RankingDataset
 
 

@@ -80,7 +80,10 @@ def train_command(
     ] = None,
     debias: Annotated[
         str,
-        Opt(help="ipw | pairwise (Hu et al. 2019) | position-bias.", rich_help_panel=CLICKS),
+        Opt(
+            help="ipw | pairwise (Hu et al. 2019) | position-bias | click-model.",
+            rich_help_panel=CLICKS,
+        ),
     ] = "ipw",
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
 ) -> None:

@@ -70,10 +70,8 @@ class RankingDataset:
     def subset_queries(self, query_index: np.ndarray) -> RankingDataset:
         """The dataset restricted to the given queries (in the given order)."""
         query_index = np.asarray(query_index, dtype=np.int64)
-        starts = self.group_offsets[query_index]
-        sizes = self.group_offsets[query_index + 1] - starts
-        rows = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
-        rows = rows + np.arange(int(sizes.sum()))
+        rows = query_rows(self.group_offsets, query_index)
+        sizes = np.diff(self.group_offsets)[query_index]
         return RankingDataset(
             features=np.ascontiguousarray(self.features[rows]),
             labels=self.labels[rows],
@@ -84,3 +82,12 @@ class RankingDataset:
             user_ids=None if self.user_ids is None else self.user_ids[query_index],
             positions=None if self.positions is None else self.positions[rows],
         )
+
+
+def query_rows(group_offsets: np.ndarray, query_index: np.ndarray) -> np.ndarray:
+    """Row indices int64 [n_rows] of the given queries [k], concatenated in the given order."""
+    query_index = np.asarray(query_index, dtype=np.int64)
+    starts = group_offsets[query_index]
+    sizes = group_offsets[query_index + 1] - starts
+    rows = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+    return (rows + np.arange(int(sizes.sum()))).astype(np.int64)

@@ -35,6 +35,10 @@ from trainer.data.errors import DataFormatError
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.params import LambdaMARTParams
 
+DISCOUNTS = ("log2", "ctr", "theta")
+DEBIAS = ("ipw", "pairwise", "position-bias", "click-model")
+Debias = Literal["ipw", "pairwise", "position-bias", "click-model"]
+
 
 def ipw_weights(
     positions: np.ndarray, propensities: np.ndarray, max_weight: float | None = None
@@ -193,7 +197,7 @@ def click_objective(
     propensities: Path | None,
     discount: Literal["ctr", "theta", "log2"] = "log2",
     max_weight: float | None = None,
-    debias: Literal["ipw", "pairwise", "position-bias"] = "ipw",
+    debias: Debias = "ipw",
 ) -> UnbiasedObjective:
     """The objective `ltr train --unbiased [--propensities FILE]` trains with. debias "ipw":
     IPW weights from the file's theta and the served positions of `train`; "pairwise": Hu et
@@ -213,6 +217,10 @@ def click_objective(
         if discount != "log2":
             raise DataFormatError(f"--debias position-bias --discount {discount}: use log2")
         return _position_bias(train, params)
+    if debias == "click-model":  # lambdamart.click_likelihood: theta from the file, no discount
+        if discount != "log2" or propensities is None:
+            raise DataFormatError("--debias click-model needs propensities and --discount log2")
+        return _click_model(train, params, propensities)
     if propensities is None:
         if debias == "ipw" or discount != "log2":
             raise DataFormatError(f"--debias {debias} --discount {discount} needs propensities")
@@ -276,6 +284,26 @@ def _pairwise(
     return objective
 
 
+def _click_model(
+    train: RankingDataset, params: LambdaMARTParams, propensities: Path
+) -> UnbiasedObjective:
+    from trainer.clicks.propensity import load_propensities
+    from trainer.lambdamart.click_likelihood import ClickLikelihoodObjective
+
+    assert train.positions is not None
+    theta, _ = load_propensities(propensities)
+    objective = ClickLikelihoodObjective(
+        train.labels,
+        train.group_offsets,
+        train.positions,
+        np.minimum(theta / theta.max(), 1.0),
+        eval_at=params.eval_at,
+        empty_value=params.empty_query_ndcg,
+    )
+    objective.description["propensities"] = str(propensities)
+    return objective
+
+
 def _position_bias(train: RankingDataset, params: LambdaMARTParams) -> UnbiasedObjective:
     from trainer.lambdamart.position_bias_factors import PositionBiasObjective
 
@@ -291,10 +319,6 @@ def _position_bias(train: RankingDataset, params: LambdaMARTParams) -> UnbiasedO
         eval_at=params.eval_at,
         empty_value=params.empty_query_ndcg,
     )
-
-
-DISCOUNTS = ("log2", "ctr", "theta")
-DEBIAS = ("ipw", "pairwise", "position-bias")
 
 
 def unbiased_from_flags(
@@ -317,10 +341,10 @@ def unbiased_from_flags(
         raise ConfigError(f"--debias {debias!r}: choose one of {', '.join(DEBIAS)}")
     if debias != "ipw" and max_weight is not None:
         raise ConfigError(f"--max-weight clips IPW weights: not used with --debias {debias}")
-    if debias == "position-bias" and discount != "log2":
-        raise ConfigError(f"--discount {discount}: --debias position-bias uses log2 only")
-    if propensities is None and (debias == "ipw" or discount != "log2"):
-        why = "" if debias == "ipw" else f" for --discount {discount}"
+    if debias in ("position-bias", "click-model") and discount != "log2":
+        raise ConfigError(f"--discount {discount}: --debias {debias} uses log2 only")
+    if propensities is None and (debias in ("ipw", "click-model") or discount != "log2"):
+        why = "" if debias in ("ipw", "click-model") else f" for --discount {discount}"
         raise ConfigError(
             f"--unbiased needs --propensities FILE (from ltr dataset --from-logs){why}"
         )
@@ -331,5 +355,5 @@ def unbiased_from_flags(
     if max_weight is not None and not max_weight >= 1.0:
         raise ConfigError(f"--max-weight {max_weight}: must be at least 1")
     chosen = cast(Literal["ctr", "theta", "log2"], discount)
-    method = cast(Literal["ipw", "pairwise", "position-bias"], debias)
+    method = cast(Debias, debias)
     return click_objective(train, params, propensities, chosen, max_weight, method)

@@ -11,9 +11,13 @@
    (a) true labels, (b) naive clicks, (c) debiased clicks: IPW lambdas with the estimated
    propensities + the discount fitted to CTR by position; (c4) Hu et al. 2019's pairwise
    debiasing (lambdamart.pairwise_debias, position ratios learned while boosting, no EM);
-   (c5) LightGBM's additive position-bias factors in the native trainer
-   (lambdamart.position_bias_factors, `--debias position-bias`, no EM; c5b: the factors
-   take a full Newton step instead of one shrunk by the learning rate);
+   (c5) LightGBM's additive position-bias factors in the native trainer as `--debias
+   position-bias` trains them (lambdamart.position_bias_factors, no EM: a full Newton step
+   for the factors and per-query lambda normalisation); c5a: with LightGBM's own step (the
+   learning rate) and no normalisation; c5b: full step, no normalisation;
+   (c7) the position-based click model's likelihood boosted directly, theta from EM
+   (lambdamart.click_likelihood, `--debias click-model`, the default; c7b: theta re-estimated
+   while boosting; c7c: lists without a click left out; c7d: the true theta);
    plus ablations (suffixes _trunc30, _norm, _trunc30_norm: LightGBM's pair truncation at
    rank 30 and per-query lambda normalisation on b, c1, c5, c5b) and, side by side,
    LightGBM lambdarank on the same click lists with and without its own position-bias
@@ -36,7 +40,6 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from app.impressions.sink import feedback_record, impression_record, to_json
-from trainer.clicks.aggregate import aggregate_by_query
 from trainer.clicks.join import join_logs
 from trainer.clicks.logs import read_logs
 from trainer.clicks.propensity import estimate_propensities
@@ -219,7 +222,7 @@ def main() -> None:
         "true_labels": truth_train.num_queries,
         "click_lists": clicked.num_queries,
     }
-    # One row per document for the true labels (and query-aggregated clicks); a click-log row
+    # One row per document for the true labels; a click-log row
     # repeats its document once per session, so click runs may ask for more rows per leaf.
     truth_params = LambdaMARTParams(
         num_trees=args.trees, num_leaves=15, min_data_in_leaf=100, eval_at=10, threads=1
@@ -270,11 +273,6 @@ def main() -> None:
         out.setdefault("position_bias", {})[name] = bias
         return fitted
 
-    def aggregated(theta: np.ndarray, strength: float) -> RankingDataset:
-        dataset, _ = aggregate_by_query(joined, theta, strength)
-        out.setdefault("aggregated_lists", dataset.num_queries)
-        return dataset
-
     def click_likelihood(
         data: RankingDataset, theta: np.ndarray, learn: bool
     ) -> tuple[np.ndarray, float]:
@@ -306,14 +304,10 @@ def main() -> None:
         ),
         "c4d_pairwise_power": lambda: pairwise("c4d_pairwise_power", power=args.pairwise_power),
         "c5_position_bias_factors": lambda: position_bias("c5_position_bias_factors"),
+        "c5a_position_bias_lightgbm_step": lambda: position_bias(
+            "c5a_position_bias_lightgbm_step", params.learning_rate
+        ),
         "c5b_position_bias_full_step": lambda: position_bias("c5b_position_bias_full_step", 1.0),
-        "c6_query_aggregated": lambda: fit_native(aggregated(est.theta, 1.0), truth_params, test),
-        "c6b_query_aggregated_strength4": lambda: fit_native(
-            aggregated(est.theta, 4.0), truth_params, test
-        ),
-        "c6c_query_aggregated_true_theta": lambda: fit_native(
-            aggregated(theta_true, 1.0), truth_params, test
-        ),
         "c7_click_likelihood": lambda: click_likelihood(logs, est.theta, False),
         "c7b_click_likelihood_learn_theta": lambda: click_likelihood(logs, est.theta, True),
         "c7c_click_likelihood_clicked_lists": lambda: click_likelihood(clicked, est.theta, False),

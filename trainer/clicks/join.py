@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.clicks.logs import ClickLogs, FeedbackEvent, Impression, read_logs
-from trainer.data.dataset import RankingDataset, query_rows
+from trainer.data.dataset import RankingDataset
 
 
 @dataclass(frozen=True)
@@ -42,20 +42,10 @@ class LabelRules:
 class JoinedLogs:
     dataset: RankingDataset  # query_ids = request ids; positions set
     times: np.ndarray  # float64 [n_queries], impression time (Unix seconds), non-decreasing
-    # The logged query: query id and user cluster (str [n_queries]; the request id when the
-    # impression named no query), and the served candidate id of every row (object [n_docs]).
-    query_keys: np.ndarray
-    candidate_ids: np.ndarray
     stats: dict[str, int] = field(default_factory=dict)
 
     def subset(self, query_index: np.ndarray) -> JoinedLogs:
-        rows = query_rows(self.dataset.group_offsets, query_index)
-        return JoinedLogs(
-            self.dataset.subset_queries(query_index),
-            self.times[query_index],
-            self.query_keys[query_index],
-            self.candidate_ids[rows],
-        )
+        return JoinedLogs(self.dataset.subset_queries(query_index), self.times[query_index])
 
 
 def _labels(feedback: list[FeedbackEvent], rules: LabelRules) -> tuple[dict[str, dict], int]:
@@ -141,19 +131,7 @@ def join_logs(
         "clicked_lists": int(sum(1 for row in label_rows if row.max() > 0)),
     }
     times = np.array([imp.ts for imp in impressions], dtype=np.float64)
-    keys = np.array([query_key(imp) for imp in impressions], dtype=object)
-    ids = np.empty(dataset.num_docs, dtype=object)
-    ids[:] = [cid for imp in impressions for cid in imp.ids]
-    return JoinedLogs(dataset, times, keys, ids, stats)
-
-
-def query_key(imp: Impression) -> str:
-    """What makes two requests "the same query" for aggregation: the logged query id within one
-    user cluster (whose embedding features the model saw); the request id when no query id."""
-    if imp.query_id is None:
-        return f"request:{imp.request_id}"
-    cluster = "" if imp.user_cluster is None else str(imp.user_cluster)
-    return f"{imp.query_id}\x1f{cluster}"
+    return JoinedLogs(dataset, times, stats)
 
 
 def split_by_time(

@@ -84,7 +84,7 @@ def train_command(
             help="ipw | pairwise (Hu et al. 2019) | position-bias | click-model.",
             rich_help_panel=CLICKS,
         ),
-    ] = "ipw",
+    ] = "click-model",
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Train a ranking model and write it as a version directory (manifest + model)."""
@@ -132,14 +132,18 @@ def train_command(
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
             train, valid = _load(train_file, valid_file)
             objective = None
+            valid_metric = "ndcg"
             if unbiased or propensities is not None:
                 from trainer.lambdamart.unbiased import unbiased_from_flags
 
                 objective = unbiased_from_flags(
                     chosen, train, params, unbiased, propensities, discount, max_weight, debias
                 )
+                clicks_valid = valid
+                valid = _unbiased_valid(valid, propensities)
+                valid_metric = "ndcg" if valid is clicks_valid else "dcg"
             summary = _train_trees(
-                chosen, train, valid, params, out, name, dask_scheduler, objective
+                chosen, train, valid, params, out, name, dask_scheduler, objective, valid_metric
             )
     _print_summary(summary, as_json)
 
@@ -159,6 +163,20 @@ def _load(
     return train, valid
 
 
+def _unbiased_valid(
+    valid: RankingDataset | None, propensities: Path | None
+) -> RankingDataset | None:
+    """Click validation data scored without position bias (IPW labels), when it has served
+    positions and there is an examination curve: early stopping then follows the debiased
+    metric, not agreement with the ranking that was served."""
+    if valid is None or valid.positions is None or propensities is None:
+        return valid
+    from trainer.clicks.ipw_eval import ipw_relabel
+    from trainer.clicks.propensity import load_propensities
+
+    return ipw_relabel(valid, load_propensities(propensities)[0])
+
+
 def _train_trees(
     engine: str,
     train: RankingDataset,
@@ -168,11 +186,14 @@ def _train_trees(
     name: str,
     dask_scheduler: str | None = None,
     objective: Any = None,
+    valid_metric: str = "ndcg",
 ) -> dict[str, Any]:
     from trainer.engines import train_tree_model
     from trainer.progress import TrainingProgress
 
     metric = f"ndcg@{params.eval_at}"
+    if valid_metric == "dcg":
+        metric += f", valid: IPW dcg@{params.eval_at}"
     with TrainingProgress(params.num_trees, metric=metric) as progress:
         return train_tree_model(
             engine,
@@ -184,6 +205,7 @@ def _train_trees(
             progress=progress,
             dask_scheduler=dask_scheduler,
             objective=objective,
+            valid_metric=valid_metric,
         )
 
 

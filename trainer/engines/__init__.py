@@ -30,8 +30,10 @@ def train_tree_model(
     progress: TrainingProgress | None = None,
     dask_scheduler: str | None = None,
     objective: Any = None,
+    valid_metric: str = "ndcg",
 ) -> dict[str, Any]:
-    """Train with `engine`, write the version directory `out`, return a summary.
+    """Train with `engine`, write the version directory `out`, return a summary. The native
+    engine stops early on `valid_metric` ("ndcg", or "dcg" for IPW-labelled clicks).
 
     The summary holds model_dir, name, version, kind, engine, trees, best_iteration, seconds,
     evaluated_on ("valid" or "train") and metrics (the ranking report on that set).
@@ -53,7 +55,14 @@ def train_tree_model(
     if engine == "native":
         from trainer.lambdamart.booster import train as native_train
 
-        result = native_train(train, params, valid, on_iteration, objective=objective)
+        result = native_train(
+            train,
+            params,
+            valid,
+            on_iteration,
+            objective,
+            "dcg" if valid_metric == "dcg" else "ndcg",
+        )
         if objective is not None:  # e.g. lambdamart.unbiased.click_objective (click logs)
             extra["objective"] = getattr(objective, "description", type(objective).__name__)
         if result.train_scores is not None:
@@ -84,6 +93,7 @@ def train_tree_model(
         "data_fingerprint": data_fingerprint(train),
         "train_source": train.source,
         "valid_source": None if valid is None else valid.source,
+        "valid_metric": None if valid is None else f"{valid_metric}@{params.eval_at}",
         "best_iteration": result.best_iteration,
         "trees": len(ensemble.trees),
         "train_seconds": round(result.total_seconds, 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numba
 import numpy as np
@@ -16,7 +17,9 @@ from trainer.lambdamart.binning import fit_bins
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.lambdamart.tree_learner import TreeLearner
-from trainer.metrics.ndcg import mean_ndcg
+from trainer.metrics.ndcg import mean_dcg, mean_ndcg
+
+ValidMetric = Literal["ndcg", "dcg"]
 
 
 @dataclass
@@ -78,8 +81,10 @@ def train(
     valid: RankingDataset | None = None,
     on_iteration: Callable[[IterationLog], None] | None = None,
     objective: LambdaObjective | None = None,
+    valid_metric: ValidMetric = "ndcg",
 ) -> TrainResult:
-    """Train a LambdaMART ensemble; early stopping on valid NDCG@eval_at when both `valid` and
+    """Train a LambdaMART ensemble; early stopping on valid NDCG@eval_at (`valid_metric`
+    "dcg": mean DCG@eval_at, for IPW-labelled clicks) when both `valid` and
     `params.early_stopping_rounds` are given. `objective` replaces the lambdas built from
     `train.labels` and `params` (e.g. lambdamart.unbiased.UnbiasedObjective for click logs)."""
     if valid is not None and valid.num_features != train.num_features:
@@ -148,12 +153,16 @@ def train(
         if valid is not None and valid_scores is not None and valid_bins is not None:
             every = np.arange(valid.num_docs, dtype=np.int32)
             add_tree(valid_bins, mapper.n_real, grown.nodes, values, every, valid_scores)
-            valid_ndcg = mean_ndcg(
-                valid_scores,
-                valid.labels,
-                valid.group_offsets,
-                params.eval_at,
-                params.empty_query_ndcg,
+            valid_ndcg = (
+                mean_dcg(valid_scores, valid.labels, valid.group_offsets, params.eval_at)
+                if valid_metric == "dcg"
+                else mean_ndcg(
+                    valid_scores,
+                    valid.labels,
+                    valid.group_offsets,
+                    params.eval_at,
+                    params.empty_query_ndcg,
+                )
             )
         waiting = IterationLog(
             iteration, np.nan, valid_ndcg, time.perf_counter() - t0, lambda_seconds

@@ -83,7 +83,9 @@ class PositionBiasObjective(UnbiasedObjective):
         self.regularization = float(regularization)
         self.bias = np.zeros(n_pos)
         self.description.update(
-            lambdas="position_bias_factors", bias_regularization=self.regularization
+            lambdas="position_bias_factors",
+            bias_step=self.learning_rate,
+            bias_regularization=self.regularization,
         )
         self._describe()
 

@@ -58,3 +58,13 @@ def mean_ndcg(
 ) -> float:
     """Mean over queries of `ndcg_per_query`."""
     return float(np.mean(ndcg_per_query(scores, labels, group_offsets, k, empty_value)))
+
+
+def mean_dcg(
+    scores: np.ndarray, labels: np.ndarray, group_offsets: np.ndarray, k: int | None = None
+) -> float:
+    """Mean over queries of DCG@k, not normalised: with IPW labels (clicks.ipw_eval) an
+    unbiased estimate of the DCG of examined-click relevance, which a per-query ideal DCG of
+    the weighted labels would bias."""
+    check_cutoff(k)
+    return float(np.mean(dcg_of(rank_by_score(scores, labels, group_offsets), k)))

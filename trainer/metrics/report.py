@@ -1,4 +1,5 @@
-"""The standard offline report: NDCG@1/3/5/10, MAP, MRR and ERR@10 over the same ranking."""
+"""The standard offline report: NDCG@1/3/5/10, MAP, MRR, ERR@10 and DCG@10 over the same
+ranking."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 
 from trainer.metrics.average_precision import average_precision_of
 from trainer.metrics.err import err_of
-from trainer.metrics.ndcg import ndcg_of
+from trainer.metrics.ndcg import dcg_of, ndcg_of
 from trainer.metrics.ordering import ideal_ranking, rank_by_score
 from trainer.metrics.reciprocal_rank import reciprocal_rank_of
 
@@ -20,7 +21,8 @@ def ranking_report(
     empty_value: float = 1.0,
 ) -> dict[str, float | int]:
     """Means over queries of `ndcg@1`, `ndcg@3`, `ndcg@5`, `ndcg@10`, `map`, `mrr`, `err@10`,
-    plus `queries` and `documents` counts.
+    `dcg@10` (not normalised: the metric of IPW-labelled clicks, clicks.ipw_eval), plus
+    `queries` and `documents` counts.
 
     scores, labels: [n_docs]; group_offsets: int [n_queries + 1]. Every metric gives
     `empty_value` to a query with no relevant document (MAP and MRR: no label >= 1; NDCG and
@@ -34,6 +36,7 @@ def ranking_report(
     report["map"] = float(np.mean(average_precision_of(ranked, empty_value=empty_value)))
     report["mrr"] = float(np.mean(reciprocal_rank_of(ranked, empty_value=empty_value)))
     report["err@10"] = float(np.mean(err_of(ranked, 10, empty_value=empty_value)))
+    report["dcg@10"] = float(np.mean(dcg_of(ranked, 10)))
     report["queries"] = ranked.num_queries
     report["documents"] = int(ranked.labels.size)
     return report

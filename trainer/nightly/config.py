@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainer.commands.errors import CommandError
 from trainer.dnn.options import DNNOptions
@@ -29,6 +29,11 @@ class DataConfig(_Section):
     holdout_fraction: float = Field(0.2, gt=0, lt=1)
     valid_fraction: float = Field(0.1, gt=0, lt=1)  # of the training queries, for early stopping
     bundled_demo: bool = False  # use the bundled demo data when `dir` holds no partition
+    # source = "logs": how the clicks' position bias is removed (`ltr train --debias`; "none"
+    # trains on raw clicks). The examination curve is estimated (EM) on the training part, and
+    # validation and holdout are scored with IPW labels, so neither early stopping nor the gate
+    # favours the ranking that was served.
+    debias: Literal["none", "ipw", "pairwise", "position-bias", "click-model"] = "click-model"
 
 
 class ModelConfig(_Section):
@@ -41,7 +46,9 @@ class ModelConfig(_Section):
 
 
 class GateConfig(_Section):
-    metric: str = "ndcg@10"
+    # Default: ndcg@10; dcg@10 for debiased click logs, whose holdout has IPW labels (an unbiased
+    # estimate of DCG needs no per-query normaliser: clicks.ipw_eval).
+    metric: str | None = None
     tolerance: float = Field(0.002, ge=0)  # candidate may be this much below the deployed model
     rescore_tolerance: float = Field(1e-6, ge=0)  # relative, exported vs trained scores
 
@@ -59,6 +66,19 @@ class NightlyConfig(_Section):
     gate: GateConfig = Field(default_factory=GateConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)
     work_dir: Path = Path("var/nightly")  # staging area for candidates and rejected reports
+
+    @model_validator(mode="after")
+    def _debiased_logs(self) -> NightlyConfig:
+        data = self.data
+        debiased = data.source == "logs" and data.debias != "none"
+        if debiased and self.model.engine != "native":
+            raise ValueError(
+                f"data.debias = {data.debias!r} trains with the native engine only; "
+                f"set model.engine = 'native' or data.debias = 'none'"
+            )
+        if self.gate.metric is None:
+            self.gate.metric = "dcg@10" if debiased else "ndcg@10"
+        return self
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> NightlyConfig:

@@ -60,8 +60,9 @@ def run_gate(
             )
             result.passed = False
     result.candidate.update(ranking_report(scores, holdout.labels, holdout.group_offsets))
-    if config.metric not in result.candidate:
-        raise ValueError(f"gate metric {config.metric!r} is not one of {sorted(result.candidate)}")
+    metric = config.metric or "ndcg@10"
+    if metric not in result.candidate:
+        raise ValueError(f"gate metric {metric!r} is not one of {sorted(result.candidate)}")
     if deployed is None:
         result.notes.append("no deployed model: the candidate is compared to nothing")
         return result
@@ -74,12 +75,12 @@ def run_gate(
         "version": deployed.manifest.version,
         **ranking_report(old, holdout.labels, holdout.group_offsets),
     }
-    new_value = float(result.candidate[config.metric])
-    old_value = float(result.deployed[config.metric])
+    new_value = float(result.candidate[metric])
+    old_value = float(result.deployed[metric])
     if new_value < old_value - config.tolerance:
         result.passed = False
         result.reasons.append(
-            f"{config.metric} {new_value:.4f} is below the deployed model's {old_value:.4f} "
+            f"{metric} {new_value:.4f} is below the deployed model's {old_value:.4f} "
             f"minus tolerance {config.tolerance:g}"
         )
     return result

@@ -47,6 +47,7 @@ class NightlyData:
     valid: RankingDataset
     holdout: RankingDataset
     summary: dict[str, Any]
+    propensities: Path | None = None  # click logs: the examination curve estimated on train
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,11 @@ def load_data(config: NightlyConfig) -> NightlyData:
 
         train_all, holdout = dataset_from_logs(cfg.dir, None, cfg.holdout_fraction)
         train, valid = split_by_query_hash(train_all, cfg.valid_fraction, salt="valid")
-        summary = {"source": f"logs in {cfg.dir}"}
-        return NightlyData(train, valid, holdout, summary | _sizes(train, valid, holdout))
+        summary = {"source": f"logs in {cfg.dir}", "debias": cfg.debias}
+        sizes = _sizes(train, valid, holdout)
+        if cfg.debias == "none":
+            return NightlyData(train, valid, holdout, summary | sizes)
+        return _debiased(config, train, valid, holdout, summary | sizes)
     partitions = find_partitions(cfg.dir, cfg.partitions) if cfg.dir.is_dir() else []
     if not partitions:
         if not cfg.bundled_demo:
@@ -123,6 +127,27 @@ def load_data(config: NightlyConfig) -> NightlyData:
     return NightlyData(train, valid, holdout, summary | _sizes(train, valid, holdout))
 
 
+def _debiased(
+    config: NightlyConfig,
+    train: RankingDataset,
+    valid: RankingDataset,
+    holdout: RankingDataset,
+    summary: dict[str, Any],
+) -> NightlyData:
+    """Estimate examination on the training clicks; validation and holdout get IPW labels."""
+    from trainer.clicks.ipw_eval import ipw_relabel
+    from trainer.clicks.propensity import estimate_from_dataset, write_propensities
+
+    estimate = estimate_from_dataset(train)
+    path = config.work_dir / "propensities.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_propensities(path, estimate)
+    summary["theta"] = [round(float(t), 4) for t in estimate.theta[:10]]
+    summary["valid_holdout_labels"] = "IPW (clicks / theta of the served position)"
+    valid, holdout = ipw_relabel(valid, estimate.theta), ipw_relabel(holdout, estimate.theta)
+    return NightlyData(train, valid, holdout, summary, path)
+
+
 def _sizes(*sets: RankingDataset) -> dict[str, Any]:
     out: dict[str, Any] = {"features": sets[0].num_features}
     for label, data in zip(("train", "valid", "holdout"), sets, strict=True):
@@ -147,6 +172,13 @@ def train_candidate(
         from trainer.engines import train_tree_model
 
         params = model.lambdamart
+        objective = None
+        if data.propensities is not None:
+            from trainer.lambdamart.unbiased import click_objective
+
+            debias = config.data.debias
+            assert debias != "none"
+            objective = click_objective(data.train, params, data.propensities, debias=debias)
         progress = _RecordingProgress(params.num_trees)
         with progress:
             summary = train_tree_model(
@@ -157,6 +189,8 @@ def train_candidate(
                 out,
                 name=model.name,
                 progress=progress,
+                objective=objective,
+                valid_metric="ndcg" if objective is None else "dcg",  # IPW labels: see _debiased
             )
         path = Path(summary["model_dir"])
     history = {"train": progress.train_history, "valid": progress.valid_history}

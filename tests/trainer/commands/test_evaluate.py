@@ -32,6 +32,7 @@ REPORT_KEYS = {
     "map",
     "mrr",
     "err@10",
+    "dcg@10",
     "queries",
     "documents",
 }

@@ -39,23 +39,37 @@ def test_unbiased_training_is_recorded(runner: CliRunner, click_data: Path, tmp_
     assert result.exit_code == 0, result.output
     summary = orjson.loads(result.stdout)
     training = load_version(Path(summary["model_dir"])).manifest.training
-    assert training["objective"]["lambdas"] == "ipw"
+    assert training["objective"]["lambdas"] == "click_likelihood"  # the default --debias
     assert training["objective"]["propensities"] == props
     assert training["objective"]["discount"] == "log2"
-    fitted = _train(
-        runner,
-        click_data,
-        tmp_path / "v2",
-        "--unbiased",
-        "--propensities",
-        props,
-        "--discount",
-        "ctr",
-    )
+    extra = ["--unbiased", "--propensities", props, "--debias", "ipw", "--discount", "ctr"]
+    fitted = _train(runner, click_data, tmp_path / "v2", *extra)
     assert fitted.exit_code == 0, fitted.output
+    objective = load_version(tmp_path / "v2").manifest.training["objective"]
+    assert objective["lambdas"] == "ipw" and objective["discount"] == "ctr"
     plain = _train(runner, click_data, tmp_path / "v3")
     assert plain.exit_code == 0, plain.output
     assert "objective" not in load_version(tmp_path / "v3").manifest.training
+
+
+def test_validation_clicks_are_scored_with_ipw_labels(
+    runner: CliRunner, click_data: Path, tmp_path: Path
+) -> None:
+    props = str(click_data / "propensities.json")
+    for debias in ("ipw", "click-model", "position-bias"):
+        extra = ["--unbiased", "--propensities", props, "--debias", debias, "--early-stopping", "3"]
+        result = _train(runner, click_data, tmp_path / debias, *extra)
+        assert result.exit_code == 0, result.output
+        summary = orjson.loads(result.stdout)
+        training = load_version(Path(summary["model_dir"])).manifest.training
+        assert training["valid_source"].endswith("(IPW labels)")
+        assert training["valid_metric"] == "dcg@10"
+        # Gains of clicks shown low are 1/theta > 1: DCG beyond what 0/1 clicks could reach.
+        assert summary["metrics"]["dcg@10"] > 0.0
+    plain = orjson.loads(_train(runner, click_data, tmp_path / "plain").stdout)
+    training = load_version(Path(plain["model_dir"])).manifest.training
+    assert training["valid_metric"] == "ndcg@10"
+    assert not training["valid_source"].endswith("(IPW labels)")
 
 
 def test_unbiased_needs_a_native_engine_and_a_file(
@@ -77,6 +91,14 @@ def test_unbiased_needs_a_native_engine_and_a_file(
         props,
         "--max-weight",
         "0.5",
+    )
+    assert result.exit_code == 2  # the default --debias has no weights to clip
+    assert "--max-weight clips IPW weights" in one_error_line(result.stderr)
+    result = _train(
+        runner,
+        click_data,
+        tmp_path / "a",
+        *("--unbiased", "--propensities", props, "--debias", "ipw", "--max-weight", "0.5"),
     )
     assert result.exit_code == 2
     assert "--max-weight 0.5: must be at least 1" in one_error_line(result.stderr)

@@ -173,13 +173,13 @@ def test_click_objective_from_a_propensity_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"theta": [1.0, 0.5, 0.25], "ctr": [0.3, 0.15, None]}))
     params = LambdaMARTParams()
     data = _click_data(positions=True)
-    ctr = click_objective(data, params, path, discount="ctr")
+    ctr = click_objective(data, params, path, discount="ctr", debias="ipw")
     np.testing.assert_allclose(ctr.disc_pairs, [1.0, 0.5, 2.0 ** -np.log2(3)])
     np.testing.assert_allclose(ctr.pair_gains, [0, 2, 0, 1, 0, 0])
-    theta = click_objective(data, params, path, discount="theta", max_weight=1.5)
+    theta = click_objective(data, params, path, discount="theta", max_weight=1.5, debias="ipw")
     np.testing.assert_allclose(theta.disc_pairs, [1.0, 0.5, 0.25])
     np.testing.assert_allclose(theta.pair_gains, [0, 1.5, 0, 1, 0, 0])
-    plain = click_objective(data, params, path)
+    plain = click_objective(data, params, path, debias="ipw")
     np.testing.assert_allclose(plain.disc_pairs, 1.0 / np.log2([2.0, 3.0, 4.0]))
 
 
@@ -188,9 +188,9 @@ def test_click_objective_errors(tmp_path: Path) -> None:
     path.write_text(json.dumps({"theta": [1.0, 0.5]}))
     params = LambdaMARTParams()
     with pytest.raises(DataFormatError, match=r"clicks\.parquet: --unbiased needs the served"):
-        click_objective(_click_data(positions=False), params, path)
+        click_objective(_click_data(positions=False), params, path, debias="ipw")
     with pytest.raises(DataFormatError, match="no 'ctr' list"):
-        click_objective(_click_data(positions=True), params, path, discount="ctr")
+        click_objective(_click_data(positions=True), params, path, discount="ctr", debias="ipw")
 
 
 # Pairwise debiasing (Hu et al. 2019): trainer.lambdamart.pairwise_debias.

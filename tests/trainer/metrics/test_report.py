@@ -7,7 +7,7 @@ import pytest
 
 from trainer.metrics.average_precision import mean_average_precision
 from trainer.metrics.err import mean_err
-from trainer.metrics.ndcg import mean_ndcg
+from trainer.metrics.ndcg import mean_dcg, mean_ndcg
 from trainer.metrics.reciprocal_rank import mean_reciprocal_rank
 from trainer.metrics.report import ranking_report
 
@@ -21,12 +21,14 @@ def test_report_matches_metrics(empty_value: float) -> None:
     scores = rng.integers(0, 5, size=offsets[-1]).astype(np.float64)  # many ties
     report = ranking_report(scores, labels, offsets, empty_value=empty_value)
     assert list(report) == [
-        "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map", "mrr", "err@10", "queries", "documents",
+        "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map", "mrr", "err@10", "dcg@10", "queries",
+        "documents",
     ]  # fmt: skip
     for k in (1, 3, 5, 10):
         assert report[f"ndcg@{k}"] == mean_ndcg(scores, labels, offsets, k, empty_value)
     assert report["map"] == mean_average_precision(scores, labels, offsets, empty_value=empty_value)
     assert report["mrr"] == mean_reciprocal_rank(scores, labels, offsets, empty_value=empty_value)
     assert report["err@10"] == mean_err(scores, labels, offsets, 10, empty_value=empty_value)
+    assert report["dcg@10"] == mean_dcg(scores, labels, offsets, 10)
     assert report["queries"] == 40 and report["documents"] == int(sizes.sum())
     assert isinstance(report["queries"], int) and isinstance(report["documents"], int)

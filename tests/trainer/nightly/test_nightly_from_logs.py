@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+from pydantic import ValidationError
 
 from app.artifacts.store import load_version, read_current
 from tests.app.api.conftest import NF, ClientFactory, ensemble, make_client, registry_dir
@@ -50,3 +52,23 @@ def test_nightly_trains_on_served_impressions_and_clicks(
     assert outcome.gate.candidate["mrr"] > 0.8
     manifest = load_version(registry / "from-logs" / outcome.published.version).manifest
     assert len(manifest.feature_names) == NF
+    # Debiased by default: the click model with the curve EM estimated on the training clicks,
+    # and the gate compares IPW DCG on the holdout.
+    assert config.gate.metric == "dcg@10"
+    assert manifest.training["objective"]["lambdas"] == "click_likelihood"
+    assert manifest.training["valid_metric"] == "dcg@10"
+    assert (tmp_path / "work" / "propensities.json").is_file()
+
+
+def test_debias_settings_are_checked() -> None:
+    logs = {"source": "logs", "dir": "x"}
+    raw = NightlyConfig.model_validate({"data": {**logs, "debias": "none"}})
+    assert raw.gate.metric == "ndcg@10"
+    files = NightlyConfig.model_validate({"data": {"dir": "x"}})
+    assert files.gate.metric == "ndcg@10"
+    chosen = NightlyConfig.model_validate({"data": logs, "gate": {"metric": "mrr"}})
+    assert chosen.gate.metric == "mrr"
+    with pytest.raises(ValidationError, match="native engine only"):
+        NightlyConfig.model_validate({"data": logs, "model": {"engine": "lightgbm"}})
+    with pytest.raises(ValidationError, match="debias"):
+        NightlyConfig.model_validate({"data": {**logs, "debias": "dpo"}})

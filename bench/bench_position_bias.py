@@ -18,6 +18,9 @@
    (c7) the position-based click model's likelihood boosted directly, theta from EM
    (lambdamart.click_likelihood, `--debias click-model`, the default; c7b: theta re-estimated
    while boosting; c7c: lists without a click left out; c7d: the true theta);
+   (c8) the command-line path: the logs split by time (latest 20 % validate), EM on the
+   rest, `ltr train --unbiased --debias D` with early stopping on the IPW DCG@10 of the
+   validation clicks (clicks.ipw_eval), for D = click-model, ipw (c8b), position-bias (c8c);
    plus ablations (suffixes _trunc30, _norm, _trunc30_norm: LightGBM's pair truncation at
    rank 30 and per-query lambda normalisation on b, c1, c5, c5b) and, side by side,
    LightGBM lambdarank on the same click lists with and without its own position-bias
@@ -40,9 +43,14 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from app.impressions.sink import feedback_record, impression_record, to_json
-from trainer.clicks.join import join_logs
+from trainer.clicks.ipw_eval import ipw_relabel
+from trainer.clicks.join import join_logs, split_by_time
 from trainer.clicks.logs import read_logs
-from trainer.clicks.propensity import estimate_propensities
+from trainer.clicks.propensity import (
+    estimate_from_dataset,
+    estimate_propensities,
+    write_propensities,
+)
 from trainer.data.dataset import RankingDataset
 from trainer.data.parquet import read_parquet
 from trainer.lambdamart.booster import train
@@ -282,6 +290,30 @@ def main() -> None:
         )
         return fit_native(data, params, test, objective)
 
+    def cli_path(debias: str) -> tuple[np.ndarray, float]:
+        """What `ltr dataset --from-logs` (latest 20 % of the lists validate, EM on the rest)
+        then `ltr train --unbiased --debias D --valid valid.parquet --early-stopping 30` do:
+        up to 3x the trees, stopped on the IPW DCG@10 of the validation clicks."""
+        train_part, valid_part = split_by_time(joined, valid_fraction=0.2)
+        estimate = estimate_from_dataset(train_part.dataset)
+        es_params = params.model_copy(
+            update={"num_trees": 3 * args.trees, "early_stopping_rounds": 30}
+        )
+        with tempfile.TemporaryDirectory(prefix="ltr-pb-cli-") as where:
+            path = Path(where) / "propensities.json"
+            write_propensities(path, estimate)
+            objective = click_objective(train_part.dataset, es_params, path, debias=debias)  # type: ignore[arg-type]
+        valid = ipw_relabel(valid_part.dataset, estimate.theta)
+        started = time.perf_counter()
+        result = train(
+            train_part.dataset, es_params, valid, objective=objective, valid_metric="dcg"
+        )
+        seconds = time.perf_counter() - started
+        out.setdefault("cli_path_best_iteration", {})[debias] = result.best_iteration
+        from app.scoring.reference import predict
+
+        return np.asarray(predict(result.ensemble, test.features), dtype=np.float64), seconds
+
     runs = {
         "a_true_labels": lambda: fit_native(truth_train, truth_params, test),
         "b_naive_clicks": lambda: fit_native(clicked, params, test),
@@ -312,6 +344,9 @@ def main() -> None:
         "c7b_click_likelihood_learn_theta": lambda: click_likelihood(logs, est.theta, True),
         "c7c_click_likelihood_clicked_lists": lambda: click_likelihood(clicked, est.theta, False),
         "c7d_click_likelihood_true_theta": lambda: click_likelihood(logs, theta_true, False),
+        "c8_cli_click_model": lambda: cli_path("click-model"),
+        "c8b_cli_ipw": lambda: cli_path("ipw"),
+        "c8c_cli_position_bias": lambda: cli_path("position-bias"),
         "lightgbm_true_labels": lambda: fit_lightgbm(truth_train, truth_params, test, False),
         "lightgbm_naive_clicks": lambda: fit_lightgbm(clicked, params, test, False),
         "lightgbm_position_debiased": lambda: fit_lightgbm(clicked, params, test, True),

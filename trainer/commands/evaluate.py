@@ -23,9 +23,15 @@ def evaluate_command(
     empty_query_ndcg: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Metric value of a query with no relevant doc.")
     ] = 1.0,
+    propensities: Annotated[
+        Path | None,
+        typer.Option(
+            help="Click data: IPW labels from this propensities.json (compare on dcg@10)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """NDCG@1/3/5/10, MAP, MRR and ERR@10 of a model version on a data file."""
+    """NDCG@1/3/5/10, MAP, MRR, ERR@10 and DCG@10 of a model version on a data file."""
     from trainer.data.loader import load_dataset
     from trainer.metrics.report import ranking_report
 
@@ -38,6 +44,11 @@ def evaluate_command(
                 "ltr evaluate scores models without them only"
             )
         dataset = load_dataset(data, feature_names=manifest.feature_names)
+        if propensities is not None:  # clicks, scored without the served ranking's bias
+            from trainer.clicks.ipw_eval import ipw_relabel
+            from trainer.clicks.propensity import load_propensities
+
+            dataset = ipw_relabel(dataset, load_propensities(propensities)[0])
         scores = _scores(artifact, dataset.features)
         report = ranking_report(
             scores, dataset.labels, dataset.group_offsets, empty_value=empty_query_ndcg
@@ -47,6 +58,7 @@ def evaluate_command(
         "model": {"name": manifest.name, "version": manifest.version, "kind": manifest.kind},
         "data": str(data),
         "empty_query_ndcg": empty_query_ndcg,
+        "labels": "clicks, IPW" if propensities is not None else "as given",
     }
     if as_json:
         typer.echo(orjson.dumps(out).decode())

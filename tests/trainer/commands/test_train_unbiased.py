@@ -124,3 +124,27 @@ def test_unbiased_needs_a_native_engine_and_a_file(
     )
     assert result.exit_code == 2
     assert "--discount" in one_error_line(result.stderr)
+
+
+def test_evaluate_on_clicks_with_ipw_labels(
+    runner: CliRunner, click_data: Path, tmp_path: Path
+) -> None:
+    trained = orjson.loads(_train(runner, click_data, tmp_path / "m").stdout)
+    args = [
+        "evaluate",
+        "--model",
+        trained["model_dir"],
+        "--data",
+        str(click_data / "valid.parquet"),
+    ]
+    raw = orjson.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    props = str(click_data / "propensities.json")
+    result = runner.invoke(app, [*args, "--json", "--propensities", props])
+    assert result.exit_code == 0, result.output
+    ipw = orjson.loads(result.stdout)
+    assert (raw["labels"], ipw["labels"]) == ("as given", "clicks, IPW")
+    # A click below position 1 gains 1/theta > 1: IPW DCG is above the raw one.
+    assert ipw["dcg@10"] > raw["dcg@10"] > 0.0
+    missing = runner.invoke(app, [*args, "--propensities", str(tmp_path / "none.json")])
+    assert missing.exit_code == 2
+    assert "none.json: no such file" in one_error_line(missing.stderr)

@@ -66,7 +66,8 @@ def train_command(
     cluster_config: Annotated[Path | None, Opt(rich_help_panel=DNN)] = None,
     embedding_dim: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
     unbiased: Annotated[
-        bool, Opt(help="Click labels: inverse-propensity-weighted lambdas.", rich_help_panel=CLICKS)
+        bool,
+        Opt(help="Click labels: correct for position bias (--debias).", rich_help_panel=CLICKS),
     ] = False,
     propensities: Annotated[
         Path | None,

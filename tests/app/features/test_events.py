@@ -80,9 +80,16 @@ def test_announcements_reach_the_callback_across_a_redis_restart(
 
             redis_server.restart()
             await _until(lambda: _subscribers(redis_server) == 1, "a new subscription")
-            await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "v2")
-            await _until(lambda: len(seen) >= 3, "the announcement after the restart")
-            assert seen[-1] == ("m", "v2")
+            # The subscription counted may still be replaced while redis-py settles its new
+            # connection (seen under load: PUBLISH reached 0 listeners right after), and an
+            # announcement without a listener is lost by design (the registry poll covers it).
+            # So: announce until one is delivered, and require that it is.
+            end = time.monotonic() + 10.0
+            while ("m", "v2") not in seen:
+                assert time.monotonic() < end, "no announcement got through after the restart"
+                await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "v2")
+                await asyncio.sleep(0.2)
+            assert seen[2:] and set(seen[2:]) == {("m", "v2")}
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -5,9 +5,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from app.api.errors import install_error_handlers
 from app.api.feedback_routes import feedback_router
@@ -81,3 +85,44 @@ def test_without_logging_is_503(tmp_path: Path) -> None:
         with TestClient(make_app(log)) as c:
             response = post(c, {"request_id": "r1", "events": [{"id": "a", "type": "click"}]})
             assert response.status_code == 503
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+served_ids = st.sampled_from(["a", "b", 3, "3", 3.0, True, None, "x"])
+events = st.lists(
+    st.dictionaries(
+        st.sampled_from(["id", "type", "value", "extra"]),
+        st.one_of(served_ids, st.sampled_from(["click", "purchase", "dwell", "like"]), json_values),
+        max_size=4,
+    ),
+    max_size=4,
+)
+feedback_bodies = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"request_id": st.one_of(st.sampled_from(["r1", "zz", ""]), json_values)},
+        optional={"events": st.one_of(events, json_values), "extra": json_values},
+    ),
+)
+
+
+@pytest.mark.slow
+@hypothesis_settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=feedback_bodies)
+def test_generated_junk_never_gives_a_500(client: TestClient, body: Any) -> None:
+    # NaN, infinities and integers past 64 bits are not JSON: sent as Python's text of them.
+    try:
+        raw = orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        raw = str(body).encode()
+    response = client.post("/feedback", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code in (202, 404, 422), (response.status_code, response.text)
+    assert "detail" in response.json() or response.status_code == 202

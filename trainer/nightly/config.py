@@ -49,7 +49,11 @@ class GateConfig(_Section):
     # Default: ndcg@10; dcg@10 for debiased click logs, whose holdout has IPW labels (an unbiased
     # estimate of DCG needs no per-query normaliser: clicks.ipw_eval).
     metric: str | None = None
-    tolerance: float = Field(0.002, ge=0)  # candidate may be this much below the deployed model
+    # The candidate may be `tolerance + relative_tolerance * |deployed value|` below the deployed
+    # model. Defaults: 0.002 and 0; for debiased click logs 0 and 0.01, since IPW DCG is not on
+    # NDCG's [0, 1] scale.
+    tolerance: float = Field(0.002, ge=0)
+    relative_tolerance: float = Field(0.0, ge=0)
     rescore_tolerance: float = Field(1e-6, ge=0)  # relative, exported vs trained scores
 
 
@@ -78,6 +82,9 @@ class NightlyConfig(_Section):
             )
         if self.gate.metric is None:
             self.gate.metric = "dcg@10" if debiased else "ndcg@10"
+        chosen = self.gate.model_fields_set
+        if debiased and not chosen & {"tolerance", "relative_tolerance"}:
+            self.gate.tolerance, self.gate.relative_tolerance = 0.0, 0.01
         return self
 
 

@@ -77,10 +77,11 @@ def run_gate(
     }
     new_value = float(result.candidate[metric])
     old_value = float(result.deployed[metric])
-    if new_value < old_value - config.tolerance:
+    allowed = config.tolerance + config.relative_tolerance * abs(old_value)
+    if new_value < old_value - allowed:
         result.passed = False
         result.reasons.append(
             f"{metric} {new_value:.4f} is below the deployed model's {old_value:.4f} "
-            f"minus tolerance {config.tolerance:g}"
+            f"minus tolerance {allowed:.4g}"
         )
     return result

@@ -95,6 +95,12 @@ def test_a_worse_candidate_is_refused_and_nothing_changes(
     assert read_current(registry, "nightly") == deployed
     assert list_versions(registry, "nightly") == [deployed]
     load_version(registry / "nightly" / deployed)
+    # A relative tolerance as wide as the whole metric lets the same candidate through.
+    lenient = load_config(
+        write_config(tmp_path, partitioned, num_trees=1, num_leaves=2),
+        {"gate.relative_tolerance": 1.0},
+    )
+    assert run_nightly(lenient).gate.passed
 
 
 def test_cli_bad_data_exits_nonzero_and_leaves_the_deployed_model(

@@ -68,6 +68,12 @@ def test_debias_settings_are_checked() -> None:
     assert files.gate.metric == "ndcg@10"
     chosen = NightlyConfig.model_validate({"data": logs, "gate": {"metric": "mrr"}})
     assert chosen.gate.metric == "mrr"
+    # IPW DCG is not on NDCG's scale: a relative tolerance unless one is set.
+    assert (chosen.gate.tolerance, chosen.gate.relative_tolerance) == (0.0, 0.01)
+    assert (raw.gate.tolerance, raw.gate.relative_tolerance) == (0.002, 0.0)
+    assert (files.gate.tolerance, files.gate.relative_tolerance) == (0.002, 0.0)
+    kept = NightlyConfig.model_validate({"data": logs, "gate": {"tolerance": 0.05}})
+    assert (kept.gate.tolerance, kept.gate.relative_tolerance) == (0.05, 0.0)
     with pytest.raises(ValidationError, match="native engine only"):
         NightlyConfig.model_validate({"data": logs, "model": {"engine": "lightgbm"}})
     with pytest.raises(ValidationError, match="debias"):

@@ -77,14 +77,16 @@ class ClickLikelihoodObjective(UnbiasedObjective):
             return np.zeros_like(scores), np.zeros_like(scores), ndcg
         if scores.shape != self.labels.shape:
             raise ValueError(f"scores has shape {scores.shape}, labels {self.labels.shape}")
-        p = 1.0 / (1.0 + np.exp(-scores))
+        p, q = _sigmoids(scores)  # sigma(f), 1 - sigma(f), each without cancellation
         t = self.theta[self.pos]
         c = self.clicks
-        unclicked = 1.0 - t * p
-        grad = c * (1.0 - p) - (1.0 - c) * t * p * (1.0 - p) / unclicked
-        fisher = t * p * (1.0 - p) ** 2 / unclicked
+        # (1 - p) / (1 - t p), written so it stays finite when p rounds to 1 (it is 1 at t = 1).
+        denominator = q + (1.0 - t) * p
+        ratio = np.divide(q, denominator, out=np.ones_like(q), where=denominator > 0)
+        grad = c * q - (1.0 - c) * t * p * ratio
+        fisher = t * p * q * ratio
         if self.learn_theta:
-            examined = c + (1.0 - c) * t * (1.0 - p) / unclicked
+            examined = c + (1.0 - c) * t * ratio
             total = np.bincount(self.pos, weights=examined, minlength=self.theta.size)
             seen = self.counts > 0
             self.theta[seen] = np.clip(total[seen] / self.counts[seen], THETA_FLOOR, 1.0)
@@ -94,3 +96,12 @@ class ClickLikelihoodObjective(UnbiasedObjective):
     def _describe(self) -> None:
         relative = self.theta / self.theta[0]
         self.description["theta"] = [round(float(t), 6) for t in relative[:20]]
+
+
+def _sigmoids(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sigma(s), sigma(-s)) float64 [n] without overflow for any finite s [n]."""
+    e = np.exp(-np.abs(scores))
+    small = e / (1.0 + e)  # sigma(-|s|)
+    large = 1.0 / (1.0 + e)  # sigma(|s|)
+    positive = scores >= 0
+    return np.where(positive, large, small), np.where(positive, small, large)

@@ -2,10 +2,11 @@
 discount fitted to observed click-through (seed 002).
 
 IPW (Wang et al. 2016/2018, Joachims et al. 2017): the propensities come from a separate EM fit
-(trainer.clicks.propensity) and stay fixed while boosting. Hu et al. 2019's pairwise debiasing,
-which learns click- and non-click-side position ratios while boosting, is the alternative
-(`debias="pairwise"`, lambdamart.pairwise_debias); IPW is the default because it measured
-better (bench/results/position_bias.md).
+(trainer.clicks.propensity) and stay fixed while boosting. `click_objective` also builds the
+other debiasing objectives: the click model's likelihood (`debias="click-model"`, the default,
+lambdamart.click_likelihood), position-bias factors (lambdamart.position_bias_factors) and Hu
+et al. 2019's pairwise debiasing (lambdamart.pairwise_debias). The click model and the factors
+measured better than IPW over five simulated datasets (bench/results/position_bias.md).
 
 A click at position k is evidence of relevance discounted by the chance theta_k that position k
 was examined at all, so each clicked document's gain is weighted by w = 1 / theta_k:
@@ -199,10 +200,13 @@ def click_objective(
     max_weight: float | None = None,
     debias: Debias = "click-model",
 ) -> UnbiasedObjective:
-    """The objective `ltr train --unbiased [--propensities FILE]` trains with. debias "ipw":
-    IPW weights from the file's theta and the served positions of `train`; "pairwise": Hu et
-    al.'s pairwise debiasing (lambdamart.pairwise_debias), which estimates its own position
-    ratios and needs the file only for a ctr/theta discount. In delta NDCG the usual 1/log2
+    """The objective `ltr train --unbiased [--propensities FILE]` trains with. debias
+    "click-model" (default): the position-based click model's likelihood with the file's theta
+    (lambdamart.click_likelihood); "position-bias": per-position score factors learned while
+    boosting, no file; "ipw": IPW weights from the file's theta and the served positions of
+    `train`; "pairwise": Hu et al.'s pairwise debiasing (lambdamart.pairwise_debias), which
+    estimates its own position ratios and needs the file only for a ctr/theta discount. For
+    the lambda-based ones (ipw, pairwise), in delta NDCG the usual 1/log2
     discount ("log2"), the power law fitted to the file's CTR by position ("ctr", seed 002) or
     the theta curve itself ("theta"). log2 is the default: on the benchmark the fitted curves
     did not help NDCG@10 (bench/results/position_bias.md)."""
@@ -335,8 +339,9 @@ def unbiased_from_flags(
     max_weight: float | None,
     debias: str = "click-model",
 ) -> UnbiasedObjective:
-    """`ltr train --unbiased [--debias ipw|pairwise] --propensities FILE [--discount D]
-    [--max-weight W]`, checked: ConfigError naming the flag for a bad combination."""
+    """`ltr train --unbiased [--debias click-model|position-bias|ipw|pairwise] [--propensities
+    FILE] [--discount D] [--max-weight W]`, checked: ConfigError naming the flag for a bad
+    combination."""
     from trainer.config import ConfigError
 
     if not unbiased:

@@ -158,3 +158,18 @@ def test_cli_trains_and_records_the_objective(tmp_path: Path) -> None:
     training = load_version(Path(summary["model_dir"])).manifest.training
     assert training["objective"]["lambdas"] == "click_likelihood"
     assert training["objective"]["propensities"] == str(path)
+
+
+def test_extreme_scores_stay_finite() -> None:
+    sim = pbm_clicks(20, docs=5, seed=7)
+    scores = np.resize([-800.0, -40.0, 0.0, 40.0, 800.0], sim.clicks.size)
+    at_top = (sim.positions == 1) & (sim.clicks == 0)
+    scores[at_top] = 800.0
+    objective = _objective(sim, sim.theta, learn_theta=True)
+    grad, fisher, _ = objective.compute(scores)
+    assert np.all(np.isfinite(grad)) and np.all(np.isfinite(fisher)) and np.all(fisher >= 0)
+    assert np.all(np.isfinite(objective.theta))
+    # An unclicked document at a position that is always examined (theta 1), scored as sure to
+    # be clicked: the gradient pushes it down at full strength (-1), not 0 / 0.
+    assert at_top.any()
+    np.testing.assert_allclose(grad[at_top], -1.0)

@@ -29,6 +29,17 @@ def _log_likelihood(scores: np.ndarray, clicks: np.ndarray, t: np.ndarray) -> np
     return clicks * np.log(q) + (1.0 - clicks) * np.log1p(-q)
 
 
+def _as_dataset(sim) -> RankingDataset:
+    """The simulated clicks as click training data with served positions."""
+    return RankingDataset(
+        features=np.ascontiguousarray(sim.features),
+        labels=sim.clicks.astype(np.float64),
+        group_offsets=sim.offsets,
+        query_ids=np.arange(sim.offsets.size - 1),
+        positions=sim.positions,
+    )
+
+
 def _objective(sim, theta: np.ndarray, **options) -> ClickLikelihoodObjective:
     return ClickLikelihoodObjective(
         sim.clicks.astype(np.float64), sim.offsets, sim.positions, theta, **options
@@ -86,13 +97,7 @@ def test_learned_theta_converges_to_the_examination_curve() -> None:
 
 def test_boosting_recovers_calibrated_relevance() -> None:
     sim = pbm_clicks(3000, docs=10, seed=4)
-    data = RankingDataset(
-        features=np.ascontiguousarray(sim.features),
-        labels=sim.clicks.astype(np.float64),
-        group_offsets=sim.offsets,
-        query_ids=np.arange(3000),
-        positions=sim.positions,
-    )
+    data = _as_dataset(sim)
     params = LambdaMARTParams(num_trees=60, num_leaves=8, min_data_in_leaf=200, threads=1)
     errors = {}
     for name, theta in (("pbm", sim.theta), ("naive", np.ones(10))):
@@ -118,13 +123,7 @@ def test_bad_input() -> None:
 
 def _click_data(tmp_path: Path) -> tuple[RankingDataset, Path]:
     sim = pbm_clicks(300, docs=8, seed=6)
-    data = RankingDataset(
-        features=np.ascontiguousarray(sim.features),
-        labels=sim.clicks.astype(np.float64),
-        group_offsets=sim.offsets,
-        query_ids=np.arange(300),
-        positions=sim.positions,
-    )
+    data = _as_dataset(sim)
     path = tmp_path / "propensities.json"
     path.write_text(json.dumps({"theta": (sim.theta * 0.8).tolist()}))
     return data, path

@@ -29,11 +29,14 @@ redis:
 run: install
 	$(BIN)/ltr serve --registry $(REGISTRY) --demo
 
-test: install redis
+# What CI runs: lint and types first (cheap, and they fail fast), then the whole suite.
+test: lint redis
 	$(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy app trainer
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy app trainer
 
 bench: install
 	$(BIN)/python -m bench.run_all

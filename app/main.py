@@ -48,8 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from app.features.events import listen_for_reloads
         from app.features.user_features import UserFeatureResolver
+        from app.registry.reload_events import listen_for_reloads
 
         resolver = UserFeatureResolver(settings)
         await resolver.start()

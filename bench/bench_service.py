@@ -28,6 +28,7 @@ import httpx
 import numpy as np
 import orjson
 
+from app.api.request_matrix import build_matrix, decode_body, token_budget
 from app.api.schemas import RerankEnvelope
 from app.artifacts.manifest import (
     BucketedField,
@@ -39,7 +40,6 @@ from app.artifacts.manifest import (
 )
 from app.artifacts.store import load_version, set_current, write_version
 from app.artifacts.tree_dump import TreeEnsemble
-from app.features.request_matrix import build_matrix, decode_body, token_budget
 from bench.generate_letor import generate
 from tests.support import random_tree
 from tests.support.redis_server import RedisServer

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.features.request_matrix import RequestError
+from app.api.request_matrix import RequestError
 from app.registry import AmbiguousModel, ModelNotAvailable, UnknownModel
 
 log = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ from app.api.dependencies import (
     ScoringLimiterDep,
     SettingsDep,
 )
+from app.api.request_matrix import build_matrix, decode_body, token_budget
 from app.api.schemas import (
     Health,
     MessageResponse,
@@ -33,7 +34,6 @@ from app.api.schemas import (
     ValidationErrorResponse,
 )
 from app.artifacts.manifest import NAME_PATTERN
-from app.features.request_matrix import build_matrix, decode_body, token_budget
 from app.features.user_features import UserFeatures
 from app.impressions import log_impression
 from app.registry import LoadedModel

@@ -2,7 +2,7 @@
 
 `RerankRequest` documents the whole `/rerank` body; the service validates only the envelope
 with pydantic (`RerankEnvelope`, everything but `candidates`) and turns the candidates into a
-float32 matrix in bulk (`app.features.request_matrix`). Responses are serialised with orjson
+float32 matrix in bulk (`app.api.request_matrix`). Responses are serialised with orjson
 straight from dicts; the response models here document them.
 """
 

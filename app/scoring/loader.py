@@ -6,9 +6,9 @@ from pathlib import Path
 
 from app.artifacts.store import Artifact, ArtifactError
 from app.artifacts.tree_dump import TreeDumpError, TreeEnsemble
-from app.scoring.base import Scorer
 from app.scoring.compiled import DEFAULT_PARALLEL_MIN_ROWS, CompiledTreeScorer
 from app.scoring.onnx_scorer import OnnxModelError, OnnxScorer
+from app.scoring.protocol import Scorer
 
 
 def load_scorer(

@@ -19,7 +19,7 @@ from app.artifacts.manifest import (
 )
 from app.artifacts.store import ArtifactError, list_versions, read_current, write_version_dir
 from app.artifacts.tree_dump import Tree, TreeEnsemble
-from tests.support.redis_server import RedisServer, redis_server  # noqa: F401
+from tests.support.redis_server import RedisServer
 from trainer.publish import publish, rollback
 
 SCHEME = ClusterScheme(fields=[BucketedField(name="country", kind="categorical")])
@@ -99,7 +99,7 @@ def test_a_corrupt_source_is_refused_and_nothing_changes(tmp_path: Path) -> None
 
 def test_embeddings_reach_redis_and_the_event_is_announced(
     tmp_path: Path,
-    redis_server: RedisServer,  # noqa: F811
+    redis_server: RedisServer,
 ) -> None:
     client = redis.Redis.from_url(redis_server.url)
     pubsub = client.pubsub()

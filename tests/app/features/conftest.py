@@ -16,9 +16,6 @@ from app.artifacts.manifest import (
     MissingValueRule,
     UserClusters,
 )
-from tests.support.redis_server import redis_server
-
-__all__ = ["redis_server"]
 
 DIM = 3
 # Profile {"country": "US", "price": 2} → "US_pn1"; the table lacks it, so it resolves to "US".

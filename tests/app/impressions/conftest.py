@@ -9,9 +9,6 @@ import numpy as np
 from prometheus_client import REGISTRY
 
 from app.settings import Settings
-from tests.support.redis_server import redis_server
-
-__all__ = ["redis_server"]
 
 
 def settings(**overrides: Any) -> Settings:

@@ -8,7 +8,6 @@ import redis
 
 from app.impressions.sink import to_json
 from tests.support.redis_server import RedisServer
-from tests.support.redis_server import redis_server as redis_server
 from tests.trainer.clicks.conftest import feedback, impression, write_log
 from trainer.clicks.logs import decode_features, read_logs
 from trainer.data.errors import DataFormatError

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.features.request_matrix import (
+from app.api.request_matrix import (
     RequestError,
     TokenBudget,
     build_matrix,

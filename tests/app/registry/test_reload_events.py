@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from app.features.events import listen_for_reloads, parse_event
+from app.registry.reload_events import listen_for_reloads, parse_event
 from app.settings import Settings
 from tests.support.redis_server import RedisServer
 from trainer.redis_publish import announce

@@ -31,7 +31,7 @@ import numpy as np
 from app import metrics
 from app.artifacts.manifest import NAME_PATTERN, Manifest
 from app.artifacts.store import Artifact, list_models, load_version, read_current
-from app.scoring.base import Scorer
+from app.scoring.protocol import Scorer
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

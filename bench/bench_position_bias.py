@@ -55,13 +55,13 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.parquet import read_parquet
 from trainer.lambdamart.booster import train
 from trainer.lambdamart.click_likelihood import ClickLikelihoodObjective
+from trainer.lambdamart.debias_choice import click_objective
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.lambdamart.position_bias_factors import PositionBiasObjective
 from trainer.lambdamart.unbiased import (
     UnbiasedObjective,
-    click_objective,
     fit_power_discount,
     ipw_weights,
     power_discount,
@@ -158,7 +158,7 @@ def expected_clicks(
     scores: np.ndarray, test: RankingDataset, theta: np.ndarray, attractiveness: np.ndarray
 ) -> float:
     """Mean clicks per query in the top 10 under the true click model: the metric a fitted
-    discount (seed 002) aims at. theta [K], attractiveness by grade [5]."""
+    discount (Meituan-Dianping 2019) aims at. theta [K], attractiveness by grade [5]."""
     total = 0.0
     for lo, hi in zip(test.group_offsets[:-1], test.group_offsets[1:], strict=True):
         top = lo + np.argsort(-scores[lo:hi], kind="stable")[:10]

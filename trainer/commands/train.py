@@ -135,7 +135,7 @@ def train_command(
             objective = None
             valid_metric = "ndcg"
             if unbiased or propensities is not None:
-                from trainer.lambdamart.unbiased import unbiased_from_flags
+                from trainer.lambdamart.debias_choice import unbiased_from_flags
 
                 objective = unbiased_from_flags(
                     chosen, train, params, unbiased, propensities, discount, max_weight, debias

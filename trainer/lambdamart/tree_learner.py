@@ -1,5 +1,6 @@
-"""Leaf-wise regression tree growth on binned features (seed 003: the leaf with the largest gain
-splits first), with histogram subtraction and features spread over threads."""
+"""Leaf-wise regression tree growth on binned features (the leaf with the largest gain splits
+first, as LightGBM grows them; Burges 2010 for MART), with histogram subtraction and features
+spread over threads."""
 
 from __future__ import annotations
 

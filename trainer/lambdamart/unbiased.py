@@ -1,12 +1,13 @@
 """Unbiased LambdaMART on click labels: inverse-propensity-weighted lambdas and a position
-discount fitted to observed click-through (seed 002).
+discount fitted to observed click-through (Meituan-Dianping's LambdaDNN write-up, 2019).
 
 IPW (Wang et al. 2016/2018, Joachims et al. 2017): the propensities come from a separate EM fit
-(trainer.clicks.propensity) and stay fixed while boosting. `click_objective` also builds the
-other debiasing objectives: the click model's likelihood (`debias="click-model"`, the default,
-lambdamart.click_likelihood), position-bias factors (lambdamart.position_bias_factors) and Hu
-et al. 2019's pairwise debiasing (lambdamart.pairwise_debias). The click model and the factors
-measured better than IPW over five simulated datasets (bench/results/position_bias.md).
+(trainer.clicks.propensity) and stay fixed while boosting. The other debiasing objectives build
+on `UnbiasedObjective`: the click model's likelihood (lambdamart.click_likelihood, the
+default), position-bias factors (lambdamart.position_bias_factors) and Hu et al. 2019's pairwise
+debiasing (lambdamart.pairwise_debias); lambdamart.debias_choice picks one from the flags. The
+click model and the factors measured better than IPW over five simulated datasets
+(bench/results/position_bias.md).
 
 A click at position k is evidence of relevance discounted by the chance theta_k that position k
 was examined at all, so each clicked document's gain is weighted by w = 1 / theta_k:
@@ -26,19 +27,11 @@ change.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any
 
 import numpy as np
 
-from trainer.data.dataset import RankingDataset
-from trainer.data.errors import DataFormatError
 from trainer.lambdamart.lambdas import LambdaObjective
-from trainer.lambdamart.params import LambdaMARTParams
-
-DISCOUNTS = ("log2", "ctr", "theta")
-DEBIAS = ("ipw", "pairwise", "position-bias", "click-model")
-Debias = Literal["ipw", "pairwise", "position-bias", "click-model"]
 
 
 def ipw_weights(
@@ -190,179 +183,3 @@ def lambdas_and_hessians(
     )
     lam, hess, _ = objective.compute(scores)
     return lam, hess
-
-
-def click_objective(
-    train: RankingDataset,
-    params: LambdaMARTParams,
-    propensities: Path | None,
-    discount: Literal["ctr", "theta", "log2"] = "log2",
-    max_weight: float | None = None,
-    debias: Debias = "click-model",
-) -> UnbiasedObjective:
-    """The objective `ltr train --unbiased [--propensities FILE]` trains with. debias
-    "click-model" (default): the position-based click model's likelihood with the file's theta
-    (lambdamart.click_likelihood); "position-bias": per-position score factors learned while
-    boosting, no file; "ipw": IPW weights from the file's theta and the served positions of
-    `train`; "pairwise": Hu et al.'s pairwise debiasing (lambdamart.pairwise_debias), which
-    estimates its own position ratios and needs the file only for a ctr/theta discount. For
-    the lambda-based ones (ipw, pairwise), in delta NDCG the usual 1/log2
-    discount ("log2"), the power law fitted to the file's CTR by position ("ctr", seed 002) or
-    the theta curve itself ("theta"). log2 is the default: on the benchmark the fitted curves
-    did not help NDCG@10 (bench/results/position_bias.md)."""
-    from trainer.clicks.propensity import load_propensities
-
-    if train.positions is None:
-        raise DataFormatError(
-            f"{train.source}: --unbiased needs the served position of every row "
-            "(a `position` column, as `ltr dataset --from-logs` writes)"
-        )
-    if debias == "position-bias":  # lambdamart.position_bias_factors: no file, log2 only
-        if discount != "log2":
-            raise DataFormatError(f"--debias position-bias --discount {discount}: use log2")
-        return _position_bias(train, params)
-    if debias == "click-model":  # lambdamart.click_likelihood: theta from the file, no discount
-        if discount != "log2" or propensities is None:
-            raise DataFormatError("--debias click-model needs propensities and --discount log2")
-        return _click_model(train, params, propensities)
-    if propensities is None:
-        if debias == "ipw" or discount != "log2":
-            raise DataFormatError(f"--debias {debias} --discount {discount} needs propensities")
-        return _pairwise(train, params, None, {})
-    theta, ctr = load_propensities(propensities)
-    curve: np.ndarray | None = None
-    longest = int(train.group_sizes.max())
-    if discount == "ctr":
-        if ctr is None:
-            raise DataFormatError(f"{propensities}: no 'ctr' list to fit a discount to")
-        try:
-            curve = power_discount(fit_power_discount(ctr), longest)
-        except ValueError as exc:
-            raise DataFormatError(
-                f"{propensities}: cannot fit a discount to 'ctr': {exc}"
-            ) from None
-    elif discount == "theta":
-        curve = np.minimum.accumulate(theta)  # the kernel needs a non-increasing discount
-    if debias == "pairwise":
-        return _pairwise(
-            train, params, curve, {"propensities": str(propensities), "discount": discount}
-        )
-    objective = UnbiasedObjective(
-        train.labels,
-        train.group_offsets,
-        ipw_weights(train.positions, theta, max_weight),
-        curve,
-        sigma=params.sigma,
-        ndcg_truncation=params.ndcg_truncation,
-        max_pairs_rank=params.max_pairs_rank,
-        eval_at=params.eval_at,
-        empty_value=params.empty_query_ndcg,
-    )
-    objective.description.update(
-        propensities=str(propensities),
-        theta=[round(float(t), 6) for t in theta[:20]],
-        discount=discount,
-        max_weight=max_weight,
-    )
-    return objective
-
-
-def _pairwise(
-    train: RankingDataset, params: LambdaMARTParams, curve: np.ndarray | None, notes: dict[str, Any]
-) -> UnbiasedObjective:
-    from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective
-
-    assert train.positions is not None
-    objective = PairwiseDebiasObjective(
-        train.labels,
-        train.group_offsets,
-        train.positions,
-        curve,
-        sigma=params.sigma,
-        ndcg_truncation=params.ndcg_truncation,
-        max_pairs_rank=params.max_pairs_rank,
-        eval_at=params.eval_at,
-        empty_value=params.empty_query_ndcg,
-    )
-    objective.description.update(notes)
-    return objective
-
-
-def _click_model(
-    train: RankingDataset, params: LambdaMARTParams, propensities: Path
-) -> UnbiasedObjective:
-    from trainer.clicks.propensity import load_propensities
-    from trainer.lambdamart.click_likelihood import ClickLikelihoodObjective
-
-    assert train.positions is not None
-    theta, _ = load_propensities(propensities)
-    objective = ClickLikelihoodObjective(
-        train.labels,
-        train.group_offsets,
-        train.positions,
-        np.minimum(theta / theta.max(), 1.0),
-        eval_at=params.eval_at,
-        empty_value=params.empty_query_ndcg,
-    )
-    objective.description["propensities"] = str(propensities)
-    return objective
-
-
-def _position_bias(train: RankingDataset, params: LambdaMARTParams) -> UnbiasedObjective:
-    from trainer.lambdamart.position_bias_factors import PositionBiasObjective
-
-    assert train.positions is not None
-    # A full Newton step for the factors and LightGBM's per-query lambda normalisation: both
-    # measured better than LightGBM's own step (the boosting rate) over five simulated
-    # datasets (bench/results/position_bias.md).
-    return PositionBiasObjective(
-        train.labels,
-        train.group_offsets,
-        train.positions,
-        learning_rate=1.0,
-        sigma=params.sigma,
-        ndcg_truncation=params.ndcg_truncation,
-        max_pairs_rank=params.max_pairs_rank,
-        eval_at=params.eval_at,
-        empty_value=params.empty_query_ndcg,
-        normalize=True,
-    )
-
-
-def unbiased_from_flags(
-    engine: str,
-    train: RankingDataset,
-    params: LambdaMARTParams,
-    unbiased: bool,
-    propensities: Path | None,
-    discount: str,
-    max_weight: float | None,
-    debias: str = "click-model",
-) -> UnbiasedObjective:
-    """`ltr train --unbiased [--debias click-model|position-bias|ipw|pairwise] [--propensities
-    FILE] [--discount D] [--max-weight W]`, checked: ConfigError naming the flag for a bad
-    combination."""
-    from trainer.config import ConfigError
-
-    if not unbiased:
-        raise ConfigError("--propensities is used with --unbiased")
-    if debias not in DEBIAS:
-        raise ConfigError(f"--debias {debias!r}: choose one of {', '.join(DEBIAS)}")
-    if debias != "ipw" and max_weight is not None:
-        raise ConfigError(f"--max-weight clips IPW weights: not used with --debias {debias}")
-    if debias in ("position-bias", "click-model") and discount != "log2":
-        raise ConfigError(f"--discount {discount}: --debias {debias} uses log2 only")
-    if propensities is None and (debias in ("ipw", "click-model") or discount != "log2"):
-        why = "" if debias in ("ipw", "click-model") else f" for --discount {discount}"
-        raise ConfigError(
-            f"--unbiased needs --propensities FILE (from ltr dataset --from-logs){why}"
-        )
-    if engine != "native":
-        raise ConfigError(f"--unbiased works with --engine native only, not {engine!r}")
-    if discount not in DISCOUNTS:
-        raise ConfigError(f"--discount {discount!r}: choose one of {', '.join(DISCOUNTS)}")
-    if max_weight is not None and not max_weight >= 1.0:
-        raise ConfigError(f"--max-weight {max_weight}: must be at least 1")
-    chosen = cast(Literal["ctr", "theta", "log2"], discount)
-    method = cast(Debias, debias)
-    return click_objective(train, params, propensities, chosen, max_weight, method)

@@ -174,7 +174,7 @@ def train_candidate(
         params = model.lambdamart
         objective = None
         if data.propensities is not None:
-            from trainer.lambdamart.unbiased import click_objective
+            from trainer.lambdamart.debias_choice import click_objective
 
             debias = config.data.debias
             assert debias != "none"

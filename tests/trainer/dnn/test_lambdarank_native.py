@@ -8,8 +8,19 @@ import torch
 from trainer.dnn.losses import lambdarank_loss
 from trainer.lambdamart.lambdas import lambdas_and_hessians
 
-SEED003_LABELS = [0, 0, 0, 1, 1, 0, 1, 1, 0, 0]
-SEED003_LAMBDAS = [-0.495, -0.206, -0.104, 0.231, 0.231, -0.033, 0.240, 0.247, -0.051, -0.061]
+WORKED_EXAMPLE_LABELS = [0, 0, 0, 1, 1, 0, 1, 1, 0, 0]
+WORKED_EXAMPLE_LAMBDAS = [
+    -0.495,
+    -0.206,
+    -0.104,
+    0.231,
+    0.231,
+    -0.033,
+    0.240,
+    0.247,
+    -0.051,
+    -0.061,
+]
 
 
 def padded(values, offsets, fill):
@@ -34,13 +45,13 @@ def loss_gradient(scores, labels, offsets, sigma=1.0, k=None, max_pairs_rank=Non
     return s.grad.numpy()[mask.numpy()]
 
 
-def test_seed003_worked_example():
-    labels = np.array(SEED003_LABELS, dtype=np.float64)
+def test_worked_example_lambdas():
+    labels = np.array(WORKED_EXAMPLE_LABELS, dtype=np.float64)
     offsets = np.array([0, 10])
     native, _ = lambdas_and_hessians(np.zeros(10), labels, offsets, sigma=1.0)
     grad = loss_gradient(np.zeros(10), labels, offsets)
-    assert np.round(native, 3).tolist() == pytest.approx(SEED003_LAMBDAS, abs=1e-9)
-    assert np.round(-grad, 3).tolist() == pytest.approx(SEED003_LAMBDAS, abs=1e-9)
+    assert np.round(native, 3).tolist() == pytest.approx(WORKED_EXAMPLE_LAMBDAS, abs=1e-9)
+    assert np.round(-grad, 3).tolist() == pytest.approx(WORKED_EXAMPLE_LAMBDAS, abs=1e-9)
     np.testing.assert_allclose(-grad, native, rtol=1e-12, atol=1e-15)
 
 

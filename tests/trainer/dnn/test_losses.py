@@ -67,10 +67,10 @@ def test_current_ranks_stable_ties_and_padding_last():
     assert current_ranks(scores, mask).tolist() == [[1, 0, 2, 3]]
 
 
-def test_delta_ndcg_seed003_pairs():
+def test_delta_ndcg_worked_example_pairs():
     labels = torch.tensor([[0, 0, 0, 1, 1, 0, 1, 1, 0, 0]], dtype=torch.float64)
     delta = delta_ndcg(torch.zeros_like(labels), labels, torch.ones_like(labels, dtype=torch.bool))
-    # Seed 003: deltaNDCG(1,4) = 0.222, (1,5) = 0.239, (1,7) = 0.260, (1,8) = 0.267.
+    # The worked example: deltaNDCG(1,4) = 0.222, (1,5) = 0.239, (1,7) = 0.260, (1,8) = 0.267.
     assert delta[0, 0, [3, 4, 6, 7]].tolist() == pytest.approx(
         [0.222, 0.239, 0.260, 0.267], abs=1e-3
     )

@@ -20,8 +20,8 @@ from trainer.data.errors import DataFormatError
 from trainer.data.parquet import write_parquet
 from trainer.lambdamart.booster import train
 from trainer.lambdamart.click_likelihood import ClickLikelihoodObjective
+from trainer.lambdamart.debias_choice import click_objective, unbiased_from_flags
 from trainer.lambdamart.params import LambdaMARTParams
-from trainer.lambdamart.unbiased import click_objective, unbiased_from_flags
 
 
 def _log_likelihood(scores: np.ndarray, clicks: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -3,8 +3,19 @@ import pytest
 
 from trainer.lambdamart.lambdas import LambdaObjective, lambdas_and_hessians
 
-SEED003_LABELS = np.array([0, 0, 0, 1, 1, 0, 1, 1, 0, 0], dtype=np.float64)
-SEED003_LAMBDAS = [-0.495, -0.206, -0.104, 0.231, 0.231, -0.033, 0.240, 0.247, -0.051, -0.061]
+WORKED_EXAMPLE_LABELS = np.array([0, 0, 0, 1, 1, 0, 1, 1, 0, 0], dtype=np.float64)
+WORKED_EXAMPLE_LAMBDAS = [
+    -0.495,
+    -0.206,
+    -0.104,
+    0.231,
+    0.231,
+    -0.033,
+    0.240,
+    0.247,
+    -0.051,
+    -0.061,
+]
 
 
 def _ndcg_at(labels: np.ndarray, order: np.ndarray, k: int) -> float:
@@ -43,19 +54,20 @@ def _naive(scores, labels, sigma, k=None, m=None):
     return lam, hess, weight
 
 
-def test_seed003_golden_query_1830():
-    lam, hess = lambdas_and_hessians(np.zeros(10), SEED003_LABELS, np.array([0, 10]))
-    np.testing.assert_allclose(lam, SEED003_LAMBDAS, atol=5e-4)
+def test_worked_example_query_1830():
+    lam, hess = lambdas_and_hessians(np.zeros(10), WORKED_EXAMPLE_LABELS, np.array([0, 10]))
+    np.testing.assert_allclose(lam, WORKED_EXAMPLE_LAMBDAS, atol=5e-4)
     # At equal scores rho = 1/2, so each pair's hessian is half its lambda (sigma = 1).
-    _, _, weight = _naive(np.zeros(10), SEED003_LABELS, 1.0)
+    _, _, weight = _naive(np.zeros(10), WORKED_EXAMPLE_LABELS, 1.0)
     np.testing.assert_allclose(hess, 0.25 * (weight.sum(0) + weight.sum(1)), rtol=1e-12)
 
 
-def test_seed000_convention_unnormalised_natural_log():
-    # Seed 000's example: labels 1, 2, 1, all scores 0. Its printed lambdas (-0.344, 0.816,
-    # -0.64) treat document 3 as label 0; with the labels as given, these are the values.
+def test_unnormalised_natural_log_convention():
+    # The three-document worked example (labels 1, 2, 1, all scores 0, unnormalised DCG with a
+    # natural-log discount). Its printed lambdas (-0.344, 0.816, -0.64) treat document 3 as
+    # label 0; with the labels as given, these are the values.
     objective = LambdaObjective(
-        np.array([1.0, 2.0, 1.0]), np.array([0, 3]), gain_discount="seed000"
+        np.array([1.0, 2.0, 1.0]), np.array([0, 3]), gain_discount="dcg_natural_log"
     )
     lam, _, _ = objective.compute(np.zeros(3))
     np.testing.assert_allclose(lam, [-0.532, 0.721, -0.189], atol=5e-4)

@@ -17,10 +17,10 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 from trainer.data.parquet import write_parquet
 from trainer.lambdamart.booster import train
+from trainer.lambdamart.debias_choice import click_objective, unbiased_from_flags
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.lambdamart.position_bias_factors import PositionBiasObjective
-from trainer.lambdamart.unbiased import click_objective, unbiased_from_flags
 
 
 def _random_serves(seed: int, n_queries: int, n: int, theta: np.ndarray):

@@ -10,6 +10,7 @@ import pytest
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 from trainer.lambdamart.booster import train
+from trainer.lambdamart.debias_choice import click_objective, unbiased_from_flags
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.lambdas import lambdas_and_hessians as plain_lambdas
 from trainer.lambdamart.pairwise_debias import PairwiseDebiasObjective, position_ratios
@@ -17,12 +18,10 @@ from trainer.lambdamart.params import LambdaMARTParams
 from trainer.lambdamart.position_bias_factors import PositionBiasObjective
 from trainer.lambdamart.unbiased import (
     UnbiasedObjective,
-    click_objective,
     fit_power_discount,
     ipw_weights,
     lambdas_and_hessians,
     power_discount,
-    unbiased_from_flags,
 )
 
 

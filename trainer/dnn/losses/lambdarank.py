@@ -1,4 +1,4 @@
-"""LambdaRank as a loss (Burges 2010; seeds 000/001/003): the pairwise logistic cost of RankNet
+"""LambdaRank as a loss (Burges 2010): the pairwise logistic cost of RankNet
 with each pair weighted by |delta NDCG@k|, the change in NDCG from swapping the two documents in
 the ranking the current scores give.
 
@@ -9,7 +9,7 @@ which is minus the LambdaMART lambda of the pair (positive lambda = push up). Su
 the gradient of the loss with respect to the scores is exactly minus the native lambdas.
 
 Ties in the current scores keep the stored order (stable sort), as the native learner does, so
-at all-zero scores the ranking is the order of the list (seed 003's worked example).
+at all-zero scores the ranking is the order of the list (the worked example in the tests).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ListNet (Cao et al. 2007; seed 004): cross-entropy between top-one probabilities.
+"""ListNet (Cao et al. 2007): cross-entropy between top-one probabilities.
 
 P_y(j) = exp(y_j) / sum_k exp(y_k) from the labels, P_z(j) = softmax of the scores, both over
 the real documents of a list only; loss = -sum_j P_y(j) log P_z(j).

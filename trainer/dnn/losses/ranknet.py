@@ -1,4 +1,4 @@
-"""RankNet (Burges et al. 2005; seeds 000/001): pairwise cross-entropy with sigma.
+"""RankNet (Burges et al. 2005): pairwise cross-entropy with sigma.
 
 For a pair with label_i > label_j the target probability that i ranks above j is 1, so the
 cost is log(1 + exp(-sigma * (s_i - s_j))). Pairs of equal label carry no preference (S_ij = 0

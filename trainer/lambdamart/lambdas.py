@@ -1,4 +1,5 @@
-"""LambdaRank gradients (Burges 2010, as RankLib computes them): per-document lambdas and hessians from pairwise delta NDCG.
+"""LambdaRank gradients (Burges 2010, as RankLib computes them): per-document lambdas and
+hessians from pairwise delta NDCG.
 
 For a pair with label_i > label_j, rho_ij = 1 / (1 + exp(sigma (s_i - s_j))),
 lambda_ij = sigma rho_ij |dNDCG_ij| and the second derivative is sigma^2 |dNDCG_ij| rho (1 - rho).

@@ -16,8 +16,9 @@ class LambdaMARTParams(BaseModel):
     lambda_l2: float = Field(0.0, ge=0)
     max_bin: int = Field(255, ge=2, le=65535)
     sigma: float = Field(1.0, gt=0)
-    # Truncation of delta NDCG (NDCG_num in Meituan-Dianping's LambdaDNN write-up, 2019): only pairs with at least one document in
-    # the current top `ndcg_truncation` positions count. None = the whole list.
+    # Truncation of delta NDCG (NDCG_num in Meituan-Dianping's LambdaDNN write-up, 2019): only
+    # pairs with at least one document in the current top `ndcg_truncation` positions count.
+    # None = the whole list.
     ndcg_truncation: int | None = Field(None, ge=1)
     # max_sort_size-style limit: only documents ranked in the top `max_pairs_rank` positions
     # form pairs. None = all pairs.

@@ -14,12 +14,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from app.errors import LtrError
+
 M = TypeVar("M", bound=BaseModel)
 
 FILE_ONLY_KEYS = frozenset({"engine"})
 
 
-class ConfigError(ValueError):
+class ConfigError(LtrError, ValueError):
     """A params file or flag value that cannot be used; the message names the file or flag."""
 
 

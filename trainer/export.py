@@ -26,13 +26,14 @@ from app.artifacts.manifest import (
 )
 from app.artifacts.store import load_version, write_version_dir
 from app.artifacts.tree_dump import TreeEnsemble
+from app.errors import LtrError
 from app.scoring.reference import predict
 from trainer.data.dataset import RankingDataset
 
 ROUNDTRIP_RTOL = 1e-9
 
 
-class ExportError(ValueError):
+class ExportError(LtrError, ValueError):
     """The version could not be written, or does not score as the trained model did."""
 
 

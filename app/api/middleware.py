@@ -17,13 +17,14 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
+from app.errors import LtrError
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(LtrError):
     pass
 
 

@@ -24,13 +24,15 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.errors import LtrError
+
 Loc = tuple[str | int, ...]
 _NUMERIC = frozenset({float, int, type(None)})  # bool is not a number; null is missing
 _CANDIDATE_KEYS = frozenset({"id", "features"})
 _ID_TYPES = frozenset({str, int})
 
 
-class RequestError(ValueError):
+class RequestError(LtrError, ValueError):
     """Bad request content, reported as HTTP 422 `{"detail": [{"loc", "msg", "type"}]}`."""
 
     def __init__(self, loc: Loc, msg: str, type_: str = "value_error") -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from app.artifacts.manifest import Manifest
+from app.errors import LtrError
 
 MANIFEST_FILE = "manifest.json"
 CURRENT_FILE = "CURRENT"
@@ -23,7 +24,7 @@ ALLOWED_FILES = {"model.json", "model.onnx", "embeddings.npy", "clusters.json"}
 MAX_ARTIFACT_BYTES = 512 * 1024 * 1024
 
 
-class ArtifactError(ValueError):
+class ArtifactError(LtrError, ValueError):
     """A model version that is missing, malformed, or fails verification."""
 
 

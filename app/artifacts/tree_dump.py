@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.errors import LtrError
+
 FORMAT = "ltr-tree-dump"
 FORMAT_VERSION = 1
 ZERO_THRESHOLD = 1e-35  # LightGBM's kZeroThreshold
 
 
-class TreeDumpError(ValueError):
+class TreeDumpError(LtrError, ValueError):
     """A tree dump that does not follow the contract."""
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 from redis.exceptions import RedisError
 
+from app.errors import LtrError
 from app.features.redis_store import TTLCache
 from app.impressions.sink import (
     DROPPED,
@@ -39,7 +40,7 @@ LOCAL_INDEX_MAX = 50_000  # requests remembered in-process (their ids and the fe
 LOOKUP_TIMEOUT_S = 1.0  # feedback is not latency-critical, but must not hang on a stuck Redis
 
 
-class FeedbackError(Exception):
+class FeedbackError(LtrError):
     """A feedback call that cannot be accepted; `status` is the HTTP answer."""
 
     status = 422

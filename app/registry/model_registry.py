@@ -31,6 +31,7 @@ import numpy as np
 from app import metrics
 from app.artifacts.manifest import NAME_PATTERN, Manifest
 from app.artifacts.store import Artifact, list_models, load_version, read_current
+from app.errors import LtrError
 from app.scoring.protocol import Scorer
 from app.settings import Settings
 
@@ -44,15 +45,15 @@ ScorerLoader = Callable[[Artifact], Scorer]
 ModelHook = Callable[[Manifest, dict[str, bytes]], None]
 
 
-class ModelNotAvailable(LookupError):
+class ModelNotAvailable(LtrError, LookupError):
     """No model can answer: none loaded yet, or the named one failed to load (HTTP 503)."""
 
 
-class UnknownModel(LookupError):
+class UnknownModel(LtrError, LookupError):
     """The request names a model the registry does not have (HTTP 404)."""
 
 
-class AmbiguousModel(LookupError):
+class AmbiguousModel(LtrError, LookupError):
     """Several models are loaded, no default is configured and the request names none (422)."""
 
 

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 import onnxruntime as ort
 
+from app.errors import LtrError
+
 FEATURES_INPUT = "features"
 USER_INPUT = "user"
 SCORES_OUTPUT = "scores"
@@ -30,7 +32,7 @@ _TENSOR_NAME, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 8, 13, 14
 _LOCATION_EXTERNAL = 1
 
 
-class OnnxModelError(ValueError):
+class OnnxModelError(LtrError, ValueError):
     """A `model.onnx` the service refuses: unreadable, external data, or the wrong interface."""
 
 

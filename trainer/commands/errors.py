@@ -9,8 +9,10 @@ from typing import NoReturn
 
 import typer
 
+from app.errors import LtrError
 
-class CommandError(Exception):
+
+class CommandError(LtrError):
     """An expected failure whose message is the whole story (file, line, what is wrong)."""
 
 
@@ -21,8 +23,9 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 @contextmanager
 def clear_errors(*expected: type[BaseException]) -> Iterator[None]:
-    """Turn expected exceptions into `error: <message>` on stderr and exit code 2."""
-    catch: tuple[type[BaseException], ...] = (CommandError, FileNotFoundError, *expected)
+    """Turn expected exceptions into `error: <message>` on stderr and exit code 2: every
+    LtrError (the project's own), a missing file, and whatever else a command names."""
+    catch: tuple[type[BaseException], ...] = (LtrError, FileNotFoundError, *expected)
     try:
         yield
     except catch as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.artifacts.tree_dump import Tree, TreeDumpError, TreeEnsemble
+from app.errors import LtrError
 
 CATEGORICAL_BIT = 1
 DEFAULT_LEFT_BIT = 2
@@ -32,7 +33,7 @@ IDENTITY_OBJECTIVES = {
 }
 
 
-class ModelFormatError(ValueError):
+class ModelFormatError(LtrError, ValueError):
     """A model file we cannot convert faithfully; the message says why."""
 
 

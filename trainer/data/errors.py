@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from app.errors import LtrError
 
-class DataFormatError(ValueError):
+
+class DataFormatError(LtrError, ValueError):
     """A data file that cannot be read; the message names the file, the line (or row and
     column) and what is wrong, e.g. `train.txt:12: label 'x' is not a number`."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.errors import LtrError
+
 # Python's float() also accepts `1_000`, `infinity` and surrounding blanks; the format does not.
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf)", re.IGNORECASE)
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -17,7 +19,7 @@ _INTEGER = re.compile(r"[+-]?\d+")
 MAX_FEATURE_ID = 100_000
 
 
-class LineError(ValueError):
+class LineError(LtrError, ValueError):
     """What is wrong with one line (the caller adds the file name and line number)."""
 
 

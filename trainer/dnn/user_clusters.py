@@ -18,13 +18,14 @@ import numpy as np
 from pydantic import ValidationError
 
 from app.artifacts.manifest import ClusterScheme
+from app.errors import LtrError
 from app.features.clusters import cluster_id, coarser_ids, resolve_cluster
 from trainer.data.dataset import RankingDataset
 
 EMBEDDING_FEATURE_PREFIX = "user_emb_"
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(LtrError, ValueError):
     """A cluster-scheme config that cannot be used; the message names the file."""
 
 

@@ -7,10 +7,12 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from app.errors import LtrError
+
 USER_ID_COLUMN = "user_id"
 
 
-class ProfileTableError(ValueError):
+class ProfileTableError(LtrError, ValueError):
     """A profile table that cannot be read; the message names the file (and line)."""
 
 

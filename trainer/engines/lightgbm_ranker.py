@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from app.artifacts.tree_dump import TreeEnsemble
+from app.errors import LtrError
 from app.scoring.reference import predict
 from trainer.convert.lightgbm_model import convert_lightgbm
 from trainer.data.dataset import RankingDataset
@@ -24,7 +25,7 @@ from trainer.lambdamart.params import LambdaMARTParams
 CONVERSION_RTOL = 1e-6
 
 
-class EngineError(RuntimeError):
+class EngineError(LtrError, RuntimeError):
     """Training failed or produced a model that does not convert faithfully."""
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from app.artifacts.manifest import new_version_id
 from app.artifacts.store import Artifact, ArtifactError, load_version, read_current
 from app.artifacts.tree_dump import TreeEnsemble
+from app.errors import LtrError
 from trainer.data.concat import concat_datasets
 from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
 
 
-class NightlyRefused(RuntimeError):
+class NightlyRefused(LtrError, RuntimeError):
     """The candidate did not pass the gate; the deployed model is untouched."""
 
     def __init__(self, reasons: list[str], report_dir: Path) -> None:

@@ -108,6 +108,7 @@ def test_missing_file_and_existing_out(runner: CliRunner, tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_dnn_engine_dispatch(runner: CliRunner, tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
     out = tmp_path / "dnn1"
     result = runner.invoke(
         app,

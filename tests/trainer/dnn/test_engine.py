@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
+
 from app.artifacts.store import load_version
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor

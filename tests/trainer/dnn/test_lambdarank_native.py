@@ -3,7 +3,8 @@ scores is minus the native LambdaMART lambdas for the same lists."""
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
 from trainer.dnn.losses import lambdarank_loss
 from trainer.lambdamart.lambdas import lambdas_and_hessians

@@ -1,7 +1,8 @@
 import math
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
 from trainer.dnn.losses import lambdarank_loss, listnet_loss, pointwise_loss, ranknet_loss
 from trainer.dnn.losses.lambdarank import current_ranks, delta_ndcg

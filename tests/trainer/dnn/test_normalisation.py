@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
 from trainer.dnn.normalisation import fit_standardiser
 

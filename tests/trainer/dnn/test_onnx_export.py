@@ -1,7 +1,8 @@
 import numpy as np
 import onnx
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
 from trainer.dnn.models import build_ranker
 from trainer.dnn.normalisation import fit_standardiser

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
@@ -35,10 +36,17 @@ def test_parse_event(data: bytes | str, expected: tuple[str, str] | None) -> Non
 
 
 def test_without_redis_url_it_returns_at_once() -> None:
-    async def never(model: str, version: str) -> None:
-        raise AssertionError("called")
+    calls: list[tuple[str, str]] = []
 
-    asyncio.run(asyncio.wait_for(listen_for_reloads(Settings(redis_url=None), never), 1.0))
+    async def record(model: str, version: str) -> None:
+        calls.append((model, version))
+
+    started = time.perf_counter()
+    result = asyncio.run(
+        asyncio.wait_for(listen_for_reloads(Settings(redis_url=None), record), 1.0)
+    )
+    assert result is None and calls == []
+    assert time.perf_counter() - started < 0.5  # returned, not timed out
 
 
 def _subscribers(server: RedisServer) -> int:
@@ -98,9 +106,16 @@ def test_announcements_reach_the_callback_across_a_redis_restart(
     asyncio.run(scenario())
 
 
-def test_a_bad_url_ends_the_listener_instead_of_crashing_it() -> None:
-    async def never(model: str, version: str) -> None:
-        raise AssertionError("called")
+def test_a_bad_url_ends_the_listener_instead_of_crashing_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[tuple[str, str]] = []
+
+    async def record(model: str, version: str) -> None:
+        calls.append((model, version))
 
     settings = Settings(redis_url="not-a-redis-url")
-    asyncio.run(asyncio.wait_for(listen_for_reloads(settings, never), 1.0))
+    with caplog.at_level(logging.ERROR, logger="app.registry.reload_events"):
+        result = asyncio.run(asyncio.wait_for(listen_for_reloads(settings, record), 1.0))
+    assert result is None and calls == []
+    assert "not a usable Redis URL" in caplog.text

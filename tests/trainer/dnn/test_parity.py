@@ -3,6 +3,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
+
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
 from trainer.dnn import parity

@@ -1,9 +1,10 @@
 """Position bias: does debiased LambdaMART on clicks get back to what true labels give?
 
 1. `ltr simulate --clicks` data (position-based click model with known theta_k = (1/k)^eta).
-   Each training query is served `--sessions` times: session 0 is the simulator's own log, the
-   others replay its logging ranker and click model (trainer.simulate.clicks) with fresh noise,
-   as head queries come back in real traffic.
+   Each training query is served `--sessions` times (trainer.simulate.sessions, what
+   `ltr simulate --clicks --sessions N` writes): session 0 is the simulator's own log, the
+   others replay its logging ranker and click model with fresh noise, as head queries come
+   back in real traffic.
 2. Every session is written in the service's log format (app.impressions records: impressions
    + click feedback, JSONL) and read back through `trainer.clicks` (read_logs, join_logs).
 3. Propensities by EM (trainer.clicks.propensity) vs the true theta, per position.
@@ -40,9 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from app.impressions.sink import feedback_record, impression_record, to_json
 from trainer.clicks.ipw_eval import ipw_relabel
 from trainer.clicks.join import join_logs, split_by_time
 from trainer.clicks.logs import read_logs
@@ -68,48 +67,9 @@ from trainer.lambdamart.unbiased import (
 )
 from trainer.metrics.ndcg import mean_ndcg
 from trainer.simulate import SimulationConfig, simulate
-from trainer.simulate.clicks import ClickModel
+from trainer.simulate.sessions import write_session_logs
 
 REPORT_POSITIONS = 20
-
-
-def sessions_log(
-    sim_dir: Path, sessions: int, seed: int, out: Path
-) -> tuple[RankingDataset, np.ndarray, np.ndarray]:
-    """Write `sessions` serves of every train query as service logs; (true-label train,
-    theta [K], attractiveness by grade [5])."""
-    truth = json.loads((sim_dir / "truth.json").read_text())["clicks"]
-    model = ClickModel(truth["eta"], truth["epsilon"], truth["logging_policy"]["logging_noise"])
-    data = read_parquet(sim_dir / "train.parquet")
-    first = pq.read_table(sim_dir / "train.parquet", columns=["click"]).column("click")
-    offsets = data.group_offsets
-    query_index = np.repeat(np.arange(data.num_queries), np.diff(offsets))
-    labels = data.labels.astype(np.int64)
-    rng = np.random.default_rng(seed)
-    assert data.positions is not None
-    with out.open("wb") as log:
-        for s in range(sessions):
-            if s == 0:
-                positions, clicks = data.positions, first.to_numpy()
-            else:
-                positions = model.serve(data.features, query_index, offsets, rng)
-                clicks = model.click(positions, labels, rng)
-            for q in range(data.num_queries):
-                lo, hi = offsets[q], offsets[q + 1]
-                order = lo + np.argsort(positions[lo:hi], kind="stable")
-                rid = f"s{s}q{q}"
-                ids = [int(i) for i in order]
-                ts = float(s * data.num_queries + q)
-                imp = impression_record(rid, q, None, None, "sim", "1", ids, data.features[order])
-                imp["ts"] = ts
-                log.write(to_json(imp) + b"\n")
-                clicked = [
-                    {"id": int(i), "type": "click", "value": None} for i in order[clicks[order] > 0]
-                ]
-                if clicked:
-                    log.write(to_json(feedback_record(rid, clicked, ts=ts + 0.5)) + b"\n")
-    attractiveness = np.asarray(truth["attractiveness"], dtype=np.float64)
-    return data, np.asarray(truth["theta"], dtype=np.float64), attractiveness
 
 
 def fit_native(
@@ -191,9 +151,11 @@ def main() -> None:
         config = SimulationConfig(rows=args.rows, clicks=True, eta=args.eta, seed=args.seed)
         simulate(config, sim)
         started = time.perf_counter()
-        truth_train, theta_true, attractiveness = sessions_log(
-            sim, args.sessions, args.seed, Path(tmp) / "log.jsonl"
+        session_logs = write_session_logs(
+            sim, "parquet", args.sessions, args.seed, Path(tmp) / "log.jsonl"
         )
+        truth_train, theta_true = session_logs.train, session_logs.theta
+        attractiveness = session_logs.attractiveness
         log_seconds = time.perf_counter() - started
         started = time.perf_counter()
         joined = join_logs(read_logs(Path(tmp) / "log.jsonl"))

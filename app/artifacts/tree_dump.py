@@ -3,7 +3,8 @@
 Contract (see docs/ARCHITECTURE.md): node 0 is the root; `left[i]`/`right[i]` are child indices,
 a negative child `c` is the leaf `~c`; `x[split_feature[i]] <= threshold[i]` goes left; NaN goes
 left when `default_left[i]`. A tree with no split has empty node arrays and one leaf value.
-Optional `missing_zero[i]` (LightGBM's MissingType::Zero) makes |x| <= 1e-35 count as missing too.
+Optional `missing_zero[i]` (LightGBM's MissingType::Zero) makes |x| <= ZERO_THRESHOLD count as
+missing too.
 The score of a row is `base_score + sum(tree leaf values)`.
 """
 
@@ -19,7 +20,9 @@ from app.errors import LtrError
 
 FORMAT = "ltr-tree-dump"
 FORMAT_VERSION = 1
-ZERO_THRESHOLD = 1e-35  # LightGBM's kZeroThreshold
+# LightGBM's kZeroThreshold, declared `const double kZeroThreshold = 1e-35f` (meta.h): the float
+# literal widened, 1.0000000180025095e-35, not the double 1e-35.
+ZERO_THRESHOLD = float(np.float32(1e-35))
 
 
 class TreeDumpError(LtrError, ValueError):

@@ -43,6 +43,7 @@ class JoinedLogs:
     dataset: RankingDataset  # query_ids = request ids; positions set
     times: np.ndarray  # float64 [n_queries], impression time (Unix seconds), non-decreasing
     stats: dict[str, int] = field(default_factory=dict)
+    skipped: str = ""  # what was left out and why (Selection.describe), "" when nothing
 
     def subset(self, query_index: np.ndarray) -> JoinedLogs:
         return JoinedLogs(self.dataset.subset_queries(query_index), self.times[query_index])
@@ -64,17 +65,65 @@ def _labels(feedback: list[FeedbackEvent], rules: LabelRules) -> tuple[dict[str,
     return labels, repeats
 
 
+@dataclass
+class Selection:
+    """The impressions kept, and how many were left out for each reason."""
+
+    chosen: list[Impression]
+    empty: int = 0  # served no candidate
+    repeated: int = 0  # a request id logged again
+    other_models: dict[str, int] = field(default_factory=dict)  # model name → impressions
+    other_widths: dict[int, int] = field(default_factory=dict)  # feature width → impressions
+
+    @property
+    def skipped(self) -> int:
+        widths = sum(self.other_widths.values())
+        return self.empty + self.repeated + sum(self.other_models.values()) + widths
+
+    def describe(self, model: str | None, width: int | None) -> str:
+        """What was left out and why, for a message; "" when nothing was."""
+        parts = []
+        if self.other_models:
+            names = ", ".join(f"{n!r}: {c}" for n, c in sorted(self.other_models.items()))
+            parts.append(
+                f"{sum(self.other_models.values())} served by models other than {model!r} ({names})"
+            )
+        if self.other_widths:
+            widths = ", ".join(f"{w}: {c}" for w, c in sorted(self.other_widths.items()))
+            parts.append(
+                f"{sum(self.other_widths.values())} with other feature widths than the "
+                f"manifest's {width} ({widths})"
+            )
+        if self.repeated:
+            parts.append(f"{self.repeated} repeating a logged request id")
+        if self.empty:
+            parts.append(f"{self.empty} with no candidates")
+        return "; ".join(parts)
+
+
 def _select(
     impressions: list[Impression], feature_names: list[str] | None, model: str | None
-) -> tuple[list[Impression], int]:
+) -> Selection:
     """Impressions of the wanted model and feature width, first per request id, by time."""
     first: dict[str, Impression] = {}
+    selection = Selection([])
     for imp in impressions:
-        if len(imp.ids) and (model is None or imp.model == model):
-            first.setdefault(imp.request_id, imp)
+        if not len(imp.ids):
+            selection.empty += 1
+        elif model is not None and imp.model != model:
+            name = str(imp.model)
+            selection.other_models[name] = selection.other_models.get(name, 0) + 1
+        elif imp.request_id in first:
+            selection.repeated += 1
+        else:
+            first[imp.request_id] = imp
     chosen = list(first.values())
     widths = {imp.features.shape[1] for imp in chosen}
     if feature_names is not None:
+        for imp in chosen:
+            width = imp.features.shape[1]
+            if width != len(feature_names):
+                selection.other_widths[width] = selection.other_widths.get(width, 0) + 1
         chosen = [imp for imp in chosen if imp.features.shape[1] == len(feature_names)]
         if not chosen and widths:
             raise ValueError(
@@ -87,7 +136,8 @@ def _select(
             "(--model) or give its manifest (--manifest)"
         )
     chosen.sort(key=lambda imp: imp.ts)
-    return chosen, len(impressions) - len(chosen)
+    selection.chosen = chosen
+    return selection
 
 
 def join_logs(
@@ -98,9 +148,15 @@ def join_logs(
 ) -> JoinedLogs:
     """One query list per logged request, ordered by impression time."""
     rules = rules or LabelRules()
-    impressions, skipped = _select(logs.impressions, feature_names, model)
+    selection = _select(logs.impressions, feature_names, model)
+    impressions = selection.chosen
     if not impressions:
-        raise ValueError("the logs hold no impressions to train on")
+        width = None if feature_names is None else len(feature_names)
+        left_out = selection.describe(model, width)
+        raise ValueError(
+            "the logs hold no impressions to train on"
+            + (f": of {len(logs.impressions)} logged, {left_out}" if left_out else "")
+        )
     labels, repeats = _labels(logs.feedback, rules)
     known = {imp.request_id for imp in impressions}
     orphans = sum(1 for e in logs.feedback if e.request_id not in known)
@@ -124,14 +180,19 @@ def join_logs(
     )
     stats = {
         "impressions": len(impressions),
-        "impressions_skipped": skipped,
+        "impressions_skipped": selection.skipped,
+        "skipped_other_models": sum(selection.other_models.values()),
+        "skipped_other_widths": sum(selection.other_widths.values()),
+        "skipped_repeated": selection.repeated,
+        "skipped_empty": selection.empty,
         "feedback_events": len(logs.feedback),
         "feedback_repeats": repeats,
         "feedback_orphans": orphans,
         "clicked_lists": int(sum(1 for row in label_rows if row.max() > 0)),
     }
     times = np.array([imp.ts for imp in impressions], dtype=np.float64)
-    return JoinedLogs(dataset, times, stats)
+    width = None if feature_names is None else len(feature_names)
+    return JoinedLogs(dataset, times, stats, selection.describe(model, width))
 
 
 def split_by_time(

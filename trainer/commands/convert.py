@@ -10,13 +10,13 @@ import orjson
 import typer
 
 from app.artifacts.store import ArtifactError, sha256_hex
-from app.artifacts.tree_dump import TreeEnsemble
+from app.artifacts.tree_dump import ZERO_THRESHOLD, TreeEnsemble
 from trainer.commands.errors import CommandError, clear_errors, fail
 from trainer.data.errors import DataFormatError
 from trainer.export import ExportError, check_out_dir
 
 SOURCES = ("lightgbm", "xgboost")
-LIBRARY_RTOL = 1e-6
+LIBRARY_RTOL = 0.0  # LightGBM: bit-identical (same decisions, same float64 sum in tree order)
 FLOAT32_RTOL = 4 * 2.0**-24  # a few float32 roundings of the largest score
 PROBE_ROWS = 2_000
 
@@ -194,8 +194,9 @@ def float32_sum_scores(ensemble: TreeEnsemble, features: np.ndarray) -> np.ndarr
 def probe_features(ensemble: TreeEnsemble, n_rows: int, *, infinities: bool) -> np.ndarray:
     """Rows that exercise every split: float32 [n_rows, num_features].
 
-    Values sit on, just below and just above the model's thresholds, with NaN, 0 and (when the
-    library accepts them) ±inf mixed in, so both branches and the missing direction are taken.
+    Values sit on, just below and just above the model's thresholds, with NaN, ±0, the edges of
+    LightGBM's zero band (|x| <= kZeroThreshold reads as 0) and, when the library accepts them,
+    ±inf mixed in, so both branches and the missing direction are taken.
     """
     rng = np.random.default_rng(0)
     per_feature: list[list[np.ndarray]] = [[np.zeros(1)] for _ in range(ensemble.num_features)]
@@ -212,10 +213,22 @@ def probe_features(ensemble: TreeEnsemble, n_rows: int, *, infinities: bool) -> 
     special = rng.random(out.shape)
     out[special < 0.10] = np.nan
     out[(special >= 0.10) & (special < 0.15)] = 0.0
+    band = special >= 0.95
+    out[band] = rng.choice(ZERO_BAND_PROBES, size=int(band.sum()))
     if infinities:
         out[(special >= 0.15) & (special < 0.16)] = np.inf
         out[(special >= 0.16) & (special < 0.17)] = -np.inf
     return out
+
+
+def _zero_band_probes() -> np.ndarray:
+    """float32 values at and one step either side of ±kZeroThreshold, and both zeros."""
+    edge = np.float32(ZERO_THRESHOLD)
+    steps = [np.nextafter(edge, np.float32(0)), edge, np.nextafter(edge, np.float32(1))]
+    return np.array([*steps, *(-v for v in steps), 0.0, -0.0], dtype=np.float32)
+
+
+ZERO_BAND_PROBES = _zero_band_probes()
 
 
 def register(app: typer.Typer) -> None:

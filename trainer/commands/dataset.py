@@ -62,9 +62,31 @@ def dataset_command(
         float | None, Opt(help="The latest fraction of lists validate (default 0.2).")
     ] = None,
     manifest: Annotated[
-        Path | None, Opt(help="Model version dir (or manifest.json): names the feature columns.")
+        Path | None,
+        Opt(
+            help=(
+                "Model version dir (or manifest.json): names the feature columns and keeps "
+                "only impressions with that many features, served by the manifest's model "
+                "name (unless --model or --all-models says otherwise)."
+            ),
+            show_default="none",
+        ),
     ] = None,
-    model: Annotated[str | None, Opt(help="Only impressions served by this model name.")] = None,
+    model: Annotated[
+        str | None,
+        Opt(
+            help="Only impressions served by this model name.",
+            show_default="the manifest's model name, else every model",
+        ),
+    ] = None,
+    all_models: Annotated[
+        bool,
+        Opt(
+            "--all-models",
+            help="Impressions of every model name, also with --manifest.",
+            show_default="off",
+        ),
+    ] = False,
     click: Annotated[float, Opt(rich_help_panel=LABELS)] = 1.0,
     purchase: Annotated[float, Opt(rich_help_panel=LABELS)] = 2.0,
     dwell: Annotated[float, Opt(rich_help_panel=LABELS)] = 1.0,
@@ -83,6 +105,8 @@ def dataset_command(
 
     if valid_after is not None and valid_fraction is not None:
         fail("give --valid-after or --valid-fraction, not both")
+    if all_models and model is not None:
+        fail("give --model or --all-models, not both")
     cutoff = None if valid_after is None else parse_time(valid_after)
     fraction = 0.2 if cutoff is None and valid_fraction is None else valid_fraction
     if out.exists() and not out.is_dir():
@@ -91,7 +115,8 @@ def dataset_command(
     with clear_errors(DataFormatError, ValueError, OSError):
         names, model_name = manifest_names(manifest) if manifest else (None, None)
         logs = read_logs(from_logs)
-        joined = join_logs(logs, names, rules, model or model_name)
+        wanted = None if all_models else (model or model_name)
+        joined = join_logs(logs, names, rules, wanted)
         train, valid = split_by_time(joined, valid_after=cutoff, valid_fraction=fraction)
         out.mkdir(parents=True, exist_ok=True)
         write_parquet(train.dataset, out / "train.parquet")
@@ -99,6 +124,7 @@ def dataset_command(
         summary: dict[str, Any] = {
             "out": str(out),
             **joined.stats,
+            "skipped": joined.skipped,
             "train_lists": train.dataset.num_queries,
             "train_rows": train.dataset.num_docs,
             "valid_lists": valid.dataset.num_queries,
@@ -115,6 +141,8 @@ def dataset_command(
         f"wrote {summary['train_lists']:,} train lists ({summary['train_rows']:,} rows) and "
         f"{summary['valid_lists']:,} valid lists to {out}"
     )
+    if joined.skipped:
+        typer.echo(f"left out {summary['impressions_skipped']:,} impressions: {joined.skipped}")
     if propensities:
         theta = ", ".join(f"{t:.3f}" for t in summary["propensities"]["theta"][:10])
         typer.echo(f"examination by position (relative to 1): {theta}")

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from trainer.commands.errors import clear_errors, echo_err, fail
 
+CLICK_LOG = "click_logs.jsonl"  # --sessions: the service's impression + feedback log format
 # Runs smaller than this finish in a couple of seconds: no progress output.
 PROGRESS_MIN_ROWS = 500_000
 
@@ -72,6 +73,18 @@ def simulate_command(
     clicks: Annotated[
         bool, typer.Option("--clicks", help="Add served positions and clicks (PBM).")
     ] = False,
+    sessions: Annotated[
+        int | None,
+        typer.Option(
+            help=(
+                "With --clicks: also write click_logs.jsonl, the service's log format with every "
+                "train query served N times (session 1 as in the train file, the rest replayed "
+                "with fresh noise), for ltr dataset --from-logs."
+            ),
+            show_default="none",
+            metavar="N",
+        ),
+    ] = None,
     eta: Annotated[float, typer.Option(help="Examination theta_k = (1/k)^eta.")] = 1.0,
     click_noise: Annotated[
         float, typer.Option(help="epsilon: click probability of an examined grade-0 document.")
@@ -111,18 +124,39 @@ def simulate_command(
         )
     except ValidationError as exc:
         fail(_config_error(exc))
+    if sessions is not None and (sessions < 1 or not clicks):
+        fail(f"--sessions {sessions}: give a number >= 1, with --clicks")
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
     with clear_errors(OSError), _progress(rows) as progress:
         summary = simulate(config, out, progress=progress)
+    report = summary.model_dump()
+    if sessions is not None:
+        from trainer.simulate.sessions import write_session_logs
+
+        log_file = out / CLICK_LOG
+        with clear_errors(OSError, ValueError):
+            logs = write_session_logs(out, fmt, sessions, seed, log_file)
+        report["click_log"] = {
+            "file": CLICK_LOG,
+            "sessions": sessions,
+            "impressions": logs.impressions,
+            "clicks": logs.clicks,
+        }
     if as_json:
-        typer.echo(orjson.dumps(summary.model_dump()).decode())
+        typer.echo(orjson.dumps(report).decode())
         return
     parts = ", ".join(f"{name} {s.queries:,} queries" for name, s in summary.splits.items())
     typer.echo(
         f"wrote {summary.rows:,} rows ({parts}) and {summary.users:,} users to {out} "
         f"in {summary.seconds:.1f} s"
     )
+    if sessions is not None:
+        log = report["click_log"]
+        typer.echo(
+            f"wrote {log['impressions']:,} impressions ({sessions} sessions per train query, "
+            f"{log['clicks']:,} clicks) to {out / CLICK_LOG}"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -34,50 +34,168 @@ def train_command(
         Path, Opt("--out", help="Version directory to create; its name is the version.")
     ],
     valid_file: Annotated[
-        Path | None, Opt("--valid", help="Validation data: early stopping and metrics.")
+        Path | None,
+        Opt(
+            "--valid",
+            help="Validation data: early stopping and the metrics recorded in the manifest.",
+            show_default="none, metrics on the training data",
+        ),
     ] = None,
     engine: Annotated[
-        str | None, Opt(help="native | lightgbm | lightgbm-dask | dnn [default: native]")
+        str | None,
+        Opt(
+            help="native | lightgbm | lightgbm-dask | dnn.",
+            show_default="the config's engine, else native",
+        ),
     ] = None,
     dask_scheduler: Annotated[
         str | None,
-        Opt(help="Dask scheduler address for --engine lightgbm-dask.", rich_help_panel=TREE),
+        Opt(
+            help="Dask scheduler address for --engine lightgbm-dask.",
+            rich_help_panel=TREE,
+            show_default="none",
+        ),
     ] = None,
-    config: Annotated[Path | None, Opt(help="Params TOML file; flags override it.")] = None,
+    config: Annotated[
+        Path | None, Opt(help="Params TOML file; flags override it.", show_default="none")
+    ] = None,
     name: Annotated[str, Opt(help="Model name.")] = "default",
-    num_trees: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
-    num_leaves: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
-    min_data_in_leaf: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
-    max_bin: Annotated[int | None, Opt(rich_help_panel=TREE)] = None,
-    learning_rate: Annotated[float | None, Opt()] = None,
-    early_stopping: Annotated[
-        int | None, Opt(help="Stop after ROUNDS without valid NDCG@k gain.", metavar="ROUNDS")
+    num_trees: Annotated[
+        int | None,
+        Opt(
+            help="Boosting rounds: the most trees grown (early stopping may keep fewer).",
+            rich_help_panel=TREE,
+            show_default="100",
+        ),
     ] = None,
-    eval_at: Annotated[int | None, Opt(help="k of the NDCG@k to report and early-stop on.")] = None,
-    seed: Annotated[int | None, Opt()] = None,
-    threads: Annotated[int | None, Opt(help="0 = all cores.")] = None,
-    loss: Annotated[str | None, Opt(rich_help_panel=DNN)] = None,
-    arch: Annotated[str | None, Opt(rich_help_panel=DNN)] = None,
-    hidden: Annotated[str | None, Opt(rich_help_panel=DNN, help='e.g. "256,128"')] = None,
-    epochs: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
-    batch_queries: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
-    dropout: Annotated[float | None, Opt(rich_help_panel=DNN)] = None,
-    user_profiles: Annotated[Path | None, Opt(rich_help_panel=DNN)] = None,
-    cluster_config: Annotated[Path | None, Opt(rich_help_panel=DNN)] = None,
-    embedding_dim: Annotated[int | None, Opt(rich_help_panel=DNN)] = None,
+    num_leaves: Annotated[
+        int | None, Opt(help="Leaves per tree, at most.", rich_help_panel=TREE, show_default="31")
+    ] = None,
+    min_data_in_leaf: Annotated[
+        int | None,
+        Opt(help="Documents per leaf, at least.", rich_help_panel=TREE, show_default="20"),
+    ] = None,
+    max_bin: Annotated[
+        int | None,
+        Opt(help="Histogram bins per feature.", rich_help_panel=TREE, show_default="255"),
+    ] = None,
+    learning_rate: Annotated[
+        float | None,
+        Opt(
+            help="Shrinkage of each tree (tree engines); Adam step size (dnn).",
+            show_default="0.1 for trees, 0.001 for dnn",
+        ),
+    ] = None,
+    early_stopping: Annotated[
+        int | None,
+        Opt(
+            help=(
+                "Stop after ROUNDS trees (tree engines) or epochs (dnn) without a gain on "
+                "--valid: NDCG@k, or IPW DCG@k for click data given --propensities and served "
+                "positions. The best iteration is kept."
+            ),
+            metavar="ROUNDS",
+            show_default="off for trees, 10 epochs for dnn",
+        ),
+    ] = None,
+    eval_at: Annotated[
+        int | None,
+        Opt(help="k of the NDCG@k to report and early-stop on.", show_default="10"),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        Opt(help="Random seed: same seed, data and threads, same model.", show_default="0"),
+    ] = None,
+    threads: Annotated[
+        int | None,
+        Opt(
+            help=(
+                "CPU threads; 0 = all cores. The DNN defaults to 1: more torch threads "
+                "collapse on a loaded machine."
+            ),
+            show_default="all cores for trees, 1 for dnn",
+        ),
+    ] = None,
+    loss: Annotated[
+        str | None,
+        Opt(
+            help="lambdarank | ranknet | listnet | pointwise.",
+            rich_help_panel=DNN,
+            show_default="lambdarank",
+        ),
+    ] = None,
+    arch: Annotated[
+        str | None,
+        Opt(
+            help="mlp | dcn (deep and cross network, Wang et al. 2017).",
+            rich_help_panel=DNN,
+            show_default="mlp",
+        ),
+    ] = None,
+    hidden: Annotated[
+        str | None,
+        Opt(
+            help="Hidden layer widths, comma-separated.",
+            rich_help_panel=DNN,
+            show_default="256,128",
+        ),
+    ] = None,
+    epochs: Annotated[
+        int | None,
+        Opt(
+            help="Passes over the training lists, at most.", rich_help_panel=DNN, show_default="100"
+        ),
+    ] = None,
+    batch_queries: Annotated[
+        int | None,
+        Opt(
+            help="Query lists per batch (a list is never split).",
+            rich_help_panel=DNN,
+            show_default="32",
+        ),
+    ] = None,
+    dropout: Annotated[
+        float | None,
+        Opt(help="Dropout after each hidden layer.", rich_help_panel=DNN, show_default="0.1"),
+    ] = None,
+    user_profiles: Annotated[
+        Path | None,
+        Opt(
+            help="User profile table (user_id and profile fields) for user-cluster embeddings.",
+            rich_help_panel=DNN,
+            show_default="none",
+        ),
+    ] = None,
+    cluster_config: Annotated[
+        Path | None,
+        Opt(
+            help="Cluster scheme: profile fields and buckets; needs --user-profiles.",
+            rich_help_panel=DNN,
+            show_default="none",
+        ),
+    ] = None,
+    embedding_dim: Annotated[
+        int | None,
+        Opt(help="Size of each user cluster's embedding.", rich_help_panel=DNN, show_default="8"),
+    ] = None,
     unbiased: Annotated[
         bool,
         Opt(help="Click labels: correct for position bias (--debias).", rich_help_panel=CLICKS),
     ] = False,
     propensities: Annotated[
         Path | None,
-        Opt(help="propensities.json (ltr dataset) or truth.json.", rich_help_panel=CLICKS),
+        Opt(
+            help="propensities.json (ltr dataset) or truth.json.",
+            rich_help_panel=CLICKS,
+            show_default="none",
+        ),
     ] = None,
     discount: Annotated[
         str, Opt(help="Delta-NDCG discount: log2 | ctr | theta.", rich_help_panel=CLICKS)
     ] = "log2",
     max_weight: Annotated[
-        float | None, Opt(help="Clip 1/propensity at this.", rich_help_panel=CLICKS)
+        float | None,
+        Opt(help="Clip 1/propensity at this.", rich_help_panel=CLICKS, show_default="no clip"),
     ] = None,
     debias: Annotated[
         str,
@@ -86,7 +204,9 @@ def train_command(
             rich_help_panel=CLICKS,
         ),
     ] = "click-model",
-    as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
+    as_json: Annotated[
+        bool, Opt("--json", help="Print one JSON object.", show_default="off")
+    ] = False,
 ) -> None:
     """Train a ranking model and write it as a version directory (manifest + model)."""
     flags: dict[str, Any] = {

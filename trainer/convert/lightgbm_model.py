@@ -1,19 +1,24 @@
 """LightGBM `model.txt` → tree dump, parsed by us (no LightGBM needed to convert).
 
-LightGBM's numerical split (tree.h `NumericalDecision`), with `decision_type` bit 0 = categorical,
+Before any tree sees a row, `Booster.predict` drops every value with |x| <= kZeroThreshold from
+it (c_api.cpp `RowPairFunctionFromDenseMatrix`: the row becomes sparse pairs), so the tree reads
+0.0 there; kZeroThreshold is float32(1e-35) widened to double (`ZERO_THRESHOLD`). Then the
+numerical split (tree.h `NumericalDecision`), with `decision_type` bit 0 = categorical,
 bit 1 = default left, bits 2-3 = missing type (0 None, 1 Zero, 2 NaN):
 - None: NaN is replaced by 0.0 and compared, so "missing" goes wherever 0.0 goes.
-- Zero: NaN and |x| <= 1e-35 take the default direction.
+- Zero: NaN and |x| <= kZeroThreshold take the default direction.
 - NaN: NaN takes the default direction; zero compares normally.
-Then `x <= threshold` goes left, which is the tree dump's rule. Leaf values already include the
-shrinkage, and LightGBM's raw score is the plain sum of leaf values (no base score).
+Then `x <= threshold` goes left, which is the tree dump's rule once thresholds inside the zero
+band are moved to its edge (`_zero_band_threshold`). Leaf values already include the shrinkage,
+and LightGBM's raw score is the plain sum of leaf values in tree order (no base score), which is
+the tree dump's sum too, so scores are bit-identical for float32 and float64 inputs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from app.artifacts.tree_dump import Tree, TreeDumpError, TreeEnsemble
+from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeDumpError, TreeEnsemble
 from app.errors import LtrError
 
 CATEGORICAL_BIT = 1
@@ -66,6 +71,19 @@ def _array(block: dict[str, str], key: str, dtype: type, where: str) -> np.ndarr
         raise ModelFormatError(f"{where}: bad {key}= ({exc})") from None
 
 
+def _zero_band_threshold(threshold: np.ndarray) -> np.ndarray:
+    """Thresholds float64 [n] for the raw value x that decide as LightGBM's `snap(x) <= t`.
+
+    snap(x) is 0.0 for |x| <= ZERO_THRESHOLD and x otherwise, so only t inside the band differ:
+    for 0 <= t < Z every x <= Z goes left (t becomes Z); for -Z <= t < 0 only x < -Z does (t
+    becomes the double just below -Z). LightGBM writes t = -Z itself, e.g. for a split between
+    negative values and zeros, where `x <= t` would send x = -Z left and LightGBM sends it right.
+    """
+    below = np.nextafter(-ZERO_THRESHOLD, -np.inf)
+    out = np.where((threshold >= 0.0) & (threshold < ZERO_THRESHOLD), ZERO_THRESHOLD, threshold)
+    return np.where((threshold >= -ZERO_THRESHOLD) & (threshold < 0.0), below, out)
+
+
 def _tree(block: dict[str, str], where: str) -> Tree:
     if block.get("is_linear", "0") != "0":
         raise ModelFormatError(f"{where}: linear trees (linear_tree=true) are not supported")
@@ -76,12 +94,13 @@ def _tree(block: dict[str, str], where: str) -> Tree:
         empty_i = np.zeros(0, dtype=np.int32)
         return Tree(empty_i, np.zeros(0), empty_i, empty_i, np.zeros(0, dtype=bool), leaf_value)
     decision = _array(block, "decision_type", np.int64, where)
-    threshold = _array(block, "threshold", np.float64, where)
+    threshold = _zero_band_threshold(_array(block, "threshold", np.float64, where))
     if np.any(decision & CATEGORICAL_BIT):
         raise ModelFormatError(f"{where}: categorical splits are not supported")
     missing_type = (decision >> 2) & 3
     bit_left = (decision & DEFAULT_LEFT_BIT) != 0
-    # MissingType::None sends NaN where 0.0 goes; the stored default bit is meaningless then.
+    # MissingType::None sends NaN where 0.0 goes; the stored default bit is meaningless then
+    # (0.0 <= t exactly when 0.0 <= the moved threshold: the move keeps the sign).
     default_left = np.where(missing_type == MISSING_NONE, threshold >= 0.0, bit_left)
     missing_zero = missing_type == MISSING_ZERO
     return Tree(

@@ -15,14 +15,15 @@ import numpy as np
 import torch
 
 from app.artifacts.manifest import NAME_PATTERN, Manifest, MissingValueRule, UserClusters
-from app.artifacts.store import load_version, write_version_dir
+from app.artifacts.store import write_version_dir
 from trainer.data.dataset import RankingDataset
 from trainer.dnn.batching import QueryLists
 from trainer.dnn.losses import loss_for
 from trainer.dnn.models import Ranker, build_ranker
 from trainer.dnn.normalisation import fit_standardiser
-from trainer.dnn.onnx_export import export_onnx, onnx_scores, onnx_session, torch_scores
+from trainer.dnn.onnx_export import export_onnx
 from trainer.dnn.options import DNNOptions
+from trainer.dnn.parity import verify_parity
 from trainer.dnn.trainer_loop import ProgressSink, deterministic, train_ranker
 from trainer.dnn.user_clusters import (
     ClusterConfigError,
@@ -34,8 +35,6 @@ from trainer.dnn.user_clusters import (
 from trainer.dnn.user_profiles import read_profiles
 from trainer.export import ExportError, plain_json
 
-PARITY_MAX_ABS_DIFF = 1e-5
-PARITY_LISTS = 200
 DEFAULT_MODEL_NAME = "lambdadnn"
 
 
@@ -154,36 +153,6 @@ def train_and_export(
         shutil.rmtree(path, ignore_errors=True)
         raise
     return path
-
-
-def verify_parity(
-    path: Path, ranker: Ranker, data: RankingDataset, cluster_rows: np.ndarray | None
-) -> float:
-    """Reload the written version (sha256 checked), score up to 200 lists with onnxruntime and
-    with PyTorch; raise ExportError beyond 1e-5 or on a different ranking. Returns the max
-    abs difference."""
-    artifact = load_version(path)
-    session = onnx_session(artifact.files["model.onnx"])
-    table = None
-    if "embeddings.npy" in artifact.files:
-        table = np.load(io.BytesIO(artifact.files["embeddings.npy"]), allow_pickle=False)
-    worst = 0.0
-    for q in range(min(data.num_queries, PARITY_LISTS)):
-        lo, hi = data.group_offsets[q], data.group_offsets[q + 1]
-        user = None if table is None or cluster_rows is None else table[cluster_rows[q]]
-        expected = torch_scores(ranker, data.features[lo:hi], user)
-        actual = onnx_scores(session, data.features[lo:hi], user)
-        diff = float(np.max(np.abs(actual.astype(np.float64) - expected)))
-        worst = max(worst, diff)
-        same_order = np.array_equal(
-            np.argsort(-actual, kind="stable"), np.argsort(-expected, kind="stable")
-        )
-        if diff > PARITY_MAX_ABS_DIFF or (not same_order and diff > 0):
-            raise ExportError(
-                f"{path}: onnxruntime scores list {q} differently from PyTorch (max abs "
-                f"difference {diff:.3g}, same ranking {same_order}); the version was removed"
-            )
-    return worst
 
 
 def data_fingerprint(data: RankingDataset) -> str:

@@ -25,7 +25,9 @@ class DNNOptions(BaseModel):
     early_stopping_rounds: int | None = Field(10, ge=1)  # in epochs
     eval_at: int = Field(10, ge=1)
     seed: int = 0
-    threads: int = Field(0, ge=0)
+    # 0 = all cores. One by default: on a loaded 2-core machine two torch threads were measured
+    # to collapse (each waits on the other's spin barrier); small networks gain little from more.
+    threads: int = Field(1, ge=0)
     # User-cluster embeddings: the profile table (user_id → fields) and the cluster scheme config.
     user_profiles: Path | None = None
     cluster_config: Path | None = None

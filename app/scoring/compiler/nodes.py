@@ -29,7 +29,7 @@ def floor_float32(values: np.ndarray) -> np.ndarray:
     return np.where(above, below, nearest).astype(np.float32)
 
 
-# |x| <= 1e-35 in float64 is |x| <= ZERO32 for float32 x, by the same argument as the thresholds.
+# |x| <= ZERO_THRESHOLD in float64 is |x| <= ZERO32 for float32 x, by the thresholds' argument.
 ZERO32 = float(floor_float32(np.array([ZERO_THRESHOLD]))[0])
 
 

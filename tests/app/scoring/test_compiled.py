@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.artifacts.tree_dump import Tree, TreeEnsemble
+from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
 from app.scoring import compiled, reference
 from app.scoring.compiled import LANES, CompiledTreeScorer
 from app.scoring.compiler import jit
@@ -62,7 +62,9 @@ def test_floor_float32_is_the_largest_float32_not_above(t: float) -> None:
 
 
 def test_zero_threshold_lowering_matches_lightgbm_constant() -> None:
-    assert ZERO32 <= 1e-35 < float(np.nextafter(np.float32(ZERO32), np.float32(1)))
+    # LightGBM's `const double kZeroThreshold = 1e-35f`: the float32 value, above the double.
+    assert ZERO_THRESHOLD == float(np.float32(1e-35)) > 1e-35
+    assert np.float32(ZERO_THRESHOLD) == ZERO32
 
 
 def _chain(depth: int, num_features: int) -> Tree:

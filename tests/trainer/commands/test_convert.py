@@ -13,8 +13,9 @@ import xgboost as xgb
 from typer.testing import CliRunner
 
 from app.artifacts.store import load_version
-from app.artifacts.tree_dump import TreeEnsemble
+from app.artifacts.tree_dump import ZERO_THRESHOLD, TreeEnsemble
 from app.scoring.reference import predict
+from tests.support.lightgbm_models import split_thresholds, zero_band_booster
 from trainer.cli import app
 from trainer.commands.convert import probe_features
 from trainer.convert import convert_lightgbm
@@ -219,3 +220,46 @@ def test_real_console_script(runner: CliRunner, lightgbm_model_file: Path, tmp_p
         one_error_line(failing.stderr)
         == "error: unknown engine 'nope' (choose one of native, lightgbm, lightgbm-dask, dnn)"
     )
+
+
+# ../shared beside the main checkout, or beside the folder of worktrees.
+SHARED_REGRESSION = (
+    next(
+        (
+            path
+            for up in (1, 2)
+            if (path := Path(__file__).parents[3 + up] / "shared" / "regressions").is_dir()
+        ),
+        Path("../shared/regressions"),
+    )
+    / "lightgbm-lambdarank-100trees.txt"
+)
+
+
+def test_plain_lambdarank_model_with_zero_band_splits(runner: CliRunner, tmp_path: Path) -> None:
+    """Regression: a lambdarank model with splits at -kZeroThreshold was refused without --data
+    (the probe's x = -float32(1e-35) went left in the dump, right in LightGBM)."""
+    booster = zero_band_booster("none", rounds=100)
+    text = booster.model_to_string()
+    assert -ZERO_THRESHOLD in {t for t, _ in split_thresholds(text)}
+    model = tmp_path / "model.txt"
+    model.write_text(text)
+    out = tmp_path / "v1"
+    args = ["convert", "--from", "lightgbm", str(model), "--out", str(out), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["max_rel_diff"] == 0.0
+    x = np.full((1, booster.num_feature()), 1.0, dtype=np.float32)
+    x[0, 0] = -np.float32(ZERO_THRESHOLD)
+    np.testing.assert_array_equal(predict(loaded(out), x), booster.predict(x))
+
+
+@pytest.mark.skipif(
+    not SHARED_REGRESSION.is_file(), reason="../shared/regressions is not available"
+)
+def test_shared_regression_model(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "v1"
+    args = ["convert", "--from", "lightgbm", str(SHARED_REGRESSION), "--out", str(out), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["max_rel_diff"] == 0.0

@@ -116,3 +116,49 @@ def test_parse_time() -> None:
     assert parse_time("12.5") == 12.5
     assert parse_time("1970-01-01T00:01:00") == 60.0
     assert parse_time("1970-01-01T01:00:00+01:00") == 0.0
+
+
+def _two_models_logs(tmp_path: Path) -> Path:
+    """20 lists served by model "m" and 20 by "other", alternating, all with clicks."""
+    records = []
+    for i in range(40):
+        records.append(impression(f"r{i}", ["a", "b"], 1000.0 + i, model="m" if i % 2 else "other"))
+        records.append(feedback(f"r{i}", ("a", "click")))
+    return write_log(tmp_path / "logs" / "service.jsonl", records)
+
+
+def test_manifest_filters_other_models_and_says_so(runner: CliRunner, tmp_path: Path) -> None:
+    _two_models_logs(tmp_path)
+    model_dir = _manifest(tmp_path, ["ts", "slot"])  # model name "m"
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--manifest", str(model_dir)]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "d"), "--no-propensities"])
+    assert result.exit_code == 0, result.output
+    assert "left out 20 impressions: 20 served by models other than 'm' ('other': 20)" in (
+        result.stdout
+    )
+    result = runner.invoke(
+        app, [*args, "--out", str(tmp_path / "e"), "--no-propensities", "--all-models", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.stdout)
+    assert (summary["train_lists"] + summary["valid_lists"], summary["skipped"]) == (40, "")
+
+
+def test_no_impression_of_the_manifests_model_names_the_others(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    records = [impression(f"r{i}", ["a", "b"], 1000.0 + i, model="ranker-b") for i in range(5)]
+    write_log(tmp_path / "logs" / "l.jsonl", records)
+    model_dir = _manifest(tmp_path, ["ts", "slot"])
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(tmp_path / "d")]
+    result = runner.invoke(app, [*args, "--manifest", str(model_dir)])
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr).endswith(
+        "the logs hold no impressions to train on: of 5 logged, 5 served by models other than "
+        "'m' ('ranker-b': 5)"
+    )
+    result = runner.invoke(
+        app, [*args, "--manifest", str(model_dir), "--model", "x", "--all-models"]
+    )
+    assert result.exit_code == 2
+    assert "--model or --all-models, not both" in one_error_line(result.stderr)

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.artifacts.tree_dump import TreeEnsemble
+from app.artifacts.tree_dump import ZERO_THRESHOLD, TreeEnsemble
 from app.scoring.reference import predict
+from tests.support.lightgbm_models import ZERO_BAND, neighbours
 from trainer.convert import ModelFormatError, convert_lightgbm
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
@@ -92,15 +93,13 @@ def test_property_any_row_scores_like_lightgbm(narrow_model, data: st.DataObject
     value = st.one_of(
         near_threshold,
         st.floats(allow_nan=True, allow_infinity=True, width=32),
-        st.sampled_from([0.0, -0.0, 1e-36, -1e-36, np.nan]),
+        st.sampled_from([np.nan, *neighbours(ZERO_BAND)]),
     )
     rows = data.draw(
         st.lists(st.lists(value, min_size=n_features, max_size=n_features), min_size=1, max_size=8)
     )
     features = np.asarray(rows, dtype=np.float64)
-    np.testing.assert_allclose(
-        predict(ensemble, features), booster.predict(features), rtol=1e-12, atol=1e-12
-    )
+    np.testing.assert_array_equal(predict(ensemble, features), booster.predict(features))
 
 
 def test_single_leaf_trees(demo_train) -> None:
@@ -200,6 +199,24 @@ def test_hand_written_missing_types() -> None:
     assert predict(zero_right, x).tolist() == [2, 2, 2, 1]
     nan_right = convert_lightgbm(text.format(t=0.1, d=8))
     assert predict(nan_right, x).tolist() == [2, 1, 2, 1]
+
+
+@pytest.mark.parametrize("decision", [0, 2, 4, 6, 8, 10])
+@pytest.mark.parametrize("threshold", [-ZERO_THRESHOLD, -1e-35, -1e-36, 0.0, 1e-36, ZERO_THRESHOLD])
+def test_thresholds_in_the_zero_band(threshold: float, decision: int) -> None:
+    """LightGBM reads |x| <= kZeroThreshold as 0.0 before any split: a threshold inside the band
+    decides as 0.0 <= t for every value in it (LightGBM itself loads the hand-written model)."""
+    text = (
+        "tree\nversion=v4\nnum_class=1\nnum_tree_per_iteration=1\nlabel_index=0\n"
+        "max_feature_idx=0\nobjective=regression\nfeature_names=x\nfeature_infos=none\n"
+        f"tree_sizes=0\n\nTree=0\nnum_leaves=2\nnum_cat=0\nsplit_feature=0\n"
+        f"threshold={threshold!r}\ndecision_type={decision}\nleft_child=-1\nright_child=-2\n"
+        "leaf_value=1 2\nshrinkage=1\n\n\nend of trees\n"
+    )
+    x = np.array([[v] for v in [np.nan, *neighbours(ZERO_BAND), 1.0, -1.0]])
+    expected = lgb.Booster(model_str=text).predict(x)
+    np.testing.assert_array_equal(predict(convert_lightgbm(text), x), expected)
+    assert len(set(expected[x[:, 0] == 0.0])) == 1
 
 
 @pytest.mark.skipif(not MQ2008_FOLD1.is_dir(), reason="../shared/datasets is not available")

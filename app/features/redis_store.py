@@ -67,16 +67,25 @@ class TTLCache:
         self._data.move_to_end(key)
         return True, value
 
-    def put(self, key: Hashable, value: Any) -> None:
-        if self.max_entries <= 0 or self.ttl <= 0:
+    def put(self, key: Hashable, value: Any, ttl: float | None = None) -> None:
+        """Store `value` for `ttl` seconds (default: the cache's)."""
+        ttl = self.ttl if ttl is None else min(ttl, self.ttl)
+        if self.max_entries <= 0 or ttl <= 0:
             return
-        self._data[key] = (self._clock() + self.ttl, value)
+        self._data[key] = (self._clock() + ttl, value)
         self._data.move_to_end(key)
         while len(self._data) > self.max_entries:
             self._data.popitem(last=False)
 
     def clear(self) -> None:
         self._data.clear()
+
+    def discard_where(self, predicate: Callable[[Hashable], bool]) -> int:
+        """Drop the entries whose key satisfies `predicate`; how many."""
+        doomed = [key for key in self._data if predicate(key)]
+        for key in doomed:
+            del self._data[key]
+        return len(doomed)
 
 
 class RedisStore:
@@ -161,10 +170,16 @@ class RedisStore:
             return Fetch(value)
         fetch = await self._call(deadline, call)
         if fetch.error is None:
-            # Absent keys are cached too: most users have no override key.
-            self.cache.put(cache_key, fetch.value)
+            # Absent keys are cached too (most users have no override key), but briefly:
+            # a key pushed later must be seen soon.
+            ttl = None if fetch.value is not None else self.settings.redis_missing_ttl_seconds
+            self.cache.put(cache_key, fetch.value, ttl)
             self._count("hits" if fetch.value is not None else "misses")
         return fetch
+
+    def forget_model(self, model: str) -> None:
+        """Drop the cached embeddings of `model` (its vectors were re-pushed or replaced)."""
+        self.cache.discard_where(lambda key: isinstance(key, tuple) and key[:2] == ("emb", model))
 
     async def _call(
         self, deadline: float, call: Callable[[aioredis.Redis], Awaitable[Any]]
@@ -176,8 +191,7 @@ class RedisStore:
             self._count("errors")
             return Fetch(None, CIRCUIT_OPEN)
         try:
-            async with asyncio.timeout_at(deadline):
-                raw = await call(self._client)
+            raw = await _within_redis_deadline(call(self._client), deadline, self.deadline_s)
         except (TimeoutError, RedisTimeoutError):
             return self._failed(REDIS_TIMEOUT)
         except ResponseError as exc:
@@ -202,3 +216,35 @@ class RedisStore:
         counter = self._counters.get(what)
         if counter is not None:
             counter.inc()
+
+
+LOOP_LAG_TOLERANCE_S = 0.002
+MAX_EXTENSIONS = 3
+
+
+async def _within_redis_deadline(work: Awaitable[Any], deadline: float, budget_s: float) -> Any:
+    """`work`'s result, or TimeoutError when Redis (not the event loop) missed the deadline.
+
+    On a saturated event loop the deadline timer fires late, and by then the reply has often
+    been in the socket for a while, unread: a plain timeout would blame Redis for the loop's
+    backlog and open the breaker. When the timer fired more than a couple of milliseconds
+    late, the loop was the bottleneck: the wait is extended by the lateness (a few times at
+    most, never past `budget_s` more), so only a Redis that is slow on an idle loop times out.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    try:
+        hard_stop = deadline + budget_s
+        for _ in range(MAX_EXTENSIONS + 1):
+            done, _ = await asyncio.wait({task}, timeout=max(deadline - loop.time(), 0.0))
+            if done:
+                return task.result()
+            now = loop.time()
+            lateness = now - deadline
+            if lateness <= LOOP_LAG_TOLERANCE_S or now >= hard_stop:
+                break
+            deadline = min(now + lateness, hard_stop)
+        raise TimeoutError
+    finally:
+        if not task.done():
+            task.cancel()

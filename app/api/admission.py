@@ -1,0 +1,305 @@
+"""A latency budget per /rerank request and admission control in front of the scoring work.
+
+Every request is due `LTR_REQUEST_BUDGET_MS` after it arrived (`x-request-timeout-ms` asks for
+another budget). Parsing and scoring are admitted by candidate rows, not by request count: at
+most `limit` rows are in flight per worker, the limit adapting to the service time (additive
+increase while a request's per-row service time stays near the best seen, multiplicative
+decrease when it grows: the AIMD variant of Netflix's concurrency-limits). A request that does
+not fit waits in a FIFO queue, but only as long as its budget leaves time to be scored; when
+the rows already waiting cannot be drained in time it is shed at once (the SRE book's "shed
+early, cheaply"). A shed request never pays for the full parse: `app.api.retrieval_order`
+finds its candidate ids with a scan of the raw bytes, and it is answered in the order the
+retrieval step sent (`fallback`, as Vespa's degraded coverage) or with 503 + Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
+
+import anyio.to_thread
+from fastapi import Depends, Request
+
+from app import metrics
+from app.api.request_matrix import RequestError, decode_body
+from app.settings import Settings
+
+T = TypeVar("T")
+
+OVER_BUDGET = "over_budget"  # the budget cannot cover the scoring, queue or not
+SHED = "shed"  # admission control refused: the work queued ahead would not drain in time
+TIMEOUT_HEADER = "x-request-timeout-ms"
+# What the fallback answer needs after the scoring deadline (scan + JSON), per request.
+FALLBACK_RESERVE_S = 0.003
+INITIAL_SECONDS_PER_ROW = 20e-6  # a guess until the first request is measured
+EWMA = 0.2
+DECREASE = 0.9
+SLOW_FACTOR = 2.0  # per-row service time above this times the best seen: congestion
+
+
+class Shed(Exception):
+    """The request is answered without scoring; `body` is its raw JSON (for the ids)."""
+
+    def __init__(self, reason: str, body: bytes) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.body = body
+
+
+@dataclass(frozen=True)
+class Budget:
+    arrived: float  # time.perf_counter() when the request's headers were complete
+    seconds: float
+
+    @property
+    def due(self) -> float:
+        return self.arrived + self.seconds
+
+    @property
+    def scoring_deadline(self) -> float:
+        """Until when scoring may run and still leave time for the fallback answer."""
+        return self.due - min(FALLBACK_RESERVE_S, self.seconds / 4)
+
+
+def request_budget(request: Request, settings: Settings) -> Budget:
+    """The request's budget from its arrival time (set by the middleware) and header."""
+    state = request.scope.get("state", {})
+    arrived = state.get("arrived", time.perf_counter())
+    seconds = settings.request_budget_ms / 1000.0
+    raw = request.headers.get(TIMEOUT_HEADER)
+    if raw is not None:
+        try:
+            ms = float(raw)
+        except ValueError:
+            ms = math.nan
+        if not (0 < ms <= settings.max_request_budget_ms):
+            raise RequestError(
+                ("header", TIMEOUT_HEADER),
+                f"must be a number of milliseconds in (0, {settings.max_request_budget_ms:g}]",
+                "timeout_value",
+            )
+        seconds = ms / 1000.0
+    return Budget(arrived, seconds)
+
+
+@dataclass
+class _Waiter:
+    rows: int
+    future: asyncio.Future[None]
+
+
+@dataclass
+class AdmissionController:
+    """Rows in flight per worker, the queue in front of them and the adaptive limit.
+
+    Meant for one event loop (no locks): every method runs on the loop.
+    """
+
+    settings: Settings
+    clock: Callable[[], float] = time.perf_counter
+    limit: float = field(init=False)
+    in_flight: int = field(default=0, init=False)
+    queued_rows: int = field(default=0, init=False)
+    seconds_per_row: float = field(default=INITIAL_SECONDS_PER_ROW, init=False)
+    best_seconds_per_row: float = field(default=math.inf, init=False)
+    drain_seconds_per_row: float = field(default=INITIAL_SECONDS_PER_ROW, init=False)
+    last_shed: float = field(default=-math.inf, init=False)
+    _last_done: float = field(default=-math.inf, init=False)
+    _waiters: deque[_Waiter] = field(default_factory=deque, init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        initial = min(max(s.admission_initial_rows, s.admission_min_rows), s.admission_max_rows)
+        self.limit = float(initial)
+        metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.admission_enabled
+
+    @property
+    def shedding(self) -> bool:
+        return self.clock() - self.last_shed < self.settings.shedding_window_seconds
+
+    def estimate(self, rows: int) -> float:
+        """Seconds to parse and score `rows` once admitted (measured, smoothed)."""
+        return self.seconds_per_row * rows
+
+    def _fits(self, rows: int) -> bool:
+        return self.in_flight == 0 or self.in_flight + rows <= self.limit
+
+    async def acquire(self, rows: int, budget: Budget, body: bytes) -> float:
+        """Admit `rows`; the admission time. Raises Shed when the budget cannot be met."""
+        now = self.clock()
+        service = self.estimate(rows)
+        if now + service > budget.scoring_deadline:
+            raise self._shed(OVER_BUDGET, body)
+        if not self._waiters and self._fits(rows):
+            self._take(rows)
+            return now
+        ahead = self.queued_rows + max(self.in_flight + rows - int(self.limit), 0)
+        max_wait = budget.scoring_deadline - now - service
+        if ahead * self.drain_seconds_per_row > max_wait:
+            raise self._shed(SHED, body)
+        waiter = _Waiter(rows, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        self.queued_rows += rows
+        metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.future), max_wait)
+        except TimeoutError:
+            if waiter.future.done():  # granted in the same loop turn as the timeout
+                self.release(rows, None)
+            else:
+                waiter.future.cancel()
+                self._forget(waiter)
+            raise self._shed(SHED, body) from None
+        except BaseException:  # the client went away while waiting
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(rows, None)
+            else:
+                waiter.future.cancel()
+                self._forget(waiter)
+            raise
+        return self.clock()
+
+    def release(self, rows: int, admitted_at: float | None) -> None:
+        """Give back `rows`; `admitted_at` (None: not run) lets the limit learn."""
+        self.in_flight -= rows
+        now = self.clock()
+        if admitted_at is not None and rows > 0:
+            self._learn(rows, now - admitted_at, now)
+        self._grant()
+        metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
+
+    def _take(self, rows: int) -> None:
+        self.in_flight += rows
+        metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
+
+    def _forget(self, waiter: _Waiter) -> None:
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            return
+        self.queued_rows -= waiter.rows
+        metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
+        self._grant()  # a large waiter at the head may have blocked smaller ones
+
+    def _grant(self) -> None:
+        while self._waiters and self._fits(self._waiters[0].rows):
+            waiter = self._waiters.popleft()
+            self.queued_rows -= waiter.rows
+            if waiter.future.done():
+                continue
+            self._take(waiter.rows)
+            waiter.future.set_result(None)
+        metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
+
+    def _learn(self, rows: int, seconds: float, now: float) -> None:
+        per_row = seconds / rows
+        self.seconds_per_row += EWMA * (per_row - self.seconds_per_row)
+        # The best per-row time drifts up slowly so one lucky sample does not pin it.
+        if per_row < self.best_seconds_per_row:
+            self.best_seconds_per_row = per_row
+        else:
+            self.best_seconds_per_row += 0.01 * (per_row - self.best_seconds_per_row)
+        busy = self.in_flight > 0 or bool(self._waiters)
+        if busy and self._last_done > -math.inf:
+            drain = (now - self._last_done) / rows
+            self.drain_seconds_per_row += EWMA * (drain - self.drain_seconds_per_row)
+        elif not busy:
+            self.drain_seconds_per_row += EWMA * (per_row - self.drain_seconds_per_row)
+        self._last_done = now
+        if not self.settings.admission_adaptive:
+            return
+        s = self.settings
+        if per_row > SLOW_FACTOR * self.best_seconds_per_row:
+            self.limit = max(self.limit * DECREASE, float(s.admission_min_rows))
+        elif self.in_flight + rows >= self.limit / 2:  # the limit was in use: probe upwards
+            self.limit = min(self.limit + rows * rows / self.limit, float(s.admission_max_rows))
+        metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
+
+    def _shed(self, reason: str, body: bytes) -> Shed:
+        self.last_shed = self.clock()
+        metrics.SHED.labels(reason).inc()
+        return Shed(reason, body)
+
+
+@dataclass
+class Slot:
+    """One admitted request: its raw body, budget and rows; released when the request ends."""
+
+    controller: AdmissionController
+    body: bytes
+    budget: Budget
+    rows: int
+    admitted_at: float | None
+    _held: bool = True
+
+    async def decode(self, raw: bytes) -> dict[str, Any]:
+        """The body's JSON object; large bodies are parsed in a worker thread so the event
+        loop keeps answering probes and small requests."""
+        threshold = self.controller.settings.parse_off_loop_min_bytes
+        if len(raw) < threshold:
+            return decode_body(raw)
+        return await anyio.to_thread.run_sync(decode_body, raw)
+
+    async def bounded(self, work: Awaitable[T]) -> T:
+        """`work` (the scoring) if it ends before the budget's scoring deadline; else Shed.
+
+        Work already started in a thread cannot be stopped: its rows stay counted until it
+        ends, while the client gets the fallback answer now.
+        """
+        if not self.controller.enabled:
+            return await work
+        task = asyncio.ensure_future(work)
+        remaining = self.budget.scoring_deadline - self.controller.clock()
+        done, _ = await asyncio.wait({task}, timeout=max(remaining, 0.0))
+        if task in done:
+            return task.result()
+        self._held = False
+        task.add_done_callback(self._late_done)
+        raise self.controller._shed(OVER_BUDGET, self.body)
+
+    def _late_done(self, task: asyncio.Future[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved: nobody awaits it any more
+        self.controller.release(self.rows, self.admitted_at)
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.controller.release(self.rows, self.admitted_at)
+
+
+def estimated_rows(body: bytes) -> int:
+    """Candidates in a raw /rerank body, counted without parsing (each has one `features`
+    key); at least 1."""
+    return max(body.count(b'"features"'), 1)
+
+
+async def admitted(request: Request) -> AsyncIterator[Slot]:
+    """The /rerank dependency: budget, body, admission; the rows are given back at the end."""
+    state = request.app.state
+    controller: AdmissionController = state.admission
+    settings: Settings = state.settings
+    budget = request_budget(request, settings)
+    body = await request.body()
+    if not controller.enabled:
+        yield Slot(controller, body, budget, 0, None, _held=False)
+        return
+    rows = estimated_rows(body)
+    admitted_at = await controller.acquire(rows, budget, body)
+    slot = Slot(controller, body, budget, rows, admitted_at)
+    try:
+        yield slot
+    finally:
+        slot.release()
+
+
+AdmissionDep = Annotated[Slot, Depends(admitted)]

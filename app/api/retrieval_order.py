@@ -137,12 +137,15 @@ def _id_values(
             stop = value
             while stop < len(raw) and raw[stop] in b"-0123456789":
                 stop += 1
+            after = _skip_space(raw, stop)
+            if stop == value or raw[after : after + 1] not in (b",", b"}"):
+                return None  # not an integer (a float, true, null...): the full parser says
             pieces.append(raw[value:stop])
     try:
         ids = orjson.loads(b"[" + b",".join(pieces) + b"]")
     except orjson.JSONDecodeError:
         return None
-    if not all(type(i) is str or type(i) is int for i in ids):
+    if len(ids) != keys.size or not all(type(i) is str or type(i) is int for i in ids):
         return None
     return list(ids)
 

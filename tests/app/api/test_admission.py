@@ -1,0 +1,149 @@
+"""Admission control by rows, the budget-bounded queue and the adaptive limit (fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from app.api.admission import (
+    OVER_BUDGET,
+    SHED,
+    AdmissionController,
+    Budget,
+    Shed,
+    estimated_rows,
+)
+from app.settings import Settings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def settle() -> None:
+    for _ in range(10):  # a grant reaches its waiter through a few loop turns
+        await asyncio.sleep(0)
+
+
+def controller(**overrides: Any) -> tuple[AdmissionController, Clock]:
+    options: dict[str, Any] = {
+        "admission_initial_rows": 1000,
+        "admission_min_rows": 500,
+        "admission_max_rows": 4000,
+    }
+    options.update(overrides)
+    clock = Clock()
+    return AdmissionController(Settings(**options), clock=clock), clock
+
+
+def test_rows_are_counted_from_the_raw_body() -> None:
+    body = b'{"candidates": [{"id": 1, "features": [1]}, {"id": 2, "features": {"a": 1}}]}'
+    assert estimated_rows(body) == 2
+    assert estimated_rows(b"{}") == 1
+
+
+def test_an_idle_worker_admits_even_a_request_above_the_limit() -> None:
+    adm, clock = controller()
+    budget = Budget(clock.now, 1.0)
+    admitted = asyncio.run(adm.acquire(3000, budget, b""))
+    assert admitted == clock.now and adm.in_flight == 3000
+
+
+def test_a_budget_too_short_for_the_work_is_over_budget_at_once() -> None:
+    adm, clock = controller()
+    adm.seconds_per_row = 1e-4  # 1,000 rows: 100 ms
+    with pytest.raises(Shed) as info:
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b"body"))
+    assert (info.value.reason, info.value.body) == (OVER_BUDGET, b"body")
+    assert adm.in_flight == 0 and adm.shedding
+
+
+def test_waiters_are_admitted_in_order_as_rows_are_released() -> None:
+    async def scenario() -> list[str]:
+        adm, clock = controller()
+        adm.seconds_per_row = adm.drain_seconds_per_row = 1e-6
+        budget = Budget(clock.now, 10.0)
+        await adm.acquire(800, budget, b"")
+        order: list[str] = []
+
+        async def request(name: str, rows: int) -> None:
+            await adm.acquire(rows, budget, b"")
+            order.append(name)
+
+        tasks = [asyncio.create_task(request(n, 600)) for n in ("a", "b")]
+        await settle()
+        assert adm.queued_rows == 1200 and order == []
+        adm.release(800, None)
+        await settle()
+        assert order == ["a"]  # 600 fit; a+b = 1200 > 1000 waits
+        adm.release(600, None)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(scenario()) == ["a", "b"]
+
+
+def test_a_queue_that_cannot_drain_in_time_sheds_at_once() -> None:
+    async def scenario() -> None:
+        adm, clock = controller()
+        adm.seconds_per_row = 1e-5
+        adm.drain_seconds_per_row = 1e-4  # 1,000 rows ahead: 100 ms
+        budget = Budget(clock.now, 0.05)
+        await adm.acquire(1000, budget, b"")
+        with pytest.raises(Shed) as info:
+            await adm.acquire(1000, budget, b"")
+        assert info.value.reason == SHED and adm.queued_rows == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_whose_budget_runs_out_is_shed_and_forgotten() -> None:
+    async def scenario() -> None:
+        adm, _ = controller()
+        adm.seconds_per_row = adm.drain_seconds_per_row = 1e-9
+        real = Budget(asyncio.get_running_loop().time(), 0.02)
+        adm.clock = asyncio.get_running_loop().time
+        await adm.acquire(1000, real, b"")
+        with pytest.raises(Shed) as info:
+            await adm.acquire(500, real, b"")
+        assert info.value.reason == SHED
+        assert adm.queued_rows == 0 and adm.in_flight == 1000
+        adm.release(1000, None)
+        assert adm.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_limit_grows_while_fast_and_shrinks_when_service_time_grows() -> None:
+    adm, clock = controller()
+    budget = Budget(clock.now, 10.0)
+    for _ in range(20):  # 1,000 rows in 10 ms each: steady, the limit is used → grow
+        asyncio.run(adm.acquire(1000, budget, b""))
+        start = clock.now
+        clock.now += 0.01
+        adm.release(1000, start)
+    grown = adm.limit
+    assert grown > 1000
+    for _ in range(5):  # now 5x slower per row: congestion → multiplicative decrease
+        asyncio.run(adm.acquire(1000, budget, b""))
+        start = clock.now
+        clock.now += 0.05
+        adm.release(1000, start)
+    assert adm.limit < grown * 0.9**4
+    assert adm.limit >= 500  # never below the floor
+
+
+def test_a_fixed_limit_does_not_move() -> None:
+    adm, clock = controller(admission_adaptive=False)
+    for _ in range(10):
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 10.0), b""))
+        start = clock.now
+        clock.now += 0.01
+        adm.release(1000, start)
+    assert adm.limit == 1000

@@ -3,13 +3,15 @@
 Every request is due `LTR_REQUEST_BUDGET_MS` after it arrived (`x-request-timeout-ms` asks for
 another budget). Parsing and scoring are admitted by candidate rows, not by request count: at
 most `limit` rows are in flight per worker, the limit adapting to the service time (additive
-increase while a request's per-row service time stays near the best seen, multiplicative
-decrease when it grows: the AIMD variant of Netflix's concurrency-limits). A request that does
-not fit waits in a FIFO queue, but only as long as its budget leaves time to be scored; when
-the rows already waiting cannot be drained in time it is shed at once (the SRE book's "shed
-early, cheaply"). A shed request never pays for the full parse: `app.api.retrieval_order`
-finds its candidate ids with a scan of the raw bytes, and it is answered in the order the
-retrieval step sent (`fallback`, as Vespa's degraded coverage) or with 503 + Retry-After.
+increase while requests are served in well under their budget, multiplicative decrease when
+one takes more than half of it: the AIMD limit of Netflix's concurrency-limits). A request
+that does not fit waits in a FIFO queue, but only as long as its budget leaves time to be
+scored (service times are measured: app.api.service_time); when the work already waiting
+cannot be done in time it is shed at once (the SRE book's "shed early, cheaply").
+
+A shed request never pays for the full parse: `app.api.retrieval_order` finds its candidate
+ids with a scan of the raw bytes, and it is answered in the order the retrieval step sent
+(`fallback`, as Vespa's degraded coverage) or with 503 + Retry-After.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from fastapi import Depends, Request
 
 from app import metrics
 from app.api.request_matrix import RequestError, decode_body
+from app.api.service_time import ServiceTime
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -36,10 +39,8 @@ SHED = "shed"  # admission control refused: the work queued ahead would not drai
 TIMEOUT_HEADER = "x-request-timeout-ms"
 # What the fallback answer needs after the scoring deadline (scan + JSON), per request.
 FALLBACK_RESERVE_S = 0.003
-INITIAL_SECONDS_PER_ROW = 20e-6  # a guess until the first request is measured
-EWMA = 0.2
 DECREASE = 0.9
-SLOW_FACTOR = 2.0  # per-row service time above this times the best seen: congestion
+SLOW_SHARE = 0.5  # service time above this share of the budget: congestion
 
 
 class Shed(Exception):
@@ -90,6 +91,7 @@ def request_budget(request: Request, settings: Settings) -> Budget:
 @dataclass
 class _Waiter:
     rows: int
+    seconds: float  # its estimated service time
     future: asyncio.Future[None]
 
 
@@ -105,11 +107,9 @@ class AdmissionController:
     limit: float = field(init=False)
     in_flight: int = field(default=0, init=False)
     queued_rows: int = field(default=0, init=False)
-    seconds_per_row: float = field(default=INITIAL_SECONDS_PER_ROW, init=False)
-    best_seconds_per_row: float = field(default=math.inf, init=False)
-    drain_seconds_per_row: float = field(default=INITIAL_SECONDS_PER_ROW, init=False)
+    service: ServiceTime = field(default_factory=ServiceTime, init=False)
+    queued_seconds: float = field(default=0.0, init=False)
     last_shed: float = field(default=-math.inf, init=False)
-    _last_done: float = field(default=-math.inf, init=False)
     _waiters: deque[_Waiter] = field(default_factory=deque, init=False)
 
     def __post_init__(self) -> None:
@@ -127,8 +127,8 @@ class AdmissionController:
         return self.clock() - self.last_shed < self.settings.shedding_window_seconds
 
     def estimate(self, rows: int) -> float:
-        """Seconds to parse and score `rows` once admitted (measured, smoothed)."""
-        return self.seconds_per_row * rows
+        """Seconds to parse and score a request of `rows` once admitted (measured)."""
+        return self.service.estimate(rows)
 
     def _fits(self, rows: int) -> bool:
         return self.in_flight == 0 or self.in_flight + rows <= self.limit
@@ -142,13 +142,17 @@ class AdmissionController:
         if not self._waiters and self._fits(rows):
             self._take(rows)
             return now
-        ahead = self.queued_rows + max(self.in_flight + rows - int(self.limit), 0)
+        # The work ahead, done one request after another (the event loop parses serially).
+        ahead = self.queued_seconds
+        if not self._fits(rows):
+            ahead += self.estimate(self.in_flight)
         max_wait = budget.scoring_deadline - now - service
-        if ahead * self.drain_seconds_per_row > max_wait:
+        if ahead > max_wait:
             raise self._shed(SHED, body)
-        waiter = _Waiter(rows, asyncio.get_running_loop().create_future())
+        waiter = _Waiter(rows, service, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         self.queued_rows += rows
+        self.queued_seconds += service
         metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
         try:
             await asyncio.wait_for(asyncio.shield(waiter.future), max_wait)
@@ -168,12 +172,11 @@ class AdmissionController:
             raise
         return self.clock()
 
-    def release(self, rows: int, admitted_at: float | None) -> None:
-        """Give back `rows`; `admitted_at` (None: not run) lets the limit learn."""
+    def release(self, rows: int, admitted_at: float | None, budget_s: float = math.inf) -> None:
+        """Give back `rows`; `admitted_at` (None: not run) lets the model and limit learn."""
         self.in_flight -= rows
-        now = self.clock()
         if admitted_at is not None and rows > 0:
-            self._learn(rows, now - admitted_at, now)
+            self._learn(rows, self.clock() - admitted_at, budget_s)
         self._grant()
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
 
@@ -186,41 +189,35 @@ class AdmissionController:
             self._waiters.remove(waiter)
         except ValueError:
             return
-        self.queued_rows -= waiter.rows
+        self._dequeued(waiter)
         metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
         self._grant()  # a large waiter at the head may have blocked smaller ones
 
     def _grant(self) -> None:
         while self._waiters and self._fits(self._waiters[0].rows):
             waiter = self._waiters.popleft()
-            self.queued_rows -= waiter.rows
+            self._dequeued(waiter)
             if waiter.future.done():
                 continue
             self._take(waiter.rows)
             waiter.future.set_result(None)
         metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
 
-    def _learn(self, rows: int, seconds: float, now: float) -> None:
-        per_row = seconds / rows
-        self.seconds_per_row += EWMA * (per_row - self.seconds_per_row)
-        # The best per-row time drifts up slowly so one lucky sample does not pin it.
-        if per_row < self.best_seconds_per_row:
-            self.best_seconds_per_row = per_row
-        else:
-            self.best_seconds_per_row += 0.01 * (per_row - self.best_seconds_per_row)
-        busy = self.in_flight > 0 or bool(self._waiters)
-        if busy and self._last_done > -math.inf:
-            drain = (now - self._last_done) / rows
-            self.drain_seconds_per_row += EWMA * (drain - self.drain_seconds_per_row)
-        elif not busy:
-            self.drain_seconds_per_row += EWMA * (per_row - self.drain_seconds_per_row)
-        self._last_done = now
+    def _dequeued(self, waiter: _Waiter) -> None:
+        self.queued_rows -= waiter.rows
+        self.queued_seconds = max(self.queued_seconds - waiter.seconds, 0.0)
+
+    def _learn(self, rows: int, seconds: float, budget_s: float) -> None:
+        self.service.observe(rows, seconds)
         if not self.settings.admission_adaptive:
             return
+        # AIMD (Netflix concurrency-limits' AIMDLimit, with rows for requests): a request whose
+        # service took more than SLOW_SHARE of its budget is a sign of congestion; otherwise,
+        # when the limit was in use, probe upwards by one request's rows per limit's worth.
         s = self.settings
-        if per_row > SLOW_FACTOR * self.best_seconds_per_row:
+        if seconds > SLOW_SHARE * budget_s:
             self.limit = max(self.limit * DECREASE, float(s.admission_min_rows))
-        elif self.in_flight + rows >= self.limit / 2:  # the limit was in use: probe upwards
+        elif self.in_flight + rows >= self.limit / 2:
             self.limit = min(self.limit + rows * rows / self.limit, float(s.admission_max_rows))
         metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
 
@@ -269,12 +266,12 @@ class Slot:
     def _late_done(self, task: asyncio.Future[Any]) -> None:
         if not task.cancelled():
             task.exception()  # retrieved: nobody awaits it any more
-        self.controller.release(self.rows, self.admitted_at)
+        self.controller.release(self.rows, self.admitted_at, self.budget.seconds)
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self.controller.release(self.rows, self.admitted_at)
+            self.controller.release(self.rows, self.admitted_at, self.budget.seconds)
 
 
 def estimated_rows(body: bytes) -> int:

@@ -60,15 +60,28 @@ def split_candidates(raw: bytes) -> tuple[dict[str, Any], list[Any]] | None:
         return None
     start, end, first_mark, last_mark = span
     inner = slice(first_mark + 1, last_mark)
-    objects = int(np.count_nonzero((depth[inner] == 3) & (kinds[inner] == _OPEN[0])))
-    elements = _elements(data, quotes, marks, depth, start, end)
-    in_span = (opens > start) & (opens < end) & (string_depth == 3)
+    inner_kinds, inner_depth, inner_marks = kinds[inner], depth[inner], marks[inner]
+    if np.any((inner_depth == 3) & (inner_kinds == _OPEN[1])):
+        return None  # an element that is a list
+    obj_open = inner_marks[(inner_depth == 3) & (inner_kinds == _OPEN[0])]
+    obj_close = inner_marks[(inner_depth == 2) & (inner_kinds == _CLOSE[0])]
+    in_span = (opens > start) & (opens < end)
+    if obj_open.size != obj_close.size or np.any(in_span & (string_depth == 2)):
+        return None  # a string element
+    if not _only_commas_between(raw, start, end, obj_open.tolist(), obj_close.tolist()):
+        return None  # a number, true/false or null element
     keys = np.flatnonzero(
-        in_span & (closes - opens == 3) & (data[opens + 1] == 105) & (data[opens + 2] == 100)
+        in_span
+        & (string_depth == 3)
+        & (closes - opens == 3)
+        & (data[opens + 1] == 105)  # i
+        & (data[opens + 2] == 100)  # d
     )
-    if not (objects == elements == keys.size):
-        return None
-    ids = _id_values(raw, keys, opens, closes)
+    if keys.size != obj_open.size or not np.all(
+        (opens[keys] > obj_open) & (opens[keys] < obj_close)
+    ):
+        return None  # an object without an `id`, or with two
+    ids = _id_values(raw, keys.tolist(), opens.tolist(), closes.tolist(), obj_close.tolist())
     if ids is None:
         return None
     envelope = decode_body(raw[:start] + b"null" + raw[end + 1 :])
@@ -106,46 +119,41 @@ def _candidates_span(
     return found, int(marks[last]), first, last
 
 
-def _elements(
-    data: np.ndarray, quotes: np.ndarray, marks: np.ndarray, depth: np.ndarray, start: int, end: int
-) -> int:
-    """Elements of the array between `start` and `end`: its commas at depth 2, plus one."""
-    commas = start + 1 + np.flatnonzero(data[start + 1 : end] == _COMMA)
-    commas = commas[np.searchsorted(quotes, commas) % 2 == 0]
-    at = np.searchsorted(marks, commas) - 1
-    separators = int(np.count_nonzero(depth[at] == 2))
-    if separators == 0 and not data[start + 1 : end].tobytes().strip():
-        return 0
-    return separators + 1
+def _only_commas_between(
+    raw: bytes, start: int, end: int, opens: list[int], closes: list[int]
+) -> bool:
+    """Whether the array `raw[start..end]` holds nothing but the objects `opens[i]..closes[i]`
+    separated by commas."""
+    if not opens:
+        return not raw[start + 1 : end].strip()
+    gaps = [raw[c + 1 : o].strip() for c, o in zip(closes[:-1], opens[1:], strict=True)]
+    edges = raw[start + 1 : opens[0]].strip() or raw[closes[-1] + 1 : end].strip()
+    return not edges and all(gap == b"," for gap in gaps)
 
 
 def _id_values(
-    raw: bytes, keys: np.ndarray, opens: np.ndarray, closes: np.ndarray
+    raw: bytes, keys: list[int], opens: list[int], closes: list[int], ends: list[int]
 ) -> list[Any] | None:
-    """The value after each `"id":` key (a string or an integer), decoded by orjson at once."""
+    """The value after each `"id"` key (a string or an integer, before its object's end),
+    decoded by orjson at once."""
     pieces: list[bytes] = []
-    for k in keys.tolist():
-        colon = _skip_space(raw, int(closes[k]) + 1)
-        if colon >= len(raw) or raw[colon] != _COLON:
+    n_strings = len(opens)
+    for k, end in zip(keys, ends, strict=True):
+        after = closes[k] + 1
+        nxt = k + 1
+        if nxt < n_strings and opens[nxt] < end and raw[after : opens[nxt]].strip() == b":":
+            pieces.append(raw[opens[nxt] : closes[nxt] + 1])
+            continue
+        comma = raw.find(b",", after, end)
+        piece = raw[after : end if comma < 0 else comma].strip()
+        if piece[:1] != b":":
             return None  # "id" as a value, not a key
-        value = _skip_space(raw, colon + 1)
-        if raw[value : value + 1] == b'"':
-            if k + 1 >= opens.size or opens[k + 1] != value:
-                return None
-            pieces.append(raw[value : closes[k + 1] + 1])
-        else:
-            stop = value
-            while stop < len(raw) and raw[stop] in b"-0123456789":
-                stop += 1
-            after = _skip_space(raw, stop)
-            if stop == value or raw[after : after + 1] not in (b",", b"}"):
-                return None  # not an integer (a float, true, null...): the full parser says
-            pieces.append(raw[value:stop])
+        pieces.append(piece[1:])
     try:
         ids = orjson.loads(b"[" + b",".join(pieces) + b"]")
     except orjson.JSONDecodeError:
         return None
-    if len(ids) != keys.size or not all(type(i) is str or type(i) is int for i in ids):
+    if len(ids) != len(keys) or not all(type(i) is str or type(i) is int for i in ids):
         return None
     return list(ids)
 

@@ -15,6 +15,7 @@ from app.api.admission import (
     Shed,
     estimated_rows,
 )
+from app.api.service_time import ServiceTime
 from app.settings import Settings
 
 
@@ -57,7 +58,7 @@ def test_an_idle_worker_admits_even_a_request_above_the_limit() -> None:
 
 def test_a_budget_too_short_for_the_work_is_over_budget_at_once() -> None:
     adm, clock = controller()
-    adm.seconds_per_row = 1e-4  # 1,000 rows: 100 ms
+    adm.service = ServiceTime(intercept=0.0, slope=1e-4)  # 1,000 rows: 100 ms
     with pytest.raises(Shed) as info:
         asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b"body"))
     assert (info.value.reason, info.value.body) == (OVER_BUDGET, b"body")
@@ -67,7 +68,7 @@ def test_a_budget_too_short_for_the_work_is_over_budget_at_once() -> None:
 def test_waiters_are_admitted_in_order_as_rows_are_released() -> None:
     async def scenario() -> list[str]:
         adm, clock = controller()
-        adm.seconds_per_row = adm.drain_seconds_per_row = 1e-6
+        adm.service = ServiceTime(intercept=0.0, slope=1e-6)
         budget = Budget(clock.now, 10.0)
         await adm.acquire(800, budget, b"")
         order: list[str] = []
@@ -92,10 +93,9 @@ def test_waiters_are_admitted_in_order_as_rows_are_released() -> None:
 def test_a_queue_that_cannot_drain_in_time_sheds_at_once() -> None:
     async def scenario() -> None:
         adm, clock = controller()
-        adm.seconds_per_row = 1e-5
-        adm.drain_seconds_per_row = 1e-4  # 1,000 rows ahead: 100 ms
+        adm.service = ServiceTime(intercept=0.0, slope=4e-5)  # 1,000 rows: 40 ms
         budget = Budget(clock.now, 0.05)
-        await adm.acquire(1000, budget, b"")
+        await adm.acquire(1000, budget, b"")  # the next one would wait 40 ms, then take 40
         with pytest.raises(Shed) as info:
             await adm.acquire(1000, budget, b"")
         assert info.value.reason == SHED and adm.queued_rows == 0
@@ -106,7 +106,7 @@ def test_a_queue_that_cannot_drain_in_time_sheds_at_once() -> None:
 def test_a_waiter_whose_budget_runs_out_is_shed_and_forgotten() -> None:
     async def scenario() -> None:
         adm, _ = controller()
-        adm.seconds_per_row = adm.drain_seconds_per_row = 1e-9
+        adm.service = ServiceTime(intercept=0.0, slope=1e-9)
         real = Budget(asyncio.get_running_loop().time(), 0.02)
         adm.clock = asyncio.get_running_loop().time
         await adm.acquire(1000, real, b"")
@@ -120,30 +120,40 @@ def test_a_waiter_whose_budget_runs_out_is_shed_and_forgotten() -> None:
     asyncio.run(scenario())
 
 
+def serve_one(adm: AdmissionController, clock: Clock, rows: int, seconds: float) -> None:
+    asyncio.run(adm.acquire(rows, Budget(clock.now, 10.0), b""))
+    start = clock.now
+    clock.now += seconds
+    adm.release(rows, start, 0.1)  # a 100 ms budget
+
+
 def test_the_limit_grows_while_fast_and_shrinks_when_service_time_grows() -> None:
     adm, clock = controller()
-    budget = Budget(clock.now, 10.0)
-    for _ in range(20):  # 1,000 rows in 10 ms each: steady, the limit is used → grow
-        asyncio.run(adm.acquire(1000, budget, b""))
-        start = clock.now
-        clock.now += 0.01
-        adm.release(1000, start)
+    for _ in range(20):  # 1,000 rows in 10 ms each, the limit in use: grow
+        serve_one(adm, clock, 1000, 0.01)
     grown = adm.limit
     assert grown > 1000
-    for _ in range(5):  # now 5x slower per row: congestion → multiplicative decrease
-        asyncio.run(adm.acquire(1000, budget, b""))
-        start = clock.now
-        clock.now += 0.05
-        adm.release(1000, start)
-    assert adm.limit < grown * 0.9**4
+    for _ in range(5):  # now 60 ms: more than half the budget, congestion: decrease
+        serve_one(adm, clock, 1000, 0.06)
+    assert adm.limit <= max(grown * 0.9**5, 500)
     assert adm.limit >= 500  # never below the floor
+
+
+def test_service_time_learns_a_line_and_small_requests_do_not_inflate_large_ones() -> None:
+    model = ServiceTime()
+    for _ in range(50):
+        model.observe(1000, 0.021)
+        model.observe(10, 0.0012)
+    assert model.estimate(1000) == pytest.approx(0.021, rel=0.05)
+    assert model.estimate(10) == pytest.approx(0.0012, rel=0.2)
+    for _ in range(200):  # only tiny requests for a while: the slope is kept
+        model.observe(3, 0.002)
+    assert model.estimate(3) == pytest.approx(0.002, rel=0.05)
+    assert model.estimate(1000) < 0.05
 
 
 def test_a_fixed_limit_does_not_move() -> None:
     adm, clock = controller(admission_adaptive=False)
-    for _ in range(10):
-        asyncio.run(adm.acquire(1000, Budget(clock.now, 10.0), b""))
-        start = clock.now
-        clock.now += 0.01
-        adm.release(1000, start)
+    for seconds in [0.01] * 10 + [0.09] * 10:
+        serve_one(adm, clock, 1000, seconds)
     assert adm.limit == 1000

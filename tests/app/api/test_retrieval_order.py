@@ -77,7 +77,8 @@ def test_fallback_checks_ids_and_envelope() -> None:
 
 
 ids = st.one_of(st.text(max_size=8), st.integers(-(2**40), 2**40))
-values = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False), st.integers(-99, 99))
+finite = st.floats(allow_nan=False, allow_infinity=False)
+values = st.one_of(st.none(), finite, st.integers(-99, 99))
 features = st.one_of(
     st.lists(values, max_size=4), st.dictionaries(st.sampled_from(["id", "a", "b"]), values)
 )

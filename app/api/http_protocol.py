@@ -38,7 +38,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             HeaderTimeoutProtocol.header_timeout = Settings().header_read_timeout_seconds
         self._head_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
 

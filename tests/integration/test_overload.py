@@ -189,7 +189,7 @@ def test_overload_sheds_and_probes_stay_fast(server: UvicornServer) -> None:
     # Generous margins: the machine running the tests is shared. Unbounded queueing (the old
     # behaviour) gave a p50 of seconds here.
     assert float(np.percentile(latencies, 50)) < 0.25
-    assert float(np.percentile(probes, 50)) < 0.05
+    assert float(np.percentile(probes, 50)) < 0.1
 
 
 def test_slow_headers_and_stalled_bodies_are_cut_off(server: UvicornServer) -> None:

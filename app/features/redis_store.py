@@ -192,6 +192,10 @@ class RedisStore:
             return Fetch(None, CIRCUIT_OPEN)
         try:
             raw = await _within_redis_deadline(call(self._client), deadline, self.deadline_s)
+        except LoopLagTimeout:
+            self.breaker.release_probe()  # the loop was late: no verdict on Redis
+            self._count("errors")
+            return Fetch(None, REDIS_TIMEOUT)
         except (TimeoutError, RedisTimeoutError):
             return self._failed(REDIS_TIMEOUT)
         except ResponseError as exc:
@@ -220,31 +224,68 @@ class RedisStore:
 
 LOOP_LAG_TOLERANCE_S = 0.002
 MAX_EXTENSIONS = 3
+SETTLE_TURNS = 4  # event-loop turns that let a reply already in the socket be read
+HARD_STOP_FACTOR = 2.0  # never wait past the deadline + this many deadlines
+
+
+class LoopLagTimeout(TimeoutError):
+    """The deadline passed while the event loop, not Redis, was late: not Redis's fault."""
 
 
 async def _within_redis_deadline(work: Awaitable[Any], deadline: float, budget_s: float) -> Any:
-    """`work`'s result, or TimeoutError when Redis (not the event loop) missed the deadline.
+    """`work`'s result, or TimeoutError when Redis missed the deadline (LoopLagTimeout when
+    the event loop's backlog, not Redis, made it pass).
 
-    On a saturated event loop the deadline timer fires late, and by then the reply has often
-    been in the socket for a while, unread: a plain timeout would blame Redis for the loop's
-    backlog and open the breaker. When the timer fired more than a couple of milliseconds
-    late, the loop was the bottleneck: the wait is extended by the lateness (a few times at
-    most, never past `budget_s` more), so only a Redis that is slow on an idle loop times out.
+    On a saturated event loop a call starts late and the deadline timer fires late, and by
+    then the reply has often been in the socket for a while, unread: a plain timeout would
+    blame Redis for the loop's backlog and open the breaker. So the deadline counts from when
+    the call actually started; when the timer fires, the loop first gets a few turns to read
+    what has arrived; and when the timer fired more than a couple of milliseconds late the
+    wait is extended by that lateness (a few times at most, never past HARD_STOP_FACTOR
+    deadlines). On an idle loop a slow Redis times out at the deadline, as before.
+
+    A call that timed out is not cancelled: redis-py drops a connection whose reply was not
+    read, and reconnecting on a busy machine misses the next deadline too, a vicious circle.
+    It finishes in the background (bounded by the client's socket timeout) and its connection
+    goes back to the pool.
     """
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(work)
+    started: list[float] = []
+
+    async def timed() -> Any:
+        started.append(loop.time())
+        return await work
+
+    task = asyncio.ensure_future(timed())
+    hard_stop = deadline + HARD_STOP_FACTOR * budget_s
+    lagged = False
     try:
-        hard_stop = deadline + budget_s
         for _ in range(MAX_EXTENSIONS + 1):
             done, _ = await asyncio.wait({task}, timeout=max(deadline - loop.time(), 0.0))
             if done:
                 return task.result()
-            now = loop.time()
-            lateness = now - deadline
-            if lateness <= LOOP_LAG_TOLERANCE_S or now >= hard_stop:
+            fired = loop.time()
+            for _ in range(SETTLE_TURNS):
+                await asyncio.sleep(0)
+                if task.done():
+                    return task.result()
+            lateness = fired - deadline
+            extended = deadline
+            if started:
+                extended = max(extended, started[0] + budget_s)
+            if lateness > LOOP_LAG_TOLERANCE_S:
+                lagged = True
+                extended = max(extended, loop.time() + lateness)
+            deadline = min(extended, hard_stop)
+            if deadline <= loop.time():
                 break
-            deadline = min(now + lateness, hard_stop)
-        raise TimeoutError
-    finally:
-        if not task.done():
-            task.cancel()
+        task.add_done_callback(_discard_result)
+        raise LoopLagTimeout if lagged else TimeoutError
+    except asyncio.CancelledError:
+        task.cancel()  # the request itself was cancelled (client gone)
+        raise
+
+
+def _discard_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log it as never retrieved

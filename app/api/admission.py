@@ -41,6 +41,7 @@ TIMEOUT_HEADER = "x-request-timeout-ms"
 FALLBACK_RESERVE_S = 0.003
 DECREASE = 0.9
 SLOW_SHARE = 0.5  # service time above this share of the budget: congestion
+PROBE_INTERVAL_S = 0.5
 
 
 class Shed(Exception):
@@ -110,6 +111,7 @@ class AdmissionController:
     service: ServiceTime = field(default_factory=ServiceTime, init=False)
     queued_seconds: float = field(default=0.0, init=False)
     last_shed: float = field(default=-math.inf, init=False)
+    _last_probe: float = field(default=-math.inf, init=False)
     _waiters: deque[_Waiter] = field(default_factory=deque, init=False)
 
     def __post_init__(self) -> None:
@@ -130,6 +132,19 @@ class AdmissionController:
         """Seconds to parse and score a request of `rows` once admitted (measured)."""
         return self.service.estimate(rows)
 
+    def _probe(self, now: float, budget: Budget) -> bool:
+        """Whether to let a request the estimate calls hopeless through anyway, to measure
+        again: an estimate that only ever refuses would never learn that the machine got
+        faster (or that the first, cold request was slow). Only on an idle worker, at most
+        every PROBE_INTERVAL_S, and not for a client that asked for less than the default
+        budget; its scoring is still cut at the deadline."""
+        idle = self.in_flight == 0 and not self._waiters
+        default = self.settings.request_budget_ms / 1000.0
+        if idle and budget.seconds >= default and now - self._last_probe >= PROBE_INTERVAL_S:
+            self._last_probe = now
+            return True
+        return False
+
     def _fits(self, rows: int) -> bool:
         return self.in_flight == 0 or self.in_flight + rows <= self.limit
 
@@ -137,7 +152,7 @@ class AdmissionController:
         """Admit `rows`; the admission time. Raises Shed when the budget cannot be met."""
         now = self.clock()
         service = self.estimate(rows)
-        if now + service > budget.scoring_deadline:
+        if now + service > budget.scoring_deadline and not self._probe(now, budget):
             raise self._shed(OVER_BUDGET, body)
         if not self._waiters and self._fits(rows):
             self._take(rows)

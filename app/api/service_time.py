@@ -2,8 +2,9 @@
 
 Exponentially weighted means of n, t, n² and n·t give the least-squares line over recent
 requests (old ones fade with weight (1-alpha)^k). When the recent requests all have about the
-same size the slope cannot be told from the intercept: the slope is then kept and the change
-goes to the intercept, so a run of small requests does not make a large one look hopeless.
+same size the slope cannot be told from the intercept: the slope is then kept (lowered only as
+far as the intercept cannot absorb) and the change goes to the intercept, so a run of small
+requests does not make a large one look hopeless.
 """
 
 from __future__ import annotations
@@ -42,4 +43,6 @@ class ServiceTime:
         if variance > (0.1 * self._n) ** 2 + 1.0:  # sizes differ enough to see the slope
             slope = (self._nt - self._n * self._t) / variance
             self.slope = min(max(slope, MIN_SLOPE), MAX_SLOPE)
+        elif self._n > 0:  # the intercept cannot go below zero: then the rows got cheaper
+            self.slope = max(min(self.slope, self._t / self._n), MIN_SLOPE)
         self.intercept = max(self._t - self.slope * self._n, 0.0)

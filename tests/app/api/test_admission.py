@@ -57,12 +57,31 @@ def test_an_idle_worker_admits_even_a_request_above_the_limit() -> None:
 
 
 def test_a_budget_too_short_for_the_work_is_over_budget_at_once() -> None:
-    adm, clock = controller()
+    adm, clock = controller(request_budget_ms=1000)  # a client asking for less: no probing
     adm.service = ServiceTime(intercept=0.0, slope=1e-4)  # 1,000 rows: 100 ms
     with pytest.raises(Shed) as info:
         asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b"body"))
     assert (info.value.reason, info.value.body) == (OVER_BUDGET, b"body")
     assert adm.in_flight == 0 and adm.shedding
+
+
+def test_an_estimate_that_only_refuses_is_probed_again_when_idle() -> None:
+    adm, clock = controller(request_budget_ms=100)
+    adm.service = ServiceTime(intercept=0.0, slope=3e-4)  # a cold first request: 300 ms
+    asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))  # idle: a probe goes in
+    clock.now += 0.3
+    adm.release(1000, clock.now - 0.3, 0.1)  # and was slow again
+    with pytest.raises(Shed):  # the next, within the probe interval, is refused
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+    for _ in range(30):  # an idle worker lets one through per interval: measured fast now
+        clock.now += 0.6
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+        adm.release(1000, clock.now - 0.02, 0.1)
+    assert adm.estimate(1000) < 0.05
+    with pytest.raises(Shed):  # a client asking for less than the default is never a probe
+        adm.service = ServiceTime(intercept=0.0, slope=1e-3)
+        clock.now += 10
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b""))
 
 
 def test_waiters_are_admitted_in_order_as_rows_are_released() -> None:

@@ -90,12 +90,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.admission = AdmissionController(settings)
+    admission = app.state.admission = AdmissionController(settings)
     app.add_middleware(
         ServiceMiddleware,
         max_body_bytes=settings.max_body_bytes,
         body_read_timeout=settings.body_read_timeout_seconds,
         max_buffered=max(settings.max_buffered_body_bytes, settings.max_body_bytes),
+        refuse_early=admission.refuse_early,
     )
     install_error_handlers(app)
     app.add_exception_handler(Shed, overload_response)

@@ -12,7 +12,8 @@ under the budget with every answer scored; (2) 200 closed-loop clients; (3) open
 3x the sustainable rate. Reported: answers by status, latency p50/p99/max of every answer,
 goodput (answers fully scored within the budget, per second) against the sustainable rate,
 `/livez` latency from a separate probe process, RSS of the server's processes before, during
-(peak) and after. Then slow and hostile clients against one worker: 2,000 connections sending
+(peak) and after. A fourth configuration answers overload with 503 + Retry-After
+(`LTR_OVERLOAD_RESPONSE=503`, refused before the body is read). Then slow and hostile clients against one worker: 2,000 connections sending
 their headers a byte at a time plus 40 connections stalling 32 MiB - 1 byte uploads, while a
 valid request's latency and the RSS are measured.
 
@@ -63,16 +64,21 @@ class Answer:
 
 async def _exchange(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
-) -> tuple[int, bytes]:
+) -> tuple[int, bytes, bool]:
+    """(status, body, whether the connection stays open)."""
     writer.write(request)
-    await writer.drain()
+    try:
+        await writer.drain()
+    except OSError:
+        pass  # refused before the body was read: the answer is there to be read
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
     length = 0
     for line in head.split(b"\r\n"):
         if line[:15].lower() == b"content-length:":
             length = int(line[15:])
-    return status, await reader.readexactly(length)
+    body = await reader.readexactly(length)
+    return status, body, b"connection: close" not in head.lower()
 
 
 def _rerank_request(port: int, body: bytes) -> bytes:
@@ -124,13 +130,14 @@ async def open_loop(port: int, body: bytes, rate: float, seconds: float) -> list
     async def one(sent: float) -> None:
         conn = idle.pop() if idle else await asyncio.open_connection("127.0.0.1", port)
         try:
-            status, answer = await _exchange(*conn, request)
+            status, answer, keep = await _exchange(*conn, request)
         except (OSError, asyncio.IncompleteReadError):
-            out.append(Answer(sent, time.perf_counter() - sent, 0, False))
-            conn[1].close()
-            return
+            status, answer, keep = 0, b"", False
         out.append(Answer(sent, time.perf_counter() - sent, status, _scored(status, answer)))
-        idle.append(conn)
+        if keep:
+            idle.append(conn)
+        else:
+            conn[1].close()
 
     start = time.perf_counter()
     n = int(rate * seconds)
@@ -240,6 +247,7 @@ class Phase:
         for a in self.answers:
             statuses[a.status] = statuses.get(a.status, 0) + 1
         fivexx = sum(v for k, v in statuses.items() if k >= 500 or k == 0)
+        refused = statuses.get(503, 0)
         n = len(self.answers)
         unscored = sum(1 for a in self.answers if a.status == 200 and not a.scored)
         probes = np.array(self.probes) * 1000 if self.probes else np.array([np.nan])
@@ -247,7 +255,7 @@ class Phase:
         good = self.goodput()
         ratio = good / sustainable if sustainable else float("nan")
         return (
-            f"| {self.name} | {n} | {fivexx} | {unscored / max(n, 1):.0%} | "
+            f"| {self.name} | {n} | {fivexx} ({refused} are 503) | {unscored / max(n, 1):.0%} | "
             f"{pct(lat, 50):.0f} / {pct(lat, 99):.0f} / {lat.max() if lat.size else np.nan:.0f} | "
             f"{good:.1f} ({ratio:.0%}) | "
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
@@ -400,7 +408,7 @@ async def valid_latencies(port: int, body: bytes, count: int) -> list[float]:
     try:
         for _ in range(count):
             start = time.perf_counter()
-            status, answer = await _exchange(reader, writer, request)
+            status, answer, _ = await _exchange(reader, writer, request)
             assert _scored(status, answer), answer[:200]
             out.append(time.perf_counter() - start)
             await asyncio.sleep(0.05)
@@ -555,6 +563,11 @@ async def run(quick: bool) -> str:
         )
     )
     configs.append(await overload_config(root, "budget on, 2 workers", 2, {}, quick, 2 * hint))
+    configs.append(
+        await overload_config(
+            root, "budget on, 503 mode, 1 worker", 1, {"LTR_OVERLOAD_RESPONSE": "503"}, quick, hint
+        )
+    )
     hostile = await hostile_clients(root, quick)
     load += f", {os.getloadavg()[0]:.1f} at the end (other engineers share the machine)"
     return render(configs, hostile, quick, load)

@@ -42,6 +42,7 @@ FALLBACK_RESERVE_S = 0.003
 DECREASE = 0.9
 SLOW_SHARE = 0.5  # service time above this share of the budget: congestion
 PROBE_INTERVAL_S = 0.5
+EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is this recent
 
 
 class Shed(Exception):
@@ -123,6 +124,20 @@ class AdmissionController:
     @property
     def enabled(self) -> bool:
         return self.settings.admission_enabled
+
+    def refuse_early(self, scope: Any) -> str | None:
+        """With LTR_OVERLOAD_RESPONSE=503, a /rerank arriving while this busy worker has just
+        shed is refused before its body is even read: the cheapest shedding there is."""
+        if (
+            self.settings.overload_response != "503"
+            or not self.enabled
+            or scope.get("path") != "/rerank"
+            or self.in_flight == 0
+            or self.clock() - self.last_shed > EARLY_REFUSAL_WINDOW_S
+        ):
+            return None
+        metrics.SHED.labels(SHED).inc()
+        return f"overloaded ({SHED}); retry later"
 
     @property
     def shedding(self) -> bool:

@@ -16,6 +16,7 @@ import asyncio
 import re
 import time
 import uuid
+from collections.abc import Callable
 
 import orjson
 from starlette.datastructures import MutableHeaders
@@ -48,8 +49,11 @@ class ServiceMiddleware:
         max_body_bytes: int,
         body_read_timeout: float = 10.0,
         max_buffered: int | None = None,
+        refuse_early: Callable[[Scope], str | None] | None = None,
     ) -> None:
         self.app = app
+        # A 503 detail for a request to refuse before its body is read (shedding in 503 mode).
+        self.refuse_early = refuse_early
         self.max_body_bytes = max_body_bytes
         self.body_read_timeout = body_read_timeout
         self.max_buffered = max_buffered if max_buffered is not None else 8 * max_body_bytes
@@ -81,6 +85,10 @@ class ServiceMiddleware:
             await send(message)
 
         try:
+            refusal = self.refuse_early(scope) if self.refuse_early is not None else None
+            if refusal is not None:
+                await _send_error(send_with_id, 503, refusal, retry_after=True)
+                return
             if scope["method"] in _BODY_METHODS:
                 body = await self._read_body(scope, receive, held)
                 if body is None:

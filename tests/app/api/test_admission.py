@@ -176,3 +176,21 @@ def test_a_fixed_limit_does_not_move() -> None:
     for seconds in [0.01] * 10 + [0.09] * 10:
         serve_one(adm, clock, 1000, seconds)
     assert adm.limit == 1000
+
+
+def test_503_mode_refuses_unread_while_busy_and_just_shedding() -> None:
+    adm, clock = controller(overload_response="503")
+    scope = {"type": "http", "path": "/rerank"}
+    assert adm.refuse_early(scope) is None  # idle
+    asyncio.run(adm.acquire(1000, Budget(clock.now, 1.0), b""))
+    assert adm.refuse_early(scope) is None  # busy, but nothing shed
+    adm.service = ServiceTime(intercept=0.0, slope=1.0)
+    with pytest.raises(Shed):
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 1.0), b""))
+    assert adm.refuse_early(scope) == "overloaded (shed); retry later"
+    assert adm.refuse_early({"type": "http", "path": "/livez"}) is None
+    clock.now += 0.1
+    assert adm.refuse_early(scope) is None  # the shed is no longer recent
+    fallback, _ = controller()
+    fallback.last_shed, fallback.in_flight = fallback.clock(), 1000
+    assert fallback.refuse_early(scope) is None  # the fallback answer needs the body

@@ -13,9 +13,10 @@ under the budget with every answer scored; (2) 200 closed-loop clients; (3) open
 goodput (answers fully scored within the budget, per second) against the sustainable rate,
 `/livez` latency from a separate probe process, RSS of the server's processes before, during
 (peak) and after. A fourth configuration answers overload with 503 + Retry-After
-(`LTR_OVERLOAD_RESPONSE=503`, refused before the body is read). Then slow and hostile clients against one worker: 2,000 connections sending
-their headers a byte at a time plus 40 connections stalling 32 MiB - 1 byte uploads, while a
-valid request's latency and the RSS are measured.
+(`LTR_OVERLOAD_RESPONSE=503`, refused before the body is read). Then slow and hostile clients
+against one worker: 2,000 connections sending their headers a byte at a time plus 40
+connections stalling 32 MiB - 1 byte uploads, while a valid request's latency and the RSS are
+measured.
 
 The load generator is a raw asyncio HTTP/1.1 client (prebuilt request bytes, the answer read by
 Content-Length and checked with a byte search): it must cost the 2-core machine far less than
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -67,10 +69,8 @@ async def _exchange(
 ) -> tuple[int, bytes, bool]:
     """(status, body, whether the connection stays open)."""
     writer.write(request)
-    try:
+    with contextlib.suppress(OSError):  # refused before the body was read: the answer is there
         await writer.drain()
-    except OSError:
-        pass  # refused before the body was read: the answer is there to be read
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
     length = 0

@@ -27,6 +27,8 @@ from app.errors import LtrError
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+LARGE_BODY_BYTES = 1024 * 1024
+LARGE_SHARE = 0.75
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
 
 
@@ -58,6 +60,7 @@ class ServiceMiddleware:
         self.body_read_timeout = body_read_timeout
         self.max_buffered = max_buffered if max_buffered is not None else 8 * max_body_bytes
         self.buffered = 0  # body bytes held (or reserved) by requests of this worker
+        self.buffered_large = 0  # the part held by bodies of LARGE_BODY_BYTES or more
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -112,6 +115,8 @@ class ServiceMiddleware:
             raise
         finally:
             self.buffered -= held[0]
+            if held[0] >= LARGE_BODY_BYTES:
+                self.buffered_large -= held[0]
             route = scope.get("route")
             label = getattr(route, "path", "unmatched")
             if status is None:
@@ -156,12 +161,21 @@ class ServiceMiddleware:
             raise BodyTimeout from None
 
     def _hold(self, held: list[int], more: int) -> None:
+        """Count `more` bytes of this request against the cap; BufferFull beyond it. Large
+        bodies may fill only LARGE_SHARE of the cap, so that stalled big uploads cannot lock
+        out the usual small requests."""
         if more <= 0:
             return
+        total = held[0] + more
         if self.buffered + more > self.max_buffered:
             raise BufferFull
+        if total >= LARGE_BODY_BYTES:
+            moved = more if held[0] >= LARGE_BODY_BYTES else total  # it just became large
+            if self.buffered_large + moved > LARGE_SHARE * self.max_buffered:
+                raise BufferFull
+            self.buffered_large += moved
         self.buffered += more
-        held[0] += more
+        held[0] = total
 
 
 def safe_request_id(text: str) -> str | None:

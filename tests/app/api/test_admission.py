@@ -194,3 +194,20 @@ def test_503_mode_refuses_unread_while_busy_and_just_shedding() -> None:
     fallback, _ = controller()
     fallback.last_shed, fallback.in_flight = fallback.clock(), 1000
     assert fallback.refuse_early(scope) is None  # the fallback answer needs the body
+
+
+def test_large_bodies_cannot_take_the_whole_buffer() -> None:
+    from app.api.middleware import BufferFull, ServiceMiddleware
+
+    mw = ServiceMiddleware(app=None, max_body_bytes=8 * 2**20, max_buffered=16 * 2**20)  # type: ignore[arg-type]
+    big = [[0] for _ in range(3)]
+    for held in big[:1]:
+        mw._hold(held, 8 * 2**20)
+    with pytest.raises(BufferFull):  # 16 MiB of large bodies > 3/4 of the 16 MiB cap
+        mw._hold(big[1], 8 * 2**20)
+    small = [0]
+    for _ in range(3):  # small bodies still fit in the rest
+        mw._hold(small, 256 * 1024)
+    assert mw.buffered == 8 * 2**20 + 768 * 1024 and mw.buffered_large == 8 * 2**20
+    mw._hold(small, 512 * 1024)  # this one grows past 1 MiB: now it counts as large
+    assert mw.buffered_large == 8 * 2**20 + 1280 * 1024

@@ -7,7 +7,8 @@ must be complete `LTR_HEADER_READ_TIMEOUT_SECONDS` after its first byte (or afte
 connection opened), else the answer is 408 and the connection is closed. The body's own
 timeout is the service middleware's (app.api.middleware).
 
-Used by `ltr serve` (`http="app.api.http_protocol:HeaderTimeoutProtocol"`).
+`uvicorn_options(settings)` gives it, with uvicorn's own slow-client options, to `ltr serve` and
+`python -m app`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from app import metrics
 from app.settings import Settings
 
+PROTOCOL = "app.api.http_protocol:HeaderTimeoutProtocol"
 _BODY = b'{"detail":"request headers not received in time"}'
 _RESPONSE_408 = (
     b"HTTP/1.1 408 Request Timeout\r\n"
@@ -76,3 +78,15 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         metrics.SLOW_CLIENTS.labels("header_timeout").inc()
         self.transport.write(_RESPONSE_408)
         self.transport.close()
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """The slow-client limits for `uvicorn.run`: this protocol (request-head timeout), the
+    keep-alive timeout, and h11's cap on an incomplete head (if httptools is missing, uvicorn
+    falls back to h11, which ignores the protocol's timeout). The body's limits are the
+    service middleware's."""
+    return {
+        "http": PROTOCOL,
+        "timeout_keep_alive": settings.keep_alive_timeout_seconds,
+        "h11_max_incomplete_event_size": 64 * 1024,
+    }

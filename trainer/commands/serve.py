@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -17,11 +17,7 @@ from pydantic import ValidationError
 from app.artifacts.store import list_models, read_current, set_current
 from trainer.commands.errors import echo_err, fail
 
-if TYPE_CHECKING:
-    from app.settings import Settings
-
 Opt = typer.Option
-HEADER_TIMEOUT_PROTOCOL = "app.api.http_protocol:HeaderTimeoutProtocol"
 DEMO_NAME = "demo"
 DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
 DEMO_TREES = 100
@@ -58,6 +54,8 @@ def serve_command(
         _publish_demo(settings.registry)
     import uvicorn
 
+    from app.api.http_protocol import uvicorn_options
+
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -67,17 +65,6 @@ def serve_command(
         log_level=log_level,
         **uvicorn_options(settings),
     )
-
-
-def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """The slow-client limits uvicorn has itself; the request-head timeout comes with our
-    protocol class (app.api.http_protocol), the body's with the service middleware."""
-    return {
-        "http": HEADER_TIMEOUT_PROTOCOL,
-        "timeout_keep_alive": settings.keep_alive_timeout_seconds,
-        # h11's cap on a request head still incomplete (used only if httptools is absent).
-        "h11_max_incomplete_event_size": 64 * 1024,
-    }
 
 
 def _has_deployed_model(registry: Path) -> bool:

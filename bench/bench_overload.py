@@ -62,6 +62,7 @@ class Answer:
     latency: float
     status: int
     scored: bool  # 200 and not degraded
+    breaker: bool = False  # degraded because the Redis circuit breaker was open
 
 
 async def _exchange(
@@ -103,15 +104,15 @@ async def closed_loop(port: int, body: bytes, clients: int, seconds: float) -> l
             while time.perf_counter() < stop:
                 sent = time.perf_counter()
                 try:
-                    status, answer = await _exchange(reader, writer, request)
+                    status, answer, keep = await _exchange(reader, writer, request)
                 except (OSError, asyncio.IncompleteReadError):
-                    out.append(Answer(sent, time.perf_counter() - sent, 0, False))
+                    status, answer, keep = 0, b"", False
+                breaker = b"circuit_open" in answer
+                elapsed = time.perf_counter() - sent
+                out.append(Answer(sent, elapsed, status, _scored(status, answer), breaker))
+                if not keep:
                     writer.close()
                     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                    continue
-                out.append(
-                    Answer(sent, time.perf_counter() - sent, status, _scored(status, answer))
-                )
         finally:
             writer.close()
 
@@ -481,6 +482,41 @@ async def hostile_clients(registry: Path, quick: bool) -> list[str]:
     return lines
 
 
+async def redis_phase(root: Path, quick: bool) -> list[str]:
+    """Redis healthy, CPU saturated by 8 concurrent 1,000-candidate requests (budget 2 s, so
+    nothing is shed): the share of answers degraded by Redis lookups (default 10 ms deadline,
+    no cache: every request asks Redis twice)."""
+    from bench.bench_service import _push_embeddings, publish_models
+    from tests.support.redis_server import RedisServer, redis_binary
+
+    publish_models(root)
+    redis = RedisServer(redis_binary()).start()
+    try:
+        _push_embeddings(root, redis.url)
+        env = {
+            "LTR_REDIS_URL": redis.url,
+            "LTR_REDIS_CACHE_TTL_SECONDS": "0",
+            "LTR_REQUEST_BUDGET_MS": "2000",
+        }
+        server = serve(root, 1, **env)
+        try:
+            body = payload(N_CANDIDATES, "clustered")
+            seconds = 8.0 if quick else 20.0
+            answers = await closed_loop(server.port, body, 8, seconds)
+        finally:
+            server.stop()
+    finally:
+        redis.stop()
+    n = len(answers)
+    degraded = sum(1 for a in answers if a.status == 200 and not a.scored)
+    breaker = sum(a.breaker for a in answers)
+    return [
+        f"{n} answers in {seconds:.0f} s from 8 closed-loop clients (user-cluster model, "
+        f"Redis on the same machine): **{degraded / max(n, 1):.1%} degraded** (target < 5 %), "
+        f"{breaker / max(n, 1):.1%} of them with the breaker open (`circuit_open`)."
+    ]
+
+
 # Report.
 
 
@@ -499,6 +535,7 @@ def machine() -> str:
 def render(
     configs: list[tuple[str, float, list[str], list[Phase]]],
     hostile: list[str],
+    redis: list[str],
     quick: bool,
     load: str,
 ) -> str:
@@ -544,6 +581,10 @@ def render(
         "",
         *hostile,
         "",
+        "### Redis healthy, CPU saturated (1 worker)",
+        "",
+        *redis,
+        "",
     ]
     return "\n".join(lines)
 
@@ -569,8 +610,9 @@ async def run(quick: bool) -> str:
         )
     )
     hostile = await hostile_clients(root, quick)
+    redis = await redis_phase(root, quick)
     load += f", {os.getloadavg()[0]:.1f} at the end (other engineers share the machine)"
-    return render(configs, hostile, quick, load)
+    return render(configs, hostile, redis, quick, load)
 
 
 def main() -> None:

@@ -115,7 +115,7 @@ class UserFeatureResolver:
         user_id, profile = _parse_user(user)
         reasons: list[str] = []
         redis_ok = self.store.enabled
-        deadline = self.store.new_deadline() if redis_ok else 0.0
+        deadline = self.store.new_deadline()
 
         raw_cid: str | None = None
         if redis_ok and user_id is not None:

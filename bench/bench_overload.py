@@ -482,14 +482,14 @@ async def hostile_clients(registry: Path, quick: bool) -> list[str]:
     return lines
 
 
-async def redis_phase(root: Path, quick: bool) -> list[str]:
+async def redis_phase(root: Path, plain: Any, quick: bool) -> list[str]:
     """Redis healthy, CPU saturated by 8 concurrent 1,000-candidate requests (budget 2 s, so
     nothing is shed): the share of answers degraded by Redis lookups (default 10 ms deadline,
     no cache: every request asks Redis twice)."""
     from bench.bench_service import _push_embeddings, publish_models
     from tests.support.redis_server import RedisServer, redis_binary
 
-    publish_models(root)
+    publish_models(root, plain)
     redis = RedisServer(redis_binary()).start()
     try:
         _push_embeddings(root, redis.url)
@@ -538,6 +538,7 @@ def render(
     redis: list[str],
     quick: bool,
     load: str,
+    described: str,
 ) -> str:
     on_1w = configs[0][1]
     lines = [
@@ -545,7 +546,7 @@ def render(
         "",
         f"`python -m bench.bench_overload{' --quick' if quick else ''}`, "
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine()}; {load}. "
-        "Model: LightGBM lambdarank 500 iterations x 63 leaves, 136 features, 1,000 "
+        f"Model: {described}, 136 features, 1,000 "
         f"candidates per request (about 1.5 MB of JSON). Budget {BUDGET_MS:.0f} ms "
         "(`LTR_REQUEST_BUDGET_MS`). Real `ltr serve` processes; the load generator is a raw "
         "asyncio HTTP client in the benchmark process, `/livez` is probed every 20 ms from a "
@@ -589,10 +590,23 @@ def render(
     return "\n".join(lines)
 
 
-async def run(quick: bool) -> str:
+def model(kind: str) -> tuple[Any, str]:
+    """The benchmark model and how to describe it."""
+    if kind == "lightgbm":
+        return train_model(N_FEATURES, seed=1), "LightGBM lambdarank 500 iterations x 63 leaves"
+    from tests.support import random_ensemble
+
+    # Same size and scoring cost: 500 full trees of depth 6 (63 splits, 64 leaves).
+    return random_ensemble(N_FEATURES, num_trees=500, depth=6, seed=1), (
+        "500 random full trees of depth 6 (63 splits each; LightGBM training was not "
+        "affordable on the loaded machine)"
+    )
+
+
+async def run(quick: bool, kind: str) -> str:
     load = f"load average {os.getloadavg()[0]:.1f} at the start"
     root = Path(tempfile.mkdtemp(prefix="ltr-bench-overload-"))
-    plain = train_model(N_FEATURES, seed=1)
+    plain, described = model(kind)
     _write(root, "plain", plain, [f"f{i}" for i in range(N_FEATURES)], None, {})
     configs = []
     first = await overload_config(root, "budget on, 1 worker", 1, {}, quick, 10.0)
@@ -610,14 +624,15 @@ async def run(quick: bool) -> str:
         )
     )
     hostile = await hostile_clients(root, quick)
-    redis = await redis_phase(root, quick)
+    redis = await redis_phase(root, plain, quick)
     load += f", {os.getloadavg()[0]:.1f} at the end (other engineers share the machine)"
-    return render(configs, hostile, redis, quick, load)
+    return render(configs, hostile, redis, quick, load, described)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--model", choices=["lightgbm", "random"], default="lightgbm")
     parser.add_argument("--probe", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     parser.add_argument("--attack", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -627,7 +642,7 @@ def main() -> None:
     if args.attack:
         attack_main(int(args.attack[0]), float(args.attack[1]))
         return
-    report = asyncio.run(run(args.quick))
+    report = asyncio.run(run(args.quick, args.model))
     RESULTS.write_text(report)
     print(report)
 

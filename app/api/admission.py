@@ -30,6 +30,7 @@ from fastapi import Depends, Request
 from app import metrics
 from app.api.request_matrix import RequestError, decode_body
 from app.api.service_time import ServiceTime
+from app.errors import LtrError
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -45,7 +46,7 @@ PROBE_INTERVAL_S = 0.5
 EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is this recent
 
 
-class Shed(Exception):
+class Shed(LtrError):
     """The request is answered without scoring; `body` is its raw JSON (for the ids)."""
 
     def __init__(self, reason: str, body: bytes) -> None:

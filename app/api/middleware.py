@@ -36,11 +36,11 @@ class BodyTooLarge(LtrError):
     pass
 
 
-class BodyTimeout(Exception):
+class BodyTimeout(LtrError):
     pass
 
 
-class BufferFull(Exception):
+class BufferFull(LtrError):
     pass
 
 

@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.errors import LtrError
 from app.features.circuit_breaker import CircuitBreaker
 from app.settings import Settings
 
@@ -272,7 +273,7 @@ class LoopLag:
             self.total += max(loop.time() - due, 0.0)
 
 
-class LoopLagTimeout(TimeoutError):
+class LoopLagTimeout(LtrError, TimeoutError):
     """The wall-clock cap passed while the event loop, not Redis, was late."""
 
 

@@ -312,7 +312,8 @@ def serve(registry: Path, workers: int, **env: str) -> UvicornServer:
         "LTR_COMPILED_CACHE_DIR": str(Path(tempfile.gettempdir()) / "ltr-bench-overload"),
         "LTR_REQUEST_BUDGET_MS": str(BUDGET_MS),
     }
-    return UvicornServer({**base, **env}, port=port, command=command).start().wait_ready()
+    server = UvicornServer({**base, **env}, port=port, command=command).start(timeout=600)
+    return server.wait_ready(timeout=600)  # compiling 500 trees is slow on a loaded machine
 
 
 async def overload_config(

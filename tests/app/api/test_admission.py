@@ -211,3 +211,19 @@ def test_large_bodies_cannot_take_the_whole_buffer() -> None:
     assert mw.buffered == 8 * 2**20 + 768 * 1024 and mw.buffered_large == 8 * 2**20
     mw._hold(small, 512 * 1024)  # this one grows past 1 MiB: now it counts as large
     assert mw.buffered_large == 8 * 2**20 + 1280 * 1024
+
+
+def test_readiness_reports_shedding_and_liveness_does_not(make_client: Any) -> None:
+    with make_client() as client:
+        admission = client.app.state.admission  # type: ignore[attr-defined]
+        assert client.get("/readyz").json() == {"status": "ready"}
+        admission.last_shed = admission.clock()
+        resp = client.get("/readyz")
+        assert resp.status_code == 503 and resp.json()["status"] == "shedding"
+        assert client.get("/livez").status_code == 200
+        admission.last_shed -= 2.0  # the window (1 s) has passed
+        assert client.get("/readyz").status_code == 200
+    with make_client(readyz_reports_shedding=False) as client:
+        admission = client.app.state.admission  # type: ignore[attr-defined]
+        admission.last_shed = admission.clock()
+        assert client.get("/readyz").status_code == 200

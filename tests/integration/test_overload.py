@@ -73,14 +73,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(registry: Path) -> Iterator[UvicornServer]:
-    srv = serve(
-        registry,
-        LTR_REQUEST_BUDGET_MS="100",
-        LTR_HEADER_READ_TIMEOUT_SECONDS="0.5",
-        LTR_BODY_READ_TIMEOUT_SECONDS="0.5",
-        LTR_MAX_BODY_BYTES="600000",
-        LTR_MAX_BUFFERED_BODY_BYTES="1000000",
-    )
+    srv = serve(registry, LTR_REQUEST_BUDGET_MS="100")
     yield srv
     srv.stop()
 
@@ -192,7 +185,21 @@ def test_overload_sheds_and_probes_stay_fast(server: UvicornServer) -> None:
     assert float(np.percentile(probes, 50)) < 0.1
 
 
-def test_slow_headers_and_stalled_bodies_are_cut_off(server: UvicornServer) -> None:
+@pytest.fixture
+def strict_server(registry: Path) -> Iterator[UvicornServer]:
+    srv = serve(
+        registry,
+        LTR_HEADER_READ_TIMEOUT_SECONDS="0.5",
+        LTR_BODY_READ_TIMEOUT_SECONDS="0.5",
+        LTR_MAX_BODY_BYTES="600000",
+        LTR_MAX_BUFFERED_BODY_BYTES="1000000",
+    )
+    yield srv
+    srv.stop()
+
+
+def test_slow_headers_and_stalled_bodies_are_cut_off(strict_server: UvicornServer) -> None:
+    server = strict_server
     host, port = "127.0.0.1", server.port
     with socket.create_connection((host, port)) as slow:
         slow.sendall(b"POST /rerank HTTP/1.1\r\nhost: x\r\n")  # and never the rest

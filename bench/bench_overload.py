@@ -254,11 +254,11 @@ class Phase:
         probes = np.array(self.probes) * 1000 if self.probes else np.array([np.nan])
         pct = (lambda a, q: float(np.percentile(a, q))) if lat.size else (lambda a, q: np.nan)
         good = self.goodput()
-        ratio = good / sustainable if sustainable else float("nan")
+        ratio_text = f"{good / sustainable:.0%}" if sustainable else "n/a"
         return (
             f"| {self.name} | {n} | {fivexx} ({refused} are 503) | {unscored / max(n, 1):.0%} | "
             f"{pct(lat, 50):.0f} / {pct(lat, 99):.0f} / {lat.max() if lat.size else np.nan:.0f} | "
-            f"{good:.1f} ({ratio:.0%}) | "
+            f"{good:.1f} ({ratio_text}) | "
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
             f"{probes.max():.1f} | {self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} |"
         )
@@ -541,14 +541,14 @@ def render(
     load: str,
     described: str,
 ) -> str:
-    on_1w = configs[0][1]
     lines = [
         "## Overload: latency budget, admission control, slow clients",
         "",
         f"`python -m bench.bench_overload{' --quick' if quick else ''}`, "
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine()}; {load}. "
-        f"Model: {described}, 136 features, 1,000 "
-        f"candidates per request (about 1.5 MB of JSON). Budget {BUDGET_MS:.0f} ms "
+        f"Model: {described}, 136 features, {N_CANDIDATES:,} "
+        f"candidates per request (about {1.5 * N_CANDIDATES / 1000:.2g} MB of JSON). "
+        f"Budget {BUDGET_MS:.0f} ms "
         "(`LTR_REQUEST_BUDGET_MS`). Real `ltr serve` processes; the load generator is a raw "
         "asyncio HTTP client in the benchmark process, `/livez` is probed every 20 ms from a "
         "separate process. All configurations ran one after another in one run.",
@@ -568,12 +568,16 @@ def render(
     ]
     for _, rate, _, phases in configs:
         for phase in phases:
-            lines.append(phase.row(rate or on_1w))
+            lines.append(phase.row(rate))
     lines += [
         "",
         "Goodput counts answers fully scored within the budget. With admission off every "
         "request is scored however late, so its goodput is what finishes within the budget; its "
         "sustainable rate is measured the same way.",
+    ]
+    if not hostile:
+        return "\n".join(lines)
+    lines += [
         "",
         "### Slow and hostile clients (1 worker)",
         "",
@@ -604,7 +608,7 @@ def model(kind: str) -> tuple[Any, str]:
     )
 
 
-async def run(quick: bool, kind: str) -> str:
+async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
     load = f"load average {os.getloadavg()[0]:.1f} at the start"
     root = Path(tempfile.mkdtemp(prefix="ltr-bench-overload-"))
     plain, described = model(kind)
@@ -624,8 +628,8 @@ async def run(quick: bool, kind: str) -> str:
             root, "budget on, 503 mode, 1 worker", 1, {"LTR_OVERLOAD_RESPONSE": "503"}, quick, hint
         )
     )
-    hostile = await hostile_clients(root, quick)
-    redis = await redis_phase(root, plain, quick)
+    hostile = [] if overload_only else await hostile_clients(root, quick)
+    redis = [] if overload_only else await redis_phase(root, plain, quick)
     load += f", {os.getloadavg()[0]:.1f} at the end (other engineers share the machine)"
     return render(configs, hostile, redis, quick, load, described)
 
@@ -634,6 +638,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", choices=["lightgbm", "random"], default="lightgbm")
+    parser.add_argument("--candidates", type=int, default=N_CANDIDATES)
+    parser.add_argument(
+        "--append", action="store_true", help="overload phases only, appended to the results"
+    )
     parser.add_argument("--probe", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     parser.add_argument("--attack", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -643,7 +651,11 @@ def main() -> None:
     if args.attack:
         attack_main(int(args.attack[0]), float(args.attack[1]))
         return
-    report = asyncio.run(run(args.quick, args.model))
+    global N_CANDIDATES
+    N_CANDIDATES = args.candidates
+    report = asyncio.run(run(args.quick, args.model, overload_only=args.append))
+    if args.append:
+        report = RESULTS.read_text() + "\n" + report.replace("## Overload:", "### Overload:")
     RESULTS.write_text(report)
     print(report)
 

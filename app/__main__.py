@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from app.api.http_protocol import uvicorn_options
 from app.settings import Settings
 
 
@@ -15,6 +16,7 @@ def main() -> None:
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
+        **uvicorn_options(settings),
     )
 
 

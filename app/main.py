@@ -18,9 +18,11 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 
+from app.api.admission import AdmissionController, Shed
 from app.api.errors import install_error_handlers
-from app.api.feedback_routes import feedback_router
+from app.api.feedback_routes import FeedbackRequest, feedback_router
 from app.api.middleware import ServiceMiddleware
+from app.api.retrieval_order import overload_response
 from app.api.routes import router
 from app.api.schemas import RerankRequest
 from app.impressions import ImpressionLog
@@ -32,13 +34,15 @@ log = logging.getLogger(__name__)
 
 class RerankApp(FastAPI):
     def openapi(self) -> dict[str, Any]:
-        """FastAPI's schema plus the /rerank body, which is parsed by hand and so not seen."""
+        """FastAPI's schema plus the /rerank and /feedback bodies, which are parsed by hand
+        and so not seen."""
         if self.openapi_schema is None:
             schema = super().openapi()
-            body = RerankRequest.model_json_schema(ref_template="#/components/schemas/{model}")
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            components.update(body.pop("$defs", {}))
-            components["RerankRequest"] = body
+            for model in (RerankRequest, FeedbackRequest):
+                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(body.pop("$defs", {}))
+                components[model.__name__] = body
             self.openapi_schema = schema
         return self.openapi_schema
 
@@ -62,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         async def on_event(model: str, version: str) -> None:
             log.info("announcement: %s/%s", model, version)
+            resolver.store.forget_model(model)  # embeddings may have been re-pushed
             await registry.reload(model, force=True)
 
         tasks = [asyncio.create_task(_load_then_poll(registry, settings.reload_poll_seconds))]
@@ -85,8 +90,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
+    admission = app.state.admission = AdmissionController(settings)
+    app.add_middleware(
+        ServiceMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        body_read_timeout=settings.body_read_timeout_seconds,
+        max_buffered=max(settings.max_buffered_body_bytes, settings.max_body_bytes),
+        refuse_early=admission.refuse_early,
+    )
     install_error_handlers(app)
+    app.add_exception_handler(Shed, overload_response)
     app.include_router(router)
     app.include_router(feedback_router)
     return app

@@ -84,3 +84,30 @@ RELOAD_FAILURES = Counter(
     "Versions refused: unreadable, failing verification, or failing to load or warm up.",
     ["model"],
 )
+
+# Admission control and the latency budget (app.api.admission).
+ADMISSION_LIMIT_ROWS = Gauge(
+    "ltr_admission_limit_rows", "Candidate rows this worker admits at once (adaptive limit)."
+)
+ADMISSION_IN_FLIGHT_ROWS = Gauge(
+    "ltr_admission_in_flight_rows", "Candidate rows being parsed or scored now."
+)
+ADMISSION_QUEUED_ROWS = Gauge(
+    "ltr_admission_queued_rows", "Candidate rows of requests waiting for admission."
+)
+SHED = Counter(
+    "ltr_shed_requests_total",
+    "/rerank requests not scored: `shed` by admission control or `over_budget`.",
+    ["reason"],
+)
+FALLBACK_SECONDS = Histogram(
+    "ltr_fallback_duration_seconds",
+    "Time to build the retrieval-order answer of a request that was not scored.",
+    buckets=_LATENCY_BUCKETS,
+)
+SLOW_CLIENTS = Counter(
+    "ltr_slow_client_rejections_total",
+    "Requests refused for their client: `header_timeout`, `body_timeout` (408) or "
+    "`buffer_full` (503: too many body bytes buffered by this worker).",
+    ["reason"],
+)

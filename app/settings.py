@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +31,32 @@ class Settings(BaseSettings):
     ignore_unknown_features: bool = False
     request_deadline_ms: Annotated[float, Field(gt=0)] = 1000.0
 
+    # Latency budget and admission control (app.api.admission): every /rerank answer is due
+    # `request_budget_ms` after arrival (a client may ask for less or more, up to
+    # `max_request_budget_ms`, with `x-request-timeout-ms`); what cannot be scored in time is
+    # answered in retrieval order, degraded (`fallback`), or refused (`503`, with Retry-After).
+    admission_enabled: bool = True
+    request_budget_ms: Annotated[float, Field(gt=0)] = 100.0
+    max_request_budget_ms: Annotated[float, Field(gt=0)] = 10_000.0
+    overload_response: Literal["fallback", "503"] = "fallback"
+    # Candidate rows scored at once per worker: adaptive (AIMD on service time) between the
+    # bounds, or fixed at `admission_initial_rows`. One request is always let in when idle.
+    admission_adaptive: bool = True
+    admission_initial_rows: Annotated[int, Field(ge=1)] = 2000
+    admission_min_rows: Annotated[int, Field(ge=1)] = 1000
+    admission_max_rows: Annotated[int, Field(ge=1)] = 50_000
+    parse_off_loop_min_bytes: Annotated[int, Field(ge=0)] = 256 * 1024
+    # /readyz says 503 "shedding" while this worker has shed within the last window.
+    readyz_reports_shedding: bool = True
+    shedding_window_seconds: Annotated[float, Field(gt=0)] = 1.0
+
+    # Slow and hostile clients: 408 when the headers or the body do not arrive in time; 503 at
+    # once when the bodies buffered by this worker would pass `max_buffered_body_bytes`.
+    header_read_timeout_seconds: Annotated[float, Field(gt=0)] = 5.0
+    body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    keep_alive_timeout_seconds: Annotated[int, Field(ge=1)] = 5
+    max_buffered_body_bytes: Annotated[int, Field(ge=1024)] = 192 * 1024 * 1024
+
     # Scoring
     scoring_threads: Annotated[int, Field(ge=1)] = 2  # used for large requests only
     parallel_min_rows: Annotated[int, Field(ge=1)] = 2000
@@ -48,6 +74,9 @@ class Settings(BaseSettings):
     redis_prefix: str = "ltr:"
     redis_deadline_ms: Annotated[float, Field(gt=0)] = 10.0
     redis_cache_ttl_seconds: Annotated[float, Field(ge=0)] = 30.0
+    # Absent keys are cached for less: re-pushed embeddings must be picked up quickly (the
+    # `events` announcement also clears the model's entries).
+    redis_missing_ttl_seconds: Annotated[float, Field(ge=0)] = 1.0
     redis_cache_max_entries: Annotated[int, Field(ge=0)] = 100_000
     breaker_failure_threshold: Annotated[int, Field(ge=1)] = 5
     breaker_reset_seconds: Annotated[float, Field(gt=0)] = 2.0

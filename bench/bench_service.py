@@ -93,8 +93,8 @@ def with_embedding_trees(ensemble: TreeEnsemble, dim: int, count: int = 20) -> T
     return TreeEnsemble(width, [*ensemble.trees, *trees], ensemble.base_score)
 
 
-def publish_models(registry: Path) -> None:
-    plain = train_model(N_FEATURES, seed=1)
+def publish_models(registry: Path, plain: TreeEnsemble | None = None) -> None:
+    plain = plain if plain is not None else train_model(N_FEATURES, seed=1)
     names = [f"f{i}" for i in range(N_FEATURES)]
     _write(registry, "plain", plain, names, None, {})
     clustered = with_embedding_trees(plain, EMB_DIM)

@@ -22,6 +22,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("lambdamart.md", ["bench.bench_lambdamart", "--write"]),
     ("scoring.md", ["bench.bench_scoring", "--out", str(RESULTS / "scoring.md")]),
     ("service.md", ["bench.bench_service"]),
+    ("overload.md", ["bench.bench_overload"]),
     ("dnn.md", ["bench.bench_dnn"]),
     ("position_bias.md", ["bench.bench_position_bias"]),
     ("convert.md", ["bench.bench_convert"]),

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response
 
 from app.api.errors import json_error
+from app.api.request_matrix import decode_body
 from app.api.schemas import MessageResponse, ValidationErrorResponse
 from app.impressions.feedback import FeedbackError, FeedbackUnavailable, ImpressionLog
 
@@ -24,7 +25,8 @@ MAX_EVENTS = 10_000
 
 
 class FeedbackEvent(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "5" is not 5 and true is not 1 (an integer is still a number)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     id: str | int = Field(description="A candidate id the request served.", examples=["d1"])
     type: Literal["click", "purchase", "dwell"]
@@ -43,6 +45,7 @@ class FeedbackEvent(BaseModel):
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [{"request_id": "3f2a9c", "events": [{"id": "d7", "type": "click"}]}]
         },
@@ -66,6 +69,14 @@ def get_impressions(request: Request) -> ImpressionLog | None:
     "/feedback",
     status_code=202,
     response_model=FeedbackResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/FeedbackRequest"}}
+            },
+        }
+    },
     responses={
         404: {"model": MessageResponse, "description": "Unknown (or expired) request id."},
         422: {"model": ValidationErrorResponse, "description": "Bad shape, or an id not served."},
@@ -74,11 +85,14 @@ def get_impressions(request: Request) -> ImpressionLog | None:
     summary="Record clicks / purchases / dwell on served candidates",
 )
 async def feedback(
-    body: FeedbackRequest,
+    request: Request,
     impressions: Annotated[ImpressionLog | None, Depends(get_impressions)],
 ) -> Response:
     """Events for candidates of one earlier /rerank answer (by its `request_id`). The same
     request id + candidate + type counts once: repeats are answered 202 and ignored."""
+    # Decoded here, not by FastAPI: its parser answers 400 (undocumented) for bodies that are
+    # not UTF-8, and its lax mode would turn "5" into 5; every bad body is a 422 here.
+    body = FeedbackRequest.model_validate(decode_body(await request.body()))
     if impressions is None:
         return json_error(503, "impression logging is not configured in this service")
     events: list[dict[str, Any]] = [e.model_dump() for e in body.events]

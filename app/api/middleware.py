@@ -1,16 +1,22 @@
-"""One pure-ASGI middleware in front of every route: request id, body limit, metrics.
+"""One pure-ASGI middleware in front of every route: request id, arrival time, body limits,
+metrics.
 
 The body limit is enforced before anything parses: a Content-Length over the limit is refused
 at once, and a body without one (chunked) is counted as it streams in and refused as soon as it
 passes the limit, without reading the rest. The accepted body is handed to the app in one
-message.
+message. A body must arrive within `body_read_timeout` (else 408), and the bodies this worker
+holds at once are capped at `max_buffered` bytes (a declared length is reserved up front;
+beyond the cap: 503 at once), so stalled uploads cannot pin memory. The metrics record the
+status that was really sent (nothing sent: 500 if the app failed, 499 if the client left).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
+from collections.abc import Callable
 
 import orjson
 from starlette.datastructures import MutableHeaders
@@ -20,7 +26,9 @@ from app import metrics
 from app.errors import LtrError
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+LARGE_BODY_BYTES = 1024 * 1024
+LARGE_SHARE = 0.75
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
 
 
@@ -28,10 +36,31 @@ class BodyTooLarge(LtrError):
     pass
 
 
+class BodyTimeout(LtrError):
+    pass
+
+
+class BufferFull(LtrError):
+    pass
+
+
 class ServiceMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        body_read_timeout: float = 10.0,
+        max_buffered: int | None = None,
+        refuse_early: Callable[[Scope], str | None] | None = None,
+    ) -> None:
         self.app = app
+        # A 503 detail for a request to refuse before its body is read (shedding in 503 mode).
+        self.refuse_early = refuse_early
         self.max_body_bytes = max_body_bytes
+        self.body_read_timeout = body_read_timeout
+        self.max_buffered = max_buffered if max_buffered is not None else 8 * max_body_bytes
+        self.buffered = 0  # body bytes held (or reserved) by requests of this worker
+        self.buffered_large = 0  # the part held by bodies of LARGE_BODY_BYTES or more
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,39 +68,69 @@ class ServiceMiddleware:
             return
         started = time.perf_counter()
         request_id = _request_id(scope)
-        scope.setdefault("state", {})["request_id"] = request_id
-        status = 500
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["arrived"] = started  # the latency budget counts from here
+        status: int | None = None
+        failed = False
+        held = [0]  # bytes this request counts against the buffer cap
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
                 headers = MutableHeaders(scope=message)
-                if "x-request-id" not in headers:
+                if safe_request_id(headers.get("x-request-id", "")) is None:
+                    del headers["x-request-id"]
                     headers.append("x-request-id", request_id)
+                await send(message)
+                status = message["status"]  # only once it was really sent
+                return
             await send(message)
 
         try:
+            refusal = self.refuse_early(scope) if self.refuse_early is not None else None
+            if refusal is not None:
+                await _send_error(send_with_id, 503, refusal, retry_after=True)
+                return
             if scope["method"] in _BODY_METHODS:
-                body = await self._read_body(scope, receive)
+                body = await self._read_body(scope, receive, held)
                 if body is None:
                     status = CLIENT_CLOSED
                     return
                 receive = _replay(body, receive)
             await self.app(scope, receive, send_with_id)
         except BodyTooLarge:
-            await _send_413(send_with_id, self.max_body_bytes)
+            detail = f"request body larger than {self.max_body_bytes} bytes"
+            await _send_error(send_with_id, 413, detail)
+        except BodyTimeout:
+            metrics.SLOW_CLIENTS.labels("body_timeout").inc()
+            detail = f"request body not received within {self.body_read_timeout:g} s"
+            await _send_error(send_with_id, 408, detail)
+        except BufferFull:
+            metrics.SLOW_CLIENTS.labels("buffer_full").inc()
+            detail = "too many request bytes in flight on this worker; retry"
+            await _send_error(send_with_id, 503, detail, retry_after=True)
+        except BaseException:
+            failed = True
+            raise
         finally:
+            self.buffered -= held[0]
+            if held[0] >= LARGE_BODY_BYTES:
+                self.buffered_large -= held[0]
             route = scope.get("route")
             label = getattr(route, "path", "unmatched")
+            if status is None:
+                status = 500 if failed else CLIENT_CLOSED
             code = str(status)
             elapsed = time.perf_counter() - started
             metrics.REQUESTS.labels(label, scope["method"], code).inc()
             metrics.REQUEST_SECONDS.labels(label, scope["method"], code).observe(elapsed)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, None if the client disconnected; BodyTooLarge past the limit."""
+    async def _read_body(self, scope: Scope, receive: Receive, held: list[int]) -> bytes | None:
+        """The whole body, None if the client disconnected; BodyTooLarge past the limit,
+        BodyTimeout when it is not in within the read timeout, BufferFull past the cap."""
         limit = self.max_body_bytes
+        declared = 0
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -80,26 +139,55 @@ class ServiceMiddleware:
                     declared = 0  # the server rejects a malformed length itself
                 if declared > limit:
                     raise BodyTooLarge
+        self._hold(held, declared)
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            async with asyncio.timeout(self.body_read_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLarge
+                    if size > held[0]:
+                        self._hold(held, size - held[0])
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        except TimeoutError:
+            raise BodyTimeout from None
+
+    def _hold(self, held: list[int], more: int) -> None:
+        """Count `more` bytes of this request against the cap; BufferFull beyond it. Large
+        bodies may fill only LARGE_SHARE of the cap, so that stalled big uploads cannot lock
+        out the usual small requests."""
+        if more <= 0:
+            return
+        total = held[0] + more
+        if self.buffered + more > self.max_buffered:
+            raise BufferFull
+        if total >= LARGE_BODY_BYTES:
+            moved = more if held[0] >= LARGE_BODY_BYTES else total  # it just became large
+            if self.buffered_large + moved > LARGE_SHARE * self.max_buffered:
+                raise BufferFull
+            self.buffered_large += moved
+        self.buffered += more
+        held[0] = total
+
+
+def safe_request_id(text: str) -> str | None:
+    """`text` if it may go into a header as it is (1-128 of [A-Za-z0-9._:-]), else None."""
+    return text if _REQUEST_ID.fullmatch(text) else None
 
 
 def _request_id(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == b"x-request-id":
-            text = value.decode("latin-1")
-            if _REQUEST_ID.match(text):
+            text = safe_request_id(value.decode("latin-1"))
+            if text is not None:
                 return text
     return uuid.uuid4().hex
 
@@ -117,18 +205,15 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    body = orjson.dumps({"detail": f"request body larger than {limit} bytes"})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                # The rest of the body was not read: the connection cannot be reused.
-                (b"connection", b"close"),
-            ],
-        }
-    )
+async def _send_error(send: Send, status: int, detail: str, retry_after: bool = False) -> None:
+    body = orjson.dumps({"detail": detail})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        # The rest of the body was not read: the connection cannot be reused.
+        (b"connection", b"close"),
+    ]
+    if retry_after:
+        headers.append((b"retry-after", b"1"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

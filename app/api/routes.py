@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from app import metrics
+from app.api.admission import AdmissionDep
 from app.api.dependencies import (
     AdminDep,
     RegistryDep,
@@ -23,7 +24,7 @@ from app.api.dependencies import (
     ScoringLimiterDep,
     SettingsDep,
 )
-from app.api.request_matrix import build_matrix, decode_body, token_budget
+from app.api.request_matrix import build_matrix, token_budget
 from app.api.schemas import (
     Health,
     MessageResponse,
@@ -41,10 +42,15 @@ from app.registry import LoadedModel
 router = APIRouter()
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    408: {"model": MessageResponse, "description": "Body not received in time."},
     413: {"model": MessageResponse, "description": "Body larger than LTR_MAX_BODY_BYTES."},
     422: {"model": ValidationErrorResponse, "description": "Bad shape or values."},
     404: {"model": MessageResponse, "description": "Unknown `model`."},
-    503: {"model": MessageResponse, "description": "No model loaded (yet)."},
+    503: {
+        "model": MessageResponse,
+        "description": "No model loaded (yet); or overloaded, when LTR_OVERLOAD_RESPONSE=503 "
+        "(with Retry-After).",
+    },
 }
 _RERANK_BODY = {
     "requestBody": {
@@ -71,13 +77,15 @@ async def rerank(
     resolver: ResolverDep,
     settings: SettingsDep,
     limiter: ScoringLimiterDep,
+    slot: AdmissionDep,
 ) -> Response:
     """Candidates come back sorted by score (highest first, ties in input order), cut to
     `top_k`. `features` is a list in the model's feature order (`GET /models`) or a name →
-    value map; null or an absent name is a missing value."""
+    value map; null or an absent name is a missing value. A request that cannot be scored
+    within its latency budget comes back in its own order, `degraded` (docs/API.md)."""
     started = time.perf_counter()
-    raw = await request.body()
-    doc = decode_body(raw)
+    raw = slot.body  # admitted within its latency budget (app.api.admission), else shed
+    doc = await slot.decode(raw)
     candidates = doc.pop("candidates", None)
     envelope = RerankEnvelope.model_validate(doc)
     model = registry.get(envelope.model)
@@ -111,7 +119,8 @@ async def rerank(
             features[:, -extra:] = user_features.vector
         else:
             user_vector = user_features.vector
-    scores = await _score(model, features, user_vector, settings.inline_scoring_max_rows, limiter)
+    scoring = _score(model, features, user_vector, settings.inline_scoring_max_rows, limiter)
+    scores = await slot.bounded(scoring)
     request_id = envelope.request_id or request.scope["state"]["request_id"]
     body = _ranked(request_id, model, matrix.ids, scores, envelope.top_k, user_features)
     state, user = request.app.state, envelope.user
@@ -181,11 +190,15 @@ async def livez() -> Response:
 @router.get(
     "/readyz",
     response_model=Health,
-    responses={503: {"model": Health, "description": "No model loaded and warmed yet."}},
+    responses={
+        503: {"model": Health, "description": "No model loaded and warmed yet, or shedding."}
+    },
     summary="A model is loaded and warmed",
 )
-async def readyz(registry: RegistryDep) -> Response:
+async def readyz(registry: RegistryDep, request: Request, settings: SettingsDep) -> Response:
     if registry.ready:
+        if settings.readyz_reports_shedding and request.app.state.admission.shedding:
+            return _json({"status": "shedding", "detail": "shedding load: send less"}, 503)
         return _json({"status": "ready"})
     errors = registry.errors()
     detail = "; ".join(f"{k}: {v}" for k, v in sorted(errors.items())) or "no model loaded yet"

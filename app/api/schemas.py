@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.artifacts.manifest import NAME_PATTERN
 
 ProfileValue = str | int | float | bool | None
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
 
 _REQUEST_EXAMPLE: dict[str, Any] = {
     "request_id": "3f2a9c",
@@ -45,7 +46,13 @@ class RerankEnvelope(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    request_id: str | None = Field(None, min_length=1, max_length=128)
+    request_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=REQUEST_ID_PATTERN,
+        description="Letters, digits and `._:-` (it is echoed in the `x-request-id` header).",
+    )
     query_id: str | int | None = None
     model: str | None = Field(None, pattern=NAME_PATTERN)
     user: UserInfo | None = None
@@ -80,7 +87,10 @@ class ModelRef(BaseModel):
 
 class RankedItem(BaseModel):
     id: str | int
-    score: float | None = Field(description="Model score; null only if the model gave NaN.")
+    score: float | None = Field(
+        description="Model score; null if the model gave NaN or the request was not scored "
+        "(`degraded` with reason `over_budget` or `shed`: retrieval order)."
+    )
     rank: int = Field(ge=1, description="1-based position after reranking.")
     missing_features: int | None = Field(
         None, description="With `explain`: how many of this candidate's features were missing."
@@ -110,8 +120,11 @@ class RerankResponse(BaseModel):
     results: list[RankedItem] = Field(
         description="Sorted by score, highest first; ties keep input order; cut to top_k."
     )
-    degraded: bool = Field(description="True when user features fell back (e.g. Redis down).")
-    reasons: list[str] = Field(description="Why the user features are what they are.")
+    degraded: bool = Field(
+        description="True when user features fell back (e.g. Redis down) or the request was "
+        "answered in retrieval order without scoring (over its latency budget, or shed)."
+    )
+    reasons: list[str] = Field(description="Why: user-feature reasons, or `over_budget` / `shed`.")
     user_cluster: str | None = Field(None, description="With `explain`: the user's cluster.")
 
 

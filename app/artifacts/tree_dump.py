@@ -116,6 +116,23 @@ class Tree:
             raise TreeDumpError(f"{where}: nodes are not a tree")
         if np.unique(leaves).size != leaves.size or (n and leaves.size != self.num_leaves):
             raise TreeDumpError(f"{where}: leaves are not referenced exactly once")
+        if n > 1 and not _all_reach_root(self.left, self.right):
+            raise TreeDumpError(f"{where}: nodes are not a tree (some unreachable from the root)")
+
+
+def _all_reach_root(left: np.ndarray, right: np.ndarray) -> bool:
+    """Whether every node's parent chain ends at node 0, for nodes each referenced exactly
+    once. Then the nodes form one tree: no cycle, every node reachable from the root once.
+    Pointer jumping: after k rounds `up[i]` is i's 2^k-th ancestor (the root is its own)."""
+    n = left.shape[0]
+    parent = np.zeros(n, dtype=np.int64)
+    for children in (left, right):
+        inner = children >= 0
+        parent[children[inner]] = np.flatnonzero(inner)
+    up = parent
+    for _ in range(int(n).bit_length()):
+        up = up[up]
+    return bool(np.all(up == 0))
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,10 @@ class CircuitBreaker:
         self._opened_at = None
         self._probe_started = None
 
+    def release_probe(self) -> None:
+        """A call ended without telling whether the dependency is healthy: another may probe."""
+        self._probe_started = None
+
     def record_failure(self) -> None:
         self._failures += 1
         self._probe_started = None

@@ -1,19 +1,29 @@
-"""User profile → cluster id (seed 002, after Airbnb KDD 2018) and the fallback to coarser ids."""
+"""User profile → cluster id (seed 002, after Airbnb KDD 2018) and the fallback to coarser ids.
+
+Ids come from clients (profile values) and from Redis (`user:*` overrides), so their length is
+bounded before anything splits them: a categorical value longer than MAX_VALUE_LENGTH counts
+as `other`, and an id longer than MAX_CLUSTER_ID_LENGTH has no coarser ids and resolves to
+`unknown`. The fallback chain is walked from the right with `rfind`, one prefix at a time, and
+stops at the first id the table holds.
+"""
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterator, Mapping
 from typing import Any
 
 from app.artifacts.manifest import BucketedField, ClusterScheme
+
+MAX_VALUE_LENGTH = 64
+MAX_CLUSTER_ID_LENGTH = 256
 
 
 def field_token(spec: BucketedField, value: Any) -> str:
     if spec.kind == "categorical":
         text = "" if value is None else str(value)
-        if spec.values and text not in spec.values:
+        if (spec.values and text not in spec.values) or len(text) > MAX_VALUE_LENGTH:
             text = "other"
         return spec.prefix + (text or "x")
     try:
@@ -32,15 +42,25 @@ def cluster_id(scheme: ClusterScheme, profile: Mapping[str, Any]) -> str:
 
 def coarser_ids(scheme: ClusterScheme, cid: str) -> list[str]:
     """`US_lt1_pn3` → [`US_lt1_pn3`, `US_lt1`, `US`, `unknown`]."""
-    parts = cid.split(scheme.separator)
-    out = [scheme.separator.join(parts[:n]) for n in range(len(parts), 0, -1)]
-    out.append(scheme.unknown)
-    return out
+    return [*_prefixes(scheme, cid), scheme.unknown]
+
+
+def _prefixes(scheme: ClusterScheme, cid: str) -> Iterator[str]:
+    """`cid` and its prefixes ending before a separator, longest first (none if too long)."""
+    if len(cid) > MAX_CLUSTER_ID_LENGTH:
+        return
+    sep = scheme.separator
+    end = len(cid)
+    while True:
+        yield cid[:end]
+        end = cid.rfind(sep, 0, end) if sep else -1
+        if end < 0:
+            return
 
 
 def resolve_cluster(scheme: ClusterScheme, cid: str, known: Container[str]) -> str:
     """The finest id along the fallback chain that has an embedding; `unknown` at worst."""
-    for candidate in coarser_ids(scheme, cid):
+    for candidate in _prefixes(scheme, cid):
         if candidate in known:
             return candidate
     return scheme.unknown

@@ -9,6 +9,7 @@ hash of cluster id → float32 bytes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -22,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.errors import LtrError
 from app.features.circuit_breaker import CircuitBreaker
 from app.settings import Settings
 
@@ -67,16 +69,25 @@ class TTLCache:
         self._data.move_to_end(key)
         return True, value
 
-    def put(self, key: Hashable, value: Any) -> None:
-        if self.max_entries <= 0 or self.ttl <= 0:
+    def put(self, key: Hashable, value: Any, ttl: float | None = None) -> None:
+        """Store `value` for `ttl` seconds (default: the cache's)."""
+        ttl = self.ttl if ttl is None else min(ttl, self.ttl)
+        if self.max_entries <= 0 or ttl <= 0:
             return
-        self._data[key] = (self._clock() + self.ttl, value)
+        self._data[key] = (self._clock() + ttl, value)
         self._data.move_to_end(key)
         while len(self._data) > self.max_entries:
             self._data.popitem(last=False)
 
     def clear(self) -> None:
         self._data.clear()
+
+    def discard_where(self, predicate: Callable[[Hashable], bool]) -> int:
+        """Drop the entries whose key satisfies `predicate`; how many."""
+        doomed = [key for key in self._data if predicate(key)]
+        for key in doomed:
+            del self._data[key]
+        return len(doomed)
 
 
 class RedisStore:
@@ -99,6 +110,7 @@ class RedisStore:
         )
         self._counters = counters or {}
         self._client: aioredis.Redis | None = None
+        self.loop_lag = LoopLag()
 
     @property
     def enabled(self) -> bool:
@@ -108,6 +120,7 @@ class RedisStore:
         """Open the pool and try one PING to warm a connection; Redis being down is fine."""
         if self.settings.redis_url is None or self._client is not None:
             return
+        self.loop_lag.start()
         try:
             self._client = aioredis.Redis.from_url(
                 self.settings.redis_url,
@@ -131,19 +144,22 @@ class RedisStore:
             )
 
     async def close(self) -> None:
+        await self.loop_lag.stop()
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
 
-    def new_deadline(self) -> float:
-        """The event-loop time by which one request's Redis work must be done."""
-        return asyncio.get_running_loop().time() + self.deadline_s
+    def new_deadline(self) -> Deadline:
+        """One request's Redis budget, shared by its lookups, on Redis time."""
+        return Deadline(asyncio.get_running_loop().time(), self.loop_lag.total, self.deadline_s)
 
-    async def get_override(self, user_id: str, deadline: float) -> Fetch:
+    async def get_override(self, user_id: str, deadline: Deadline) -> Fetch:
         key = f"{self.prefix}user:{user_id}"
         return await self._cached(("user", user_id), deadline, lambda c: c.get(key))
 
-    async def get_embedding(self, model: str, version: str, cluster: str, deadline: float) -> Fetch:
+    async def get_embedding(
+        self, model: str, version: str, cluster: str, deadline: Deadline
+    ) -> Fetch:
         key = f"{self.prefix}emb:{model}:{version}"
         return await self._cached(
             ("emb", model, version, cluster), deadline, lambda c: c.hget(key, cluster)
@@ -152,7 +168,7 @@ class RedisStore:
     async def _cached(
         self,
         cache_key: Hashable,
-        deadline: float,
+        deadline: Deadline,
         call: Callable[[aioredis.Redis], Awaitable[Any]],
     ) -> Fetch:
         found, value = self.cache.get(cache_key)
@@ -161,13 +177,19 @@ class RedisStore:
             return Fetch(value)
         fetch = await self._call(deadline, call)
         if fetch.error is None:
-            # Absent keys are cached too: most users have no override key.
-            self.cache.put(cache_key, fetch.value)
+            # Absent keys are cached too (most users have no override key), but briefly:
+            # a key pushed later must be seen soon.
+            ttl = None if fetch.value is not None else self.settings.redis_missing_ttl_seconds
+            self.cache.put(cache_key, fetch.value, ttl)
             self._count("hits" if fetch.value is not None else "misses")
         return fetch
 
+    def forget_model(self, model: str) -> None:
+        """Drop the cached embeddings of `model` (its vectors were re-pushed or replaced)."""
+        self.cache.discard_where(lambda key: isinstance(key, tuple) and key[:2] == ("emb", model))
+
     async def _call(
-        self, deadline: float, call: Callable[[aioredis.Redis], Awaitable[Any]]
+        self, deadline: Deadline, call: Callable[[aioredis.Redis], Awaitable[Any]]
     ) -> Fetch:
         if self._client is None:
             self._count("errors")
@@ -176,8 +198,11 @@ class RedisStore:
             self._count("errors")
             return Fetch(None, CIRCUIT_OPEN)
         try:
-            async with asyncio.timeout_at(deadline):
-                raw = await call(self._client)
+            raw = await _within_redis_deadline(call(self._client), deadline, self.loop_lag)
+        except LoopLagTimeout:
+            self.breaker.release_probe()  # the loop was late: no verdict on Redis
+            self._count("errors")
+            return Fetch(None, REDIS_TIMEOUT)
         except (TimeoutError, RedisTimeoutError):
             return self._failed(REDIS_TIMEOUT)
         except ResponseError as exc:
@@ -202,3 +227,102 @@ class RedisStore:
         counter = self._counters.get(what)
         if counter is not None:
             counter.inc()
+
+
+LAG_SAMPLE_S = 0.005  # how often the loop-lag clock looks
+SETTLE_TURNS = 2  # event-loop turns that let a reply already in the socket be read
+WALL_CAP_FACTOR = 10.0  # a saturated loop may stretch the lookups to this many deadlines
+WALL_CAP_MIN_S = 0.1
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """One request's Redis budget: `seconds` of Redis time from `start` (event-loop time),
+    Redis time being wall time minus the event-loop lag accrued since `lag_start`."""
+
+    start: float
+    lag_start: float
+    seconds: float
+
+
+class LoopLag:
+    """How much time the event loop has spent unable to run its callbacks on time: the sum of
+    a short timer's lateness, sampled every LAG_SAMPLE_S. Redis time is wall time minus the
+    lag accrued meanwhile."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + LAG_SAMPLE_S
+            await asyncio.sleep(LAG_SAMPLE_S)
+            self.total += max(loop.time() - due, 0.0)
+
+
+class LoopLagTimeout(LtrError, TimeoutError):
+    """The wall-clock cap passed while the event loop, not Redis, was late."""
+
+
+async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: LoopLag) -> Any:
+    """`work`'s result, or TimeoutError when Redis missed the deadline (LoopLagTimeout when
+    the event loop's backlog, not Redis, made the wait too long).
+
+    On a saturated event loop the reply sits in the socket, unread, while other requests run:
+    a plain timeout would blame Redis for the loop's backlog and open the breaker. So the
+    deadline is on Redis time, the wall time since the request's lookups began minus the
+    event-loop lag accrued meanwhile (LoopLag), and before it is declared missed the loop gets
+    a turn to read what has arrived. On an idle loop the two clocks agree and a slow Redis
+    times out at the deadline, as before; a saturated loop may stretch the wait to
+    WALL_CAP_FACTOR deadlines (at least WALL_CAP_MIN_S).
+
+    A call that timed out is not cancelled: redis-py drops a connection whose reply was not
+    read, and reconnecting on a busy machine misses the next deadline too, a vicious circle.
+    It finishes in the background (bounded by the client's socket timeout) and its connection
+    goes back to the pool.
+    """
+    loop = asyncio.get_running_loop()
+    wall_stop = deadline.start + max(WALL_CAP_FACTOR * deadline.seconds, WALL_CAP_MIN_S)
+
+    def redis_time() -> float:
+        return (loop.time() - deadline.start) - (lag.total - deadline.lag_start)
+
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            used = redis_time()
+            if used < deadline.seconds and loop.time() < wall_stop:
+                timeout = min(deadline.seconds - used, wall_stop - loop.time())
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+                if done:
+                    return task.result()
+            for _ in range(SETTLE_TURNS):  # the reply may be in the socket, or the lag unseen
+                await asyncio.sleep(0)
+                if task.done():
+                    return task.result()
+            used = redis_time()
+            if used >= deadline.seconds or loop.time() >= wall_stop:
+                break
+        task.add_done_callback(_discard_result)
+        raise TimeoutError if used >= deadline.seconds else LoopLagTimeout
+    except asyncio.CancelledError:
+        task.cancel()  # the request itself was cancelled (client gone)
+        raise
+
+
+def _discard_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log it as never retrieved

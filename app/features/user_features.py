@@ -19,9 +19,9 @@ import numpy as np
 
 from app import metrics as app_metrics
 from app.artifacts.manifest import Manifest, UserClusters
-from app.features.clusters import cluster_id
+from app.features.clusters import MAX_CLUSTER_ID_LENGTH, cluster_id
 from app.features.embedding_table import EmbeddingTable
-from app.features.redis_store import RedisStore
+from app.features.redis_store import REDIS_BAD_VALUE, RedisStore
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class UserFeatureResolver:
         user_id, profile = _parse_user(user)
         reasons: list[str] = []
         redis_ok = self.store.enabled
-        deadline = self.store.new_deadline() if redis_ok else 0.0
+        deadline = self.store.new_deadline()
 
         raw_cid: str | None = None
         if redis_ok and user_id is not None:
@@ -123,6 +123,8 @@ class UserFeatureResolver:
             if fetch.error is not None:
                 reasons.append(fetch.error)
                 redis_ok = False  # one failure per request: the deadline is spent anyway
+            elif fetch.value and len(fetch.value) > MAX_CLUSTER_ID_LENGTH:
+                reasons.append(REDIS_BAD_VALUE)  # checked before decoding: any size may be there
             elif fetch.value:
                 raw_cid = fetch.value.decode("utf-8", "replace").strip() or None
         if raw_cid is None:

@@ -11,6 +11,10 @@ CURRENT back at an older version (a rollback), which the registry then follows.
 A version that fails to read, verify, load or warm up is refused: the old one keeps serving,
 `ltr_model_reload_failures_total` rises once, and the poll does not retry that same version
 (an explicit trigger does). A model whose CURRENT disappears keeps serving its last version.
+When nothing serves a model yet (a start-up) and its CURRENT is refused, the newest older
+version on disk that loads is served instead (as TF Serving and Triton keep the old version)
+and the refusal is reported in `errors()`. Public error texts name files relative to the
+registry; the log has the absolute paths.
 Swaps replace one immutable dict by another, so a request that took a `LoadedModel` finishes on
 it even if a newer version is swapped in meanwhile.
 """
@@ -30,7 +34,13 @@ import numpy as np
 
 from app import metrics
 from app.artifacts.manifest import NAME_PATTERN, Manifest
-from app.artifacts.store import Artifact, list_models, load_version, read_current
+from app.artifacts.store import (
+    Artifact,
+    list_models,
+    list_versions,
+    load_version,
+    read_current,
+)
 from app.errors import LtrError
 from app.scoring.protocol import Scorer
 from app.settings import Settings
@@ -185,6 +195,8 @@ class ModelRegistry:
                 loaded = await anyio.to_thread.run_sync(self._load, name, version)
             except Exception as exc:
                 self._refuse(name, version, exc, report)
+                if name not in self._models:
+                    await self._serve_older(name, version, report)
                 return
             latest = read_current(self.root, name)
             if latest != version:
@@ -215,6 +227,29 @@ class ModelRegistry:
         warm_up(scorer, manifest, self.settings.parallel_min_rows)
         return LoadedModel(manifest, scorer, artifact.path, time.time())
 
+    async def _serve_older(self, name: str, refused: str, report: ReloadReport) -> None:
+        """Serve the newest version older than the refused CURRENT that loads, if any."""
+        older = [v for v in list_versions(self.root, name) if v < refused and _NAME.fullmatch(v)]
+        for version in reversed(older):
+            try:
+                loaded = await anyio.to_thread.run_sync(self._load, name, version)
+            except Exception as exc:
+                log.error("%s/%s (older, tried instead) refused too: %s", name, version, exc)
+                continue
+            error = self._errors[name]
+            self._swap(loaded)
+            self._refused[name] = refused
+            self._errors[name] = f"{error}; serving the older version {version}"
+            report.loaded.append((name, version))
+            log.warning("%s: CURRENT %s refused; serving the older %s", name, refused, version)
+            return
+
+    def _public(self, message: str) -> str:
+        """`message` with paths made relative to the registry (absolute ones go to the log)."""
+        for root in {str(self.root.resolve()), str(self.root)}:
+            message = message.replace(root + "/", "").replace(root, ".")
+        return message
+
     def _swap(self, loaded: LoadedModel) -> None:
         old = self._models.get(loaded.name)
         self._models = {**self._models, loaded.name: loaded}
@@ -230,7 +265,8 @@ class ModelRegistry:
         )
 
     def _refuse(self, name: str, version: str, exc: Exception, report: ReloadReport) -> None:
-        message = f"{type(exc).__name__}: {exc}"
+        full = f"{type(exc).__name__}: {exc}"
+        message = self._public(full)
         self._refused[name] = version
         self._errors[name] = f"version {version} refused: {message}"
         metrics.RELOAD_FAILURES.labels(name).inc()
@@ -240,7 +276,7 @@ class ModelRegistry:
             "refused %s/%s (%s); still serving %s",
             name,
             version,
-            message,
+            full,
             serving.version if serving else "nothing",
         )
 

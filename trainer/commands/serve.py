@@ -54,6 +54,8 @@ def serve_command(
         _publish_demo(settings.registry)
     import uvicorn
 
+    from app.api.http_protocol import uvicorn_options
+
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -61,6 +63,7 @@ def serve_command(
         port=settings.port,
         workers=settings.workers,
         log_level=log_level,
+        **uvicorn_options(settings),
     )
 
 

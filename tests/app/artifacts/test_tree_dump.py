@@ -50,3 +50,19 @@ def test_not_json_is_refused() -> None:
 def test_wrong_feature_count_is_refused(ensemble: TreeEnsemble) -> None:
     with pytest.raises(ValueError, match=r"shape \[n, 2\]"):
         predict(ensemble, np.zeros((3, 5), dtype=np.float32))
+
+
+def test_a_cycle_unreachable_from_the_root_is_refused() -> None:
+    # Reference counts are right (nodes 1 and 2 once each, leaves 0..3 once each), but 1 and 2
+    # point at each other and the root points at leaves only.
+    tree = {
+        "split_feature": [0, 0, 0],
+        "threshold": [0.5, 0.5, 0.5],
+        "left": [~0, 2, 1],
+        "right": [~1, ~2, ~3],
+        "default_left": [True, True, True],
+        "leaf_value": [0.0, 1.0, 2.0, 3.0],
+    }
+    doc = {"format": "ltr-tree-dump", "format_version": 1, "num_features": 1, "trees": [tree]}
+    with pytest.raises(TreeDumpError, match="unreachable from the root"):
+        TreeEnsemble.from_json_bytes(orjson.dumps(doc))

@@ -130,3 +130,53 @@ def test_store_with_a_bad_url_stays_off_instead_of_failing() -> None:
             await store.close()
 
     assert asyncio.run(scenario()) == "redis_unavailable"
+
+
+def test_absent_keys_are_cached_briefly_and_announcements_clear_a_model() -> None:
+    clock = FakeClock()
+    cache = TTLCache(ttl=30.0, max_entries=10, clock=clock)
+    cache.put("present", b"1")
+    cache.put("absent", None, ttl=1.0)
+    clock.now = 1.5
+    assert cache.get("present") == (True, b"1") and cache.get("absent") == (False, None)
+    store = RedisStore(_settings(None))
+    store.cache.put(("emb", "m", "v1", "US"), None)
+    store.cache.put(("emb", "other", "v1", "US"), b"x")
+    store.cache.put(("user", "m"), b"US")
+    store.forget_model("m")
+    assert len(store.cache) == 2 and store.cache.get(("emb", "m", "v1", "US")) == (False, None)
+
+
+def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
+    from app.features.redis_store import Deadline, LoopLag, LoopLagTimeout, _within_redis_deadline
+
+    async def reply_after(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "ok"
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        lag = LoopLag()
+        lag.start()
+        await asyncio.sleep(0.02)
+        # The reply is ready in 5 ms, but the loop is blocked twice for 30 ms around a 10 ms
+        # deadline: that is the loop's backlog, not Redis time, so the answer is used.
+        work = asyncio.ensure_future(reply_after(0.005))
+        loop.call_soon(time.sleep, 0.03)
+        loop.call_later(0.012, time.sleep, 0.03)
+        deadline = Deadline(loop.time(), lag.total, 0.01)
+        assert await _within_redis_deadline(work, deadline, lag) == "ok"
+        # An idle loop and a slow reply: a real timeout, at the deadline.
+        start = loop.time()
+        try:
+            deadline = Deadline(loop.time(), lag.total, 0.01)
+            await _within_redis_deadline(reply_after(0.2), deadline, lag)
+        except LoopLagTimeout:
+            raise AssertionError("an idle loop is not to blame") from None
+        except TimeoutError:
+            assert loop.time() - start < 0.1
+        else:
+            raise AssertionError("a slow Redis must time out")
+        await lag.stop()
+
+    asyncio.run(scenario())

@@ -288,3 +288,16 @@ def test_start_with_redis_down_then_it_comes_up(manifest: Manifest) -> None:
     assert down.degraded and down.reasons == ["redis_unavailable"]
     assert (up.degraded, up.reasons, up.cluster) == (False, [], "US")
     np.testing.assert_array_equal(up.vector, np.full(DIM, 11.0, np.float32))
+
+
+def test_an_oversized_override_is_refused_before_it_is_parsed(
+    redis_server: RedisServer, manifest: Manifest
+) -> None:
+    _push(redis_server, manifest)
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set(f"{PREFIX}user:u1", "_" * 40_000)  # written by someone else: any size
+    start = time.perf_counter()
+    got = _resolve_one(_settings(redis_server.url), manifest, US_USER)
+    assert time.perf_counter() - start < 1.0
+    # The profile's cluster is used instead, and the bad value is reported.
+    assert (got.cluster, got.degraded, got.reasons) == ("US", True, ["redis_bad_value"])

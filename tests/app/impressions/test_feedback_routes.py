@@ -126,3 +126,27 @@ def test_generated_junk_never_gives_a_500(client: TestClient, body: Any) -> None
     response = client.post("/feedback", content=raw, headers={"content-type": "application/json"})
     assert response.status_code in (202, 404, 422), (response.status_code, response.text)
     assert "detail" in response.json() or response.status_code == 202
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"request_id": "r1", "events": [{"id": "a", "type": "dwell", "value": "5"}]}',
+        b'{"request_id": "r1", "events": [{"id": "a", "type": "dwell", "value": true}]}',
+        b'{"request_id": "r1", "events": [{"id": true, "type": "click"}]}',
+        b'{"request_id": 5, "events": [{"id": "a", "type": "click"}]}',
+        b"\xff\xfe not utf-8",
+        b"",
+        b"[]",
+    ],
+)
+def test_feedback_types_are_strict_and_bad_bodies_are_422(client: TestClient, body: bytes) -> None:
+    resp = client.post("/feedback", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 422, resp.text
+    assert isinstance(resp.json()["detail"], list)
+
+
+def test_feedback_integers_are_still_numbers(client: TestClient) -> None:
+    body = {"request_id": "r1", "events": [{"id": 3, "type": "dwell", "value": 5}]}
+    resp = client.post("/feedback", json=body)
+    assert resp.status_code == 202, resp.text

@@ -217,3 +217,24 @@ def test_an_empty_or_missing_registry_loads_nothing(tmp_path: Path) -> None:
     registry = make_registry(tmp_path / "nothing-here")
     report = reload(registry)
     assert report.loaded == report.failed == [] and not registry.ready
+
+
+def test_a_refused_current_at_start_serves_the_newest_valid_older_version(
+    tmp_path: Path,
+) -> None:
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2")
+    publish(tmp_path, random_ensemble(NF, seed=3), version="v3")
+    (tmp_path / "m" / "v2" / "model.json").write_bytes(b"{}")  # also broken
+    (tmp_path / "m" / "v3" / "model.json").write_bytes(b"{}")
+    registry = make_registry(tmp_path.resolve())
+    report = reload(registry)
+    assert registry.ready and registry.get().version == "v1"
+    assert [f[1] for f in report.failed] == ["v3"] and report.loaded == [("m", "v1")]
+    error = registry.errors()["m"]
+    assert "version v3 refused" in error and "serving the older version v1" in error
+    # Public texts name files relative to the registry, never the absolute path.
+    assert str(tmp_path.resolve()) not in error and "m/v3/model.json" in error
+    assert reload(registry).loaded == []  # the poll does not retry v3 (or step back again)
+    publish(tmp_path, random_ensemble(NF, seed=4), version="v4")
+    assert reload(registry).loaded == [("m", "v4")] and registry.errors() == {}

@@ -1,0 +1,333 @@
+"""A latency budget per /rerank request and admission control in front of the scoring work.
+
+Every request is due `LTR_REQUEST_BUDGET_MS` after it arrived (`x-request-timeout-ms` asks for
+another budget). Parsing and scoring are admitted by candidate rows, not by request count: at
+most `limit` rows are in flight per worker, the limit adapting to the service time (additive
+increase while requests are served in well under their budget, multiplicative decrease when
+one takes more than half of it: the AIMD limit of Netflix's concurrency-limits). A request
+that does not fit waits in a FIFO queue, but only as long as its budget leaves time to be
+scored (service times are measured: app.api.service_time); when the work already waiting
+cannot be done in time it is shed at once (the SRE book's "shed early, cheaply").
+
+A shed request never pays for the full parse: `app.api.retrieval_order` finds its candidate
+ids with a scan of the raw bytes, and it is answered in the order the retrieval step sent
+(`fallback`, as Vespa's degraded coverage) or with 503 + Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
+
+import anyio.to_thread
+from fastapi import Depends, Request
+
+from app import metrics
+from app.api.request_matrix import RequestError, decode_body
+from app.api.service_time import ServiceTime
+from app.errors import LtrError
+from app.settings import Settings
+
+T = TypeVar("T")
+
+OVER_BUDGET = "over_budget"  # the budget cannot cover the scoring, queue or not
+SHED = "shed"  # admission control refused: the work queued ahead would not drain in time
+TIMEOUT_HEADER = "x-request-timeout-ms"
+# What the fallback answer needs after the scoring deadline (scan + JSON), per request.
+FALLBACK_RESERVE_S = 0.003
+DECREASE = 0.9
+SLOW_SHARE = 0.5  # service time above this share of the budget: congestion
+PROBE_INTERVAL_S = 0.5
+EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is this recent
+
+
+class Shed(LtrError):
+    """The request is answered without scoring; `body` is its raw JSON (for the ids)."""
+
+    def __init__(self, reason: str, body: bytes) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.body = body
+
+
+@dataclass(frozen=True)
+class Budget:
+    arrived: float  # time.perf_counter() when the request's headers were complete
+    seconds: float
+
+    @property
+    def due(self) -> float:
+        return self.arrived + self.seconds
+
+    @property
+    def scoring_deadline(self) -> float:
+        """Until when scoring may run and still leave time for the fallback answer."""
+        return self.due - min(FALLBACK_RESERVE_S, self.seconds / 4)
+
+
+def request_budget(request: Request, settings: Settings) -> Budget:
+    """The request's budget from its arrival time (set by the middleware) and header."""
+    state = request.scope.get("state", {})
+    arrived = state.get("arrived", time.perf_counter())
+    seconds = settings.request_budget_ms / 1000.0
+    raw = request.headers.get(TIMEOUT_HEADER)
+    if raw is not None:
+        try:
+            ms = float(raw)
+        except ValueError:
+            ms = math.nan
+        if not (0 < ms <= settings.max_request_budget_ms):
+            raise RequestError(
+                ("header", TIMEOUT_HEADER),
+                f"must be a number of milliseconds in (0, {settings.max_request_budget_ms:g}]",
+                "timeout_value",
+            )
+        seconds = ms / 1000.0
+    return Budget(arrived, seconds)
+
+
+@dataclass
+class _Waiter:
+    rows: int
+    seconds: float  # its estimated service time
+    future: asyncio.Future[None]
+
+
+@dataclass
+class AdmissionController:
+    """Rows in flight per worker, the queue in front of them and the adaptive limit.
+
+    Meant for one event loop (no locks): every method runs on the loop.
+    """
+
+    settings: Settings
+    clock: Callable[[], float] = time.perf_counter
+    limit: float = field(init=False)
+    in_flight: int = field(default=0, init=False)
+    queued_rows: int = field(default=0, init=False)
+    service: ServiceTime = field(default_factory=ServiceTime, init=False)
+    queued_seconds: float = field(default=0.0, init=False)
+    last_shed: float = field(default=-math.inf, init=False)
+    _last_probe: float = field(default=-math.inf, init=False)
+    _waiters: deque[_Waiter] = field(default_factory=deque, init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        initial = min(max(s.admission_initial_rows, s.admission_min_rows), s.admission_max_rows)
+        self.limit = float(initial)
+        metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.admission_enabled
+
+    def refuse_early(self, scope: Any) -> str | None:
+        """With LTR_OVERLOAD_RESPONSE=503, a /rerank arriving while this busy worker has just
+        shed is refused before its body is even read: the cheapest shedding there is."""
+        if (
+            self.settings.overload_response != "503"
+            or not self.enabled
+            or scope.get("path") != "/rerank"
+            or self.in_flight == 0
+            or self.clock() - self.last_shed > EARLY_REFUSAL_WINDOW_S
+        ):
+            return None
+        metrics.SHED.labels(SHED).inc()
+        return f"overloaded ({SHED}); retry later"
+
+    @property
+    def shedding(self) -> bool:
+        return self.clock() - self.last_shed < self.settings.shedding_window_seconds
+
+    def estimate(self, rows: int) -> float:
+        """Seconds to parse and score a request of `rows` once admitted (measured)."""
+        return self.service.estimate(rows)
+
+    def _probe(self, now: float, budget: Budget) -> bool:
+        """Whether to let a request the estimate calls hopeless through anyway, to measure
+        again: an estimate that only ever refuses would never learn that the machine got
+        faster (or that the first, cold request was slow). Only on an idle worker, at most
+        every PROBE_INTERVAL_S, and not for a client that asked for less than the default
+        budget; its scoring is still cut at the deadline."""
+        idle = self.in_flight == 0 and not self._waiters
+        default = self.settings.request_budget_ms / 1000.0
+        if idle and budget.seconds >= default and now - self._last_probe >= PROBE_INTERVAL_S:
+            self._last_probe = now
+            return True
+        return False
+
+    def _fits(self, rows: int) -> bool:
+        return self.in_flight == 0 or self.in_flight + rows <= self.limit
+
+    async def acquire(self, rows: int, budget: Budget, body: bytes) -> float:
+        """Admit `rows`; the admission time. Raises Shed when the budget cannot be met."""
+        now = self.clock()
+        service = self.estimate(rows)
+        if now + service > budget.scoring_deadline and not self._probe(now, budget):
+            raise self._shed(OVER_BUDGET, body)
+        if not self._waiters and self._fits(rows):
+            self._take(rows)
+            return now
+        # The work ahead, done one request after another (the event loop parses serially).
+        ahead = self.queued_seconds
+        if not self._fits(rows):
+            ahead += self.estimate(self.in_flight)
+        max_wait = budget.scoring_deadline - now - service
+        if ahead > max_wait:
+            raise self._shed(SHED, body)
+        waiter = _Waiter(rows, service, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        self.queued_rows += rows
+        self.queued_seconds += service
+        metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.future), max_wait)
+        except TimeoutError:
+            if waiter.future.done():  # granted in the same loop turn as the timeout
+                self.release(rows, None)
+            else:
+                waiter.future.cancel()
+                self._forget(waiter)
+            raise self._shed(SHED, body) from None
+        except BaseException:  # the client went away while waiting
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(rows, None)
+            else:
+                waiter.future.cancel()
+                self._forget(waiter)
+            raise
+        return self.clock()
+
+    def release(self, rows: int, admitted_at: float | None, budget_s: float = math.inf) -> None:
+        """Give back `rows`; `admitted_at` (None: not run) lets the model and limit learn."""
+        self.in_flight -= rows
+        if admitted_at is not None and rows > 0:
+            self._learn(rows, self.clock() - admitted_at, budget_s)
+        self._grant()
+        metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
+
+    def _take(self, rows: int) -> None:
+        self.in_flight += rows
+        metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
+
+    def _forget(self, waiter: _Waiter) -> None:
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            return
+        self._dequeued(waiter)
+        metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
+        self._grant()  # a large waiter at the head may have blocked smaller ones
+
+    def _grant(self) -> None:
+        while self._waiters and self._fits(self._waiters[0].rows):
+            waiter = self._waiters.popleft()
+            self._dequeued(waiter)
+            if waiter.future.done():
+                continue
+            self._take(waiter.rows)
+            waiter.future.set_result(None)
+        metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
+
+    def _dequeued(self, waiter: _Waiter) -> None:
+        self.queued_rows -= waiter.rows
+        self.queued_seconds = max(self.queued_seconds - waiter.seconds, 0.0)
+
+    def _learn(self, rows: int, seconds: float, budget_s: float) -> None:
+        self.service.observe(rows, seconds)
+        if not self.settings.admission_adaptive:
+            return
+        # AIMD (Netflix concurrency-limits' AIMDLimit, with rows for requests): a request whose
+        # service took more than SLOW_SHARE of its budget is a sign of congestion; otherwise,
+        # when the limit was in use, probe upwards by one request's rows per limit's worth.
+        s = self.settings
+        if seconds > SLOW_SHARE * budget_s:
+            self.limit = max(self.limit * DECREASE, float(s.admission_min_rows))
+        elif self.in_flight + rows >= self.limit / 2:
+            self.limit = min(self.limit + rows * rows / self.limit, float(s.admission_max_rows))
+        metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
+
+    def _shed(self, reason: str, body: bytes) -> Shed:
+        self.last_shed = self.clock()
+        metrics.SHED.labels(reason).inc()
+        return Shed(reason, body)
+
+
+@dataclass
+class Slot:
+    """One admitted request: its raw body, budget and rows; released when the request ends."""
+
+    controller: AdmissionController
+    body: bytes
+    budget: Budget
+    rows: int
+    admitted_at: float | None
+    _held: bool = True
+
+    async def decode(self, raw: bytes) -> dict[str, Any]:
+        """The body's JSON object; large bodies are parsed in a worker thread so the event
+        loop keeps answering probes and small requests."""
+        threshold = self.controller.settings.parse_off_loop_min_bytes
+        if len(raw) < threshold:
+            return decode_body(raw)
+        return await anyio.to_thread.run_sync(decode_body, raw)
+
+    async def bounded(self, work: Awaitable[T]) -> T:
+        """`work` (the scoring) if it ends before the budget's scoring deadline; else Shed.
+
+        Work already started in a thread cannot be stopped: its rows stay counted until it
+        ends, while the client gets the fallback answer now.
+        """
+        if not self.controller.enabled:
+            return await work
+        task = asyncio.ensure_future(work)
+        remaining = self.budget.scoring_deadline - self.controller.clock()
+        done, _ = await asyncio.wait({task}, timeout=max(remaining, 0.0))
+        if task in done:
+            return task.result()
+        self._held = False
+        task.add_done_callback(self._late_done)
+        raise self.controller._shed(OVER_BUDGET, self.body)
+
+    def _late_done(self, task: asyncio.Future[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved: nobody awaits it any more
+        self.controller.release(self.rows, self.admitted_at, self.budget.seconds)
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.controller.release(self.rows, self.admitted_at, self.budget.seconds)
+
+
+def estimated_rows(body: bytes) -> int:
+    """Candidates in a raw /rerank body, counted without parsing (each has one `features`
+    key); at least 1."""
+    return max(body.count(b'"features"'), 1)
+
+
+async def admitted(request: Request) -> AsyncIterator[Slot]:
+    """The /rerank dependency: budget, body, admission; the rows are given back at the end."""
+    state = request.app.state
+    controller: AdmissionController = state.admission
+    settings: Settings = state.settings
+    budget = request_budget(request, settings)
+    body = await request.body()
+    if not controller.enabled:
+        yield Slot(controller, body, budget, 0, None, _held=False)
+        return
+    rows = estimated_rows(body)
+    admitted_at = await controller.acquire(rows, budget, body)
+    slot = Slot(controller, body, budget, rows, admitted_at)
+    try:
+        yield slot
+    finally:
+        slot.release()
+
+
+AdmissionDep = Annotated[Slot, Depends(admitted)]

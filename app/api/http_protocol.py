@@ -1,0 +1,92 @@
+"""uvicorn's httptools protocol plus the one timeout it lacks: the request head.
+
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits forever for the
+headers of a request that has begun, so a client sending one header byte now and then holds a
+connection (and its buffers) as long as it likes (slowloris). Here the head of every request
+must be complete `LTR_HEADER_READ_TIMEOUT_SECONDS` after its first byte (or after the
+connection opened), else the answer is 408 and the connection is closed. The body's own
+timeout is the service middleware's (app.api.middleware).
+
+`uvicorn_options(settings)` gives it, with uvicorn's own slow-client options, to `ltr serve` and
+`python -m app`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app import metrics
+from app.settings import Settings
+
+PROTOCOL = "app.api.http_protocol:HeaderTimeoutProtocol"
+_BODY = b'{"detail":"request headers not received in time"}'
+_RESPONSE_408 = (
+    b"HTTP/1.1 408 Request Timeout\r\n"
+    b"content-type: application/json\r\n"
+    b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
+    b"connection: close\r\n\r\n" + _BODY
+)
+
+
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    header_timeout: float | None = None  # read from the settings once per process
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if HeaderTimeoutProtocol.header_timeout is None:
+            HeaderTimeoutProtocol.header_timeout = Settings().header_read_timeout_seconds
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        self._disarm()  # the keep-alive timer takes over until the next request begins
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._head_timer is None and self.header_timeout is not None:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being served: its head was complete
+        metrics.SLOW_CLIENTS.labels("header_timeout").inc()
+        self.transport.write(_RESPONSE_408)
+        self.transport.close()
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """The slow-client limits for `uvicorn.run`: this protocol (request-head timeout), the
+    keep-alive timeout, and h11's cap on an incomplete head (if httptools is missing, uvicorn
+    falls back to h11, which ignores the protocol's timeout). The body's limits are the
+    service middleware's."""
+    return {
+        "http": PROTOCOL,
+        "timeout_keep_alive": settings.keep_alive_timeout_seconds,
+        "h11_max_incomplete_event_size": 64 * 1024,
+    }

@@ -1,0 +1,227 @@
+"""The answer to a request that is not scored: its candidates in the order they came.
+
+A shed request must cost a small fraction of a scored one, so its body is not parsed whole
+(orjson.loads alone is most of the cost of a 1,000-candidate request). `split_candidates` finds
+the structure with a few vectorised passes over the bytes: quotes (a body without backslashes
+has no escaped quote, so quotes pair up), brackets outside strings and their depth, the
+top-level `candidates` array, and in it the `id` key of every depth-3 object. Only the small
+rest of the body (the envelope, with the array replaced by `null`) and the id values go through
+orjson. Anything unusual (escapes, a candidate that is not `{"id": ..., ...}`) returns None and
+the caller parses the body normally.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app import metrics
+from app.api.admission import Shed
+from app.api.errors import json_error
+from app.api.middleware import safe_request_id
+from app.api.request_matrix import RequestError, decode_body
+from app.api.schemas import RerankEnvelope
+from app.settings import Settings
+
+_QUOTE, _COMMA, _COLON = 34, 44, 58
+_OPEN = (123, 91)  # { [
+_CLOSE = (125, 93)  # } ]
+_SPACE = b" \t\r\n"
+
+
+def split_candidates(raw: bytes) -> tuple[dict[str, Any], list[Any]] | None:
+    """(the body without `candidates`, the candidate ids in order), or None when the fast
+    scan cannot be sure (the caller then decodes the whole body)."""
+    if b"\\" in raw:
+        return None
+    data = np.frombuffer(raw, dtype=np.uint8)
+    quotes = np.flatnonzero(data == _QUOTE)
+    if quotes.size % 2:
+        return None
+    opens, closes = quotes[0::2], quotes[1::2]
+    marks = np.flatnonzero(
+        (data == _OPEN[0]) | (data == _OPEN[1]) | (data == _CLOSE[0]) | (data == _CLOSE[1])
+    )
+    marks = marks[np.searchsorted(quotes, marks) % 2 == 0]  # outside strings
+    if marks.size == 0:
+        return None
+    kinds = data[marks]
+    depth = np.cumsum(np.where((kinds == _OPEN[0]) | (kinds == _OPEN[1]), 1, -1))
+    before = np.searchsorted(marks, opens) - 1  # the last bracket before each string
+    string_depth = np.where(before >= 0, depth[np.maximum(before, 0)], 0)
+
+    span = _candidates_span(raw, data, opens, closes, string_depth, marks, depth)
+    if span is None:
+        return None
+    start, end, first_mark, last_mark = span
+    inner = slice(first_mark + 1, last_mark)
+    inner_kinds, inner_depth, inner_marks = kinds[inner], depth[inner], marks[inner]
+    if np.any((inner_depth == 3) & (inner_kinds == _OPEN[1])):
+        return None  # an element that is a list
+    obj_open = inner_marks[(inner_depth == 3) & (inner_kinds == _OPEN[0])]
+    obj_close = inner_marks[(inner_depth == 2) & (inner_kinds == _CLOSE[0])]
+    in_span = (opens > start) & (opens < end)
+    if obj_open.size != obj_close.size or np.any(in_span & (string_depth == 2)):
+        return None  # a string element
+    if not _only_commas_between(raw, start, end, obj_open.tolist(), obj_close.tolist()):
+        return None  # a number, true/false or null element
+    keys = np.flatnonzero(
+        in_span
+        & (string_depth == 3)
+        & (closes - opens == 3)
+        & (data[opens + 1] == 105)  # i
+        & (data[opens + 2] == 100)  # d
+    )
+    if keys.size != obj_open.size or not np.all(
+        (opens[keys] > obj_open) & (opens[keys] < obj_close)
+    ):
+        return None  # an object without an `id`, or with two
+    ids = _id_values(raw, keys.tolist(), opens.tolist(), closes.tolist(), obj_close.tolist())
+    if ids is None:
+        return None
+    envelope = decode_body(raw[:start] + b"null" + raw[end + 1 :])
+    envelope.pop("candidates", None)
+    return envelope, ids
+
+
+def _candidates_span(
+    raw: bytes,
+    data: np.ndarray,
+    opens: np.ndarray,
+    closes: np.ndarray,
+    string_depth: np.ndarray,
+    marks: np.ndarray,
+    depth: np.ndarray,
+) -> tuple[int, int, int, int] | None:
+    """Byte offsets of the top-level `candidates` array's brackets and their mark indices."""
+    found = None
+    for j in np.flatnonzero(string_depth == 1).tolist():
+        if raw[opens[j] + 1 : closes[j]] != b"candidates":
+            continue
+        colon = _skip_space(raw, int(closes[j]) + 1)
+        if colon >= len(raw) or data[colon] != _COLON:
+            continue  # a string value "candidates", not the key
+        if found is not None:
+            return None  # a repeated key: let the full parser decide
+        found = _skip_space(raw, colon + 1)
+    if found is None or found >= len(raw) or data[found] != _OPEN[1]:
+        return None
+    first = int(np.searchsorted(marks, found))
+    after = np.flatnonzero(depth[first:] == 1)
+    if after.size == 0:
+        return None
+    last = first + int(after[0])
+    return found, int(marks[last]), first, last
+
+
+def _only_commas_between(
+    raw: bytes, start: int, end: int, opens: list[int], closes: list[int]
+) -> bool:
+    """Whether the array `raw[start..end]` holds nothing but the objects `opens[i]..closes[i]`
+    separated by commas."""
+    if not opens:
+        return not raw[start + 1 : end].strip()
+    gaps = [raw[c + 1 : o].strip() for c, o in zip(closes[:-1], opens[1:], strict=True)]
+    edges = raw[start + 1 : opens[0]].strip() or raw[closes[-1] + 1 : end].strip()
+    return not edges and all(gap == b"," for gap in gaps)
+
+
+def _id_values(
+    raw: bytes, keys: list[int], opens: list[int], closes: list[int], ends: list[int]
+) -> list[Any] | None:
+    """The value after each `"id"` key (a string or an integer, before its object's end),
+    decoded by orjson at once."""
+    pieces: list[bytes] = []
+    n_strings = len(opens)
+    for k, end in zip(keys, ends, strict=True):
+        after = closes[k] + 1
+        nxt = k + 1
+        if nxt < n_strings and opens[nxt] < end and raw[after : opens[nxt]].strip() == b":":
+            pieces.append(raw[opens[nxt] : closes[nxt] + 1])
+            continue
+        comma = raw.find(b",", after, end)
+        piece = raw[after : end if comma < 0 else comma].strip()
+        if piece[:1] != b":":
+            return None  # "id" as a value, not a key
+        pieces.append(piece[1:])
+    try:
+        ids = orjson.loads(b"[" + b",".join(pieces) + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(ids) != len(keys) or not all(type(i) is str or type(i) is int for i in ids):
+        return None
+    return list(ids)
+
+
+def _skip_space(raw: bytes, i: int) -> int:
+    while i < len(raw) and raw[i] in _SPACE:
+        i += 1
+    return i
+
+
+def fallback_ids(raw: bytes, settings: Settings) -> tuple[RerankEnvelope, list[Any]]:
+    """The envelope and candidate ids of a shed request; RequestError as the full path would
+    give for a bad envelope or bad ids (the features are not checked: they are not used)."""
+    split = split_candidates(raw)
+    if split is None:
+        doc = decode_body(raw)
+        candidates = doc.pop("candidates", None)
+        where: tuple[str | int, ...] = ("body", "candidates")
+        if type(candidates) is not list:
+            raise RequestError(where, "must be a list of candidates", "list_type")
+        ids = []
+        for i, cand in enumerate(candidates):
+            cid = cand.get("id") if type(cand) is dict else None
+            if type(cid) is not str and type(cid) is not int:
+                raise RequestError((*where, i, "id"), "must be a string or an integer", "id_type")
+            ids.append(cid)
+        split = doc, ids
+    doc, ids = split
+    envelope = RerankEnvelope.model_validate(doc)
+    n = len(ids)
+    where = ("body", "candidates")
+    if n < max(settings.min_candidates, 1):
+        raise RequestError(where, f"at least {max(settings.min_candidates, 1)} needed", "too_short")
+    if n > settings.max_candidates:
+        raise RequestError(
+            where, f"{n} candidates; at most {settings.max_candidates} allowed", "too_long"
+        )
+    if len(set(ids)) != n:
+        raise RequestError(where, "candidate ids must be unique", "duplicate_id")
+    return envelope, ids
+
+
+async def overload_response(request: Request, exc: Exception) -> Response:
+    """The exception handler for Shed: the retrieval order, degraded, or a 503."""
+    assert isinstance(exc, Shed)
+    state = request.app.state
+    settings: Settings = state.settings
+    if settings.overload_response == "503":
+        return json_error(503, f"overloaded ({exc.reason}); retry later", {"Retry-After": "1"})
+    started = time.perf_counter()
+    envelope, ids = fallback_ids(exc.body, settings)
+    model = state.registry.get(envelope.model)
+    # The envelope's pattern already allows only header-safe ids; checked again at the header.
+    request_id = envelope.request_id or request.scope["state"]["request_id"]
+    served = ids[: envelope.top_k]
+    results = [{"id": cid, "score": None, "rank": r} for r, cid in enumerate(served, 1)]
+    body = {
+        "request_id": request_id,
+        "model": {"name": model.name, "version": model.version},
+        "results": results,
+        "degraded": True,
+        "reasons": [exc.reason],
+    }
+    metrics.DEGRADED.labels(exc.reason).inc()
+    metrics.FALLBACK_SECONDS.observe(time.perf_counter() - started)
+    return Response(
+        orjson.dumps(body),
+        200,
+        {"x-request-id": safe_request_id(request_id) or request.scope["state"]["request_id"]},
+        media_type="application/json",
+    )

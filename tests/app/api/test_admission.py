@@ -1,0 +1,229 @@
+"""Admission control by rows, the budget-bounded queue and the adaptive limit (fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from app.api.admission import (
+    OVER_BUDGET,
+    SHED,
+    AdmissionController,
+    Budget,
+    Shed,
+    estimated_rows,
+)
+from app.api.service_time import ServiceTime
+from app.settings import Settings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def settle() -> None:
+    for _ in range(10):  # a grant reaches its waiter through a few loop turns
+        await asyncio.sleep(0)
+
+
+def controller(**overrides: Any) -> tuple[AdmissionController, Clock]:
+    options: dict[str, Any] = {
+        "admission_initial_rows": 1000,
+        "admission_min_rows": 500,
+        "admission_max_rows": 4000,
+    }
+    options.update(overrides)
+    clock = Clock()
+    return AdmissionController(Settings(**options), clock=clock), clock
+
+
+def test_rows_are_counted_from_the_raw_body() -> None:
+    body = b'{"candidates": [{"id": 1, "features": [1]}, {"id": 2, "features": {"a": 1}}]}'
+    assert estimated_rows(body) == 2
+    assert estimated_rows(b"{}") == 1
+
+
+def test_an_idle_worker_admits_even_a_request_above_the_limit() -> None:
+    adm, clock = controller()
+    budget = Budget(clock.now, 1.0)
+    admitted = asyncio.run(adm.acquire(3000, budget, b""))
+    assert admitted == clock.now and adm.in_flight == 3000
+
+
+def test_a_budget_too_short_for_the_work_is_over_budget_at_once() -> None:
+    adm, clock = controller(request_budget_ms=1000)  # a client asking for less: no probing
+    adm.service = ServiceTime(intercept=0.0, slope=1e-4)  # 1,000 rows: 100 ms
+    with pytest.raises(Shed) as info:
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b"body"))
+    assert (info.value.reason, info.value.body) == (OVER_BUDGET, b"body")
+    assert adm.in_flight == 0 and adm.shedding
+
+
+def test_an_estimate_that_only_refuses_is_probed_again_when_idle() -> None:
+    adm, clock = controller(request_budget_ms=100)
+    adm.service = ServiceTime(intercept=0.0, slope=3e-4)  # a cold first request: 300 ms
+    asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))  # idle: a probe goes in
+    clock.now += 0.3
+    adm.release(1000, clock.now - 0.3, 0.1)  # and was slow again
+    with pytest.raises(Shed):  # the next, within the probe interval, is refused
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+    for _ in range(30):  # an idle worker lets one through per interval: measured fast now
+        clock.now += 0.6
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+        adm.release(1000, clock.now - 0.02, 0.1)
+    assert adm.estimate(1000) < 0.05
+    with pytest.raises(Shed):  # a client asking for less than the default is never a probe
+        adm.service = ServiceTime(intercept=0.0, slope=1e-3)
+        clock.now += 10
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b""))
+
+
+def test_waiters_are_admitted_in_order_as_rows_are_released() -> None:
+    async def scenario() -> list[str]:
+        adm, clock = controller()
+        adm.service = ServiceTime(intercept=0.0, slope=1e-6)
+        budget = Budget(clock.now, 10.0)
+        await adm.acquire(800, budget, b"")
+        order: list[str] = []
+
+        async def request(name: str, rows: int) -> None:
+            await adm.acquire(rows, budget, b"")
+            order.append(name)
+
+        tasks = [asyncio.create_task(request(n, 600)) for n in ("a", "b")]
+        await settle()
+        assert adm.queued_rows == 1200 and order == []
+        adm.release(800, None)
+        await settle()
+        assert order == ["a"]  # 600 fit; a+b = 1200 > 1000 waits
+        adm.release(600, None)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(scenario()) == ["a", "b"]
+
+
+def test_a_queue_that_cannot_drain_in_time_sheds_at_once() -> None:
+    async def scenario() -> None:
+        adm, clock = controller()
+        adm.service = ServiceTime(intercept=0.0, slope=4e-5)  # 1,000 rows: 40 ms
+        budget = Budget(clock.now, 0.05)
+        await adm.acquire(1000, budget, b"")  # the next one would wait 40 ms, then take 40
+        with pytest.raises(Shed) as info:
+            await adm.acquire(1000, budget, b"")
+        assert info.value.reason == SHED and adm.queued_rows == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_whose_budget_runs_out_is_shed_and_forgotten() -> None:
+    async def scenario() -> None:
+        adm, _ = controller()
+        adm.service = ServiceTime(intercept=0.0, slope=1e-9)
+        real = Budget(asyncio.get_running_loop().time(), 0.02)
+        adm.clock = asyncio.get_running_loop().time
+        await adm.acquire(1000, real, b"")
+        with pytest.raises(Shed) as info:
+            await adm.acquire(500, real, b"")
+        assert info.value.reason == SHED
+        assert adm.queued_rows == 0 and adm.in_flight == 1000
+        adm.release(1000, None)
+        assert adm.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def serve_one(adm: AdmissionController, clock: Clock, rows: int, seconds: float) -> None:
+    asyncio.run(adm.acquire(rows, Budget(clock.now, 10.0), b""))
+    start = clock.now
+    clock.now += seconds
+    adm.release(rows, start, 0.1)  # a 100 ms budget
+
+
+def test_the_limit_grows_while_fast_and_shrinks_when_service_time_grows() -> None:
+    adm, clock = controller()
+    for _ in range(20):  # 1,000 rows in 10 ms each, the limit in use: grow
+        serve_one(adm, clock, 1000, 0.01)
+    grown = adm.limit
+    assert grown > 1000
+    for _ in range(5):  # now 60 ms: more than half the budget, congestion: decrease
+        serve_one(adm, clock, 1000, 0.06)
+    assert adm.limit <= max(grown * 0.9**5, 500)
+    assert adm.limit >= 500  # never below the floor
+
+
+def test_service_time_learns_a_line_and_small_requests_do_not_inflate_large_ones() -> None:
+    model = ServiceTime()
+    for _ in range(50):
+        model.observe(1000, 0.021)
+        model.observe(10, 0.0012)
+    assert model.estimate(1000) == pytest.approx(0.021, rel=0.05)
+    assert model.estimate(10) == pytest.approx(0.0012, rel=0.2)
+    for _ in range(200):  # only tiny requests for a while: the slope is kept
+        model.observe(3, 0.002)
+    assert model.estimate(3) == pytest.approx(0.002, rel=0.05)
+    assert model.estimate(1000) < 0.05
+
+
+def test_a_fixed_limit_does_not_move() -> None:
+    adm, clock = controller(admission_adaptive=False)
+    for seconds in [0.01] * 10 + [0.09] * 10:
+        serve_one(adm, clock, 1000, seconds)
+    assert adm.limit == 1000
+
+
+def test_503_mode_refuses_unread_while_busy_and_just_shedding() -> None:
+    adm, clock = controller(overload_response="503")
+    scope = {"type": "http", "path": "/rerank"}
+    assert adm.refuse_early(scope) is None  # idle
+    asyncio.run(adm.acquire(1000, Budget(clock.now, 1.0), b""))
+    assert adm.refuse_early(scope) is None  # busy, but nothing shed
+    adm.service = ServiceTime(intercept=0.0, slope=1.0)
+    with pytest.raises(Shed):
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 1.0), b""))
+    assert adm.refuse_early(scope) == "overloaded (shed); retry later"
+    assert adm.refuse_early({"type": "http", "path": "/livez"}) is None
+    clock.now += 0.1
+    assert adm.refuse_early(scope) is None  # the shed is no longer recent
+    fallback, _ = controller()
+    fallback.last_shed, fallback.in_flight = fallback.clock(), 1000
+    assert fallback.refuse_early(scope) is None  # the fallback answer needs the body
+
+
+def test_large_bodies_cannot_take_the_whole_buffer() -> None:
+    from app.api.middleware import BufferFull, ServiceMiddleware
+
+    mw = ServiceMiddleware(app=None, max_body_bytes=8 * 2**20, max_buffered=16 * 2**20)  # type: ignore[arg-type]
+    big = [[0] for _ in range(3)]
+    for held in big[:1]:
+        mw._hold(held, 8 * 2**20)
+    with pytest.raises(BufferFull):  # 16 MiB of large bodies > 3/4 of the 16 MiB cap
+        mw._hold(big[1], 8 * 2**20)
+    small = [0]
+    for _ in range(3):  # small bodies still fit in the rest
+        mw._hold(small, 256 * 1024)
+    assert mw.buffered == 8 * 2**20 + 768 * 1024 and mw.buffered_large == 8 * 2**20
+    mw._hold(small, 512 * 1024)  # this one grows past 1 MiB: now it counts as large
+    assert mw.buffered_large == 8 * 2**20 + 1280 * 1024
+
+
+def test_readiness_reports_shedding_and_liveness_does_not(make_client: Any) -> None:
+    with make_client() as client:
+        admission = client.app.state.admission  # type: ignore[attr-defined]
+        assert client.get("/readyz").json() == {"status": "ready"}
+        admission.last_shed = admission.clock()
+        resp = client.get("/readyz")
+        assert resp.status_code == 503 and resp.json()["status"] == "shedding"
+        assert client.get("/livez").status_code == 200
+        admission.last_shed -= 2.0  # the window (1 s) has passed
+        assert client.get("/readyz").status_code == 200
+    with make_client(readyz_reports_shedding=False) as client:
+        admission = client.app.state.admission  # type: ignore[attr-defined]
+        admission.last_shed = admission.clock()
+        assert client.get("/readyz").status_code == 200

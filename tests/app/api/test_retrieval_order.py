@@ -1,0 +1,106 @@
+"""The byte scan that answers shed requests agrees with a full JSON parse, or declines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from app.api.request_matrix import RequestError
+from app.api.retrieval_order import fallback_ids, split_candidates
+from app.settings import Settings
+
+
+def full_parse(raw: bytes) -> tuple[dict[str, Any], list[Any]]:
+    doc = orjson.loads(raw)
+    cands = doc.pop("candidates")
+    return doc, [c["id"] for c in cands]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"candidates": [{"id": "a", "features": [1, 2]}, {"id": 7, "features": [None, 3.5]}]},
+        {
+            "request_id": "r-1",
+            "user": {"id": "id", "profile": {"id": "x", "features": 3}},
+            "candidates": [{"features": {"bm25": 1, "ctr": 2}, "id": "b"}],
+            "top_k": 1,
+        },
+        {"candidates": [{"id": "ü-ß", "features": [[1], {"k": "}]"}]}], "model": "m"},
+        {"candidates": [], "query_id": "candidates"},
+        {"top_k": 3, "candidates": [{"id": -12, "features": []}, {"id": "c", "features": [1e300]}]},
+    ],
+)
+def test_scan_matches_the_full_parse(body: dict[str, Any]) -> None:
+    raw = orjson.dumps(body)
+    assert split_candidates(raw) == full_parse(raw)
+    spaced = orjson.dumps(body, option=orjson.OPT_INDENT_2)
+    assert split_candidates(spaced) == full_parse(spaced)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"candidates": [{"id": "a\\"b", "features": []}]}',  # escapes: the scan declines
+        b'{"candidates": [1, {"id": "a", "features": []}]}',  # not an object
+        b'{"candidates": [{"features": []}]}',  # no id
+        b'{"candidates": [{"id": null, "features": []}]}',
+        b'{"candidates": [{"id": "id", "features": []}]}',  # an id that reads like the key
+        b'{"candidates": [], "candidates": []}',
+        b'{"candidates": {"id": "a"}}',
+    ],
+)
+def test_scan_declines_what_it_cannot_be_sure_of(raw: bytes) -> None:
+    assert split_candidates(raw) is None
+
+
+def test_fallback_checks_ids_and_envelope() -> None:
+    settings = Settings(max_candidates=2)
+    envelope, ids = fallback_ids(b'{"candidates": [{"id": "id", "features": []}]}', settings)
+    assert ids == ["id"] and envelope.top_k is None  # declined by the scan, parsed in full
+    for raw, kind in [
+        (b'{"candidates": [{"id": "a"}, {"id": "a"}]}', "duplicate_id"),
+        (b'{"candidates": [{"id": 1}, {"id": 2}, {"id": 3}]}', "too_long"),
+        (b'{"candidates": [{"id": 1.5}]}', "id_type"),
+        (b'{"candidates": 3}', "list_type"),
+    ]:
+        with pytest.raises(RequestError) as info:
+            fallback_ids(raw, settings)
+        assert info.value.type == kind
+    with pytest.raises(ValueError, match="request_id"):
+        fallback_ids(b'{"request_id": "a\\nb", "candidates": [{"id": 1}]}', settings)
+
+
+ids = st.one_of(st.text(max_size=8), st.integers(-(2**40), 2**40))
+finite = st.floats(allow_nan=False, allow_infinity=False)
+values = st.one_of(st.none(), finite, st.integers(-99, 99))
+features = st.one_of(
+    st.lists(values, max_size=4), st.dictionaries(st.sampled_from(["id", "a", "b"]), values)
+)
+candidate = st.fixed_dictionaries({"id": ids, "features": features})
+envelope = st.fixed_dictionaries(
+    {},
+    optional={
+        "request_id": st.text(max_size=6),
+        "top_k": st.integers(1, 5),
+        "user": st.fixed_dictionaries({"id": ids, "profile": st.dictionaries(st.text(), ids)}),
+    },
+)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(envelope=envelope, candidates=st.lists(candidate, max_size=6), indent=st.booleans())
+def test_scan_is_right_or_declines(
+    envelope: dict[str, Any], candidates: list[dict[str, Any]], indent: bool
+) -> None:
+    raw = orjson.dumps(
+        {**envelope, "candidates": candidates}, option=orjson.OPT_INDENT_2 if indent else 0
+    )
+    got = split_candidates(raw)
+    if got is not None:
+        assert got == full_parse(raw)

@@ -1,0 +1,38 @@
+"""Cluster ids from hostile profiles and Redis values: bounded, linear, still correct."""
+
+from __future__ import annotations
+
+import time
+
+from app.artifacts.manifest import BucketedField, ClusterScheme
+from app.features.clusters import (
+    MAX_CLUSTER_ID_LENGTH,
+    cluster_id,
+    coarser_ids,
+    resolve_cluster,
+)
+
+SCHEME = ClusterScheme(
+    fields=[
+        BucketedField(name="country", kind="categorical"),  # no `values` list: any text
+        BucketedField(name="price", kind="numeric", prefix="pn", edges=[1.0, 3.0]),
+    ]
+)
+
+
+def test_the_fallback_chain_is_unchanged_for_normal_ids() -> None:
+    assert coarser_ids(SCHEME, "US_pn1") == ["US_pn1", "US", "unknown"]
+    assert resolve_cluster(SCHEME, "US_pn1", {"US", "unknown"}) == "US"
+    assert resolve_cluster(SCHEME, "FR_pn1", {"US", "unknown"}) == "unknown"
+
+
+def test_forty_thousand_separators_cost_nothing() -> None:
+    start = time.perf_counter()
+    cid = cluster_id(SCHEME, {"country": "_" * 40_000, "price": 2})
+    assert cid == "other_pn1"  # an over-long value counts as `other`
+    hostile = "_" * 40_000  # e.g. a `user:*` override written by someone else
+    assert coarser_ids(SCHEME, hostile) == ["unknown"]
+    assert resolve_cluster(SCHEME, hostile, {"unknown", ""}) == "unknown"
+    longest = "a_" * (MAX_CLUSTER_ID_LENGTH // 2)
+    assert len(coarser_ids(SCHEME, longest[:MAX_CLUSTER_ID_LENGTH])) > 100
+    assert time.perf_counter() - start < 0.5

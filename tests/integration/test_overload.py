@@ -1,0 +1,297 @@
+"""Latency budget, shedding, slow clients and the bad-input findings, over real HTTP.
+
+The server runs as `ltr serve` would: uvicorn with the request-head timeout protocol and the
+keep-alive timeout from the settings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from app.artifacts.manifest import (
+    BucketedField,
+    ClusterScheme,
+    Manifest,
+    MissingValueRule,
+    UserClusters,
+    new_version_id,
+)
+from app.artifacts.store import set_current, write_version
+from tests.support import feature_names, publish, random_ensemble
+from tests.support.redis_server import free_port
+from tests.support.uvicorn_server import UvicornServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NF = 20
+N = 1000
+
+
+def serve(registry: Path, **extra: str) -> UvicornServer:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--http",
+        "app.api.http_protocol:HeaderTimeoutProtocol",
+        "--timeout-keep-alive",
+        "2",
+        "--log-level",
+        "warning",
+    ]
+    env = {"LTR_REGISTRY": str(registry), "LTR_RELOAD_POLL_SECONDS": "0", **extra}
+    return UvicornServer(env, port=port, command=command).start().wait_ready()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("registry")
+    publish(root, random_ensemble(NF, num_trees=100, depth=5, seed=3), name="m")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(registry: Path) -> Iterator[UvicornServer]:
+    srv = serve(registry, LTR_REQUEST_BUDGET_MS="100")
+    yield srv
+    srv.stop()
+
+
+def body(n: int = N, **extra: Any) -> bytes:
+    rng = np.random.default_rng(n)
+    rows = np.round(rng.normal(size=(n, NF)), 3).tolist()
+    cands = [{"id": f"d{i}", "features": row} for i, row in enumerate(rows)]
+    return orjson.dumps({"candidates": cands, **extra})
+
+
+def post(client: httpx.Client, content: bytes, **headers: str) -> httpx.Response:
+    return client.post("/rerank", content=content, headers=headers)
+
+
+def metric(client: httpx.Client, pattern: str) -> float:
+    found = re.search(pattern, client.get("/metrics").text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_request_ids_are_checked_never_echoed_unchecked(server: UvicornServer) -> None:
+    with httpx.Client(base_url=server.url) as client:
+        code = r'^ltr_http_requests_total\{method="POST",route="/rerank",status="422"\} (\S+)$'
+        before = metric(client, code)
+        for rid in ("ü", "a\nb", "x" * 129, "a b"):
+            resp = post(client, body(3, request_id=rid))
+            assert resp.status_code == 422, resp.text
+            assert resp.json()["detail"][0]["loc"] == ["body", "request_id"]
+        assert metric(client, code) == before + 4  # what was sent is what is counted
+        resp = post(client, body(3, request_id="ok-1.2:3"))
+        assert resp.status_code == 200 and resp.headers["x-request-id"] == "ok-1.2:3"
+        resp = client.post("/rerank", content=body(3), headers={"x-request-id": "bad id!"})
+        assert resp.status_code == 200
+        assert re.fullmatch(r"[0-9a-f]{32}", resp.headers["x-request-id"])
+
+
+def test_over_budget_answers_in_retrieval_order_within_the_budget(server: UvicornServer) -> None:
+    with httpx.Client(base_url=server.url) as client:
+        raw = body(N, top_k=5, request_id="late")
+        start = time.perf_counter()
+        resp = post(client, raw, **{"x-request-timeout-ms": "0.5"})
+        elapsed = time.perf_counter() - start
+        assert resp.status_code == 200, resp.text
+        answer = resp.json()
+        assert answer["degraded"] and answer["reasons"] == ["over_budget"]
+        assert [r["id"] for r in answer["results"]] == [f"d{i}" for i in range(5)]
+        assert all(r["score"] is None for r in answer["results"])
+        assert answer["request_id"] == "late" and answer["model"]["name"] == "m"
+        assert elapsed < 1.0  # a 0.5 ms budget is below any network round trip
+        # The default budget scores it (a busy machine may make one attempt late).
+        scored = [post(client, raw).json() for _ in range(5)]
+        assert any(not a["degraded"] and a["results"][0]["score"] is not None for a in scored)
+        for bad in ("abc", "0", "-5", "1e9"):
+            resp = post(client, raw, **{"x-request-timeout-ms": bad})
+            assert resp.status_code == 422
+            assert resp.json()["detail"][0]["loc"] == ["header", "x-request-timeout-ms"]
+
+
+LOAD = """
+import sys, threading, time, httpx, orjson
+url, seconds, clients, n = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+raw = sys.stdin.buffer.read()
+out, stop = [], time.monotonic() + seconds
+def loop():
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        while time.monotonic() < stop:
+            start = time.perf_counter()
+            resp = client.post("/rerank", content=raw)
+            answer = resp.json()
+            ordered = [r["id"] for r in answer.get("results", [])] == [f"d{i}" for i in range(n)]
+            elapsed = time.perf_counter() - start
+            out.append((elapsed, resp.status_code, answer.get("reasons"), ordered))
+threads = [threading.Thread(target=loop) for _ in range(clients)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.stdout.buffer.write(orjson.dumps(out))
+"""
+
+
+def test_overload_sheds_and_probes_stay_fast(server: UvicornServer) -> None:
+    # The clients run in their own process: their JSON work must not slow the probe's timing.
+    load = subprocess.Popen(
+        [sys.executable, "-c", LOAD, server.url, "4", "16", str(N)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert load.stdin is not None
+    load.stdin.write(body(N))
+    load.stdin.close()
+    probes: list[float] = []
+    with httpx.Client(base_url=server.url, timeout=10.0) as client:
+        time.sleep(0.5)
+        while load.poll() is None:
+            start = time.perf_counter()
+            assert client.get("/livez").status_code == 200
+            probes.append(time.perf_counter() - start)
+            time.sleep(0.05)
+    assert load.stdout is not None
+    with load.stdout:
+        results = orjson.loads(load.stdout.read())
+    assert {status for _, status, _, _ in results} == {200}
+    shed = [ordered for _, _, reasons, ordered in results if reasons in (["shed"], ["over_budget"])]
+    assert shed, "16 clients of 1,000 rows must overload one worker"
+    assert all(shed)  # a shed answer keeps the retrieval order
+    latencies = [latency for latency, _, _, _ in results]
+    # Generous margins: the machine running the tests is shared. Unbounded queueing (the old
+    # behaviour) gave a p50 of seconds here.
+    assert float(np.percentile(latencies, 50)) < 0.25
+    assert float(np.percentile(probes, 50)) < 0.1
+
+
+@pytest.fixture
+def strict_server(registry: Path) -> Iterator[UvicornServer]:
+    srv = serve(
+        registry,
+        LTR_HEADER_READ_TIMEOUT_SECONDS="0.5",
+        LTR_BODY_READ_TIMEOUT_SECONDS="0.5",
+        LTR_MAX_BODY_BYTES="600000",
+        LTR_MAX_BUFFERED_BODY_BYTES="1000000",
+    )
+    yield srv
+    srv.stop()
+
+
+def test_slow_headers_and_stalled_bodies_are_cut_off(strict_server: UvicornServer) -> None:
+    server = strict_server
+    host, port = "127.0.0.1", server.port
+    with socket.create_connection((host, port)) as slow:
+        slow.sendall(b"POST /rerank HTTP/1.1\r\nhost: x\r\n")  # and never the rest
+        slow.settimeout(5.0)
+        start = time.monotonic()
+        answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - start < 3.0
+        assert slow.recv(4096) == b""  # closed
+    head = b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    with socket.create_connection((host, port)) as stalled:
+        stalled.sendall(head + b"content-length: 1000\r\n\r\n" + b'{"candidates"')
+        stalled.settimeout(5.0)
+        assert stalled.recv(4096).startswith(b"HTTP/1.1 408")
+    # Two stalled uploads of 600 kB would pass the 1 MB buffer cap: the second is refused at
+    # once, and a small request still gets through meanwhile.
+    with (
+        socket.create_connection((host, port)) as first,
+        socket.create_connection((host, port)) as second,
+    ):
+        first.sendall(head + b"content-length: 600000\r\n\r\n" + b"{")
+        time.sleep(0.1)
+        second.sendall(head + b"content-length: 600000\r\n\r\n" + b"{")
+        second.settimeout(2.0)
+        answer = second.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer.lower()
+        with httpx.Client(base_url=server.url) as client:
+            assert post(client, body(3)).status_code == 200
+
+
+def test_503_when_the_operator_prefers_it(registry: Path) -> None:
+    srv = serve(registry, LTR_OVERLOAD_RESPONSE="503")
+    try:
+        with httpx.Client(base_url=srv.url) as client:
+            resp = post(client, body(N), **{"x-request-timeout-ms": "0.5"})
+            assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+            assert "over_budget" in resp.json()["detail"]
+    finally:
+        srv.stop()
+
+
+def test_hostile_cluster_values_are_cheap(tmp_path: Path) -> None:
+    scheme = ClusterScheme(fields=[BucketedField(name="country", kind="categorical")])
+    uc = UserClusters(scheme=scheme, embedding_dim=2)
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((2, 2), dtype=np.float32), allow_pickle=False)
+    files = {"clusters.json": orjson.dumps(["unknown", "US"]), "embeddings.npy": buf.getvalue()}
+    ensemble = random_ensemble(NF + 2, num_trees=5, depth=3, seed=1)
+    manifest = Manifest(
+        name="u",
+        version=new_version_id(),
+        kind="lambdamart",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=[*feature_names(NF), "emb0", "emb1"],
+        missing_value=MissingValueRule(handled_by="tree_default_direction"),
+        user_clusters=uc,
+    )
+    write_version(tmp_path, manifest, {"model.json": ensemble.to_json_bytes(), **files})
+    set_current(tmp_path, "u", manifest.version)
+    srv = serve(tmp_path)
+    try:
+        with httpx.Client(base_url=srv.url) as client:
+            user = {"profile": {"country": "_" * 40_000}}
+            start = time.perf_counter()
+            resp = post(client, body(3, user=user, explain=True))
+            assert resp.status_code == 200, resp.text
+            assert time.perf_counter() - start < 1.0
+            assert resp.json()["user_cluster"] == "unknown"
+    finally:
+        srv.stop()
+
+
+def test_registry_paths_stay_private_and_a_refused_current_falls_back(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    old = publish(root, random_ensemble(NF, seed=1), name="m")
+    new = publish(root, random_ensemble(NF, seed=2), name="m")
+    (root / "m" / new / "model.json").write_bytes(b"{}")
+    publish(root, random_ensemble(NF, seed=3), name="bad")
+    bad_version = next(p.name for p in (root / "bad").iterdir() if p.is_dir())
+    (root / "bad" / bad_version / "model.json").write_bytes(b"{}")
+    set_current(root, "m", new)
+    srv = serve(root, LTR_DEFAULT_MODEL="m")
+    try:
+        with httpx.Client(base_url=srv.url) as client:
+            models = client.get("/models").json()
+            assert [(m["name"], m["version"]) for m in models["models"]] == [("m", old)]
+            assert f"serving the older version {old}" in models["errors"]["m"]
+            resp = post(client, body(3, model="bad"))
+            assert resp.status_code == 503
+            for text in (resp.text, orjson.dumps(models).decode()):
+                assert str(root) not in text
+            assert f"bad/{bad_version}/model.json" in resp.text
+            assert post(client, body(3)).json()["model"]["version"] == old
+    finally:
+        srv.stop()
+    assert str(root) in srv.log()  # the absolute path is in the log for the operator

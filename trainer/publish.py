@@ -51,7 +51,7 @@ def install_version(source: Path, registry: Path, name: str | None = None) -> Ar
         if existing.manifest.files != artifact.manifest.files:
             raise ArtifactError(f"{final} already exists with different contents")
         return existing
-    write_version_dir(final, manifest, artifact.files)
+    write_version_dir(final, manifest, artifact.all_files())
     return load_version(final)
 
 

@@ -71,7 +71,7 @@ def layout_of(manifest: Manifest) -> FeatureLayout:
     query = manifest.names_from("query")
     layout = FeatureLayout(
         width=len(sources),
-        candidate=manifest.request_feature_names,
+        candidate=manifest.candidate_feature_names,
         query=query,
         item=manifest.names_from("item"),
         candidate_cols=cols("candidate"),

@@ -204,7 +204,7 @@ async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
             "created_at": m.manifest.created_at,
             "loaded_at": dt.datetime.fromtimestamp(m.loaded_at, dt.UTC),
             "default": m.name == default,
-            "feature_names": m.manifest.request_feature_names,
+            "feature_names": m.manifest.candidate_feature_names,
             "query_features": m.manifest.names_from("query"),
             "item_features": m.manifest.names_from("item"),
             "item_set": m.manifest.item_features.set if m.manifest.item_features else None,

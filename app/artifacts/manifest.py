@@ -184,10 +184,16 @@ class Manifest(_Strict):
 
     @property
     def request_feature_names(self) -> list[str]:
-        """The features a client sends with each candidate (source `candidate`), model order."""
+        """The model's columns but the appended user-cluster embedding: what training data and
+        the scorer's callers supply (candidate, query and item features alike)."""
+        embedding = len(self._embedding_names())
+        return self.feature_names[: len(self.feature_names) - embedding]
+
+    @property
+    def candidate_feature_names(self) -> list[str]:
+        """What a client sends with each candidate (source `candidate`), in model order."""
         if not self.feature_sources:
-            embedding = len(self._embedding_names())
-            return self.feature_names[: len(self.feature_names) - embedding]
+            return self.request_feature_names
         return self.names_from("candidate")
 
     @property

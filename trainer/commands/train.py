@@ -305,7 +305,7 @@ def train_command(
         if sourced:
             from trainer.features.sources import attach_sources
 
-            path = attach_sources(Path(summary["model_dir"]), final_out, sourced[0])
+            path = attach_sources(Path(summary["model_dir"]), final_out, sourced[0].plan)
             summary["model_dir"] = str(path)
     _print_summary(summary, as_json)
 

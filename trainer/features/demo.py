@@ -70,5 +70,5 @@ def train_demo_items(
         summary = train_tree_model(
             "native", sourced.train, sourced.valid, params, staged, name=NAME
         )
-        summary["model_dir"] = str(attach_sources(staged, out, sourced))
+        summary["model_dir"] = str(attach_sources(staged, out, sourced.plan))
     return summary

@@ -98,41 +98,59 @@ def _read_spec(path: Path) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class SourcedData:
-    train: RankingDataset
-    valid: RankingDataset | None
+class SourcePlan:
+    """What a trained model's manifest must record: each non-candidate feature's source, the
+    item table (becomes the snapshot) and the item set it is published as."""
+
     sources: dict[str, FeatureSource]
     items: ItemTable | None
     item_set: ItemFeatureSet | None
 
 
+@dataclass(frozen=True)
+class SourcedData:
+    train: RankingDataset
+    valid: RankingDataset | None
+    plan: SourcePlan
+
+
 def load_sourced(spec: FeatureSpec, train_file: Path, valid_file: Path | None) -> SourcedData:
     """Training (and validation) data with the item table joined and the sources checked."""
-    id_column = (
-        spec.id_column
-        if spec.items is not None or _has_column(train_file, spec.id_column)
-        else None
-    )
     table = read_item_table(spec.items, spec.id_column) if spec.items is not None else None
-    train = _joined(load_dataset(train_file, id_column=id_column), table)
+    id_column = data_id_column(spec, train_file)
+    train = apply_sources(load_dataset(train_file, id_column=id_column), spec, table)
     valid = None
     if valid_file is not None:
-        valid = _joined(load_dataset(valid_file, id_column=id_column), table)
+        valid = apply_sources(load_dataset(valid_file, id_column=id_column), spec, table)
         valid = align_features(valid, train.names())
-    sources: dict[str, FeatureSource] = {}
-    for data in (train, valid):
-        if data is not None:
-            check_query_columns(data, spec.query)
-    for name in spec.query:
-        sources[name] = "query"
+    return SourcedData(train, valid, source_plan(spec, table))
+
+
+def data_id_column(spec: FeatureSpec, data_file: Path) -> str | None:
+    """The id column to read from a data file: needed to join items, skipped as a feature."""
+    if spec.items is not None or _has_column(data_file, spec.id_column):
+        return spec.id_column
+    return None
+
+
+def apply_sources(
+    data: RankingDataset, spec: FeatureSpec, table: ItemTable | None
+) -> RankingDataset:
+    """`data` with the item table joined on its document ids and its query columns checked."""
+    joined = _joined(data, table)
+    check_query_columns(joined, spec.query)
+    return joined
+
+
+def source_plan(spec: FeatureSpec, table: ItemTable | None) -> SourcePlan:
+    sources: dict[str, FeatureSource] = dict.fromkeys(spec.query, "query")
     item_set = None
     if table is not None:
-        for name in table.names:
-            sources[name] = "item"
+        sources.update(dict.fromkeys(table.names, "item"))
         item_set = ItemFeatureSet(
             set=spec.item_set, version=table.version(), names=table.names, id_column=spec.id_column
         )
-    return SourcedData(train, valid, sources, table, item_set)
+    return SourcePlan(sources, table, item_set)
 
 
 def _has_column(path: Path, column: str) -> bool:
@@ -185,14 +203,14 @@ def staging_dir(out: Path) -> Path:
     return Path(out).parent / f".{Path(out).name}.staging" / Path(out).name
 
 
-def attach_sources(trained: Path, out: Path, sourced: SourcedData) -> Path:
+def attach_sources(trained: Path, out: Path, plan: SourcePlan) -> Path:
     """Rewrite the version `trained` as `out` with the feature sources in its manifest and the
     item snapshot among its files (verified like every other file); `trained` is removed."""
     artifact = load_version(trained)
     manifest = artifact.manifest.model_copy(
-        update={"feature_sources": sourced.sources, "item_features": sourced.item_set}
+        update={"feature_sources": plan.sources, "item_features": plan.item_set}
     )
-    path = write_sourced_version(out, manifest, artifact.all_files(), sourced.items)
+    path = write_sourced_version(out, manifest, artifact.all_files(), plan.items)
     shutil.rmtree(trained.parent if trained.parent.name.startswith(".") else trained)
     return path
 

@@ -31,7 +31,7 @@ def test_demo_items_answers_id_only_requests(tmp_path: Path) -> None:
     set_current(registry, demo.NAME, "v1")
     artifact = load_version(out)
     m = artifact.manifest
-    assert m.request_feature_names == [f"f{i}" for i in range(1, 21)]
+    assert m.candidate_feature_names == [f"f{i}" for i in range(1, 21)]
     assert m.names_from("item") == [f"f{i}" for i in range(21, 301)]
     first_test = train.num_docs  # test rows continue the numbering
     ids = [f"doc-{first_test + i}" for i in range(3)]

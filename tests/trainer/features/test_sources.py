@@ -44,7 +44,7 @@ def test_items_and_query_columns_are_recorded(runner: CliRunner, tmp_path: Path,
     artifact = load_version(out)
     m = artifact.manifest
     assert m.feature_names == [*CANDIDATE_NAMES, "query_length", *ITEM_NAMES]
-    assert m.request_feature_names == CANDIDATE_NAMES
+    assert m.candidate_feature_names == CANDIDATE_NAMES
     assert m.names_from("query") == ["query_length"] and m.names_from("item") == ITEM_NAMES
     assert m.item_features is not None and m.item_features.set == "cat"
     table = read_item_table(items)

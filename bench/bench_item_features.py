@@ -335,7 +335,8 @@ def render(
         f"| Redis memory after two such sets | {redis_mb:.0f} MB |",
         f"| model version with a {n_items:,}-item snapshot: write (copy + sha256) "
         f"| {publish_s:.1f} s |",
-        f"| snapshot: verify sha256 of the version's files at load | {snapshot['verify_s']:.2f} s |",
+        f"| snapshot: verify sha256 of the version's files at load "
+        f"| {snapshot['verify_s']:.2f} s |",
         f"| snapshot: open (memory-map, check ids sorted) | {snapshot['load_s']:.2f} s |",
         f"| snapshot: RSS added by opening it | {snapshot['rss_load_mb']:.0f} MB |",
         f"| snapshot: RSS added after 200 lookups of 1,000 random items "

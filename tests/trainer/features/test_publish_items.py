@@ -97,7 +97,8 @@ def test_a_set_redis_lost_is_pushed_again_from_the_snapshot(
     version = load_version(out.published.path).manifest.item_features.version  # type: ignore[union-attr]
     redis_server.restart()  # no persistence: Redis comes back empty
     client = redis.Redis.from_url(redis_server.url)
-    republished = publish(out.published.path, tmp_path / "other-registry", redis_url=redis_server.url)
+    other = tmp_path / "other-registry"
+    republished = publish(out.published.path, other, redis_url=redis_server.url)
     assert republished.item_set == f"catalog@{version}"
     assert client.get("ltr:itemset:catalog").decode() == version
     table = pq.read_table(items).to_pydict()

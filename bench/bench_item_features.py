@@ -14,7 +14,6 @@ with the item features from Redis, and the same from the in-process snapshot.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import os
 import platform
@@ -134,32 +133,45 @@ def interleaved(
     return out
 
 
-def redis_fetch_ms(url: str, table: ItemTable, reps: int) -> np.ndarray:
-    """The service's own batch fetch (pointer + MGET of 1,000 keys, one pipeline), ms."""
-    from app.features.item_redis import RedisItemBackend
+def redis_fetch_ms(url: str, table: ItemTable, reps: int) -> dict[str, np.ndarray]:
+    """The service's own batch fetch (pointer GET + MGET of 1,000 keys, one pipeline, on uvloop
+    as under uvicorn), interleaved with two references on the same keys: redis-py's plain
+    synchronous MGET, and one PING round trip (what this machine's loopback costs now). ms."""
+    import uvloop
+
+    from app.features.item_redis import RedisItemBackend, item_keys
     from app.features.redis_store import RedisStore
     from app.settings import Settings
 
-    async def run() -> np.ndarray:
+    plain = redis.Redis.from_url(url)
+    version = plain.get("ltr:itemset:bench").decode()
+
+    async def run() -> dict[str, np.ndarray]:
         store = RedisStore(Settings(redis_url=url, redis_deadline_ms=5000))
         await store.start()
         backend = RedisItemBackend(store)
         rng = np.random.default_rng(5)
-        times = []
+        times: dict[str, list[float]] = {"fetch": [], "redis-py MGET": [], "PING": []}
         try:
             for r in range(reps + 20):
                 ids = table.ids[rng.choice(len(table.ids), 1000, replace=False)].tolist()
                 t0 = time.perf_counter()
                 got = await backend.fetch("bench", ids, store.new_deadline())
-                elapsed = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                plain.mget(item_keys("ltr:", "bench", version, ids))
+                t2 = time.perf_counter()
+                plain.ping()
+                t3 = time.perf_counter()
                 assert got.error is None and got.values is not None
                 if r >= 20:
-                    times.append(elapsed)
+                    times["fetch"].append(t1 - t0)
+                    times["redis-py MGET"].append(t2 - t1)
+                    times["PING"].append(t3 - t2)
         finally:
             await store.close()
-        return np.asarray(times) * 1e3
+        return {k: np.asarray(v) * 1e3 for k, v in times.items()}
 
-    return asyncio.run(run())
+    return uvloop.run(run())
 
 
 SNAPSHOT_PROBE = """
@@ -236,7 +248,7 @@ def main() -> None:
         push_item_set(client, "ltr:", "bench", table)  # a second set for the fetch loop
         redis_mb = float(client.info("memory")["used_memory"]) / 2**20
         fetch = redis_fetch_ms(server.url, table, 100 if args.quick else 500)
-        print(f"fetch 1000: p50 {np.median(fetch):.2f} ms", flush=True)
+        print(f"fetch 1000: p50 {np.median(fetch['fetch']):.2f} ms", flush=True)
         snapshot = snapshot_probe(registry / "items" / "v1")
         print(f"snapshot: {snapshot}", flush=True)
         in_process = UvicornServer(server_env(registry, LTR_ITEM_STORE="snapshot")).start()
@@ -272,7 +284,7 @@ def main() -> None:
 def render(
     latencies: dict[int, dict[str, np.ndarray]],
     push: Any,
-    fetch: np.ndarray,
+    fetch: dict[str, np.ndarray],
     snapshot: dict[str, float],
     redis_mb: float,
     publish_s: float,
@@ -328,8 +340,11 @@ def render(
         "| measure | value |",
         "|---|---:|",
         f"| Redis batch fetch of 1,000 items (pointer GET + MGET, one pipeline), p50 "
-        f"| {np.median(fetch):.2f} ms |",
-        f"| Redis batch fetch of 1,000 items, p99 | {np.percentile(fetch, 99):.2f} ms |",
+        f"| {np.median(fetch['fetch']):.2f} ms |",
+        f"| Redis batch fetch of 1,000 items, p99 | {np.percentile(fetch['fetch'], 99):.2f} ms |",
+        f"| reference, same keys, interleaved: redis-py synchronous MGET, p50 "
+        f"| {np.median(fetch['redis-py MGET']):.2f} ms |",
+        f"| reference, interleaved: one PING round trip, p50 | {np.median(fetch['PING']):.2f} ms |",
         f"| push of {n_items:,} items x 100 features (write, read back and compare every "
         f"value, switch) | {push.seconds:.1f} s |",
         f"| Redis memory after two such sets | {redis_mb:.0f} MB |",

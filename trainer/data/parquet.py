@@ -35,18 +35,10 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
     `id_column`: a document id column (kept as strings in `doc_ids`, not a feature)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     path = Path(path)
-    if not path.is_file():
-        raise located(path, None, "no such file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise located(path, None, f"not a readable Parquet file ({exc})") from None
+    table = open_table(path)
     names = table.column_names
-    if len(set(names)) != len(names):
-        raise located(path, None, "duplicate column names")
     for required in ("qid", "label"):
         if required not in names:
             raise located(path, None, f"no {required!r} column (columns: {', '.join(names)})")
@@ -98,6 +90,23 @@ def _doc_ids(path: Path, table: pa.Table, id_column: str) -> np.ndarray:
     if column.null_count:
         raise _at(path, _first(column.is_null().to_numpy(zero_copy_only=False)), id_column, "null")
     return np.asarray(pc.cast(column, pa.string()).to_numpy(zero_copy_only=False), dtype=np.str_)
+
+
+def open_table(path: Path) -> pa.Table:
+    """The whole Parquet file; DataFormatError naming it when missing, unreadable or with
+    duplicate column names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise located(path, None, "no such file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise located(path, None, f"not a readable Parquet file ({exc})") from None
+    if len(set(table.column_names)) != len(table.column_names):
+        raise located(path, None, "duplicate column names")
+    return table
 
 
 def _groups(path: Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -41,20 +41,14 @@ def read_item_table(path: str | Path, id_column: str = "doc_id") -> ItemTable:
     """Read a Parquet item table; every column but `id_column` is a numeric feature."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+
+    from trainer.data.parquet import open_table
 
     path = Path(path)
-    if not path.is_file():
-        raise located(path, None, "no such file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise located(path, None, f"not a readable Parquet file ({exc})") from None
+    table = open_table(path)
     names = table.column_names
     if id_column not in names:
         raise located(path, None, f"no id column {id_column!r} (columns: {', '.join(names)})")
-    if len(set(names)) != len(names):
-        raise located(path, None, "duplicate column names")
     feature_names = [n for n in names if n != id_column]
     if not feature_names:
         raise located(path, None, "no feature columns beside the id column")

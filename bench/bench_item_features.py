@@ -30,7 +30,9 @@ import numpy as np
 import orjson
 import redis
 
+from app.artifacts.tree_dump import TreeEnsemble
 from bench.bench_service import CACHE, train_model
+from tests.support import random_ensemble
 from tests.support.redis_server import RedisServer
 from tests.support.sourced_model import publish_sourced
 from tests.support.uvicorn_server import UvicornServer
@@ -56,8 +58,15 @@ def item_set(n_items: int, seed: int = 0) -> ItemTable:
     return ItemTable(ids, matrix, ITEM_NAMES, f"generated, {n_items} items")
 
 
-def publish(registry: Path, table: ItemTable) -> None:
-    ensemble = train_model(N_FEATURES, seed=1)
+def model(random_trees: bool) -> TreeEnsemble:
+    """bench_service's LightGBM model, or (`--random-trees`, when training it would take too
+    long on a busy machine) 500 random full depth-6 trees: 64 leaves each, the same work."""
+    if random_trees:
+        return random_ensemble(N_FEATURES, num_trees=500, depth=6, seed=1)
+    return train_model(N_FEATURES, seed=1)
+
+
+def publish(registry: Path, table: ItemTable, ensemble: TreeEnsemble) -> None:
     names = [f"f{i}" for i in range(N_FEATURES)]
     publish_sourced(registry, ensemble, {}, None, name="all", feature_names=names)
     sources: dict[str, Any] = {name: "item" for name in ITEM_NAMES}
@@ -229,6 +238,9 @@ def server_env(registry: Path, **extra: str) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100k items, fewer requests")
+    parser.add_argument(
+        "--random-trees", action="store_true", help="500 random depth-6 trees (no training)"
+    )
     args = parser.parse_args()
     n_items = 100_000 if args.quick else 1_000_000
     rounds = {100: 60, 1000: 30} if args.quick else {100: 300, 1000: 150}
@@ -237,7 +249,7 @@ def main() -> None:
     registry = work / "registry"
     table = item_set(n_items)
     t0 = time.perf_counter()
-    publish(registry, table)
+    publish(registry, table, model(args.random_trees))
     publish_s = time.perf_counter() - t0
     server = RedisServer(shutil.which("redis-server") or "redis-server").start()
     latencies: dict[int, dict[str, np.ndarray]] = {}
@@ -274,9 +286,7 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
-    report = render(
-        latencies, push, fetch, snapshot, redis_mb, publish_s, n_items, args.quick, load
-    )
+    report = render(latencies, push, fetch, snapshot, redis_mb, publish_s, n_items, args, load)
     RESULTS.write_text(report)
     print(report)
 
@@ -289,19 +299,26 @@ def render(
     redis_mb: float,
     publish_s: float,
     n_items: int,
-    quick: bool,
+    args: argparse.Namespace,
     load: str,
 ) -> str:
+    flags = (" --quick" if args.quick else "") + (" --random-trees" if args.random_trees else "")
+    trees = (
+        "500 random full depth-6 trees (64 leaves each; `--random-trees`: the LightGBM model "
+        "was not trained on this busy machine in time)"
+        if args.random_trees
+        else "LightGBM lambdarank 500 iterations x 63 leaves (bench_service's)"
+    )
     lines = [
         "# Item features: candidates by id, features from a store",
         "",
         f"Run: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `python -m bench.bench_item_features"
-        f"{' --quick' if quick else ''}`; {platform.processor() or platform.machine()}, "
+        f"{flags}`; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, shared with other jobs while measured ({load}; absolute times "
         "are indicative, the ratios within one run are what to read).",
         "",
-        "Model: LightGBM lambdarank 500 iterations x 63 leaves over 136 features (bench_service's),"
-        " served by the compiled scorer under two manifests: all 136 sent per candidate, or 36 "
+        f"Model: {trees} over 136 features, "
+        "served by the compiled scorer under two manifests: all 136 sent per candidate, or 36 "
         f"sent per candidate and 100 item features from a store of {n_items:,} items. One "
         "uvicorn worker per server (one without Redis, one with; Redis on loopback); the three "
         "forms interleaved request by request on keep-alive connections; 20 different bodies "

@@ -61,17 +61,18 @@ class ItemSnapshot:
         `columns`: int64 indices into the set's names, in the order the caller wants them.
         """
         n = len(ids)
-        out = np.full((n, len(columns)), np.nan, dtype=np.float32)
         if n == 0 or len(self) == 0:
-            return out, np.zeros(n, dtype=bool)
+            return np.full((n, len(columns)), np.nan, dtype=np.float32), np.zeros(n, dtype=bool)
         keys = np.asarray([i if type(i) is str else str(i) for i in ids], dtype=np.str_)
         pos = np.searchsorted(self.ids, keys)
         np.minimum(pos, len(self) - 1, out=pos)
         found = self.ids[pos] == keys
-        rows = pos[found]
-        if rows.size:
-            block = self.matrix[rows]
-            out[found] = block if is_identity(columns, block.shape[1]) else block[:, columns]
+        identity = is_identity(columns, self.matrix.shape[1])
+        if found.all():  # the usual case: one gather, no mask
+            return (self.matrix[pos] if identity else self.matrix[pos][:, columns]), found
+        out = np.full((n, len(columns)), np.nan, dtype=np.float32)
+        block = self.matrix[pos[found]]
+        out[found] = block if identity else block[:, columns]
         return out, found
 
 

@@ -21,7 +21,7 @@ import hiredis
 import numpy as np
 import orjson
 
-from app.features.redis_store import RedisStore
+from app.features.redis_store import Deadline, RedisStore
 
 ITEM_SET_MISSING = "item_set_missing_in_redis"
 ITEM_SET_MALFORMED = "item_set_meta_malformed"
@@ -70,7 +70,7 @@ class RedisItemBackend:
         self._live: dict[str, SetVersion] = {}  # set -> the version the pointer named last
         self._meta: dict[tuple[str, str], SetVersion] = {}
 
-    async def fetch(self, set_name: str, ids: Sequence[Any], deadline: float) -> RedisItems:
+    async def fetch(self, set_name: str, ids: Sequence[Any], deadline: Deadline) -> RedisItems:
         prefix = self.store.prefix
         pointer = pointer_key(prefix, set_name)
         known = self._live.get(set_name)

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from app.artifacts.manifest import ItemFeatureSet
+from app.errors import LtrError
 
 
-class SnapshotError(ValueError):
+class SnapshotError(LtrError, ValueError):
     """An item snapshot that cannot be used (names the file)."""
 
 

@@ -199,7 +199,7 @@ class RedisStore:
         return Fetch(raw)
 
     async def run(
-        self, deadline: float, call: Callable[[aioredis.Redis], Awaitable[Any]]
+        self, deadline: Deadline, call: Callable[[aioredis.Redis], Awaitable[Any]]
     ) -> tuple[Any, str | None]:
         """(reply, None) or (None, reason): `call` under the deadline and the breaker, uncached.
         The item feature store sends its pipelined batches through here."""
@@ -214,7 +214,7 @@ class RedisStore:
         except LoopLagTimeout:
             self.breaker.release_probe()  # the loop was late: no verdict on Redis
             self._count("errors")
-            return Fetch(None, REDIS_TIMEOUT)
+            return None, REDIS_TIMEOUT
         except (TimeoutError, RedisTimeoutError):
             return None, self._failed(REDIS_TIMEOUT).error
         except ResponseError as exc:

@@ -19,6 +19,7 @@ import numpy as np
 import orjson
 import redis
 
+from app.errors import LtrError
 from app.features.item_redis import item_prefix, meta_key, pointer_key
 from trainer.features.item_table import ItemTable
 
@@ -28,7 +29,7 @@ EXPIRE_SECONDS = 24 * 3600
 SCAN_COUNT = 10_000
 
 
-class PushError(RuntimeError):
+class PushError(LtrError, RuntimeError):
     """The new version could not be written or did not read back as written."""
 
 

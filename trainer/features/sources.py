@@ -30,6 +30,7 @@ import numpy as np
 
 from app.artifacts.manifest import NAME_PATTERN, FeatureSource, ItemFeatureSet, Manifest
 from app.artifacts.store import load_version, write_version_dir
+from app.errors import LtrError
 from app.features.item_snapshot import write_snapshot
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
@@ -37,7 +38,7 @@ from trainer.data.loader import align_features, load_dataset
 from trainer.features.item_table import ItemTable, as_snapshot, read_item_table
 
 
-class SpecError(ValueError):
+class SpecError(LtrError, ValueError):
     """A features spec or flag combination that cannot be used (names the file or flag)."""
 
 

@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from app.features.item_store import ItemFeatureStore
         from app.features.user_features import UserFeatureResolver
         from app.registry.reload_events import listen_for_reloads
 
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await resolver.start()
         registry = ModelRegistry(settings, on_load=resolver.register_model)
         app.state.resolver = resolver
+        app.state.item_store = ItemFeatureStore(settings, resolver.store)  # shares its Redis
         app.state.registry = registry
         app.state.scoring_limiter = anyio.CapacityLimiter(settings.scoring_concurrency)
         app.state.impressions = ImpressionLog(settings)

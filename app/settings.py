@@ -88,3 +88,7 @@ class Settings(BaseSettings):
     impressions_stream_maxlen: Annotated[int, Field(ge=1)] = 1_000_000
     impressions_queue_size: Annotated[int, Field(ge=1)] = 10_000
     impressions_ttl_seconds: Annotated[int, Field(ge=1)] = 86400
+
+    # Item feature store (app.features.item_store): `auto` reads Redis when redis_url is set,
+    # else the snapshot the model version carries; `snapshot` never asks Redis for items.
+    item_store: Literal["auto", "redis", "snapshot"] = "auto"

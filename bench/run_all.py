@@ -28,6 +28,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("convert.md", ["bench.bench_convert"]),
     ("data.md", ["bench.bench_data"]),
     ("user_features.md", ["bench.bench_user_features"]),
+    ("item_features.md", ["bench.bench_item_features"]),
     ("simulate.md", ["bench.bench_simulate"]),
 ]
 

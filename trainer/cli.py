@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "dataset",
     "serve",
+    "features",
 )
 
 app = typer.Typer(

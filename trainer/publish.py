@@ -37,6 +37,7 @@ class PublishResult:
     path: Path
     removed: list[str]
     redis_pushed: bool
+    item_set: str | None = None  # "set@version" made live in Redis before CURRENT moved
 
 
 def install_version(source: Path, registry: Path, name: str | None = None) -> Artifact:
@@ -51,7 +52,7 @@ def install_version(source: Path, registry: Path, name: str | None = None) -> Ar
         if existing.manifest.files != artifact.manifest.files:
             raise ArtifactError(f"{final} already exists with different contents")
         return existing
-    write_version_dir(final, manifest, artifact.files)
+    write_version_dir(final, manifest, artifact.all_files())
     return load_version(final)
 
 
@@ -64,6 +65,35 @@ def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> None:
     clusters = orjson.loads(artifact.files[uc.clusters_file])
     embeddings = np.load(io.BytesIO(artifact.files[uc.embeddings_file]), allow_pickle=False)
     push_embeddings(redis_url, prefix, artifact.manifest, clusters, embeddings)
+
+
+def push_model_item_set(artifact: Artifact, redis_url: str, prefix: str) -> str:
+    """Make the item set version the model was trained with live in Redis: switch back to it
+    when Redis still holds it complete, else push it from the snapshot the version carries.
+    Returns "set@version"; ArtifactError when neither is possible."""
+    import redis
+
+    from trainer.features.item_table import table_from_version
+    from trainer.features.redis_sets import PushError, push_item_set, read_meta, switch_version
+
+    items = artifact.manifest.item_features
+    assert items is not None
+    label = f"{items.set}@{items.version}"
+    try:
+        with redis.Redis.from_url(redis_url, socket_timeout=30) as client:
+            if items.version and read_meta(client, prefix, items.set, items.version) is not None:
+                switch_version(client, prefix, items.set, items.version)
+                return label
+            if not items.has_snapshot:
+                raise ArtifactError(
+                    f"{artifact.path}: item set {label} is not in Redis and the version "
+                    "carries no snapshot to push"
+                )
+            table = table_from_version(artifact.path)
+            push_item_set(client, prefix, items.set, table, version=items.version)
+    except (redis.RedisError, PushError) as exc:
+        raise ArtifactError(f"item set {label} could not be made live in Redis: {exc}") from None
+    return label
 
 
 def _announce(redis_url: str, prefix: str, name: str, version: str) -> None:
@@ -102,6 +132,11 @@ def publish(
     artifact = install_version(source, registry, name)
     m = artifact.manifest
     previous = read_current(registry, m.name)
+    item_set = None
+    if redis_url and m.item_features is not None:
+        # Unlike the embeddings, a failed push stops the deploy: the new model would otherwise
+        # score with whatever set version Redis holds, not the one it was trained with.
+        item_set = push_model_item_set(artifact, redis_url, redis_prefix)
     pushed = False
     if redis_url:
         # A Redis failure must not stop a deploy: services fall back to the artifact's copy.
@@ -117,7 +152,7 @@ def publish(
         except Exception as exc:
             log.warning("could not announce on Redis (services will poll): %s", exc)
     removed = prune_versions(registry, m.name, keep)
-    return PublishResult(m.name, m.version, previous, artifact.path, removed, pushed)
+    return PublishResult(m.name, m.version, previous, artifact.path, removed, pushed, item_set)
 
 
 def rollback(
@@ -132,7 +167,10 @@ def rollback(
     if idx == 0:
         raise ArtifactError(f"{Path(registry) / name}: {current} is the oldest version kept")
     target = versions[idx - 1]
-    load_version(Path(registry) / name / target)  # refuse to roll back onto a broken version
+    # Refuse to roll back onto a broken version; restore the item set it was trained with.
+    artifact = load_version(Path(registry) / name / target)
+    if redis_url and artifact.manifest.item_features is not None:
+        push_model_item_set(artifact, redis_url, redis_prefix)
     set_current(registry, name, target)
     if redis_url:
         try:

@@ -121,12 +121,15 @@ def build_matrix(
     ignore_unknown: bool = False,
     extra_columns: int = 0,
     budget: TokenBudget | None = None,
+    features_optional: bool = False,
 ) -> CandidateMatrix:
     """Validate `candidates` and lay their features out in `feature_names` order.
 
     `extra_columns` NaN columns are appended (for the user embedding the caller fills in).
     `budget` (from `token_budget`) lets the value type scan be skipped when it proves the
     values hold no strings or booleans; without it every value's type is checked.
+    `features_optional`: a candidate may be just `{"id": ...}` (its features all missing),
+    for models whose other features come from the query or the item store.
     """
     where: Loc = ("body", "candidates")
     if type(candidates) is not list:
@@ -143,6 +146,13 @@ def build_matrix(
     plain = _plain_lists(candidates, width)
     if plain is not None:
         return _plain_matrix(*plain, where, budget, extra_columns)
+    if features_optional:
+        bare_ids = _ids_only(candidates)
+        if bare_ids is not None:
+            if len(set(bare_ids)) != n:
+                _duplicate_id(bare_ids, where)
+            missing = np.full((n, width + extra_columns), np.nan, np.float32)
+            return CandidateMatrix(bare_ids, missing)
     ids: list[Any] = []
     list_pos: list[int] = []
     list_rows: list[list[Any]] = []
@@ -152,14 +162,20 @@ def build_matrix(
     for i, cand in enumerate(candidates):
         if type(cand) is not dict:
             raise RequestError((*where, i), "must be an object with `id` and `features`")
-        if len(cand) != 2 or cand.keys() != _CANDIDATE_KEYS:
-            _bad_candidate_keys(cand, (*where, i))
+        bare = features_optional and len(cand) == 1 and "id" in cand
+        if not bare and (len(cand) != 2 or cand.keys() != _CANDIDATE_KEYS):
+            _bad_candidate_keys(cand, (*where, i), features_optional)
         cid = cand["id"]
         if type(cid) is not str and type(cid) is not int:
             raise RequestError((*where, i, "id"), "must be a string or an integer", "id_type")
         ids.append(cid)
         strings += 3 if type(cid) is str else 2
+        if bare:
+            strings -= 1  # no `features` key
+            continue
         feats = cand["features"]
+        if feats is None and features_optional:
+            continue
         if type(feats) is list:
             if len(feats) != width:
                 raise RequestError(
@@ -184,7 +200,7 @@ def build_matrix(
 
     numbers = budget is not None and budget.bools == 0 and budget.strings == strings
     total = width + extra_columns
-    if not map_rows and not extra_columns:
+    if not map_rows and not extra_columns and len(list_pos) == n:
         matrix = _to_float32(list_rows, list_pos, where, numbers)
         return CandidateMatrix(ids, matrix)
     matrix = np.full((n, total), np.nan, dtype=np.float32)
@@ -224,6 +240,17 @@ def _plain_lists(candidates: list[Any], width: int) -> tuple[list[Any], list[Any
     else:
         n_str = sum(type(cid) is str for cid in ids)
     return ids, rows, 2 * len(ids) + n_str  # two keys each, plus the id when a string
+
+
+def _ids_only(candidates: list[Any]) -> list[Any] | None:
+    """The ids when every candidate is exactly `{"id": str | int}`, else None."""
+    if set(map(type, candidates)) != {dict} or set(map(len, candidates)) != {1}:
+        return None
+    try:
+        ids = [c["id"] for c in candidates]
+    except KeyError:
+        return None
+    return ids if set(map(type, ids)) <= _ID_TYPES else None
 
 
 def _plain_matrix(
@@ -324,8 +351,8 @@ def _fill_from_maps(
             matrix[np.ix_(row_idx, np.asarray(cols))] = values
 
 
-def _bad_candidate_keys(cand: dict[str, Any], loc: Loc) -> None:
-    for key in ("id", "features"):
+def _bad_candidate_keys(cand: dict[str, Any], loc: Loc, features_optional: bool = False) -> None:
+    for key in ("id",) if features_optional else ("id", "features"):
         if key not in cand:
             raise RequestError((*loc, key), "field required", "missing")
     extra = sorted(str(k) for k in cand.keys() - _CANDIDATE_KEYS)

@@ -3,7 +3,6 @@ scores (the model's scorer) → ranked JSON; everything else is a few lines."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import time
 from typing import Annotated, Any
@@ -17,6 +16,7 @@ from starlette.responses import Response
 
 from app import metrics
 from app.api.admission import AdmissionDep
+from app.api.assembly import assemble, report_items
 from app.api.dependencies import (
     AdminDep,
     RegistryDep,
@@ -24,7 +24,6 @@ from app.api.dependencies import (
     ScoringLimiterDep,
     SettingsDep,
 )
-from app.api.request_matrix import build_matrix, token_budget
 from app.api.schemas import (
     Health,
     MessageResponse,
@@ -89,42 +88,25 @@ async def rerank(
     candidates = doc.pop("candidates", None)
     envelope = RerankEnvelope.model_validate(doc)
     model = registry.get(envelope.model)
-    manifest = model.manifest
-    uc = manifest.user_clusters
-    extra = uc.embedding_dim if uc is not None and uc.input == "features" else 0
-    # The Redis round trip (if any) overlaps with building the matrix.
-    user_task = asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"))) if uc else None
-    try:
-        matrix = build_matrix(
-            candidates,
-            manifest.request_feature_names,
-            min_candidates=settings.min_candidates,
-            max_candidates=settings.max_candidates,
-            ignore_unknown=settings.ignore_unknown_features,
-            extra_columns=extra,
-            budget=token_budget(raw, doc),
-        )
-    except BaseException:
-        if user_task is not None:
-            user_task.cancel()
-        raise
+    # Candidate, query, item-store and user features → one matrix in model column order.
+    state = request.app.state
+    rows = await assemble(
+        model, doc, candidates, raw, envelope, settings, resolver, state.item_store
+    )
     metrics.DECODE_SECONDS.observe(time.perf_counter() - started)
-    features = matrix.features
+    features, user_features, user_vector = rows.features, rows.user, rows.user_vector
+    uc = model.manifest.user_clusters
+    extra = uc.embedding_dim if uc is not None and uc.input == "features" else 0
     n = features.shape[0]
     metrics.CANDIDATES.observe(n)
-    user_features = await user_task if user_task is not None else None
-    user_vector = None
-    if user_features is not None and user_features.vector is not None:
-        if extra:
-            features[:, -extra:] = user_features.vector
-        else:
-            user_vector = user_features.vector
     scoring = _score(model, features, user_vector, settings.inline_scoring_max_rows, limiter)
     scores = await slot.bounded(scoring)
     request_id = envelope.request_id or request.scope["state"]["request_id"]
-    body = _ranked(request_id, model, matrix.ids, scores, envelope.top_k, user_features)
-    state, user = request.app.state, envelope.user
-    log_impression(state, body, envelope.query_id, user, matrix.ids, features, user_features)
+    body = _ranked(request_id, model, rows.ids, scores, envelope.top_k, user_features)
+    if rows.items is not None:
+        report_items(body, rows.items)
+    user = envelope.user
+    log_impression(state, body, envelope.query_id, user, rows.ids, features, user_features)
     if envelope.explain:
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
         for item, i in zip(body["results"], body.pop("_order"), strict=True):
@@ -222,7 +204,10 @@ async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
             "created_at": m.manifest.created_at,
             "loaded_at": dt.datetime.fromtimestamp(m.loaded_at, dt.UTC),
             "default": m.name == default,
-            "feature_names": m.manifest.request_feature_names,
+            "feature_names": m.manifest.candidate_feature_names,
+            "query_features": m.manifest.names_from("query"),
+            "item_features": m.manifest.names_from("item"),
+            "item_set": m.manifest.item_features.set if m.manifest.item_features else None,
             "user_clusters": m.manifest.user_clusters is not None,
             "metrics": m.manifest.metrics,
         }

@@ -18,6 +18,10 @@ from app.artifacts.manifest import NAME_PATTERN
 ProfileValue = str | int | float | bool | None
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
 
+_ID_ONLY_EXAMPLE: dict[str, Any] = {
+    "query": {"features": {"query_length": 3, "hour": 14}},
+    "candidates": [{"id": "d1", "features": {"bm25": 12.1}}, {"id": "d2"}],
+}
 _REQUEST_EXAMPLE: dict[str, Any] = {
     "request_id": "3f2a9c",
     "query_id": "q-1842",
@@ -41,6 +45,16 @@ class UserInfo(BaseModel):
     profile: dict[str, ProfileValue] = Field(default_factory=dict)
 
 
+class QueryInfo(BaseModel):
+    """Query-level features, sent once and shared by every candidate (source `query` in the
+    model's manifest): a name → value map, or a list in the model's query feature order
+    (`GET /models`). null or an absent name is a missing value."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    features: dict[str, float | None] | list[float | None] = Field(default_factory=dict)
+
+
 class RerankEnvelope(BaseModel):
     """Everything of a /rerank body except `candidates` (validated in bulk elsewhere)."""
 
@@ -56,24 +70,28 @@ class RerankEnvelope(BaseModel):
     query_id: str | int | None = None
     model: str | None = Field(None, pattern=NAME_PATTERN)
     user: UserInfo | None = None
+    query: QueryInfo | None = None
     top_k: int | None = Field(None, ge=1)
     explain: bool = False
 
 
 class Candidate(BaseModel):
-    """One document: its id and its features, as a list in the model's feature order or as a
-    name → value map (names not given are missing). null is a missing value."""
+    """One document: its id and its features, as a list in the model's candidate feature order
+    or as a name → value map (names not given are missing). null is a missing value.
+
+    `features` may be left out when the model takes its other features from the query and the
+    item feature store (looked up by `id`); those are never sent per candidate."""
 
     id: str | int = Field(examples=["d1"])
-    features: list[float | None] | dict[str, float | None] = Field(
-        examples=[[0.1, 0.5, None, 12.0], {"bm25": 12.1, "ctr_7d": 0.03}]
+    features: list[float | None] | dict[str, float | None] | None = Field(
+        None, examples=[[0.1, 0.5, None, 12.0], {"bm25": 12.1, "ctr_7d": 0.03}]
     )
 
 
 class RerankRequest(RerankEnvelope):
     """The /rerank body (documentation; see RerankEnvelope and request_matrix for checks)."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [_REQUEST_EXAMPLE]})
+    model_config = ConfigDict(json_schema_extra={"examples": [_REQUEST_EXAMPLE, _ID_ONLY_EXAMPLE]})
 
     candidates: list[Candidate] = Field(
         description="At least LTR_MIN_CANDIDATES and at most LTR_MAX_CANDIDATES; unique ids."
@@ -121,10 +139,18 @@ class RerankResponse(BaseModel):
         description="Sorted by score, highest first; ties keep input order; cut to top_k."
     )
     degraded: bool = Field(
-        description="True when user features fell back (e.g. Redis down) or the request was "
-        "answered in retrieval order without scoring (over its latency budget, or shed)."
+        description="True when user or item features fell back (e.g. Redis down) or the "
+        "request was answered in retrieval order without scoring (over its latency budget, or "
+        "shed)."
     )
-    reasons: list[str] = Field(description="Why: user-feature reasons, or `over_budget` / `shed`.")
+    reasons: list[str] = Field(
+        description="Why: user- and item-feature reasons, or `over_budget` / `shed`."
+    )
+    item_features_missing: int | None = Field(
+        None,
+        description="Models with item features: candidates the item store did not know "
+        "(scored with missing values; `reasons` then holds `item_features_missing`).",
+    )
     user_cluster: str | None = Field(None, description="With `explain`: the user's cluster.")
 
 
@@ -174,7 +200,14 @@ class ModelInfo(BaseModel):
     created_at: dt.datetime
     loaded_at: dt.datetime
     default: bool
-    feature_names: list[str] = Field(description="What clients send, in list order.")
+    feature_names: list[str] = Field(description="What clients send per candidate, list order.")
+    query_features: list[str] = Field(
+        default_factory=list, description="What clients send once in `query.features`."
+    )
+    item_features: list[str] = Field(
+        default_factory=list, description="Looked up by candidate id in the item feature store."
+    )
+    item_set: str | None = Field(None, description="The item feature set they come from.")
     user_clusters: bool
     metrics: dict[str, Any]
 

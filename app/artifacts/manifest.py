@@ -79,6 +79,40 @@ class UserClusters(_Strict):
     input: Literal["features", "onnx_input"] = "features"
 
 
+FeatureSource = Literal["candidate", "query", "item", "user"]
+SOURCES: tuple[FeatureSource, ...] = ("candidate", "query", "item", "user")
+
+
+class ItemFeatureSet(_Strict):
+    """Where a model's `item` features come from: an item feature set, looked up by candidate id.
+
+    `names` is the set's column order (the packed float32 values in Redis and the columns of the
+    in-process snapshot); the model's item features are a subset of it, in any order. `version`
+    is the set version the model was trained with (pushed to Redis before the model serves).
+    `matrix_file` / `ids_file`: the in-process snapshot the version carries, if any: float32
+    [n_items, len(names)] and the sorted unique item ids (unicode) of its rows.
+    """
+
+    set: str = Field(pattern=NAME_PATTERN)
+    version: str | None = Field(None, pattern=NAME_PATTERN)
+    names: list[str] = Field(min_length=1)
+    id_column: str = "doc_id"
+    matrix_file: str | None = None
+    ids_file: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ItemFeatureSet:
+        if len(set(self.names)) != len(self.names):
+            raise ValueError("item feature set names must be unique")
+        if (self.matrix_file is None) != (self.ids_file is None):
+            raise ValueError("an item snapshot needs both matrix_file and ids_file")
+        return self
+
+    @property
+    def has_snapshot(self) -> bool:
+        return self.matrix_file is not None
+
+
 class Manifest(_Strict):
     format_version: Literal[1] = 1
     name: str = Field(pattern=NAME_PATTERN)
@@ -88,6 +122,10 @@ class Manifest(_Strict):
     feature_names: list[str] = Field(min_length=1)
     missing_value: MissingValueRule
     user_clusters: UserClusters | None = None
+    # Feature name -> where its value comes from; a name not listed is `candidate` (sent with
+    # each candidate), or `user` for the appended embedding columns. Old manifests: all candidate.
+    feature_sources: dict[str, FeatureSource] = Field(default_factory=dict)
+    item_features: ItemFeatureSet | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256 hex
@@ -102,7 +140,43 @@ class Manifest(_Strict):
         for fname in self.files:
             if "/" in fname or fname.startswith("."):
                 raise ValueError(f"file name {fname!r} must be a plain name")
+        self._check_sources()
         return self
+
+    def _check_sources(self) -> None:
+        unknown = sorted(set(self.feature_sources) - set(self.feature_names))
+        if unknown:
+            raise ValueError(f"feature_sources names unknown features: {unknown[:5]}")
+        embedding = set(self._embedding_names())
+        for name, source in self.feature_sources.items():
+            if (source == "user") != (name in embedding):
+                raise ValueError(f"feature {name!r}: `user` is the source of exactly the embedding")
+        items = [n for n, s in self.feature_sources.items() if s == "item"]
+        if items and self.item_features is None:
+            raise ValueError("item features need `item_features` (the set they come from)")
+        if self.item_features is not None:
+            if not items:
+                raise ValueError("`item_features` is set but no feature has source `item`")
+            absent = sorted(set(items) - set(self.item_features.names))
+            if absent:
+                raise ValueError(f"item features not in the item set's names: {absent[:5]}")
+
+    def _embedding_names(self) -> list[str]:
+        uc = self.user_clusters
+        if uc is not None and uc.input == "features":
+            return self.feature_names[-uc.embedding_dim :]
+        return []
+
+    def source(self, name: str) -> FeatureSource:
+        """Where feature `name` comes from."""
+        found = self.feature_sources.get(name)
+        if found is not None:
+            return found
+        return "user" if name in self._embedding_names() else "candidate"
+
+    def names_from(self, source: FeatureSource) -> list[str]:
+        """The features of one source, in model column order."""
+        return [n for n in self.feature_names if self.source(n) == source]
 
     @property
     def model_file(self) -> str:
@@ -110,8 +184,19 @@ class Manifest(_Strict):
 
     @property
     def request_feature_names(self) -> list[str]:
-        """The features a client sends: all but the appended user-cluster embedding columns."""
-        uc = self.user_clusters
-        if uc is not None and uc.input == "features":
-            return self.feature_names[: -uc.embedding_dim]
-        return self.feature_names
+        """The model's columns but the appended user-cluster embedding: what training data and
+        the scorer's callers supply (candidate, query and item features alike)."""
+        embedding = len(self._embedding_names())
+        return self.feature_names[: len(self.feature_names) - embedding]
+
+    @property
+    def candidate_feature_names(self) -> list[str]:
+        """What a client sends with each candidate (source `candidate`), in model order."""
+        if not self.feature_sources:
+            return self.request_feature_names
+        return self.names_from("candidate")
+
+    @property
+    def has_sources(self) -> bool:
+        """Whether any feature comes from elsewhere than the candidate (or the user embedding)."""
+        return any(s in ("query", "item") for s in self.feature_sources.values())

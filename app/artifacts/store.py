@@ -10,7 +10,8 @@ import hashlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -20,8 +21,13 @@ from app.errors import LtrError
 
 MANIFEST_FILE = "manifest.json"
 CURRENT_FILE = "CURRENT"
-ALLOWED_FILES = {"model.json", "model.onnx", "embeddings.npy", "clusters.json"}
+# The item feature snapshot (`items.npy` float32 [n_items, n_features], `item_ids.npy` sorted
+# unicode ids) can be large: it is verified by streaming and memory-mapped, never read whole.
+LARGE_FILES = {"items.npy", "item_ids.npy"}
+ALLOWED_FILES = {"model.json", "model.onnx", "embeddings.npy", "clusters.json"} | LARGE_FILES
 MAX_ARTIFACT_BYTES = 512 * 1024 * 1024
+MAX_LARGE_FILE_BYTES = 64 * 1024**3
+_CHUNK = 8 * 1024 * 1024
 
 
 class ArtifactError(LtrError, ValueError):
@@ -35,10 +41,36 @@ class Artifact:
     path: Path
     manifest: Manifest
     files: dict[str, bytes]
+    large_files: dict[str, Path] = field(default_factory=dict)  # verified, not read (LARGE_FILES)
+
+    def all_files(self) -> dict[str, bytes | Path]:
+        """Every file, as bytes or (the large ones) as the path of the verified file."""
+        return {**self.files, **self.large_files}
 
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_file(target: Path, data: bytes | Path) -> str:
+    """Write bytes or copy a file to `target`; its sha256."""
+    if isinstance(data, bytes):
+        target.write_bytes(data)
+        return sha256_hex(data)
+    digest = hashlib.sha256()
+    with open(data, "rb") as src, open(target, "wb") as dst:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            dst.write(chunk)
+    return digest.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -49,13 +81,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_version(registry: Path, manifest: Manifest, files: dict[str, bytes]) -> Path:
+def write_version(registry: Path, manifest: Manifest, files: Mapping[str, bytes | Path]) -> Path:
     """Write a version directory atomically; the manifest gets the files' sha256 filled in."""
     return write_version_dir(Path(registry) / manifest.name / manifest.version, manifest, files)
 
 
-def write_version_dir(final: Path, manifest: Manifest, files: dict[str, bytes]) -> Path:
-    """Write a version directory at an explicit path (its name must be the manifest's version)."""
+def write_version_dir(final: Path, manifest: Manifest, files: Mapping[str, bytes | Path]) -> Path:
+    """Write a version directory at an explicit path (its name must be the manifest's version).
+
+    A file given as a Path is copied (large item snapshots are never held in memory)."""
     final = Path(final)
     if final.name != manifest.version:
         raise ArtifactError(f"{final}: directory name must be the version {manifest.version!r}")
@@ -65,12 +99,11 @@ def write_version_dir(final: Path, manifest: Manifest, files: dict[str, bytes]) 
     if final.exists():
         raise ArtifactError(f"{final} already exists")
     final.parent.mkdir(parents=True, exist_ok=True)
-    stamped = manifest.model_copy(update={"files": {n: sha256_hex(b) for n, b in files.items()}})
-    stamped = Manifest.model_validate(stamped.model_dump())
     tmp = Path(tempfile.mkdtemp(prefix=f".{manifest.version}.", dir=final.parent))
     try:
-        for name, data in files.items():
-            (tmp / name).write_bytes(data)
+        digests = {name: _write_file(tmp / name, data) for name, data in files.items()}
+        stamped = manifest.model_copy(update={"files": digests})
+        stamped = Manifest.model_validate(stamped.model_dump())
         (tmp / MANIFEST_FILE).write_text(stamped.model_dump_json(indent=2) + "\n")
         for child in tmp.iterdir():
             with open(child, "rb") as fh:
@@ -103,20 +136,37 @@ def load_version(path: Path) -> Artifact:
     if not manifest.files:
         raise ArtifactError(f"{mpath}: lists no files")
     files: dict[str, bytes] = {}
+    large: dict[str, Path] = {}
     for name, digest in manifest.files.items():
         if name not in ALLOWED_FILES:
             raise ArtifactError(f"{mpath}: file {name!r} is not allowed in an artifact")
         fpath = path / name
+        limit = MAX_LARGE_FILE_BYTES if name in LARGE_FILES else MAX_ARTIFACT_BYTES
         try:
-            if fpath.stat().st_size > MAX_ARTIFACT_BYTES:
-                raise ArtifactError(f"{fpath}: larger than {MAX_ARTIFACT_BYTES} bytes")
-            data = fpath.read_bytes()
+            if fpath.stat().st_size > limit:
+                raise ArtifactError(f"{fpath}: larger than {limit} bytes")
+            if name in LARGE_FILES:
+                actual = sha256_file(fpath)
+                large[name] = fpath
+            else:
+                data = fpath.read_bytes()
+                actual = sha256_hex(data)
+                files[name] = data
         except OSError as exc:
             raise ArtifactError(f"{fpath}: cannot read ({exc.strerror})") from None
-        if sha256_hex(data) != digest:
+        if actual != digest:
             raise ArtifactError(f"{fpath}: sha256 mismatch (corrupt or truncated)")
-        files[name] = data
-    return Artifact(path=path, manifest=manifest, files=files)
+    _check_item_files(mpath, manifest, set(manifest.files))
+    return Artifact(path=path, manifest=manifest, files=files, large_files=large)
+
+
+def _check_item_files(mpath: Path, manifest: Manifest, listed: set[str]) -> None:
+    items = manifest.item_features
+    if items is None or not items.has_snapshot:
+        return
+    for fname in (items.matrix_file, items.ids_file):
+        if fname not in listed:
+            raise ArtifactError(f"{mpath}: item snapshot file {fname!r} is not in files")
 
 
 def read_current(registry: Path, name: str) -> str | None:

@@ -191,32 +191,42 @@ class RedisStore:
     async def _call(
         self, deadline: Deadline, call: Callable[[aioredis.Redis], Awaitable[Any]]
     ) -> Fetch:
+        raw, error = await self.run(deadline, call)
+        if error is not None:
+            return Fetch(None, error)
+        if raw is not None and not isinstance(raw, bytes):
+            raw = str(raw).encode()
+        return Fetch(raw)
+
+    async def run(
+        self, deadline: Deadline, call: Callable[[aioredis.Redis], Awaitable[Any]]
+    ) -> tuple[Any, str | None]:
+        """(reply, None) or (None, reason): `call` under the deadline and the breaker, uncached.
+        The item feature store sends its pipelined batches through here."""
         if self._client is None:
             self._count("errors")
-            return Fetch(None, REDIS_UNAVAILABLE)
+            return None, REDIS_UNAVAILABLE
         if not self.breaker.allow():
             self._count("errors")
-            return Fetch(None, CIRCUIT_OPEN)
+            return None, CIRCUIT_OPEN
         try:
             raw = await _within_redis_deadline(call(self._client), deadline, self.loop_lag)
         except LoopLagTimeout:
             self.breaker.release_probe()  # the loop was late: no verdict on Redis
             self._count("errors")
-            return Fetch(None, REDIS_TIMEOUT)
+            return None, REDIS_TIMEOUT
         except (TimeoutError, RedisTimeoutError):
-            return self._failed(REDIS_TIMEOUT)
+            return None, self._failed(REDIS_TIMEOUT).error
         except ResponseError as exc:
             # Redis answered (so it is healthy) but the key holds the wrong type of value.
             self.breaker.record_success()
             self._count("errors")
             log.warning("redis refused a read: %s", exc)
-            return Fetch(None, REDIS_BAD_VALUE)
+            return None, REDIS_BAD_VALUE
         except (RedisError, OSError):
-            return self._failed(REDIS_UNAVAILABLE)
+            return None, self._failed(REDIS_UNAVAILABLE).error
         self.breaker.record_success()
-        if raw is not None and not isinstance(raw, bytes):
-            raw = str(raw).encode()
-        return Fetch(raw)
+        return raw, None
 
     def _failed(self, reason: str) -> Fetch:
         self.breaker.record_failure()

@@ -42,6 +42,7 @@ from app.artifacts.store import (
     read_current,
 )
 from app.errors import LtrError
+from app.features.item_snapshot import ItemSnapshot
 from app.scoring.protocol import Scorer
 from app.settings import Settings
 
@@ -73,6 +74,8 @@ class LoadedModel:
     scorer: Scorer
     path: Path
     loaded_at: float  # unix time of the swap-in
+    # The item feature snapshot the version carries (memory-mapped), swapped with the model.
+    item_snapshot: ItemSnapshot | None = None
 
     @property
     def name(self) -> str:
@@ -225,7 +228,11 @@ class ModelRegistry:
         if self._on_load is not None:
             self._on_load(manifest, artifact.files)
         warm_up(scorer, manifest, self.settings.parallel_min_rows)
-        return LoadedModel(manifest, scorer, artifact.path, time.time())
+        items = manifest.item_features
+        snapshot = None
+        if items is not None and items.has_snapshot:
+            snapshot = ItemSnapshot.load(artifact.path, items)
+        return LoadedModel(manifest, scorer, artifact.path, time.time(), snapshot)
 
     async def _serve_older(self, name: str, refused: str, report: ReloadReport) -> None:
         """Serve the newest version older than the refused CURRENT that loads, if any."""

@@ -133,3 +133,23 @@ def test_publish_swaps_the_running_service_and_rollback_returns(
     rolled = ltr("publish", "--rollback", "--name", "demo", "--registry", str(registry))
     assert rolled.returncode == 0, rolled.stderr
     wait_for(lambda: current_version(url) == first, 120, "the rollback")
+
+
+def test_demo_items_takes_candidates_by_id(served: tuple[str, Path]) -> None:
+    """README, "Candidates by id": item features come from the in-process store."""
+    url, _ = served
+    body = {
+        "model": "demo-items",
+        "candidates": [
+            {"id": "doc-3005", "features": {"f12": 0.51, "f17": 0.45}},
+            {"id": "doc-3006"},
+            {"id": "doc-3007"},
+            {"id": "not-in-the-catalogue"},
+        ],
+    }
+    response = httpx.post(f"{url}/rerank", json=body)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["model"]["name"] == "demo-items" and len(doc["results"]) == 4
+    assert doc["item_features_missing"] == 1 and doc["reasons"] == ["item_features_missing"]
+    assert not doc["degraded"]

@@ -61,6 +61,7 @@ def publish_command(
                 "path": str(res.path),
                 "removed": res.removed,
                 "redis_pushed": res.redis_pushed,
+                "item_set": res.item_set,
             }
     if as_json:
         typer.echo(orjson.dumps(out).decode())

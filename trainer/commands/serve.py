@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -43,6 +43,9 @@ def serve_command(
     for key, value in overrides.items():
         if value is not None:
             os.environ[key] = str(value)
+    if demo:
+        # Two demo models: requests that name none go to `demo`, as the README shows.
+        os.environ.setdefault("LTR_DEFAULT_MODEL", DEMO_NAME)
     from app.settings import Settings
 
     try:
@@ -93,6 +96,20 @@ def _publish_demo(registry: Path) -> None:
     set_current(registry, DEMO_NAME, version)
     ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
     echo_err(f"published {DEMO_NAME}/{version} ({summary['trees']} trees, test NDCG: {ndcg})")
+    _publish_demo_items(registry, train, valid, params)
+
+
+def _publish_demo_items(registry: Path, train: Any, valid: Any, params: Any) -> None:
+    """`demo-items`: the same data with f21..f300 as item features from the in-process store,
+    so candidates can be sent by id (README, "Candidates by id")."""
+    from app.artifacts.manifest import new_version_id
+    from trainer.features import demo
+
+    version = new_version_id()
+    summary = demo.train_demo_items(train, valid, Path(registry) / demo.NAME / version, params)
+    set_current(registry, demo.NAME, version)
+    ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
+    echo_err(f"published {demo.NAME}/{version} (item features in-process, test NDCG: {ndcg})")
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,7 @@ ENGINES = ("native", "lightgbm", "lightgbm-dask", "dnn")
 TREE = "Tree engines (native, lightgbm, lightgbm-dask)"
 DNN = "DNN engine"
 CLICKS = "Click logs (native engine)"
+SOURCES = "Feature sources (query columns, item table)"
 Opt = typer.Option
 
 
@@ -204,6 +205,35 @@ def train_command(
             rich_help_panel=CLICKS,
         ),
     ] = "click-model",
+    features_spec: Annotated[
+        Path | None,
+        Opt(
+            help="Feature sources spec (TOML/JSON: query columns, [item] table).",
+            rich_help_panel=SOURCES,
+        ),
+    ] = None,
+    query_features: Annotated[
+        str | None,
+        Opt(
+            help="Query-level columns (one value per query), comma-separated.",
+            rich_help_panel=SOURCES,
+        ),
+    ] = None,
+    items: Annotated[
+        Path | None,
+        Opt(help="Item feature table (Parquet), joined by --id-column.", rich_help_panel=SOURCES),
+    ] = None,
+    item_set: Annotated[
+        str | None,
+        Opt(help="Name of the item feature set [default: items].", rich_help_panel=SOURCES),
+    ] = None,
+    id_column: Annotated[
+        str | None,
+        Opt(
+            help="Document id column of the data and the item table [default: doc_id].",
+            rich_help_panel=SOURCES,
+        ),
+    ] = None,
     as_json: Annotated[
         bool, Opt("--json", help="Print one JSON object.", show_default="off")
     ] = False,
@@ -230,9 +260,15 @@ def train_command(
         "embedding_dim": embedding_dim,
     }
     from trainer.engines.lightgbm_ranker import EngineError
+    from trainer.features.sources import SpecError, build_spec
 
-    with clear_errors(ConfigError, DataFormatError, ExportError, ArtifactError, EngineError):
+    with clear_errors(
+        ConfigError, DataFormatError, ExportError, ArtifactError, EngineError, SpecError
+    ):
         check_out_dir(out, name)
+        spec = build_spec(features_spec, query_features, items, item_set, id_column)
+        final_out, out = out, _staging(out) if spec is not None else out
+        sourced: list[Any] = []  # the joined data, once loaded (for the manifest's sources)
         file_values = read_config(config) if config is not None else {}
         chosen = engine or str(file_values.get("engine", "native"))
         if chosen not in ENGINES:
@@ -244,14 +280,14 @@ def train_command(
             from trainer.dnn.options import DNNOptions
 
             options = build_params(DNNOptions, file_values, flags, source=source, label=label)
-            summary = _train_dnn(*_load(train_file, valid_file), options, out, name)
+            summary = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
         else:
             from trainer.lambdamart.params import LambdaMARTParams
 
             params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
-            train, valid = _load(train_file, valid_file)
+            train, valid = _load(train_file, valid_file, spec, sourced)
             objective = None
             valid_metric = "ndcg"
             if unbiased or propensities is not None:
@@ -266,10 +302,36 @@ def train_command(
             summary = _train_trees(
                 chosen, train, valid, params, out, name, dask_scheduler, objective, valid_metric
             )
+        if sourced:
+            from trainer.features.sources import attach_sources
+
+            path = attach_sources(Path(summary["model_dir"]), final_out, sourced[0].plan)
+            summary["model_dir"] = str(path)
     _print_summary(summary, as_json)
 
 
+def _staging(out: Path) -> Path:
+    from trainer.features.sources import staging_dir
+
+    return staging_dir(out)
+
+
 def _load(
+    train_file: Path, valid_file: Path | None, spec: Any = None, sourced: list[Any] | None = None
+) -> tuple[RankingDataset, RankingDataset | None]:
+    """The data, with query columns checked and the item table joined when a spec says so
+    (the joined data is kept in `sourced` for the manifest)."""
+    if spec is None:
+        return _load_plain(train_file, valid_file)
+    from trainer.features.sources import load_sourced
+
+    data = load_sourced(spec, train_file, valid_file)
+    if sourced is not None:
+        sourced.append(data)
+    return data.train, data.valid
+
+
+def _load_plain(
     train_file: Path, valid_file: Path | None
 ) -> tuple[RankingDataset, RankingDataset | None]:
     """Training data and validation data lined up with its columns."""

@@ -26,6 +26,9 @@ class RankingDataset:
     # 1-based; Parquet column `position` or a `<file>.position` side file), for click logs.
     user_ids: np.ndarray | None = None
     positions: np.ndarray | None = None
+    # Optional: each document's id ([n_docs], strings), from the Parquet id column named at
+    # load time; item feature tables are joined on it.
+    doc_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.features.shape[0]
@@ -46,6 +49,8 @@ class RankingDataset:
             raise ValueError("one user id per query expected")
         if self.positions is not None and self.positions.shape != (n,):
             raise ValueError("one position per document expected")
+        if self.doc_ids is not None and self.doc_ids.shape != (n,):
+            raise ValueError("one document id per document expected")
 
     @property
     def num_docs(self) -> int:
@@ -81,6 +86,7 @@ class RankingDataset:
             source=self.source,
             user_ids=None if self.user_ids is None else self.user_ids[query_index],
             positions=None if self.positions is None else self.positions[rows],
+            doc_ids=None if self.doc_ids is None else self.doc_ids[rows],
         )
 
 

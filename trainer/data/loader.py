@@ -17,18 +17,24 @@ def load_dataset(
     path: str | Path,
     num_features: int | None = None,
     feature_names: list[str] | None = None,
+    id_column: str | None = None,
 ) -> RankingDataset:
     """Read Parquet (`.parquet`, `.pq`) or LETOR text (anything else).
 
     `feature_names` (a model's) lines the columns up with the model: by name for Parquet, by
     position for LETOR text, whose columns are feature ids 1..n. `num_features` forces the
-    width of LETOR text (ignored for Parquet, whose width is its columns).
+    width of LETOR text (ignored for Parquet, whose width is its columns). `id_column`: the
+    Parquet document id column (for joining item features); LETOR text has none.
     """
     path = Path(path)
     if path.suffix.lower() in PARQUET_SUFFIXES:
         from trainer.data.parquet import read_parquet
 
-        dataset = read_parquet(path)
+        dataset = read_parquet(path, id_column)
+    elif id_column is not None:
+        raise DataFormatError(
+            f"{path}: item features need Parquet data with a {id_column!r} column"
+        )
     else:
         from trainer.data.letor import read_letor
 

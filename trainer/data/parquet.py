@@ -29,28 +29,24 @@ def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0]) + 1
 
 
-def read_parquet(path: str | Path) -> RankingDataset:
-    """Read a Parquet file into a query-grouped dataset (queries must be contiguous)."""
+def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDataset:
+    """Read a Parquet file into a query-grouped dataset (queries must be contiguous).
+
+    `id_column`: a document id column (kept as strings in `doc_ids`, not a feature)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     path = Path(path)
-    if not path.is_file():
-        raise located(path, None, "no such file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise located(path, None, f"not a readable Parquet file ({exc})") from None
+    table = open_table(path)
     names = table.column_names
-    if len(set(names)) != len(names):
-        raise located(path, None, "duplicate column names")
     for required in ("qid", "label"):
         if required not in names:
             raise located(path, None, f"no {required!r} column (columns: {', '.join(names)})")
     if table.num_rows == 0:
         raise located(path, None, "no data rows")
-    feature_names = [name for name in names if name not in RESERVED]
+    if id_column is not None and id_column not in names:
+        raise located(path, None, f"no document id column {id_column!r}")
+    feature_names = [name for name in names if name not in RESERVED and name != id_column]
 
     def numeric(name: str, dtype: type[np.floating] = np.float64) -> np.ndarray:
         column = table.column(name)
@@ -82,7 +78,35 @@ def read_parquet(path: str | Path) -> RankingDataset:
         source=str(path),
         user_ids=_user_ids(path, table, offsets) if "user_id" in names else None,
         positions=_positions(path, numeric("position")) if "position" in names else None,
+        doc_ids=None if id_column is None else _doc_ids(path, table, id_column),
     )
+
+
+def _doc_ids(path: Path, table: pa.Table, id_column: str) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = table.column(id_column)
+    if column.null_count:
+        raise _at(path, _first(column.is_null().to_numpy(zero_copy_only=False)), id_column, "null")
+    return np.asarray(pc.cast(column, pa.string()).to_numpy(zero_copy_only=False), dtype=np.str_)
+
+
+def open_table(path: Path) -> pa.Table:
+    """The whole Parquet file; DataFormatError naming it when missing, unreadable or with
+    duplicate column names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise located(path, None, "no such file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise located(path, None, f"not a readable Parquet file ({exc})") from None
+    if len(set(table.column_names)) != len(table.column_names):
+        raise located(path, None, "duplicate column names")
+    return table
 
 
 def _groups(path: Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

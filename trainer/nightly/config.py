@@ -64,8 +64,20 @@ class PublishConfig(_Section):
     redis_prefix: str = "ltr:"
 
 
+class FeaturesConfig(_Section):
+    """Feature sources (as `ltr train --features-spec`): query-level columns of the data and
+    an item table joined by document id. The published version carries the item set, and
+    `publish` makes it live in Redis before CURRENT moves."""
+
+    query: list[str] = Field(default_factory=list)
+    items: Path | None = None  # Parquet item table; the data must be Parquet with `id_column`
+    item_set: str = Field("items", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    id_column: str = "doc_id"
+
+
 class NightlyConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
+    features: FeaturesConfig = Field(default_factory=FeaturesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,16 @@ from app.errors import LtrError
 from trainer.data.concat import concat_datasets
 from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
+from trainer.features.item_table import read_item_table
+from trainer.features.sources import (
+    FeatureSpec,
+    SourcePlan,
+    apply_sources,
+    attach_sources,
+    data_id_column,
+    source_plan,
+    staging_dir,
+)
 from trainer.nightly.config import NightlyConfig
 from trainer.nightly.gate import GateResult, run_gate
 from trainer.nightly.partitions import find_partitions, split_by_query_hash
@@ -49,6 +59,7 @@ class NightlyData:
     holdout: RankingDataset
     summary: dict[str, Any]
     propensities: Path | None = None  # click logs: the examination curve estimated on train
+    sources: SourcePlan | None = None  # query columns / item table the manifest records
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,9 @@ def load_data(config: NightlyConfig) -> NightlyData:
         rest, holdout = split_by_query_hash(data, cfg.holdout_fraction, salt="holdout")
         summary = {"source": "bundled demo data (LightGBM lambdarank example)"}
     else:
+        spec = _feature_spec(config)
+        if spec is not None:
+            return _sourced_data(config, spec, partitions)
         loaded = [[load_dataset(f) for f in p.files] for p in partitions]
         # Sparse LETOR files may stop short of the widest feature id: re-read them aligned.
         width = max(d.num_features for part in loaded for d in part)
@@ -126,6 +140,41 @@ def load_data(config: NightlyConfig) -> NightlyData:
         }
     train, valid = split_by_query_hash(rest, cfg.valid_fraction, salt="valid")
     return NightlyData(train, valid, holdout, summary | _sizes(train, valid, holdout))
+
+
+def _feature_spec(config: NightlyConfig) -> FeatureSpec | None:
+    features = config.features
+    if not features.query and features.items is None:
+        return None
+    return FeatureSpec(features.query, features.items, features.item_set, features.id_column)
+
+
+def _sourced_data(config: NightlyConfig, spec: FeatureSpec, partitions: list[Any]) -> NightlyData:
+    """Partitions with the item table joined and query columns checked (Parquet data)."""
+    table = read_item_table(spec.items, spec.id_column) if spec.items is not None else None
+    parts = []
+    for p in partitions:
+        files = [
+            apply_sources(load_dataset(f, id_column=data_id_column(spec, f)), spec, table)
+            for f in p.files
+        ]
+        parts.append(concat_datasets(files))
+    if len(parts) >= 2:
+        rest, holdout = concat_datasets(parts[:-1]), parts[-1]
+        split = f"time: held out {partitions[-1].date}"
+    else:
+        rest, holdout = split_by_query_hash(parts[0], config.data.holdout_fraction, salt="holdout")
+        split = "query hash (one partition)"
+    train, valid = split_by_query_hash(rest, config.data.valid_fraction, salt="valid")
+    summary = {
+        "source": str(config.data.dir),
+        "partitions": [str(p.date) for p in partitions],
+        "split": split,
+        "item_set": None if table is None else f"{spec.item_set}@{table.version()}",
+        "query_features": spec.query,
+    }
+    plan = source_plan(spec, table)
+    return NightlyData(train, valid, holdout, summary | _sizes(train, valid, holdout), None, plan)
 
 
 def _debiased(
@@ -160,7 +209,12 @@ def _sizes(*sets: RankingDataset) -> dict[str, Any]:
 def train_candidate(
     config: NightlyConfig, data: NightlyData, out: Path
 ) -> tuple[Path, dict[str, list[float]]]:
-    """Train the configured engine into the version directory `out`."""
+    """Train the configured engine into the version directory `out` (with the feature sources
+    and item snapshot in it when the data has them)."""
+    if data.sources is not None:
+        staged = staging_dir(out)
+        trained, history = train_candidate(config, replace(data, sources=None), staged)
+        return attach_sources(trained, out, data.sources), history
     model = config.model
     if model.engine == "dnn":
         from trainer.dnn.engine import train_and_export

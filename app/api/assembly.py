@@ -1,0 +1,227 @@
+"""A /rerank request's feature rows, assembled from the sources the manifest names.
+
+`candidate` features come with each candidate (`request_matrix.build_matrix`), `query` features
+once in `query.features` (one vector broadcast to every row), `item` features from the item
+feature store by candidate id (`app.features.item_store`), and `user` features are the cluster
+embedding (`app.features.user_features`). The result is one float32 matrix in the model's
+column order: what is scored, what the impression log records, and so what `ltr dataset
+--from-logs` trains on. The user lookup runs while the rest is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app import metrics
+from app.api.request_matrix import RequestError, build_matrix, token_budget
+from app.api.schemas import QueryInfo, RerankEnvelope
+from app.artifacts.manifest import Manifest
+from app.features.item_store import ItemFeatures, ItemFeatureStore
+from app.features.user_features import UserFeatureResolver, UserFeatures
+from app.registry import LoadedModel
+from app.settings import Settings
+
+Columns = slice | np.ndarray
+_LAYOUTS_MAX = 64
+
+
+@dataclass(frozen=True)
+class FeatureLayout:
+    """Which model columns each source fills."""
+
+    width: int
+    candidate: list[str]
+    query: list[str]
+    item: list[str]
+    candidate_cols: Columns
+    query_cols: Columns
+    item_cols: Columns
+    user_cols: Columns
+    query_index: dict[str, int]
+    sourced: bool  # some feature comes from the query or the item store
+
+
+@dataclass(frozen=True)
+class Assembled:
+    ids: list[Any]
+    features: np.ndarray  # float32 [n_candidates, n_model_features], NaN = missing
+    user_vector: np.ndarray | None  # float32 [embedding_dim] for `onnx_input` models
+    user: UserFeatures | None
+    items: ItemFeatures | None
+
+
+_layouts: dict[int, tuple[Manifest, FeatureLayout]] = {}
+
+
+def layout_of(manifest: Manifest) -> FeatureLayout:
+    """The manifest's layout, computed once per loaded manifest."""
+    cached = _layouts.get(id(manifest))
+    if cached is not None and cached[0] is manifest:
+        return cached[1]
+    sources = [manifest.source(name) for name in manifest.feature_names]
+
+    def cols(source: str) -> Columns:
+        return _columns([j for j, s in enumerate(sources) if s == source])
+
+    query = manifest.names_from("query")
+    layout = FeatureLayout(
+        width=len(sources),
+        candidate=manifest.candidate_feature_names,
+        query=query,
+        item=manifest.names_from("item"),
+        candidate_cols=cols("candidate"),
+        query_cols=cols("query"),
+        item_cols=cols("item"),
+        user_cols=cols("user"),
+        query_index={name: j for j, name in enumerate(query)},
+        sourced=manifest.has_sources,
+    )
+    if len(_layouts) >= _LAYOUTS_MAX:
+        _layouts.pop(next(iter(_layouts)))
+    _layouts[id(manifest)] = (manifest, layout)
+    return layout
+
+
+async def assemble(
+    model: LoadedModel,
+    doc: dict[str, Any],
+    candidates: object,
+    raw: bytes,
+    envelope: RerankEnvelope,
+    settings: Settings,
+    resolver: UserFeatureResolver,
+    item_store: ItemFeatureStore,
+) -> Assembled:
+    """The request's rows in model column order; RequestError (422) for bad content."""
+    manifest = model.manifest
+    layout = layout_of(manifest)
+    uc = manifest.user_clusters
+    user_task = asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"))) if uc else None
+    try:
+        query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
+        extra = 0 if layout.sourced else layout.width - len(layout.candidate)
+        try:
+            matrix = build_matrix(
+                candidates,
+                layout.candidate,
+                min_candidates=settings.min_candidates,
+                max_candidates=settings.max_candidates,
+                ignore_unknown=settings.ignore_unknown_features,
+                extra_columns=extra,
+                budget=token_budget(raw, doc),
+                features_optional=layout.sourced,
+            )
+        except RequestError as exc:
+            raise _explained(exc, manifest) from None
+        items = None
+        if layout.sourced:
+            features = np.empty((len(matrix.ids), layout.width), dtype=np.float32)
+            features[:, layout.candidate_cols] = matrix.features
+            features[:, layout.query_cols] = query
+            if manifest.item_features is not None:
+                items = await item_store.fetch(
+                    manifest.item_features, layout.item, model.item_snapshot, matrix.ids
+                )
+                features[:, layout.item_cols] = items.matrix
+        else:
+            features = matrix.features
+    except BaseException:
+        if user_task is not None:
+            user_task.cancel()
+        raise
+    user = await user_task if user_task is not None else None
+    user_vector = None
+    if user is not None and user.vector is not None:
+        if uc is not None and uc.input == "features":
+            features[:, layout.user_cols] = user.vector
+        else:
+            user_vector = user.vector
+    return Assembled(matrix.ids, features, user_vector, user, items)
+
+
+def query_vector(
+    query: QueryInfo | None, layout: FeatureLayout, ignore_unknown: bool
+) -> np.ndarray:
+    """float32 [n_query_features] from `query.features`; NaN where not given."""
+    with np.errstate(over="ignore"):  # beyond float32's range is ±inf, still ordered
+        return _query_vector(query, layout, ignore_unknown)
+
+
+def _query_vector(
+    query: QueryInfo | None, layout: FeatureLayout, ignore_unknown: bool
+) -> np.ndarray:
+    vector = np.full(len(layout.query), np.nan, dtype=np.float32)
+    given = query.features if query is not None else {}
+    where = ("body", "query", "features")
+    if isinstance(given, list):
+        if len(given) != len(layout.query):
+            raise RequestError(
+                where,
+                f"expected {len(layout.query)} values in the model's query feature order "
+                f"({', '.join(layout.query[:5])}{' ...' if len(layout.query) > 5 else ''}), "
+                f"got {len(given)}",
+                "feature_count",
+            )
+        vector[:] = [np.nan if v is None else v for v in given]
+        return vector
+    for name, value in given.items():
+        j = layout.query_index.get(name)
+        if j is None:
+            if ignore_unknown:
+                continue
+            message = _not_a_query_feature(name, layout)
+            raise RequestError((*where, name), message, "unknown_feature")
+        vector[j] = np.nan if value is None else value
+    return vector
+
+
+def _not_a_query_feature(name: str, layout: FeatureLayout) -> str:
+    if name in layout.candidate:
+        return f"{name!r} is a candidate feature: send it in each candidate's `features`"
+    if name in layout.item:
+        return f"{name!r} is an item feature: the service looks it up by candidate id"
+    if not layout.query:
+        return f"unknown query feature {name!r}: this model takes no query features"
+    return f"unknown query feature {name!r}"
+
+
+def _explained(exc: RequestError, manifest: Manifest) -> RequestError:
+    """An unknown candidate feature that another source supplies gets a message saying so."""
+    if exc.type != "unknown_feature" or not exc.loc:
+        return exc
+    name = exc.loc[-1]
+    if not isinstance(name, str) or name not in manifest.feature_names:
+        return exc
+    source = manifest.source(name)
+    hint = {
+        "query": "a query feature: send it once in `query.features`",
+        "item": "an item feature: the service looks it up by candidate id",
+        "user": "a user embedding column: the service fills it in from `user`",
+    }.get(source)
+    if hint is None:
+        return exc
+    return RequestError(exc.loc, f"{name!r} is {hint}, not sent per candidate", exc.type)
+
+
+def _columns(indices: Sequence[int]) -> Columns:
+    """A slice when the columns are contiguous (a cheaper assignment), else an index array."""
+    if not indices:
+        return slice(0, 0)
+    if list(indices) == list(range(indices[0], indices[-1] + 1)):
+        return slice(indices[0], indices[-1] + 1)
+    return np.asarray(indices, dtype=np.int64)
+
+
+def report_items(body: dict[str, Any], items: ItemFeatures) -> None:
+    """Add the item store's outcome to a response body: the count, reasons, `degraded`."""
+    body["item_features_missing"] = items.missing
+    body["reasons"].extend(items.reasons)
+    if items.degraded:
+        body["degraded"] = True
+        for reason in items.reasons:
+            metrics.DEGRADED.labels(reason).inc()

@@ -1,0 +1,180 @@
+"""Item features in Redis: one pipelined round trip per request, under the user features'
+deadline and circuit breaker (`RedisStore.run`).
+
+Keys (Redis contract): `{prefix}item:{set}:{set_version}:{item_id}` → the item's features as
+packed float32 little-endian in the set's order; `{prefix}itemset:{set}` → the live
+`set_version`, switched only after a complete, verified write (`ltr features push`);
+`{prefix}itemset:{set}:{set_version}:meta` → JSON `{"names": [...], "count": n, ...}`.
+
+A request sends `GET pointer` and `MGET` of its items' keys under the version it last saw in
+one pipeline; only when the pointer has moved (once per push) does a second round trip read
+the new version's meta and items. Versions are immutable, so their meta is cached for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import hiredis
+import numpy as np
+import orjson
+
+from app.features.redis_store import Deadline, RedisStore
+
+ITEM_SET_MISSING = "item_set_missing_in_redis"
+ITEM_SET_MALFORMED = "item_set_meta_malformed"
+META_CACHE_MAX = 64
+
+
+def item_prefix(prefix: str, set_name: str, version: str) -> str:
+    return f"{prefix}item:{set_name}:{version}:"
+
+
+def pointer_key(prefix: str, set_name: str) -> str:
+    return f"{prefix}itemset:{set_name}"
+
+
+def meta_key(prefix: str, set_name: str, version: str) -> str:
+    return f"{prefix}itemset:{set_name}:{version}:meta"
+
+
+def item_keys(prefix: str, set_name: str, version: str, ids: Sequence[Any]) -> list[str]:
+    head = item_prefix(prefix, set_name, version)
+    return [head + (i if type(i) is str else str(i)) for i in ids]
+
+
+@dataclass(frozen=True)
+class SetVersion:
+    """One immutable version of an item feature set as Redis holds it."""
+
+    version: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RedisItems:
+    """A batch fetch: raw values aligned with the ids (None = absent), or an error reason."""
+
+    values: list[bytes | None] | None
+    set_version: SetVersion | None
+    error: str | None = None
+
+
+class RedisItemBackend:
+    """Reads item feature rows for one event loop (not thread-safe, like RedisStore)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self._live: dict[str, SetVersion] = {}  # set -> the version the pointer named last
+        self._meta: dict[tuple[str, str], SetVersion] = {}
+
+    async def fetch(self, set_name: str, ids: Sequence[Any], deadline: Deadline) -> RedisItems:
+        prefix = self.store.prefix
+        pointer = pointer_key(prefix, set_name)
+        known = self._live.get(set_name)
+        live: str | None
+        if known is not None:
+            keys = item_keys(prefix, set_name, known.version, ids)
+            reply, error = await self.store.run(deadline, _pipelined(("get", pointer), keys))
+            if error is not None:
+                return RedisItems(None, None, error)
+            live = _text(reply[0])
+            if live == known.version:
+                return RedisItems(reply[1], known)
+        else:
+            reply, error = await self.store.run(deadline, lambda c: c.get(pointer))
+            if error is not None:
+                return RedisItems(None, None, error)
+            live = _text(reply)
+        if live is None:
+            self._live.pop(set_name, None)
+            return RedisItems(None, None, ITEM_SET_MISSING)
+        keys = item_keys(prefix, set_name, live, ids)
+        cached = self._meta.get((set_name, live))
+        if cached is not None:
+            reply, error = await self.store.run(deadline, _pipelined(("get", pointer), keys))
+            if error is not None:
+                return RedisItems(None, None, error)
+            self._live[set_name] = cached
+            return RedisItems(reply[1], cached)
+        meta = meta_key(prefix, set_name, live)
+        reply, error = await self.store.run(deadline, _pipelined(("get", meta), keys))
+        if error is not None:
+            return RedisItems(None, None, error)
+        names = _meta_names(reply[0])
+        if names is None:
+            return RedisItems(None, None, ITEM_SET_MALFORMED)
+        version = SetVersion(live, names)
+        if len(self._meta) >= META_CACHE_MAX:
+            self._meta.pop(next(iter(self._meta)))
+        self._meta[(set_name, live)] = version
+        self._live[set_name] = version
+        return RedisItems(reply[1], version)
+
+
+def decode_rows(values: Sequence[bytes | None], width: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(float32 [n, width] NaN where absent, bool found [n], malformed count) from packed rows."""
+    n = len(values)
+    out = np.full((n, width), np.nan, dtype=np.float32)
+    size = 4 * width
+    found = np.fromiter((v is not None and len(v) == size for v in values), bool, n)
+    malformed = sum(1 for v in values if v is not None) - int(found.sum())
+    if found.any():
+        packed = b"".join(v for v, ok in zip(values, found.tolist(), strict=True) if ok and v)
+        out[found] = np.frombuffer(packed, dtype="<f4").reshape(-1, width)
+    return out, found, malformed
+
+
+def _pipelined(first: tuple[str, str], keys: list[str]) -> Any:
+    """One round trip: `first` (a one-key command) and `MGET keys`, written as one buffer.
+
+    redis-py's asyncio client packs commands in Python, about 1 us per argument: a
+    thousand-key MGET cost more to encode than Redis takes to answer it. The buffer is packed
+    by hiredis (C) and sent on a pooled connection, whose replies hiredis also parses; a
+    connection left mid-reply (deadline, error) is dropped, never returned to the pool.
+    """
+    command, key = first
+    packed = _pack((command.upper(), key)) + _pack(("MGET", *keys))
+
+    async def call(client: Any) -> list[Any]:
+        pool = client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(packed, check_health=False)
+            head = await conn.read_response()
+            values = await conn.read_response()
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        finally:
+            await pool.release(conn)
+        return [head, values]
+
+    return call
+
+
+def _pack(args: tuple[str, ...]) -> bytes:
+    # hiredis's stub types the tuple as one element; it takes any number.
+    return bytes(hiredis.pack_command(args))  # type: ignore[arg-type]
+
+
+def _text(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return text.strip() or None
+
+
+def _meta_names(raw: Any) -> tuple[str, ...] | None:
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    names = doc.get("names") if isinstance(doc, dict) else None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        return None
+    return tuple(names)

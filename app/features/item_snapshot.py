@@ -1,0 +1,121 @@
+"""The in-process item feature store: a snapshot of an item feature set, memory-mapped.
+
+Two `.npy` files a model version carries (`allow_pickle=False`): `items.npy`, float32
+[n_items, n_set_features] C-order, and `item_ids.npy`, the items' ids as a sorted, unique
+unicode array [n_items]. A lookup is one `np.searchsorted` over the ids (binary search in C, a
+few microseconds per thousand ids) and one fancy index of the rows; both files are opened with
+`mmap_mode="r"`, so a million-item snapshot costs page cache rather than private memory and
+is shared by every worker on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.artifacts.manifest import ItemFeatureSet
+from app.errors import LtrError
+
+
+class SnapshotError(LtrError, ValueError):
+    """An item snapshot that cannot be used (names the file)."""
+
+
+class ItemSnapshot:
+    """Rows of one item feature set, by item id."""
+
+    def __init__(self, ids: np.ndarray, matrix: np.ndarray, names: Sequence[str]) -> None:
+        self.ids = ids  # unicode [n_items], sorted, unique
+        self.matrix = matrix  # float32 [n_items, len(names)]
+        self.names = list(names)
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @classmethod
+    def load(cls, directory: Path, items: ItemFeatureSet) -> ItemSnapshot:
+        """Open the snapshot files of a (verified) version directory."""
+        if items.matrix_file is None or items.ids_file is None:
+            raise SnapshotError(f"{directory}: the model names no item snapshot")
+        matrix_path = Path(directory) / items.matrix_file
+        ids_path = Path(directory) / items.ids_file
+        matrix = _load_npy(matrix_path)
+        ids = _load_npy(ids_path)
+        if matrix.dtype != np.float32 or matrix.ndim != 2 or not matrix.flags.c_contiguous:
+            raise SnapshotError(f"{matrix_path}: expected a C-order float32 matrix")
+        if matrix.shape[1] != len(items.names):
+            raise SnapshotError(
+                f"{matrix_path}: {matrix.shape[1]} columns, the item set names {len(items.names)}"
+            )
+        if ids.dtype.kind != "U" or ids.ndim != 1 or ids.shape[0] != matrix.shape[0]:
+            raise SnapshotError(f"{ids_path}: expected {matrix.shape[0]} unicode item ids")
+        if ids.shape[0] > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            raise SnapshotError(f"{ids_path}: item ids must be sorted and unique")
+        return cls(ids, matrix, items.names)
+
+    def lookup(self, ids: Sequence[Any], columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(float32 [len(ids), len(columns)] with NaN rows for unknown ids, bool found [len(ids)]).
+
+        `columns`: int64 indices into the set's names, in the order the caller wants them.
+        """
+        n = len(ids)
+        if n == 0 or len(self) == 0:
+            return np.full((n, len(columns)), np.nan, dtype=np.float32), np.zeros(n, dtype=bool)
+        keys = np.asarray([i if type(i) is str else str(i) for i in ids], dtype=np.str_)
+        # Searching in key order walks the id array forwards (cache- and page-friendly): about
+        # 4x faster over a million ids than searching in request order.
+        order = np.argsort(keys, kind="stable")
+        pos = np.empty(n, dtype=np.intp)
+        pos[order] = np.searchsorted(self.ids, keys[order])
+        np.minimum(pos, len(self) - 1, out=pos)
+        found = self.ids[pos] == keys
+        identity = is_identity(columns, self.matrix.shape[1])
+        if found.all():  # the usual case: one gather, no mask
+            return (self.matrix[pos] if identity else self.matrix[pos][:, columns]), found
+        out = np.full((n, len(columns)), np.nan, dtype=np.float32)
+        block = self.matrix[pos[found]]
+        out[found] = block if identity else block[:, columns]
+        return out, found
+
+
+def write_snapshot(
+    directory: Path, ids: Sequence[str], matrix: np.ndarray
+) -> tuple[dict[str, Path], int]:
+    """Write `items.npy` / `item_ids.npy` into `directory`, rows sorted by id.
+
+    ids: unique strings [n]; matrix: float [n, k]. Returns ({file name: path}, n_items).
+    """
+    id_array = np.asarray(list(ids), dtype=np.str_)
+    values = np.asarray(matrix, dtype=np.float32)
+    if id_array.ndim != 1 or values.ndim != 2 or values.shape[0] != id_array.shape[0]:
+        raise SnapshotError("item ids and feature rows do not line up")
+    order = np.argsort(id_array, kind="stable")
+    id_array = id_array[order]
+    if id_array.shape[0] > 1:
+        dup = np.flatnonzero(id_array[1:] == id_array[:-1])
+        if dup.size:
+            raise SnapshotError(f"duplicate item id {id_array[dup[0]]!r}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"items.npy": directory / "items.npy", "item_ids.npy": directory / "item_ids.npy"}
+    np.save(files["items.npy"], np.ascontiguousarray(values[order]), allow_pickle=False)
+    np.save(files["item_ids.npy"], id_array, allow_pickle=False)
+    return files, int(id_array.shape[0])
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise SnapshotError(f"{path}: not a readable .npy file ({exc})") from None
+    if not isinstance(array, np.ndarray):
+        raise SnapshotError(f"{path}: not a single array")
+    return array
+
+
+def is_identity(columns: np.ndarray, width: int) -> bool:
+    """Whether `columns` selects all `width` columns in order (no copy needed)."""
+    return len(columns) == width and bool(np.all(columns == np.arange(width)))

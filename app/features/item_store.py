@@ -1,0 +1,145 @@
+"""Item features by candidate id: Redis (shared by every worker and pod) or the in-process
+snapshot the model version carries, with the snapshot as Redis's fallback.
+
+Backend (`LTR_ITEM_STORE`): `redis` when `LTR_REDIS_URL` is set and the setting is `auto` or
+`redis`, else `snapshot`. Whatever happens, `fetch` answers within the Redis deadline and never
+raises: an item the store does not know gets missing values (NaN, the model's missing-value
+rule) and is counted (`item_features_missing`); Redis failing falls back to the snapshot when
+the model carries one, else every item is missing; both are `degraded` with a reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+import numpy as np
+from prometheus_client import Counter, Histogram
+
+from app.artifacts.manifest import ItemFeatureSet
+from app.features.item_redis import RedisItemBackend, decode_rows
+from app.features.item_snapshot import ItemSnapshot, is_identity
+from app.features.redis_store import RedisStore
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ITEM_FEATURES_MISSING = "item_features_missing"  # the store answered but lacks some items
+ITEM_FEATURES_MALFORMED = "item_features_malformed"
+ITEM_SET_MISMATCH = "item_set_mismatch"  # the live set lacks features the model needs
+ITEM_SNAPSHOT_FALLBACK = "item_features_from_snapshot"
+ITEM_STORE_UNAVAILABLE = "item_features_unavailable"  # no Redis answer and no snapshot
+ITEM_STORE_ERROR = "item_features_error"
+# Reasons that are not an outage: the response is not `degraded` for them alone.
+NOT_DEGRADED = frozenset({ITEM_FEATURES_MISSING})
+
+FETCH_SECONDS = Histogram(
+    "ltr_item_features_fetch_seconds",
+    "Time to assemble one request's item features, by backend.",
+    ["backend"],
+    buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1),
+)
+ITEMS_MISSING = Counter(
+    "ltr_item_features_missing_total", "Candidates scored without their item features."
+)
+
+Backend = Literal["redis", "snapshot", "none"]
+
+
+@dataclass(frozen=True)
+class ItemFeatures:
+    matrix: np.ndarray  # float32 [n_candidates, n_item_features], model order; NaN = missing
+    missing: int  # candidates scored without item features
+    degraded: bool
+    reasons: list[str] = field(default_factory=list)
+    backend: Backend = "none"
+
+
+class ItemFeatureStore:
+    def __init__(self, settings: Settings, redis: RedisStore) -> None:
+        use_redis = redis.enabled and settings.item_store != "snapshot"
+        self.redis = RedisItemBackend(redis) if use_redis else None
+        self._store = redis
+
+    @property
+    def backend(self) -> Backend:
+        return "redis" if self.redis is not None else "snapshot"
+
+    async def fetch(
+        self,
+        items: ItemFeatureSet,
+        names: Sequence[str],
+        snapshot: ItemSnapshot | None,
+        ids: Sequence[Any],
+    ) -> ItemFeatures:
+        """The model's item features `names` (in that order) of the candidates `ids`."""
+        started = time.perf_counter()
+        try:
+            result = await self._fetch(items, tuple(names), snapshot, ids)
+        except Exception:  # the request must still be answered; the log keeps the bug visible
+            log.exception("item features of set %s", items.set)
+            result = _all_missing(len(ids), len(names), [ITEM_STORE_ERROR])
+        FETCH_SECONDS.labels(result.backend).observe(time.perf_counter() - started)
+        if result.missing:
+            ITEMS_MISSING.inc(result.missing)
+        return result
+
+    async def _fetch(
+        self,
+        items: ItemFeatureSet,
+        names: tuple[str, ...],
+        snapshot: ItemSnapshot | None,
+        ids: Sequence[Any],
+    ) -> ItemFeatures:
+        if self.redis is None:
+            return _from_snapshot(snapshot, names, ids, [])
+        got = await self.redis.fetch(items.set, ids, self._store.new_deadline())
+        if got.error is not None or got.set_version is None or got.values is None:
+            return _from_snapshot(snapshot, names, ids, [f"item_store_{got.error}"])
+        columns = column_index(got.set_version.names, names)
+        if columns is None:
+            return _from_snapshot(snapshot, names, ids, [ITEM_SET_MISMATCH])
+        rows, found, malformed = decode_rows(got.values, len(got.set_version.names))
+        matrix = rows if is_identity(columns, rows.shape[1]) else rows[:, columns]
+        missing = len(ids) - int(found.sum())
+        reasons = [ITEM_FEATURES_MISSING] if missing else []
+        if malformed:
+            reasons.append(ITEM_FEATURES_MALFORMED)
+        return ItemFeatures(matrix, missing, bool(malformed), reasons, "redis")
+
+
+@lru_cache(maxsize=256)
+def column_index(set_names: tuple[str, ...], wanted: tuple[str, ...]) -> np.ndarray | None:
+    """int64 [len(wanted)]: where each wanted feature sits in the set; None if one is absent."""
+    where = {name: j for j, name in enumerate(set_names)}
+    if any(name not in where for name in wanted):
+        return None
+    columns = np.asarray([where[name] for name in wanted], dtype=np.int64)
+    columns.setflags(write=False)
+    return columns
+
+
+def _from_snapshot(
+    snapshot: ItemSnapshot | None, names: tuple[str, ...], ids: Sequence[Any], reasons: list[str]
+) -> ItemFeatures:
+    """`reasons` non-empty: the snapshot stands in for Redis (degraded)."""
+    columns = None if snapshot is None else column_index(tuple(snapshot.names), names)
+    if snapshot is None or columns is None:
+        return _all_missing(len(ids), len(names), [*reasons, ITEM_STORE_UNAVAILABLE])
+    matrix, found = snapshot.lookup(ids, columns)
+    missing = len(ids) - int(found.sum())
+    if reasons:
+        reasons = [*reasons, ITEM_SNAPSHOT_FALLBACK]
+    if missing:
+        reasons = [*reasons, ITEM_FEATURES_MISSING]
+    degraded = any(r not in NOT_DEGRADED for r in reasons)
+    return ItemFeatures(matrix, missing, degraded, reasons, "snapshot")
+
+
+def _all_missing(n: int, width: int, reasons: list[str]) -> ItemFeatures:
+    matrix = np.full((n, width), np.nan, dtype=np.float32)
+    return ItemFeatures(matrix, n, True, reasons, "none")

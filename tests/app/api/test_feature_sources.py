@@ -1,0 +1,253 @@
+"""/rerank with feature sources: candidates by id, query features once, item features from the
+in-process snapshot; scored and logged as assembled."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.artifacts.tree_dump import TreeEnsemble
+from app.main import create_app
+from app.scoring.reference import predict
+from tests.app.api.conftest import app_settings, wait_ready
+from tests.support import random_ensemble
+from tests.support.sourced_model import item_table, publish_sourced
+from trainer.clicks.join import join_logs
+from trainer.clicks.logs import read_logs
+
+# Sources interleaved on purpose: the service must put each value in its model column.
+NAMES = ["bm25", "price", "qlen", "ctr", "title", "pop", "hour", "rating"]
+SOURCES: dict[str, Any] = {
+    "price": "item",
+    "ctr": "item",
+    "pop": "item",
+    "rating": "item",
+    "qlen": "query",
+    "hour": "query",
+}
+SET_NAMES = ["rating", "extra", "price", "ctr", "pop"]  # the set's own order, one unused
+N_ITEMS = 50
+
+
+@pytest.fixture(scope="module")
+def model() -> TreeEnsemble:
+    return random_ensemble(len(NAMES), num_trees=20, depth=4, seed=11)
+
+
+@pytest.fixture(scope="module")
+def table():  # type: ignore[no-untyped-def]
+    return item_table(N_ITEMS, SET_NAMES, seed=5)
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory, model: TreeEnsemble, table) -> Path:
+    root = tmp_path_factory.mktemp("sourced") / "registry"
+    publish_sourced(root, model, SOURCES, table, feature_names=NAMES)
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(registry: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(app_settings(registry=registry))) as c:
+        wait_ready(c)
+        yield c
+
+
+def expected_rows(
+    table, ids: list[str], cand: dict[str, list[float | None]], query: dict[str, float]
+) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The rows the model must see, built by hand."""
+    rows = np.full((len(ids), len(NAMES)), np.nan, dtype=np.float32)
+    where = {str(i): k for k, i in enumerate(table.ids.tolist())}
+    for r, cid in enumerate(ids):
+        for j, name in enumerate(NAMES):
+            if name in SET_NAMES and cid in where:
+                rows[r, j] = table.matrix[where[cid], SET_NAMES.index(name)]
+            elif name in query:
+                rows[r, j] = query[name]
+            elif name in cand and cand[name][r] is not None:
+                rows[r, j] = cand[name][r]
+    return rows
+
+
+def scores_of(body: dict[str, Any]) -> dict[str, float]:
+    return {r["id"]: r["score"] for r in body["results"]}
+
+
+def test_id_only_candidates_score_from_the_snapshot(client: TestClient, model, table) -> None:
+    ids = ["d3", "d17", "d0", "d42"]
+    query = {"qlen": 3.0, "hour": 14.0}
+    body = {"query": {"features": query}, "candidates": [{"id": i} for i in ids]}
+    resp = client.post("/rerank", json=body)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["degraded"] is False and out["reasons"] == []
+    assert out["item_features_missing"] == 0
+    rows = expected_rows(table, ids, {}, query)
+    expected = dict(zip(ids, predict(model, rows).tolist(), strict=True))
+    assert scores_of(out) == pytest.approx(expected, rel=1e-9)
+
+
+def test_candidate_features_by_name_and_position(client: TestClient, model, table) -> None:
+    ids = ["d1", "d2", "d3"]
+    cand = {"bm25": [12.5, None, -1.0], "title": [0.5, 1.0, None]}
+    query = {"qlen": 2.0, "hour": 9.0}
+    as_maps = [
+        {"id": i, "features": {k: v[r] for k, v in cand.items() if v[r] is not None}}
+        for r, i in enumerate(ids)
+    ]
+    as_lists = [
+        {"id": i, "features": [cand["bm25"][r], cand["title"][r]]} for r, i in enumerate(ids)
+    ]
+    rows = expected_rows(table, ids, cand, query)
+    expected = dict(zip(ids, predict(model, rows).tolist(), strict=True))
+    for cands, q in ((as_maps, query), (as_lists, [query["qlen"], query["hour"]])):
+        resp = client.post("/rerank", json={"query": {"features": q}, "candidates": cands})
+        assert resp.status_code == 200, resp.text
+        assert scores_of(resp.json()) == pytest.approx(expected, rel=1e-9)
+
+
+def test_unknown_items_are_missing_and_counted(client: TestClient, model, table) -> None:
+    ids = ["d1", "nope", "d2", "gone"]
+    resp = client.post("/rerank", json={"candidates": [{"id": i} for i in ids]})
+    out = resp.json()
+    assert resp.status_code == 200 and out["item_features_missing"] == 2
+    assert out["reasons"] == ["item_features_missing"] and out["degraded"] is False
+    rows = expected_rows(table, ids, {}, {})
+    assert scores_of(out) == pytest.approx(
+        dict(zip(ids, predict(model, rows).tolist(), strict=True))
+    )
+
+
+def test_integer_ids_find_their_items(client: TestClient, tmp_path: Path, model) -> None:
+    numeric = item_table(10, SET_NAMES, seed=2, prefix="")
+    root = tmp_path / "registry"
+    publish_sourced(root, model, SOURCES, numeric, feature_names=NAMES)
+    with TestClient(create_app(app_settings(registry=root))) as c:
+        wait_ready(c)
+        out = c.post("/rerank", json={"candidates": [{"id": 7}, {"id": "3"}]}).json()
+    assert out["item_features_missing"] == 0
+    rows = expected_rows(numeric, ["7", "3"], {}, {})
+    assert [
+        r["score"] for r in sorted(out["results"], key=lambda r: str(r["id"]) != "7")
+    ] == pytest.approx(predict(model, rows).tolist())
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "msg"),
+    [
+        (
+            {"candidates": [{"id": "d1", "features": {"price": 3.0}}]},
+            ["body", "candidates", 0, "features", "price"],
+            "'price' is an item feature: the service looks it up by candidate id",
+        ),
+        (
+            {"candidates": [{"id": "d1", "features": {"qlen": 3.0}}]},
+            ["body", "candidates", 0, "features", "qlen"],
+            "'qlen' is a query feature: send it once in `query.features`",
+        ),
+        (
+            {"query": {"features": {"bm25": 1.0}}, "candidates": [{"id": "d1"}]},
+            ["body", "query", "features", "bm25"],
+            "'bm25' is a candidate feature: send it in each candidate's `features`",
+        ),
+        (
+            {"query": {"features": {"price": 1.0}}, "candidates": [{"id": "d1"}]},
+            ["body", "query", "features", "price"],
+            "'price' is an item feature",
+        ),
+        (
+            {"query": {"features": [1.0]}, "candidates": [{"id": "d1"}]},
+            ["body", "query", "features"],
+            "expected 2 values in the model's query feature order (qlen, hour), got 1",
+        ),
+        (
+            {"candidates": [{"id": "d1"}, {"features": [1.0, 2.0]}]},
+            ["body", "candidates", 1, "id"],
+            "field required",
+        ),
+        (
+            {"candidates": [{"id": "d1", "features": [1.0, 2.0, 3.0]}]},
+            ["body", "candidates", 0, "features"],
+            "expected 2 values",
+        ),
+        (
+            {"candidates": [{"id": "d1"}, {"id": "d1"}]},
+            ["body", "candidates", 1, "id"],
+            "duplicate id 'd1'",
+        ),
+    ],
+)
+def test_what_a_source_cannot_supply_is_a_clear_422(
+    client: TestClient, body: dict[str, Any], loc: list[Any], msg: str
+) -> None:
+    resp = client.post("/rerank", json=body)
+    assert resp.status_code == 422, resp.text
+    detail = resp.json()["detail"][0]
+    assert detail["loc"] == loc and msg in detail["msg"]
+
+
+def test_query_features_for_a_model_without_them(make_client) -> None:  # type: ignore[no-untyped-def]
+    with make_client() as c:
+        body = {
+            "query": {"features": {"x": 1.0}},
+            "candidates": [{"id": "a", "features": [0.0] * 5}],
+        }
+        resp = c.post("/rerank", json=body)
+    assert resp.status_code == 422
+    assert "this model takes no query features" in resp.json()["detail"][0]["msg"]
+
+
+def test_old_models_still_need_candidate_features(make_client) -> None:  # type: ignore[no-untyped-def]
+    with make_client() as c:
+        resp = c.post("/rerank", json={"candidates": [{"id": "a"}]})
+    assert resp.status_code == 422
+    assert resp.json()["detail"][0]["loc"] == ["body", "candidates", 0, "features"]
+
+
+def test_models_lists_the_sources(client: TestClient) -> None:
+    info = client.get("/models").json()["models"][0]
+    assert info["feature_names"] == ["bm25", "title"]
+    assert info["query_features"] == ["qlen", "hour"]
+    assert info["item_features"] == ["price", "ctr", "pop", "rating"]
+    assert info["item_set"] == "catalog"
+
+
+def test_served_logged_and_reread_rows_are_bit_identical(
+    registry: Path, tmp_path: Path, model, table
+) -> None:
+    log_file = tmp_path / "imp.jsonl"
+    settings = app_settings(registry=registry, impressions_enabled=True, impressions_jsonl=log_file)
+    seen: list[np.ndarray] = []
+    ids = ["d5", "d9", "missing-item", "d30"]
+    cand = {"bm25": [1.5, None, 3.25, -2.0], "title": [None, 0.1, 0.2, 0.3]}
+    query = {"qlen": 4.0, "hour": 23.0}
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        scorer = c.app.state.registry.get("m").scorer  # type: ignore[attr-defined]
+        score = scorer.score
+
+        def recording(features: np.ndarray, user: np.ndarray | None = None) -> np.ndarray:
+            seen.append(features.copy())
+            return score(features, user)
+
+        scorer.score = recording
+        cands = [
+            {"id": i, "features": {k: v[r] for k, v in cand.items() if v[r] is not None}}
+            for r, i in enumerate(ids)
+        ]
+        body = {"request_id": "r1", "query": {"features": query}, "candidates": cands}
+        served = c.post("/rerank", json=body).json()
+    (scored,) = seen
+    expected = expected_rows(table, ids, cand, query)
+    assert scored.tobytes() == expected.tobytes()  # NaN bit patterns included
+    order = [ids.index(r["id"]) for r in served["results"]]
+    logged = read_logs(log_file).impressions[0].features
+    assert logged.tobytes() == scored[order].tobytes()
+    reread = join_logs(read_logs(log_file)).dataset.features
+    assert reread.tobytes() == scored[order].tobytes()

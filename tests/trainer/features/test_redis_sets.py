@@ -1,0 +1,131 @@
+"""`ltr features push`: a whole version, verified, then an atomic pointer switch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from tests.support.redis_server import RedisServer
+from tests.support.sourced_model import item_table
+from trainer.cli import app
+from trainer.features import redis_sets
+from trainer.features.redis_sets import PushError, push_item_set, read_item_set, switch_version
+
+NAMES = ["x", "y"]
+
+
+def test_push_writes_every_item_packed_in_set_order(redis_server: RedisServer) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    table = item_table(12_345, NAMES, seed=4)
+    result = push_item_set(client, "ltr:", "s", table)
+    assert result.items == 12_345 and result.previous is None and not result.unchanged
+    assert client.get("ltr:itemset:s") == result.version.encode()
+    raw = client.get(f"ltr:item:s:{result.version}:d77")
+    assert raw == table.matrix[77].astype("<f4").tobytes()
+    back = read_item_set(client, "ltr:", "s", result.version)
+    order = np.argsort(back.ids)
+    assert back.ids[order].tolist() == sorted(table.ids.tolist())
+    again = push_item_set(client, "ltr:", "s", table)
+    assert again.unchanged  # same content, same version: nothing rewritten
+
+
+def test_an_interrupted_push_changes_nothing_served(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    live = push_item_set(client, "ltr:", "s", item_table(50, NAMES, seed=1)).version
+    monkeypatch.setattr(redis_sets, "BATCH", 10)
+    monkeypatch.setattr(redis_sets, "BATCHES_PER_ROUND_TRIP", 1)
+    calls = {"n": 0}
+    real = redis.client.Pipeline.execute
+
+    def dies_half_way(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise redis.ConnectionError("connection lost")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", dies_half_way)
+    with pytest.raises(redis.ConnectionError):
+        push_item_set(client, "ltr:", "s", item_table(50, NAMES, seed=2))
+    assert client.get("ltr:itemset:s") == live.encode()
+
+
+def test_a_value_that_does_not_read_back_stops_the_switch(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    live = push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=1)).version
+    real_mget = redis.client.Pipeline.mget
+
+    def corrupting(self, keys, *args):  # type: ignore[no-untyped-def]
+        client.set(keys[3], b"????????")  # another writer clobbers a key mid-push
+        return real_mget(self, keys, *args)
+
+    monkeypatch.setattr(redis.client.Pipeline, "mget", corrupting)
+    with pytest.raises(PushError, match=r"did not read back as written; the live version"):
+        push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=2))
+    assert client.get("ltr:itemset:s") == live.encode()
+
+
+def test_old_versions_expire_the_previous_one_is_kept(redis_server: RedisServer) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    v1 = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=1)).version
+    v2 = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=2)).version
+    assert client.ttl(f"ltr:item:s:{v1}:d0") == -1  # the previous version stays for rollback
+    v3 = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=3))
+    assert v3.expired == [v1] and 0 < client.ttl(f"ltr:item:s:{v1}:d0") <= 86400
+    assert client.ttl(f"ltr:item:s:{v2}:d0") == -1
+    assert switch_version(client, "ltr:", "s", v2) == v3.version
+    with pytest.raises(PushError, match="no complete version 'nope'"):
+        switch_version(client, "ltr:", "s", "nope")
+
+
+def test_cli_push_inspect_diff(redis_server: RedisServer, tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"doc_id": ["p", "q", "r"], "x": [1.0, 2.0, 3.0]}), a)
+    pq.write_table(pa.table({"doc_id": ["q", "r", "s"], "x": [2.0, 3.5, 4.0]}), b)
+    url = ["--redis-url", redis_server.url]
+    pushed = runner.invoke(
+        app, ["features", "push", "--items", str(a), "--set", "cat", *url, "--json"]
+    )
+    assert pushed.exit_code == 0, pushed.output
+    summary = json.loads(pushed.stdout)
+    assert summary["items"] == 3 and summary["features"] == 1 and summary["previous"] is None
+    shown = runner.invoke(app, ["features", "inspect", "redis:cat", *url, "--json"])
+    report = json.loads(shown.stdout)
+    assert report["live"] == summary["version"] and report["versions"][0]["items"] == 3
+    assert report["sample"][0] == {"id": "p", "features": {"x": 1.0}}
+    diff = runner.invoke(app, ["features", "diff", "redis:cat", str(b), *url, "--json"])
+    d = json.loads(diff.stdout)
+    assert d["identical"] is False and d["items_only_in_a"]["sample"] == ["p"]
+    assert d["items_only_in_b"]["sample"] == ["s"] and d["items_changed"] == 1
+    assert d["features_changed"] == [{"feature": "x", "items_changed": 1, "max_abs_diff": 0.5}]
+    same = runner.invoke(app, ["features", "diff", str(a), "redis:cat", *url, "--json"])
+    assert json.loads(same.stdout)["identical"] is True
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "features",
+            "push",
+            "--items",
+            str(tmp_path / "x.parquet"),
+            "--set",
+            "c",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ],
+    )
+    assert result.exit_code == 2 and result.stderr.startswith("error: ")

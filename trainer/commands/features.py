@@ -1,0 +1,267 @@
+"""`ltr features`: item feature sets: push to Redis, inspect, diff, roll back.
+
+A source is an item table (`items.parquet`), a model version directory (the snapshot it
+carries) or `redis:SET[@VERSION]` (the live version when none is given).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import numpy as np
+import orjson
+import typer
+
+from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
+
+if TYPE_CHECKING:
+    import redis
+
+    from trainer.features.item_table import ItemTable
+
+Opt = typer.Option
+features_app = typer.Typer(
+    help="Item feature sets: push to Redis, inspect, diff, roll back.", no_args_is_help=True
+)
+RedisUrl = Annotated[
+    str | None, Opt("--redis-url", help="Redis URL [default: LTR_REDIS_URL].", show_default=False)
+]
+Prefix = Annotated[str | None, Opt(help="Redis key prefix [default: LTR_REDIS_PREFIX or ltr:].")]
+IdColumn = Annotated[str, Opt(help="Item id column of a Parquet table.")]
+AsJson = Annotated[bool, Opt("--json", help="Print one JSON object.")]
+
+
+@features_app.command("push")
+def push_command(
+    set_name: Annotated[str, Opt("--set", help="Item feature set name.")],
+    items: Annotated[Path | None, Opt(help="Item table (Parquet) to push.")] = None,
+    model: Annotated[
+        Path | None, Opt(help="Push the snapshot a model version directory carries instead.")
+    ] = None,
+    id_column: IdColumn = "doc_id",
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+    as_json: AsJson = False,
+) -> None:
+    """Write a whole new version, verify it, then switch the live pointer (atomic)."""
+    from trainer.data.errors import DataFormatError
+    from trainer.features.redis_sets import PushError, push_item_set
+
+    if (items is None) == (model is None):
+        fail("give exactly one of --items FILE or --model VERSION_DIR")
+    with clear_errors(DataFormatError, PushError, ValueError, *_redis_errors()):
+        table = _table(items, model, id_column)
+        version = _model_set_version(model)
+        with _client(redis_url) as client:
+            result = push_item_set(client, _prefix(prefix), set_name, table, version=version)
+    summary = {
+        "set": result.set,
+        "version": result.version,
+        "previous": result.previous,
+        "items": result.items,
+        "features": len(table.names),
+        "seconds": round(result.seconds, 3),
+        "unchanged": result.unchanged,
+        "expiring": result.expired,
+    }
+    if as_json:
+        typer.echo(orjson.dumps(summary).decode())
+    elif result.unchanged:
+        typer.echo(f"{set_name}: {result.version} is already live ({result.items} items)")
+    else:
+        typer.echo(
+            f"{set_name}: {result.version} live ({result.items} items x {len(table.names)} "
+            f"features, {result.seconds:.1f} s); was {result.previous}"
+        )
+
+
+@features_app.command("inspect")
+def inspect_command(
+    source: Annotated[
+        str, typer.Argument(help="redis:SET[@VERSION], items.parquet or a model dir")
+    ],
+    sample: Annotated[int, Opt(help="Items to show.")] = 3,
+    id_column: IdColumn = "doc_id",
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+    as_json: AsJson = False,
+) -> None:
+    """Counts, versions and a sample of items."""
+    from trainer.data.errors import DataFormatError
+    from trainer.features.redis_sets import PushError
+
+    with clear_errors(DataFormatError, PushError, ValueError, *_redis_errors()):
+        if source.startswith("redis:"):
+            report = _inspect_redis(source, sample, redis_url, prefix)
+        else:
+            table = _load_source(source, id_column, redis_url, prefix)
+            report = {
+                "source": table.source,
+                "items": len(table.ids),
+                "features": table.names,
+                "version": table.version(),
+                "missing_values": int(np.isnan(table.matrix).sum()),
+                "sample": [
+                    _row(str(table.ids[i]), table.matrix[i], table.names)
+                    for i in range(min(sample, len(table.ids)))
+                ],
+            }
+    typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2 if not as_json else 0).decode())
+
+
+@features_app.command("diff")
+def diff_command(
+    a: Annotated[str, typer.Argument(help="redis:SET[@VERSION], items.parquet or a model dir")],
+    b: Annotated[str, typer.Argument(help="the same kinds of source")],
+    id_column: IdColumn = "doc_id",
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+    as_json: AsJson = False,
+) -> None:
+    """What differs between two item feature sets: features, items, values."""
+    from trainer.data.errors import DataFormatError
+    from trainer.features.item_diff import diff_tables
+    from trainer.features.redis_sets import PushError
+
+    with clear_errors(DataFormatError, PushError, ValueError, *_redis_errors()):
+        left = _load_source(a, id_column, redis_url, prefix)
+        right = _load_source(b, id_column, redis_url, prefix)
+        report = diff_tables(left, right)
+    typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2 if not as_json else 0).decode())
+    if report["identical"] is False and not as_json:
+        echo_err("the sets differ")
+
+
+@features_app.command("rollback")
+def rollback_command(
+    set_name: Annotated[str, Opt("--set", help="Item feature set name.")],
+    to: Annotated[str, Opt(help="The version to make live again.")],
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Point the set back at an earlier, still complete version."""
+    from trainer.features.redis_sets import PushError, switch_version
+
+    with clear_errors(PushError, *_redis_errors()), _client(redis_url) as client:
+        previous = switch_version(client, _prefix(prefix), set_name, to)
+    typer.echo(f"{set_name}: {to} live again (was {previous})")
+
+
+def _inspect_redis(
+    source: str, sample: int, redis_url: str | None, prefix: str | None
+) -> dict[str, Any]:
+    from trainer.features.redis_sets import live_version, read_meta, sample_items, versions_key
+
+    set_name, _, version = source[len("redis:") :].partition("@")
+    pre = _prefix(prefix)
+    with _client(redis_url) as client:
+        live = live_version(client, pre, set_name)
+        listed = [v.decode() for v in client.zrange(versions_key(pre, set_name), 0, -1)]
+        versions = []
+        for v in sorted(set(listed) | ({live} if live else set())):
+            info = read_meta(client, pre, set_name, v) or {}
+            versions.append(
+                {
+                    "version": v,
+                    "live": v == live,
+                    "items": info.get("count"),
+                    "complete": bool(info),
+                    "created_at": info.get("created_at"),
+                }
+            )
+        shown = version or live
+        rows: list[dict[str, Any]] = []
+        meta = read_meta(client, pre, set_name, shown) if shown else None
+        if shown and meta is not None:
+            names = list(meta["names"])
+            for item_id, raw in sample_items(client, pre, set_name, shown, sample):
+                if len(raw) == 4 * len(names):
+                    rows.append(_row(item_id, np.frombuffer(raw, dtype="<f4"), names))
+    if live is None and not listed:
+        raise CommandError(f"no item set {set_name!r} in Redis (prefix {pre!r})")
+    return {
+        "set": set_name,
+        "live": live,
+        "versions": versions,
+        "shown": shown,
+        "features": None if meta is None else meta["names"],
+        "sample": rows,
+    }
+
+
+def _row(item_id: str, values: np.ndarray, names: list[str]) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "features": {
+            n: (None if np.isnan(v) else float(v))
+            for n, v in zip(names, values.tolist(), strict=True)
+        },
+    }
+
+
+def _load_source(
+    source: str, id_column: str, redis_url: str | None, prefix: str | None
+) -> ItemTable:
+    from trainer.features.item_table import read_item_table, table_from_version
+    from trainer.features.redis_sets import live_version, read_item_set
+
+    if source.startswith("redis:"):
+        set_name, _, version = source[len("redis:") :].partition("@")
+        with _client(redis_url) as client:
+            pre = _prefix(prefix)
+            chosen = version or live_version(client, pre, set_name)
+            if chosen is None:
+                raise CommandError(f"no live version of item set {set_name!r} in Redis")
+            return read_item_set(client, pre, set_name, chosen)
+    path = Path(source)
+    if path.is_dir():
+        return table_from_version(path)
+    return read_item_table(path, id_column)
+
+
+def _table(items: Path | None, model: Path | None, id_column: str) -> ItemTable:
+    from trainer.features.item_table import read_item_table, table_from_version
+
+    if model is not None:
+        return table_from_version(model)
+    assert items is not None
+    return read_item_table(items, id_column)
+
+
+def _model_set_version(model: Path | None) -> str | None:
+    if model is None:
+        return None
+    from app.artifacts.store import load_version
+
+    items = load_version(model).manifest.item_features
+    return None if items is None else items.version
+
+
+def _redis_errors() -> tuple[type[Exception], ...]:
+    import redis
+
+    return (redis.RedisError,)
+
+
+def _prefix(prefix: str | None) -> str:
+    return prefix if prefix is not None else os.environ.get("LTR_REDIS_PREFIX", "ltr:")
+
+
+def _client(redis_url: str | None) -> redis.Redis:
+    import redis
+
+    url = redis_url or os.environ.get("LTR_REDIS_URL")
+    if not url:
+        raise CommandError("no Redis: give --redis-url or set LTR_REDIS_URL")
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=30)
+        client.ping()
+    except (redis.RedisError, ValueError) as exc:
+        raise CommandError(f"cannot reach Redis at {url}: {exc}") from None
+    return client
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(features_app, name="features")

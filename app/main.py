@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 
+from app import metrics
 from app.api.admission import AdmissionController, Shed
 from app.api.errors import install_error_handlers
 from app.api.feedback_routes import FeedbackRequest, feedback_router
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await asyncio.gather(*tasks, return_exceptions=True)
             await resolver.close()
             await app.state.impressions.close()
+            metrics.mark_worker_exited()
 
     app = RerankApp(
         title="ltr-rerank",

@@ -8,6 +8,10 @@ example and publishes it as model `demo` when the registry has no deployed model
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -56,15 +60,35 @@ def serve_command(
 
     from app.api.http_protocol import uvicorn_options
 
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        log_level=log_level,
-        **uvicorn_options(settings),
-    )
+    with _shared_metrics(settings.workers):
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=log_level,
+            **uvicorn_options(settings),
+        )
+
+
+@contextmanager
+def _shared_metrics(workers: int) -> Iterator[None]:
+    """Several workers: one `/metrics` for all of them (app.metrics, multiprocess mode), in
+    `PROMETHEUS_MULTIPROC_DIR` if set, else a temporary directory removed at exit."""
+    from app.metrics import multiprocess_dir, prepare_multiprocess_dir
+
+    if workers <= 1:
+        yield
+        return
+    given = multiprocess_dir()
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="ltr-metrics-"))
+    prepare_multiprocess_dir(path)
+    try:
+        yield
+    finally:
+        if not given:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _has_deployed_model(registry: Path) -> bool:

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from app import metrics
 from app.api.admission import AdmissionController, Shed
+from app.api.docs_pages import install_offline_docs
 from app.api.errors import install_error_handlers
 from app.api.feedback_routes import FeedbackRequest, feedback_router
 from app.api.middleware import ServiceMiddleware
@@ -90,7 +91,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "deployed model, with its name and version.",
         version="1",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    install_offline_docs(app)
     app.state.settings = settings
     admission = app.state.admission = AdmissionController(settings)
     app.add_middleware(

@@ -59,6 +59,7 @@ def worker_gauge(name: str, documentation: str, labelnames: tuple[str, ...] = ()
     worker, labelled `pid` (summing "rows in flight" over workers would hide which is busy)."""
     return Gauge(name, documentation, labelnames, multiprocess_mode="liveall")
 
+
 # Latency buckets from 0.5 ms: a small rerank answers in a few milliseconds.
 _LATENCY_BUCKETS = (
     0.0005,

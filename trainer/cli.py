@@ -34,7 +34,6 @@ app = typer.Typer(
 )
 
 
-
 def _parameter_infos(callback: Any) -> Iterator[ParameterInfo]:
     """The typer.Option / typer.Argument objects of a command, `Annotated` or as defaults.
     String annotations (`from __future__ import annotations`) are replaced by the objects they

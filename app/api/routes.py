@@ -25,6 +25,7 @@ from app.api.dependencies import (
 )
 from app.api.request_matrix import build_matrix, token_budget
 from app.api.schemas import (
+    RERANK_EXAMPLE,
     Health,
     MessageResponse,
     ModelsResponse,
@@ -54,7 +55,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _RERANK_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RerankRequest"}}},
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/RerankRequest"},
+                "example": RERANK_EXAMPLE,
+            }
+        },
     }
 }
 

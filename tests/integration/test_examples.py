@@ -80,4 +80,5 @@ def test_docs_page_renders_from_local_assets(demo_server: DemoServer) -> None:
     for asset in assets:
         response = httpx.get(demo_server.url + asset)
         assert response.status_code == 200 and len(response.content) > 1000, asset
-    assert "SwaggerUIBundle" in httpx.get(f"{demo_server.url}/docs-assets/swagger-ui-bundle.js").text
+    bundle = httpx.get(f"{demo_server.url}/docs-assets/swagger-ui-bundle.js").text
+    assert "SwaggerUIBundle" in bundle

@@ -100,7 +100,7 @@ def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
     out = run_bash(script.replace("curl -s ", "echo; curl -s "), tmp_path, env, 900)
     (answer,) = rerank_answers(out)
     assert answer["model"]["name"] == "walkthrough"
-    assert [r["id"] for r in answer["results"]][0] == "doc-3"
+    assert answer["results"][0]["id"] == "doc-3"
     assert (tmp_path / "runs" / "registry" / "walkthrough").is_dir()
     versions = json_lines(out, "models")
     assert versions and versions[-1]["models"][0]["version"] == "walkthrough-v2"

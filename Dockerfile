@@ -34,9 +34,9 @@ RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /u
 COPY --from=build /opt/ltr /opt/ltr
 USER 10001:10001
 EXPOSE 8000
-# /livez never waits behind scoring, but a loaded pod answers it late: 10 s timeout, 5 misses
-# (over a minute without an answer) before Docker calls the container unhealthy.
-HEALTHCHECK --interval=15s --timeout=10s --start-period=120s --retries=5 \
+# /livez never waits behind scoring, but a loaded container answers it late: 10 s timeout, 6
+# misses (a minute without an answer) before Docker calls the container unhealthy.
+HEALTHCHECK --interval=10s --timeout=10s --start-period=120s --retries=6 \
   CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=9).status == 200 else 1)"]
 CMD ["ltr", "serve"]
 

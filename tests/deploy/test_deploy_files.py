@@ -200,7 +200,7 @@ def test_kubernetes_api_deployment_probes_and_shutdown() -> None:
     # Load must not restart a pod: a generous timeout, a minute of misses before liveness fails.
     assert liveness["timeoutSeconds"] >= 5
     assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
-    assert readiness["timeoutSeconds"] >= 3 and readiness["failureThreshold"] >= 2
+    assert readiness["timeoutSeconds"] >= 2 and readiness["failureThreshold"] >= 2
     port_names = {p["name"] for p in container["ports"]}
     assert container["readinessProbe"]["httpGet"]["port"] in port_names
     assert container["resources"]["requests"] and container["resources"]["limits"]

@@ -10,6 +10,10 @@ With one worker, or a `PROMETHEUS_MULTIPROC_DIR` left unset, `/metrics` is the p
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from prometheus_client import (
@@ -37,6 +41,24 @@ def prepare_multiprocess_dir(path: Path) -> None:
     for stale in path.glob("*.db"):
         stale.unlink()
     os.environ[MULTIPROC_ENV] = str(path)
+
+
+@contextmanager
+def shared_across_workers(workers: int) -> Iterator[None]:
+    """Around `uvicorn.run(..., workers=N)`: with N > 1, one `/metrics` for all workers, through
+    `PROMETHEUS_MULTIPROC_DIR` if set, else a temporary directory removed at exit."""
+    if workers <= 1:
+        yield
+        return
+    given = multiprocess_dir()
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="ltr-metrics-"))
+    prepare_multiprocess_dir(path)
+    try:
+        yield
+    finally:
+        if not given:
+            shutil.rmtree(path, ignore_errors=True)
+            os.environ.pop(MULTIPROC_ENV, None)
 
 
 def exposition() -> tuple[bytes, str]:

@@ -8,8 +8,6 @@ example and publishes it as model `demo` when the registry has no deployed model
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -63,8 +61,9 @@ def serve_command(
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options
+    from app.metrics import shared_across_workers
 
-    with _shared_metrics(settings.workers):
+    with shared_across_workers(settings.workers):
         uvicorn.run(
             "app.main:create_app",
             factory=True,
@@ -74,25 +73,6 @@ def serve_command(
             log_level=log_level,
             **uvicorn_options(settings),
         )
-
-
-@contextmanager
-def _shared_metrics(workers: int) -> Iterator[None]:
-    """Several workers: one `/metrics` for all of them (app.metrics, multiprocess mode), in
-    `PROMETHEUS_MULTIPROC_DIR` if set, else a temporary directory removed at exit."""
-    from app.metrics import multiprocess_dir, prepare_multiprocess_dir
-
-    if workers <= 1:
-        yield
-        return
-    given = multiprocess_dir()
-    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="ltr-metrics-"))
-    prepare_multiprocess_dir(path)
-    try:
-        yield
-    finally:
-        if not given:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def _has_deployed_model(registry: Path) -> bool:

@@ -159,13 +159,13 @@ RELOAD_FAILURES = Counter(
 )
 
 # Admission control and the latency budget (app.api.admission).
-ADMISSION_LIMIT_ROWS = Gauge(
+ADMISSION_LIMIT_ROWS = worker_gauge(
     "ltr_admission_limit_rows", "Candidate rows this worker admits at once (adaptive limit)."
 )
-ADMISSION_IN_FLIGHT_ROWS = Gauge(
+ADMISSION_IN_FLIGHT_ROWS = worker_gauge(
     "ltr_admission_in_flight_rows", "Candidate rows being parsed or scored now."
 )
-ADMISSION_QUEUED_ROWS = Gauge(
+ADMISSION_QUEUED_ROWS = worker_gauge(
     "ltr_admission_queued_rows", "Candidate rows of requests waiting for admission."
 )
 SHED = Counter(

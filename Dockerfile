@@ -1,40 +1,60 @@
-# syntax=docker/dockerfile:1.7
-# Three stages: `build` makes wheels (the only stage with a compiler), `serve` is the API image
-# (no compiler, no torch, no LightGBM), `trainer` runs the nightly job (train + dnn extras).
+# Two images from one file: `serve` (the API: no compiler, no torch, no LightGBM) and `trainer`
+# (the nightly job). Stages are ordered so that building `--target serve` never builds the
+# trainer's wheels, with BuildKit or with the classic builder (docker-compose 1.29), which
+# builds every stage before its target.
+#
+# Build arguments:
+#   PYTHON_IMAGE     base of every stage: python:3.11-slim, or any Debian/Ubuntu image with
+#                    python3 and python3-venv (deploy/docker/build-base-images.sh makes one from
+#                    Debian's packages where Docker Hub is unreachable)
+#   TRAINER_EXTRAS   what the trainer image installs (default: serve,train,dnn; serve,train
+#                    leaves torch out: native LambdaMART and LightGBM engines only)
+#   TORCH_INDEX_URL  where torch comes from (default: PyTorch's CPU-only index, a 200 MB wheel
+#                    instead of PyPI's CUDA build); empty: PyPI alone
+ARG PYTHON_IMAGE=python:3.11-slim
 
-FROM python:3.11-slim AS build
-RUN apt-get update && apt-get install -y --no-install-recommends build-essential \
-    && rm -rf /var/lib/apt/lists/*
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY trainer ./trainer
-RUN pip wheel --no-cache-dir --wheel-dir /wheels/serve ".[serve]" \
- && pip wheel --no-cache-dir --wheel-dir /wheels/trainer ".[serve,train,dnn]" \
-      --extra-index-url https://download.pytorch.org/whl/cpu
+# The runtime stages copy this virtualenv whole (same base image, same path): no wheel files
+# left in a layer. Every dependency ships manylinux wheels, so no stage has a compiler.
+RUN python3 -m venv /opt/pip \
+ && python3 -m venv --without-pip /opt/ltr \
+ && /opt/pip/bin/pip --python /opt/ltr/bin/python install --prefer-binary ".[serve]"
 
-FROM python:3.11-slim AS serve
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+FROM ${PYTHON_IMAGE} AS serve
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/ltr/bin:$PATH \
     LTR_REGISTRY=/registry LTR_HOST=0.0.0.0 LTR_PORT=8000 LTR_WORKERS=2 \
-    NUMBA_CACHE_DIR=/tmp/numba-cache
-COPY --from=build /wheels/serve /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels "ltr-rerank[serve]" \
- && rm -rf /wheels \
- && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin ltr \
- && mkdir -p /registry && chown ltr /registry
-USER ltr
+    LTR_COMPILED_CACHE_DIR=/tmp/ltr-compiled NUMBA_CACHE_DIR=/tmp/numba-cache
+RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin ltr \
+ && mkdir -p /registry && chown ltr:ltr /registry
+COPY --from=build /opt/ltr /opt/ltr
+USER 10001:10001
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-  CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=2).status == 200 else 1)"]
+# /livez never waits behind scoring, but a loaded container answers it late: 10 s timeout, 6
+# misses (a minute without an answer) before Docker calls the container unhealthy.
+HEALTHCHECK --interval=10s --timeout=10s --start-period=120s --retries=6 \
+  CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=9).status == 200 else 1)"]
 CMD ["ltr", "serve"]
 
-FROM python:3.11-slim AS trainer
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 LTR_REGISTRY=/registry \
-    NUMBA_CACHE_DIR=/tmp/numba-cache
-COPY --from=build /wheels/trainer /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels "ltr-rerank[serve,train,dnn]" \
- && rm -rf /wheels \
- && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin ltr \
- && mkdir -p /registry /data && chown ltr /registry /data
-USER ltr
+FROM build AS build-trainer
+ARG TRAINER_EXTRAS=serve,train,dnn
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN /opt/pip/bin/pip --python /opt/ltr/bin/python install --prefer-binary ".[${TRAINER_EXTRAS}]" \
+      ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"}
+
+FROM ${PYTHON_IMAGE} AS trainer
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/ltr/bin:$PATH \
+    LTR_REGISTRY=/registry NUMBA_CACHE_DIR=/tmp/numba-cache
+# libgomp: LightGBM's OpenMP runtime (not in its wheel).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin ltr \
+ && mkdir -p /registry /data && chown ltr:ltr /registry /data
+COPY --from=build-trainer /opt/ltr /opt/ltr
+USER 10001:10001
 CMD ["ltr", "nightly", "--config", "/etc/ltr/nightly.toml", "--loop"]

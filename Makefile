@@ -1,23 +1,40 @@
 # The two quick-start commands: `make run` (serve a model, training a demo one on first run)
-# and `make test` (everything the CI runs). Both build their own virtualenv.
+# and `make test` (everything the CI runs). Both install into one virtualenv, each only what
+# it needs: `run` the service and the native trainer (serve,demo), `test` every extra.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= serve,train,dnn,dev
+HOST ?= 127.0.0.1
+PORT ?= 8000
 REGISTRY ?= ./registry
+RUN_EXTRAS := serve,demo
+ALL_EXTRAS := serve,train,dask,xgboost,dnn,dev
+EXTRAS ?= $(ALL_EXTRAS)
 comma := ,
+stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
-.PHONY: run test lint install redis bench clean
+# Images (docker-compose.yml builds the same ones): `make images`, `make push-images
+# IMAGE_REGISTRY=registry.example.com/team`. PYTHON_IMAGE, TRAINER_EXTRAS and TORCH_INDEX_URL
+# from the environment or the command line become build arguments (see the Dockerfile).
+IMAGE_PREFIX ?= ltr-rerank
+IMAGE_TAG ?= latest
+IMAGE_REGISTRY ?=
+BUILD_ARGS := $(foreach v,PYTHON_IMAGE TRAINER_EXTRAS TORCH_INDEX_URL,\
+  $(if $(filter-out undefined,$(origin $(v))),--build-arg $(v)=$($(v))))
+
+.PHONY: run test lint install redis bench clean images push-images base-images compose-smoke
 
 $(BIN)/python:
+	@echo "== creating the virtualenv $(VENV) ($(PYTHON))"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
-	touch $@
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	@echo "== installing ltr-rerank[$(subst -,$(comma),$*)] and its dependencies into $(VENV)"
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on \
+	  -e ".[$(subst -,$(comma),$*)]"
+	@touch $@
 
-install: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+install: $(call stamp,$(EXTRAS))
 
 # redis-server for the tests that start their own; Debian's package when missing.
 redis:
@@ -26,20 +43,45 @@ redis:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 
-run: install
-	$(BIN)/ltr serve --registry $(REGISTRY) --demo
+run: $(call stamp,$(RUN_EXTRAS))
+	@echo "== serving $(REGISTRY) on http://$(HOST):$(PORT) (API docs: /docs); PORT=... to change"
+	$(BIN)/ltr serve --registry $(REGISTRY) --host $(HOST) --port $(PORT) --demo
 
 # What CI runs: lint and types first (cheap, and they fail fast), then the whole suite.
 test: lint redis
 	$(BIN)/python -m pytest -q
 
-lint: install
+lint: $(call stamp,$(ALL_EXTRAS))
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy app trainer
 
-bench: install
+bench: $(call stamp,$(ALL_EXTRAS))
 	$(BIN)/python -m bench.run_all
+
+images:
+	docker build --target serve -t $(IMAGE_PREFIX)-serve:$(IMAGE_TAG) $(BUILD_ARGS) .
+	docker build --target trainer -t $(IMAGE_PREFIX)-trainer:$(IMAGE_TAG) $(BUILD_ARGS) .
+	@docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E '^$(IMAGE_PREFIX)-(serve|trainer):$(IMAGE_TAG) '
+
+push-images: images
+	@test -n "$(IMAGE_REGISTRY)" || { echo "set IMAGE_REGISTRY, e.g. make push-images IMAGE_REGISTRY=ghcr.io/you" >&2; exit 2; }
+	for image in serve trainer; do \
+	  docker tag $(IMAGE_PREFIX)-$$image:$(IMAGE_TAG) $(IMAGE_REGISTRY)/$(IMAGE_PREFIX)-$$image:$(IMAGE_TAG) && \
+	  docker push $(IMAGE_REGISTRY)/$(IMAGE_PREFIX)-$$image:$(IMAGE_TAG) || exit 1; \
+	done
+	@echo "== pushed; point deploy/k8s at them:"
+	@echo "   cd deploy/k8s && kustomize edit set image \\"
+	@echo "     $(IMAGE_PREFIX)-serve=$(IMAGE_REGISTRY)/$(IMAGE_PREFIX)-serve:$(IMAGE_TAG) \\"
+	@echo "     $(IMAGE_PREFIX)-trainer=$(IMAGE_REGISTRY)/$(IMAGE_PREFIX)-trainer:$(IMAGE_TAG)"
+
+# Local stand-ins for python:3.11-slim and redis:7-alpine where Docker Hub is unreachable.
+base-images:
+	deploy/docker/build-base-images.sh
+
+# docker-compose.yml for real: build, start, rerank, publish through the trainer, swap, tear down.
+compose-smoke:
+	deploy/docker/compose-smoke.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -5,19 +5,21 @@ from __future__ import annotations
 import uvicorn
 
 from app.api.http_protocol import uvicorn_options
+from app.metrics import shared_across_workers
 from app.settings import Settings
 
 
 def main() -> None:
     settings = Settings()
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        **uvicorn_options(settings),
-    )
+    with shared_across_workers(settings.workers):
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            **uvicorn_options(settings),
+        )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 
+from app import metrics
 from app.api.admission import AdmissionController, Shed
+from app.api.docs_pages import install_offline_docs
 from app.api.errors import install_error_handlers
 from app.api.feedback_routes import FeedbackRequest, feedback_router
 from app.api.middleware import ServiceMiddleware
@@ -82,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await asyncio.gather(*tasks, return_exceptions=True)
             await resolver.close()
             await app.state.impressions.close()
+            metrics.mark_worker_exited()
 
     app = RerankApp(
         title="ltr-rerank",
@@ -90,7 +93,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "deployed model, with its name and version.",
         version="1",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    install_offline_docs(app)
     app.state.settings = settings
     admission = app.state.admission = AdmissionController(settings)
     app.add_middleware(

@@ -1,13 +1,86 @@
 """The service's Prometheus metrics, in prometheus-client's default registry.
 
-Each uvicorn worker is its own process with its own copy of these: a scrape of `/metrics`
-through a load balancer sees one worker. Scrape workers separately (or run one worker per pod,
-the Kubernetes layout) rather than summing through a shared port.
+With several uvicorn workers each is its own process. `ltr serve --workers N` then runs
+prometheus-client's multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`, set before the workers start):
+every worker writes its values to files there and any worker's `/metrics` answers for all of
+them, counters and histograms summed, gauges one series per live worker (label `pid`).
+With one worker, or a `PROMETHEUS_MULTIPROC_DIR` left unset, `/metrics` is the process's own.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    """The directory the workers share their values through, or None (single process)."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def prepare_multiprocess_dir(path: Path) -> None:
+    """Make `path` the workers' shared directory, emptied of a previous run's files; call it in
+    the parent before any worker imports prometheus-client (the value store is chosen then)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROC_ENV] = str(path)
+
+
+@contextmanager
+def shared_across_workers(workers: int) -> Iterator[None]:
+    """Around `uvicorn.run(..., workers=N)`: with N > 1, one `/metrics` for all workers, through
+    `PROMETHEUS_MULTIPROC_DIR` if set, else a temporary directory removed at exit."""
+    if workers <= 1:
+        yield
+        return
+    given = multiprocess_dir()
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="ltr-metrics-"))
+    prepare_multiprocess_dir(path)
+    try:
+        yield
+    finally:
+        if not given:
+            shutil.rmtree(path, ignore_errors=True)
+            os.environ.pop(MULTIPROC_ENV, None)
+
+
+def exposition() -> tuple[bytes, str]:
+    """The `/metrics` body and content type: every worker's values in multiprocess mode."""
+    if multiprocess_dir() is None:
+        return generate_latest(), CONTENT_TYPE_LATEST
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def mark_worker_exited() -> None:
+    """Drop this worker's gauge series (its counters and histograms stay in the sums)."""
+    if multiprocess_dir() is not None:
+        multiprocess.mark_process_dead(os.getpid())
+
+
+def worker_gauge(name: str, documentation: str, labelnames: tuple[str, ...] = ()) -> Gauge:
+    """A gauge whose value belongs to one worker: in multiprocess mode one series per live
+    worker, labelled `pid` (summing "rows in flight" over workers would hide which is busy)."""
+    return Gauge(name, documentation, labelnames, multiprocess_mode="liveall")
+
 
 # Latency buckets from 0.5 ms: a small rerank answers in a few milliseconds.
 _LATENCY_BUCKETS = (
@@ -66,15 +139,15 @@ REDIS_ERRORS = Counter(
     "ltr_redis_errors_total", "Redis lookups that failed, timed out or were short-circuited."
 )
 
-MODEL_INFO = Gauge(
+MODEL_INFO = worker_gauge(
     "ltr_model_loaded_info",
     "1 for the version of each model currently serving.",
-    ["model", "version", "kind"],
+    ("model", "version", "kind"),
 )
-MODEL_LOADED_TIMESTAMP = Gauge(
+MODEL_LOADED_TIMESTAMP = worker_gauge(
     "ltr_model_loaded_timestamp_seconds",
     "Unix time the serving version of each model was swapped in.",
-    ["model"],
+    ("model",),
 )
 MODEL_RELOADS = Counter(
     "ltr_model_reloads_total", "Versions loaded, verified, warmed and swapped in.", ["model"]
@@ -86,13 +159,13 @@ RELOAD_FAILURES = Counter(
 )
 
 # Admission control and the latency budget (app.api.admission).
-ADMISSION_LIMIT_ROWS = Gauge(
+ADMISSION_LIMIT_ROWS = worker_gauge(
     "ltr_admission_limit_rows", "Candidate rows this worker admits at once (adaptive limit)."
 )
-ADMISSION_IN_FLIGHT_ROWS = Gauge(
+ADMISSION_IN_FLIGHT_ROWS = worker_gauge(
     "ltr_admission_in_flight_rows", "Candidate rows being parsed or scored now."
 )
-ADMISSION_QUEUED_ROWS = Gauge(
+ADMISSION_QUEUED_ROWS = worker_gauge(
     "ltr_admission_queued_rows", "Candidate rows of requests waiting for admission."
 )
 SHED = Counter(

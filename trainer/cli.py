@@ -5,8 +5,14 @@ the serving image without torch or LightGBM."""
 from __future__ import annotations
 
 import importlib
+import inspect
+import typing
+from collections.abc import Iterator
+from typing import Any
 
 import typer
+from rich.markup import escape
+from typer.models import ParameterInfo
 
 COMMAND_MODULES: tuple[str, ...] = (
     "train",
@@ -28,8 +34,44 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _parameter_infos(callback: Any) -> Iterator[ParameterInfo]:
+    """The typer.Option / typer.Argument objects of a command, `Annotated` or as defaults.
+    String annotations (`from __future__ import annotations`) are replaced by the objects they
+    evaluate to, so that typer later reads these same objects rather than fresh ones."""
+    hints = typing.get_type_hints(callback, include_extras=True)
+    callback.__annotations__ = hints
+    for hint in hints.values():
+        yield from (m for m in getattr(hint, "__metadata__", ()) if isinstance(m, ParameterInfo))
+    for param in inspect.signature(callback).parameters.values():
+        if isinstance(param.default, ParameterInfo):
+            yield param.default
+
+
+def show_help_as_written(cli: typer.Typer) -> None:
+    """Help strings are plain text, but typer renders them as rich markup, where `[default: x]`
+    or `[publish]` is a style tag and vanishes: escape every command's docstring and every
+    option's help once (an option object may be shared by several commands)."""
+    escaped: set[tuple[int, str]] = set()
+
+    def plain(obj: Any, attr: str) -> None:
+        text = getattr(obj, attr, None)
+        if isinstance(text, str) and (id(obj), attr) not in escaped:
+            setattr(obj, attr, escape(text))
+            escaped.add((id(obj), attr))
+
+    plain(cli.info, "help")
+    for command in cli.registered_commands:
+        plain(command, "help")
+        if command.callback is not None:
+            plain(command.callback, "__doc__")
+            for info in _parameter_infos(command.callback):
+                plain(info, "help")
+
+
 for _module in COMMAND_MODULES:
     importlib.import_module(f"trainer.commands.{_module}").register(app)
+show_help_as_written(app)
 
 
 def main() -> None:

@@ -11,7 +11,6 @@ import anyio.to_thread
 import numpy as np
 import orjson
 from fastapi import APIRouter, Query, Request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from app import metrics
@@ -25,6 +24,7 @@ from app.api.dependencies import (
     SettingsDep,
 )
 from app.api.schemas import (
+    RERANK_EXAMPLE,
     Health,
     MessageResponse,
     ModelsResponse,
@@ -54,7 +54,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _RERANK_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RerankRequest"}}},
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/RerankRequest"},
+                "example": RERANK_EXAMPLE,
+            }
+        },
     }
 }
 
@@ -187,9 +192,10 @@ async def readyz(registry: RegistryDep, request: Request, settings: SettingsDep)
     return _json({"status": "not ready", "detail": detail}, 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics (this worker's)", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics (all workers)", response_class=Response)
 async def prometheus_metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    body, content_type = metrics.exposition()
+    return Response(body, media_type=content_type)
 
 
 @router.get("/models", response_model=ModelsResponse, summary="The models serving now")

@@ -22,14 +22,18 @@ _ID_ONLY_EXAMPLE: dict[str, Any] = {
     "query": {"features": {"query_length": 3, "hour": 14}},
     "candidates": [{"id": "d1", "features": {"bm25": 12.1}}, {"id": "d2"}],
 }
-_REQUEST_EXAMPLE: dict[str, Any] = {
+# Works as written against the demo model (`make run`, `docker compose up`: features f1..f300
+# of the bundled data) and comes back reordered; tests/integration/test_examples.py checks it.
+RERANK_EXAMPLE: dict[str, Any] = {
     "request_id": "3f2a9c",
     "query_id": "q-1842",
-    "model": "demo",
-    "user": {"id": "u1", "profile": {"country": "US", "price_level": 3}},
     "candidates": [
-        {"id": "d1", "features": [0.1, 0.5, None, 12.0]},
-        {"id": "d2", "features": {"bm25": 12.1, "ctr_7d": 0.03}},
+        {"id": "doc-1", "features": {"f69": 0.9, "f100": 0.1, "f212": 0.2, "f242": 0.6}},
+        {"id": "doc-2", "features": {"f69": 0.5, "f100": 0.5, "f212": 0.5, "f247": 0.8}},
+        {
+            "id": "doc-3",
+            "features": {"f69": 0.1, "f100": 0.95, "f111": 0.95, "f98": 0.95, "f212": 0.75},
+        },
     ],
     "top_k": 10,
     "explain": False,
@@ -82,16 +86,16 @@ class Candidate(BaseModel):
     `features` may be left out when the model takes its other features from the query and the
     item feature store (looked up by `id`); those are never sent per candidate."""
 
-    id: str | int = Field(examples=["d1"])
+    id: str | int = Field(examples=["doc-3"])
     features: list[float | None] | dict[str, float | None] | None = Field(
-        None, examples=[[0.1, 0.5, None, 12.0], {"bm25": 12.1, "ctr_7d": 0.03}]
+        None, examples=[{"f69": 0.1, "f100": 0.95, "f212": 0.75}]
     )
 
 
 class RerankRequest(RerankEnvelope):
     """The /rerank body (documentation; see RerankEnvelope and request_matrix for checks)."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [_REQUEST_EXAMPLE, _ID_ONLY_EXAMPLE]})
+    model_config = ConfigDict(json_schema_extra={"examples": [RERANK_EXAMPLE]})
 
     candidates: list[Candidate] = Field(
         description="At least LTR_MIN_CANDIDATES and at most LTR_MAX_CANDIDATES; unique ids."
@@ -121,10 +125,11 @@ class RerankResponse(BaseModel):
             "examples": [
                 {
                     "request_id": "3f2a9c",
-                    "model": {"name": "demo", "version": "20261122T061500123456Z-1a2b3c"},
+                    "model": {"name": "demo", "version": "20261123T070927360555Z-0e2444"},
                     "results": [
-                        {"id": "d2", "score": 1.73, "rank": 1},
-                        {"id": "d1", "score": -0.21, "rank": 2},
+                        {"id": "doc-3", "score": 0.6494, "rank": 1},
+                        {"id": "doc-2", "score": -0.8837, "rank": 2},
+                        {"id": "doc-1", "score": -1.5561, "rank": 3},
                     ],
                     "degraded": False,
                     "reasons": [],

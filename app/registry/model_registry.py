@@ -263,6 +263,8 @@ class ModelRegistry:
         self._refused.pop(loaded.name, None)
         self._errors.pop(loaded.name, None)
         if old is not None:
+            # Zeroed first: in multiprocess mode the shared files keep a removed series.
+            metrics.MODEL_INFO.labels(old.name, old.version, old.manifest.kind).set(0)
             metrics.MODEL_INFO.remove(old.name, old.version, old.manifest.kind)
         metrics.MODEL_INFO.labels(loaded.name, loaded.version, loaded.manifest.kind).set(1)
         metrics.MODEL_LOADED_TIMESTAMP.labels(loaded.name).set(loaded.loaded_at)

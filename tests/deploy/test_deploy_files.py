@@ -1,6 +1,6 @@
-"""No Docker engine or cluster runs here, so the container and Kubernetes files are checked for
-what they promise: the commands they run exist, settings they pass are real, ports, probes,
-volumes and selectors agree. The same entrypoints run as processes in the integration tests."""
+"""The container and Kubernetes files checked for what they promise: the commands they run exist,
+settings they pass are real, ports, probes, volumes and selectors agree. No cluster runs here;
+test_compose_smoke.py builds and runs docker-compose.yml itself where a Docker daemon is."""
 
 from __future__ import annotations
 
@@ -49,17 +49,20 @@ def assert_settings_env(env: dict[str, Any]) -> None:
 
 def dockerfile_stages() -> dict[str, str]:
     text = (ROOT / "Dockerfile").read_text()
-    parts = re.split(r"^FROM\s+\S+\s+AS\s+(\w+)\s*$", text, flags=re.M | re.I)
+    parts = re.split(r"^FROM\s+\S+\s+AS\s+([\w-]+)\s*$", text, flags=re.M | re.I)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def test_dockerfile_serving_image_is_lean_and_safe() -> None:
     stages = dockerfile_stages()
-    assert {"build", "serve", "trainer"} <= set(stages)
+    assert {"build", "serve", "build-trainer", "trainer"} <= set(stages)
     serve = stages["serve"]
     assert "build-essential" not in serve and "gcc" not in serve
-    assert '"ltr-rerank[serve]"' in serve and "train" not in serve.split("[serve]")[1][:20]
-    assert re.search(r"^USER\s+(?!root)\w+", serve, re.M)
+    # The serving venv is built with the serve extra alone and copied whole.
+    assert '".[serve]"' in stages["build"]
+    assert "TRAINER_EXTRAS" not in stages["build"] and "torch" not in stages["build"].lower()
+    assert "COPY --from=build /opt/ltr /opt/ltr" in serve
+    assert re.search(r"^USER\s+(?!root|0\b)\w+", serve, re.M)
     assert "HEALTHCHECK" in serve and "/livez" in serve
     cmd = re.search(r"^CMD\s+(\[.*\])", serve, re.M)
     assert cmd is not None
@@ -67,8 +70,51 @@ def test_dockerfile_serving_image_is_lean_and_safe() -> None:
     trainer_cmd = re.search(r"^CMD\s+(\[.*\])", stages["trainer"], re.M)
     assert trainer_cmd is not None
     assert_ltr_command_exists(yaml.safe_load(trainer_cmd.group(1)))
+    assert re.search(r"^USER\s+(?!root|0\b)\w+", stages["trainer"], re.M)
     env_keys = dict(re.findall(r"(LTR_\w+)=(\S+)", serve))
     assert_settings_env(env_keys)
+
+
+def test_dockerfile_builds_without_docker_hub_or_the_pytorch_index() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    # No BuildKit frontend image to pull (`# syntax=`); every base is the PYTHON_IMAGE argument.
+    assert not re.search(r"^#\s*syntax=", text, re.M)
+    assert re.match(r"(?s)(#[^\n]*\n|\s)*ARG PYTHON_IMAGE=python:3\.11-slim\n", text)
+    stages = set(dockerfile_stages())
+    for base in re.findall(r"^FROM\s+(\S+)", text, re.M):
+        assert base == "${PYTHON_IMAGE}" or base in stages, base
+    trainer = dockerfile_stages()["build-trainer"]
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in trainer
+    assert '${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"}' in trainer
+    assert "ARG TRAINER_EXTRAS=serve,train,dnn" in trainer
+    # The serve target comes before the trainer's stages: the classic builder (docker-compose
+    # 1.29) builds every stage up to its target, and must not need torch for the API image.
+    order = list(dockerfile_stages())
+    assert order.index("serve") < order.index("build-trainer")
+
+
+def test_healthchecks_are_sized_for_a_loaded_container(compose: dict[str, Any]) -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    flags = dict(re.findall(r"--([\w-]+)=(\d+)s?", text.split("HEALTHCHECK", 1)[1].split("CMD")[0]))
+    assert int(flags["timeout"]) >= 5 and int(flags["retries"]) * int(flags["interval"]) >= 60
+    check = compose["services"]["api"]["healthcheck"]
+    assert "/livez" in " ".join(check["test"]) and "/readyz" not in " ".join(check["test"])
+    seconds = int(check["interval"].rstrip("s")) * check["retries"]
+    assert int(check["timeout"].rstrip("s")) >= 5 and seconds >= 60
+
+
+def test_ignore_files_keep_generated_paths_out() -> None:
+    dockerignore = (ROOT / ".dockerignore").read_text().split()
+    for path in (".git", ".venv", "registry", "runs", "**/__pycache__", "tests"):
+        assert path in dockerignore, path
+    gitignore = {line.rstrip("/") for line in (ROOT / ".gitignore").read_text().split()}
+    for path in ("/registry", "/runs", ".venv", "__pycache__"):
+        assert path in gitignore, path
+
+
+def test_license_is_an_spdx_expression() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"
 
 
 def test_serving_extra_matches_what_app_imports() -> None:
@@ -91,7 +137,10 @@ def test_compose_services_and_dependencies(compose: dict[str, Any]) -> None:
     assert api["depends_on"]["trainer-init"]["condition"] == "service_completed_successfully"
     assert "healthcheck" in services["redis"]
     assert api["build"]["target"] == "serve"
-    assert services["trainer"]["build"]["target"] == "trainer"
+    assert services["trainer-init"]["build"]["target"] == "trainer"
+    # The nightly loop runs the image trainer-init built (built once, not twice).
+    assert services["trainer"]["image"] == services["trainer-init"]["image"]
+    assert services["api"]["image"] != services["trainer"]["image"]
     assert (
         "--workers" in api["command"]
         and api["command"][api["command"].index("--workers") + 1] == "2"
@@ -105,7 +154,7 @@ def test_compose_commands_settings_ports_and_volumes_agree(compose: dict[str, An
         assert_settings_env(services[name]["environment"])
     api_cmd = services["api"]["command"]
     port = api_cmd[api_cmd.index("--port") + 1]
-    assert services["api"]["ports"] == [f"{port}:{port}"]
+    assert services["api"]["ports"] == [f"${{LTR_HTTP_PORT:-8000}}:{port}"]
     registry = services["api"]["environment"]["LTR_REGISTRY"]
     for name in ("api", "trainer", "trainer-init"):
         mounts = {v.split(":")[1] for v in services[name]["volumes"] if v.startswith("registry:")}
@@ -144,8 +193,14 @@ def test_kubernetes_api_deployment_probes_and_shutdown() -> None:
     deployment = docs["Deployment/ltr-api"]
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    readiness, liveness = container["readinessProbe"], container["livenessProbe"]
+    assert readiness["httpGet"]["path"] == "/readyz"
+    assert liveness["httpGet"]["path"] == "/livez"
+    assert container["startupProbe"]["httpGet"]["path"] == "/livez"
+    # Load must not restart a pod: a generous timeout, a minute of misses before liveness fails.
+    assert liveness["timeoutSeconds"] >= 5
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+    assert readiness["timeoutSeconds"] >= 2 and readiness["failureThreshold"] >= 2
     port_names = {p["name"] for p in container["ports"]}
     assert container["readinessProbe"]["httpGet"]["port"] in port_names
     assert container["resources"]["requests"] and container["resources"]["limits"]
@@ -157,6 +212,48 @@ def test_kubernetes_api_deployment_probes_and_shutdown() -> None:
     assert docs["PodDisruptionBudget/ltr-api"]["spec"]["selector"]["matchLabels"] == labels
     target = docs["HorizontalPodAutoscaler/ltr-api"]["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", "ltr-api")
+
+
+def _pod_specs() -> dict[str, dict[str, Any]]:
+    specs = {}
+    for key, doc in _k8s_docs().items():
+        spec = doc.get("spec", {})
+        if "jobTemplate" in spec:
+            spec = spec["jobTemplate"]["spec"]
+        if "template" in spec:
+            specs[key] = spec["template"]["spec"]
+    return specs
+
+
+def test_kubernetes_pods_share_the_registry_as_group_10001() -> None:
+    for key, pod in _pod_specs().items():
+        claims = {
+            v.get("persistentVolumeClaim", {}).get("claimName") for v in pod.get("volumes", [])
+        }
+        if "ltr-registry" in claims:
+            context = pod["securityContext"]
+            assert context["fsGroup"] == 10001 and context["runAsUser"] == 10001, key
+
+
+def test_kubernetes_images_are_the_ones_make_builds() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    mapped = {image["name"] for image in kustomization["images"]}
+    used = set()
+    for pod in _pod_specs().values():
+        used |= {c["image"] for c in pod["containers"] if c["image"].startswith("ltr-rerank-")}
+    assert used == mapped == {"ltr-rerank-serve", "ltr-rerank-trainer"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^push-images:", makefile, re.M)
+    assert "$(IMAGE_PREFIX)-serve" in makefile and "IMAGE_PREFIX ?= ltr-rerank" in makefile
+
+
+def test_kubernetes_bootstrap_job_publishes_before_the_first_nightly_run() -> None:
+    job = _k8s_docs()["Job/ltr-nightly-bootstrap"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert_ltr_command_exists(container["command"])
+    assert "--bootstrap-demo" in container["command"]
+    assert container["image"] == "ltr-rerank-trainer"
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
 
 
 def test_kubernetes_nightly_cronjob() -> None:

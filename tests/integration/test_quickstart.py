@@ -1,143 +1,114 @@
-"""The README's walkthrough, step by step, as real processes on the bundled data: `ltr serve
---demo` (trains and serves), a rerank over HTTP, `ltr train` + `ltr publish` of a new version that
-the running service swaps to, and `ltr publish --rollback`."""
+"""The README as a new user follows it, commands run as written: the quick start's curl commands
+against what `make run` serves, and the walkthrough's block, in a scratch directory beside the
+repository's bundled data, on a free port instead of 8100."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import re
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.integration.conftest import DemoServer
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "trainer" / "demo_data"
+README = (ROOT / "README.md").read_text()
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def ltr(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer", *args], capture_output=True, text=True, timeout=600
-    )
+def section(title: str) -> str:
+    start = README.index(f"## {title}")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end > 0 else None]
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
+def shell_blocks(text: str) -> list[str]:
+    """The fenced blocks without a language tag: shell commands in this README."""
+    return re.findall(r"^```\n(.*?)^```", text, flags=re.M | re.S)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    registry = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTR_")}
-    env["LTR_RELOAD_POLL_SECONDS"] = "0.5"
-    log = (registry.parent / "serve.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainer",
-            "serve",
-            "--registry",
-            str(registry),
-            "--port",
-            str(port),
-            "--demo",
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+def run_bash(script: str, cwd: Path, env: dict[str, str], timeout: float) -> str:
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
         env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 480, "the demo model")
-        yield url, registry
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    assert done.returncode == 0, f"{script}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    return done.stdout
 
 
-def current_version(url: str) -> str:
-    models = httpx.get(f"{url}/models").json()["models"]
-    return next(m["version"] for m in models if m["name"] == "demo")
+def user_env() -> dict[str, str]:
+    """A shell whose `ltr` is this checkout's (what `. .venv/bin/activate` gives a user)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LTR_")}
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
-def test_demo_model_reranks(served: tuple[str, Path]) -> None:
-    url, _ = served
-    body = {
-        "candidates": [
-            {"id": "a", "features": {"f11": 0.64, "f12": 0.51}},
-            {"id": "b", "features": {"f11": 0.9, "f12": 0.1, "f17": 0.45}},
-            {"id": "c", "features": {}},
-        ],
-        "top_k": 2,
-    }
-    response = httpx.post(f"{url}/rerank", json=body)
-    assert response.status_code == 200, response.text
-    doc = response.json()
-    assert doc["model"]["name"] == "demo"
-    assert [r["rank"] for r in doc["results"]] == [1, 2]
-    assert doc["results"][0]["score"] >= doc["results"][1]["score"]
-    assert not doc["degraded"]
+def json_lines(output: str, first_key: str) -> list[dict]:
+    """The JSON objects that open a line with `first_key` (curl prints no newline after one, so
+    whatever the next command printed may follow it on the same line)."""
+    decoder = json.JSONDecoder()
+    return [
+        decoder.raw_decode(line)[0]
+        for line in output.splitlines()
+        if line.startswith(f'{{"{first_key}"')
+    ]
 
 
-def test_publish_swaps_the_running_service_and_rollback_returns(
-    served: tuple[str, Path], tmp_path: Path
-) -> None:
-    url, registry = served
-    first = current_version(url)
-    out = tmp_path / "runs" / "v2-quickstart"
-    trained = ltr(
-        "train",
-        "--train",
-        str(DEMO / "rank.train"),
-        "--valid",
-        str(DEMO / "rank.test"),
-        "--num-trees",
-        "10",
-        "--name",
-        "demo",
-        "--out",
-        str(out),
-        "--json",
-    )
-    assert trained.returncode == 0, trained.stderr
-    evaluated = ltr("evaluate", "--model", str(out), "--data", str(DEMO / "rank.test"), "--json")
-    assert evaluated.returncode == 0, evaluated.stderr
-    assert 0 < json.loads(evaluated.stdout)["ndcg@10"] <= 1
-    published = ltr("publish", "--model", str(out), "--registry", str(registry), "--json")
-    assert published.returncode == 0, published.stderr
-    wait_for(lambda: current_version(url) == "v2-quickstart", 120, "the swap to v2")
-    rolled = ltr("publish", "--rollback", "--name", "demo", "--registry", str(registry))
-    assert rolled.returncode == 0, rolled.stderr
-    wait_for(lambda: current_version(url) == first, 120, "the rollback")
+def rerank_answers(output: str) -> list[dict]:
+    return json_lines(output, "request_id")
 
 
-def test_demo_items_takes_candidates_by_id(served: tuple[str, Path]) -> None:
+def test_quick_start_commands_rerank_the_demo_model(demo_server: DemoServer) -> None:
+    blocks = shell_blocks(section("Quick start"))
+    assert blocks[0].lstrip().startswith("make run")
+    curls = next(b for b in blocks if b.lstrip().startswith("curl"))
+    script = curls.replace("localhost:8000", f"localhost:{demo_server.port}")
+    # One JSON document per line, so the two answers can be told apart.
+    out = run_bash(script.replace("curl -s", "echo; curl -s"), ROOT, user_env(), 60)
+    (answer,) = rerank_answers(out)
+    ids = [r["id"] for r in answer["results"]]
+    assert ids == ["doc-3", "doc-2", "doc-1"], answer
+    assert len({r["score"] for r in answer["results"]}) == 3
+    assert answer["model"]["name"] == "demo"
+
+
+def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    (block,) = shell_blocks(section("Walkthrough"))
+    lines = block.splitlines()
+    # Installing and activating are what this test process already is.
+    assert lines[0].startswith("make install EXTRAS=") and lines[1] == ". .venv/bin/activate"
+    script = "\n".join(lines[2:])
+    # The bundled data and the example body, at the paths the walkthrough names.
+    for rel in ("trainer/demo_data", "docs/examples"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).symlink_to(ROOT / rel)
+    env = user_env()
+    env["PORT"] = str(free_port())
+    env["LTR_RELOAD_POLL_SECONDS"] = "0.5"
+    # A failure half-way must not leave the walkthrough's server running.
+    script = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script
+    out = run_bash(script.replace("curl -s ", "echo; curl -s "), tmp_path, env, 900)
+    (answer,) = rerank_answers(out)
+    assert answer["model"]["name"] == "walkthrough"
+    assert answer["results"][0]["id"] == "doc-3"
+    assert (tmp_path / "runs" / "registry" / "walkthrough").is_dir()
+    versions = json_lines(out, "models")
+    assert versions and versions[-1]["models"][0]["version"] == "walkthrough-v2"
+
+
+def test_demo_items_takes_candidates_by_id(demo_server: DemoServer) -> None:
     """README, "Candidates by id": item features come from the in-process store."""
-    url, _ = served
     body = {
         "model": "demo-items",
         "candidates": [
@@ -147,7 +118,7 @@ def test_demo_items_takes_candidates_by_id(served: tuple[str, Path]) -> None:
             {"id": "not-in-the-catalogue"},
         ],
     }
-    response = httpx.post(f"{url}/rerank", json=body)
+    response = httpx.post(f"{demo_server.url}/rerank", json=body)
     assert response.status_code == 200, response.text
     doc = response.json()
     assert doc["model"]["name"] == "demo-items" and len(doc["results"]) == 4

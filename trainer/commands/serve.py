@@ -8,6 +8,10 @@ example and publishes it as model `demo` when the registry has no deployed model
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,11 +20,13 @@ from pydantic import ValidationError
 
 from app.artifacts.store import list_models, read_current, set_current
 from trainer.commands.errors import echo_err, fail
+from trainer.progress import TrainingProgress
 
 Opt = typer.Option
 DEMO_NAME = "demo"
 DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
 DEMO_TREES = 100
+DEMO_EVAL_AT = 10  # LambdaMARTParams' default eval_at: the NDCG@k the progress lines show
 
 
 def serve_command(
@@ -58,16 +64,18 @@ def serve_command(
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options
+    from app.metrics import shared_across_workers
 
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        log_level=log_level,
-        **uvicorn_options(settings),
-    )
+    with shared_across_workers(settings.workers):
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=log_level,
+            **uvicorn_options(settings),
+        )
 
 
 def _has_deployed_model(registry: Path) -> bool:
@@ -75,27 +83,44 @@ def _has_deployed_model(registry: Path) -> bool:
 
 
 def _publish_demo(registry: Path) -> None:
-    """Train on rank.train (early stopping on rank.test) and make it model `demo`'s CURRENT."""
-    from app.artifacts.manifest import new_version_id
-    from trainer.data.loader import load_dataset
-    from trainer.engines import train_tree_model
-    from trainer.lambdamart.params import LambdaMARTParams
-
+    """Train on rank.train (early stopping on rank.test) and make it model `demo`'s CURRENT,
+    saying what it does: a first run spends most of its time compiling the numba kernels."""
+    started = time.monotonic()
     echo_err(f"no model in {registry}: training the demo model on {DEMO_DATA}/rank.train")
-    train = load_dataset(DEMO_DATA / "rank.train")
-    valid = load_dataset(
-        DEMO_DATA / "rank.test", num_features=train.num_features, feature_names=train.names()
+    echo_err(
+        "  first run: compiling the native LambdaMART kernels (numba), about a minute; "
+        "they are cached, later runs start in seconds"
     )
-    params = LambdaMARTParams.model_validate(
-        {"num_trees": DEMO_TREES, "num_leaves": 31, "early_stopping_rounds": 20}
-    )
-    version = new_version_id()
-    summary = train_tree_model(
-        "native", train, valid, params, Path(registry) / DEMO_NAME / version, name=DEMO_NAME
-    )
+    with _heartbeat("compiling", started) as compiled:
+        from app.artifacts.manifest import new_version_id
+        from trainer.data.loader import load_dataset
+        from trainer.engines import train_tree_model
+        from trainer.lambdamart.params import LambdaMARTParams
+
+        train = load_dataset(DEMO_DATA / "rank.train")
+        valid = load_dataset(
+            DEMO_DATA / "rank.test", num_features=train.num_features, feature_names=train.names()
+        )
+        params = LambdaMARTParams.model_validate(
+            {"num_trees": DEMO_TREES, "num_leaves": 31, "early_stopping_rounds": 20}
+        )
+        version = new_version_id()
+        with _DemoProgress(DEMO_TREES, compiled) as progress:
+            summary = train_tree_model(
+                "native",
+                train,
+                valid,
+                params,
+                Path(registry) / DEMO_NAME / version,
+                name=DEMO_NAME,
+                progress=progress,
+            )
     set_current(registry, DEMO_NAME, version)
     ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
-    echo_err(f"published {DEMO_NAME}/{version} ({summary['trees']} trees, test NDCG: {ndcg})")
+    echo_err(
+        f"published {DEMO_NAME}/{version} ({summary['trees']} trees, test NDCG@{params.eval_at} "
+        f"{ndcg:.4f}) in {time.monotonic() - started:.0f} s; starting the server"
+    )
     _publish_demo_items(registry, train, valid, params)
 
 
@@ -110,6 +135,43 @@ def _publish_demo_items(registry: Path, train: Any, valid: Any, params: Any) -> 
     set_current(registry, demo.NAME, version)
     ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
     echo_err(f"published {demo.NAME}/{version} (item features in-process, test NDCG: {ndcg})")
+
+
+class _DemoProgress(TrainingProgress):
+    """Plain progress lines to stderr; the first one also ends the compile heartbeat."""
+
+    def __init__(self, total: int, on_first: Callable[[], None]) -> None:
+        super().__init__(total, metric=f"ndcg@{DEMO_EVAL_AT}", mode="lines", every=10)
+        self._on_first: Callable[[], None] | None = on_first
+
+    def update(
+        self, iteration: int, train_metric: float | None = None, valid_metric: float | None = None
+    ) -> None:
+        if self._on_first is not None:
+            self._on_first()
+            self._on_first = None
+            # Elapsed time and eta from the end of the compile, not from its start.
+            self._start = self._last_line_at = self._clock() - 1e-3
+        super().update(iteration, train_metric, valid_metric)
+
+
+@contextmanager
+def _heartbeat(what: str, since: float, every: float = 10.0) -> Iterator[Callable[[], None]]:
+    """A line every `every` seconds ("compiling: 20 s") until the yielded callable is called:
+    a long step that prints nothing of its own still shows it is alive."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every):
+            echo_err(f"  {what}: {time.monotonic() - since:.0f} s")
+
+    thread = threading.Thread(target=beat, name="demo-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield done.set
+    finally:
+        done.set()
+        thread.join()
 
 
 def register(app: typer.Typer) -> None:

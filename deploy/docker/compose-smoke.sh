@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# `make compose-smoke`: docker-compose.yml for real. Builds the images, starts the stack, waits
+# for the API to be ready, reranks, publishes a new model version through the trainer container,
+# waits for the API to swap to it, and tears everything down (volumes too), pass or fail.
+#
+# Works with Compose v2 (`docker compose`) and docker-compose 1.29. Uses PYTHON_IMAGE,
+# REDIS_IMAGE, TRAINER_EXTRAS and TORCH_INDEX_URL like docker-compose.yml; without Docker Hub,
+# run deploy/docker/build-base-images.sh first and export what it prints.
+# LTR_HTTP_PORT (default: a free port) and COMPOSE_PROJECT_NAME (default ltr-smoke-<pid>)
+# keep it clear of a stack already running.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if docker compose version >/dev/null 2>&1; then
+  compose=(docker compose)
+elif command -v docker-compose >/dev/null; then
+  compose=(docker-compose)
+else
+  echo "compose-smoke: neither 'docker compose' nor docker-compose is installed" >&2
+  exit 2
+fi
+docker info >/dev/null 2>&1 || { echo "compose-smoke: no Docker daemon reachable" >&2; exit 2; }
+
+export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-ltr-smoke-$$}
+export LTR_HTTP_PORT=${LTR_HTTP_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+export LTR_IMAGE_TAG=${LTR_IMAGE_TAG:-latest}
+api="http://127.0.0.1:${LTR_HTTP_PORT}"
+READY_TIMEOUT=${READY_TIMEOUT:-600}
+SWAP_TIMEOUT=${SWAP_TIMEOUT:-120}
+started=$(date +%s)
+step() { printf '== [%4ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }
+
+teardown() {
+  status=$?
+  if [ "$status" != 0 ]; then
+    step "FAILED ($status): the stack's logs"
+    "${compose[@]}" ps || true
+    "${compose[@]}" logs --tail 60 || true
+  fi
+  step "tearing down $COMPOSE_PROJECT_NAME"
+  "${compose[@]}" down --volumes --remove-orphans --timeout 20 >/dev/null 2>&1 || true
+  exit "$status"
+}
+trap teardown EXIT
+
+# GET/POST with a deadline of its own; prints the body, fails on a non-2xx status.
+http() { python3 - "$@" <<'PY'
+import sys, urllib.request
+url, body = sys.argv[1], (sys.argv[2].encode() if len(sys.argv) > 2 else None)
+req = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
+with urllib.request.urlopen(req, timeout=10) as resp:
+    sys.stdout.write(resp.read().decode())
+PY
+}
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {'d': d}))" "$1"; }
+
+step "building the images (${compose[*]}, PYTHON_IMAGE=${PYTHON_IMAGE:-python:3.11-slim})"
+"${compose[@]}" build
+docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' \
+  | grep -E "^${LTR_IMAGE_PREFIX:-ltr-rerank}-(serve|trainer):${LTR_IMAGE_TAG} " || true
+
+step "starting the stack (project $COMPOSE_PROJECT_NAME, API on port $LTR_HTTP_PORT)"
+"${compose[@]}" up -d
+
+step "waiting for $api/readyz (trainer-init trains the demo model first)"
+deadline=$(( $(date +%s) + READY_TIMEOUT ))
+until http "$api/readyz" >/dev/null 2>&1; do
+  if [ "$(date +%s)" -gt "$deadline" ]; then echo "not ready within ${READY_TIMEOUT}s" >&2; exit 1; fi
+  sleep 2
+done
+before=$(http "$api/models" | json "d['models'][0]['name'] + '/' + d['models'][0]['version']")
+step "ready, serving $before"
+
+step "reranking"
+ranked=$(http "$api/rerank" "$(python3 -c 'import json; print(json.dumps(json.load(open("docs/examples/rerank.json"))))')")
+echo "$ranked"
+order=$(echo "$ranked" | json "','.join(str(r['id']) for r in d['results'])")
+scores=$(echo "$ranked" | json "len({r['score'] for r in d['results']})")
+[ "$scores" -gt 1 ] || { echo "every candidate got the same score" >&2; exit 1; }
+[ "$order" != "$(json "','.join(str(c['id']) for c in d['candidates'])" < docs/examples/rerank.json)" ] \
+  || { echo "the answer kept the input order" >&2; exit 1; }
+
+model=${before%%/*}
+step "publishing a new version of $model through the trainer container"
+"${compose[@]}" run --rm --no-deps trainer sh -c '
+  set -e
+  demo=$(python -c "import pathlib, trainer; print(pathlib.Path(trainer.__file__).parent / \"demo_data\")")
+  ltr train --train "$demo/rank.train" --valid "$demo/rank.test" --num-trees 30 \
+            --name '"$model"' --out /tmp/smoke-model
+  ltr publish --model /tmp/smoke-model --registry /registry'
+
+step "waiting for the API to swap from $before"
+deadline=$(( $(date +%s) + SWAP_TIMEOUT ))
+while :; do
+  now=$(http "$api/models" | json "d['models'][0]['name'] + '/' + d['models'][0]['version']")
+  [ "$now" != "$before" ] && break
+  if [ "$(date +%s)" -gt "$deadline" ]; then echo "still $before after ${SWAP_TIMEOUT}s" >&2; exit 1; fi
+  sleep 1
+done
+step "swapped to $now"
+http "$api/rerank" "$(cat docs/examples/rerank.json)" | json "d['model']"
+
+step "metrics from the two workers, summed"
+http "$api/metrics" | grep -E '^ltr_http_requests_total\{.*route="/rerank"' || true
+
+step "compose smoke test passed"

@@ -1,0 +1,53 @@
+"""`ltr COMMAND --help` shows every help string as written (rich would read `[default: x]` or
+`[publish]` as a style tag and drop it) and the default of every option that has one."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from trainer.cli import COMMAND_MODULES
+from trainer.cli import app as cli_app
+
+BOX = re.compile(r"[│╭╮╰╯─]")
+
+
+def flat(text: str) -> str:
+    """Help output as one line: no panel borders, runs of whitespace as one space."""
+    return " ".join(BOX.sub(" ", text).split())
+
+
+def help_of(*argv: str) -> str:
+    result = CliRunner().invoke(cli_app, [*argv, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return flat(result.output)
+
+
+def test_top_level_help_lists_every_command() -> None:
+    shown = help_of()
+    for name in COMMAND_MODULES:
+        assert name in shown
+
+
+@pytest.mark.parametrize("name", COMMAND_MODULES)
+def test_every_help_string_and_default_is_shown(name: str) -> None:
+    command = typer.main.get_command(cli_app).commands[name]  # type: ignore[attr-defined]
+    shown = help_of(name)
+    for param in command.params:
+        if param.param_type_name != "option" or param.hidden:
+            continue
+        # As written in the command's module (the CLI stores it escaped for rich).
+        text = (getattr(param, "help", None) or "").replace("\\[", "[")
+        if text:
+            assert flat(text) in shown, f"ltr {name} {param.opts[0]}: help {text!r} not shown"
+        default = param.default
+        if param.show_default and default is not None and not param.is_flag and default != ():
+            assert f"[default: {default}]" in shown, f"ltr {name} {param.opts[0]}: no default"
+
+
+def test_bracketed_help_survives() -> None:
+    assert "Override [publish] registry." in help_of("nightly")
+    assert "[default: LTR_PORT or 8000]" in help_of("serve")

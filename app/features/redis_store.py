@@ -9,7 +9,6 @@ hash of cluster id → float32 bytes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.errors import LtrError
 from app.features.circuit_breaker import CircuitBreaker
+from app.loop_lag import LoopLag
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,6 @@ class RedisStore:
             counter.inc()
 
 
-LAG_SAMPLE_S = 0.005  # how often the loop-lag clock looks
 SETTLE_TURNS = 2  # event-loop turns that let a reply already in the socket be read
 WALL_CAP_FACTOR = 10.0  # a saturated loop may stretch the lookups to this many deadlines
 WALL_CAP_MIN_S = 0.1
@@ -253,34 +252,6 @@ class Deadline:
     start: float
     lag_start: float
     seconds: float
-
-
-class LoopLag:
-    """How much time the event loop has spent unable to run its callbacks on time: the sum of
-    a short timer's lateness, sampled every LAG_SAMPLE_S. Redis time is wall time minus the
-    lag accrued meanwhile."""
-
-    def __init__(self) -> None:
-        self.total = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + LAG_SAMPLE_S
-            await asyncio.sleep(LAG_SAMPLE_S)
-            self.total += max(loop.time() - due, 0.0)
 
 
 class LoopLagTimeout(LtrError, TimeoutError):

@@ -240,8 +240,7 @@ class RedisStore:
 
 
 SETTLE_TURNS = 2  # event-loop turns that let a reply already in the socket be read
-WALL_CAP_FACTOR = 10.0  # a saturated loop may stretch the lookups to this many deadlines
-WALL_CAP_MIN_S = 0.1
+WALL_CAP_FACTOR = 3.0  # a saturated loop may stretch the lookups to this many deadlines, no more
 
 
 @dataclass(frozen=True)
@@ -268,7 +267,7 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     event-loop lag accrued meanwhile (LoopLag), and before it is declared missed the loop gets
     a turn to read what has arrived. On an idle loop the two clocks agree and a slow Redis
     times out at the deadline, as before; a saturated loop may stretch the wait to
-    WALL_CAP_FACTOR deadlines (at least WALL_CAP_MIN_S).
+    WALL_CAP_FACTOR deadlines.
 
     A call that timed out is not cancelled: redis-py drops a connection whose reply was not
     read, and reconnecting on a busy machine misses the next deadline too, a vicious circle.
@@ -276,7 +275,7 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     goes back to the pool.
     """
     loop = asyncio.get_running_loop()
-    wall_stop = deadline.start + max(WALL_CAP_FACTOR * deadline.seconds, WALL_CAP_MIN_S)
+    wall_stop = deadline.start + WALL_CAP_FACTOR * deadline.seconds
 
     def redis_time() -> float:
         return (loop.time() - deadline.start) - (lag.total - deadline.lag_start)

@@ -4,6 +4,7 @@ test_redis_faults (the answer's order says which store answered)."""
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -64,6 +65,10 @@ def test_repushed_embeddings_are_used_within_two_seconds(
         assert_scored_with(answer, REDIS_VECTORS[CLUSTERS.index("US")])
 
 
+@pytest.mark.skipif(
+    os.getloadavg()[0] > 2 * (os.cpu_count() or 1),
+    reason="needs a machine loaded by this test only: others' load starves redis-server itself",
+)
 def test_a_saturated_cpu_with_a_healthy_redis_stays_undegraded(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:

@@ -98,7 +98,5 @@ def test_a_saturated_cpu_with_a_healthy_redis_stays_undegraded(
     assert len(answers) > 20
     # The breaker never opens for the loop's backlog (it used to, for half the answers).
     assert not any("circuit_open" in reasons for reasons in degraded), degraded[:5]
-    # Slack for a shared machine whose load starves redis-server itself: on a quiet 2-core
-    # machine this share stays under 5 % (bench/results/overload.md); what remains is Redis
-    # really answering late.
-    assert len(degraded) / len(answers) < 0.5, degraded[:5]
+    # The target is < 5 %; bench/results/overload.md reports the share measured.
+    assert len(degraded) / len(answers) < 0.05, degraded[:5]

@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.scoring_limiter = anyio.CapacityLimiter(settings.scoring_concurrency)
         app.state.impressions = ImpressionLog(settings)
         await app.state.impressions.start()
+        app.state.admission.loop_lag.start()
 
         async def on_event(model: str, version: str) -> None:
             log.info("announcement: %s/%s", model, version)
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await asyncio.gather(*tasks, return_exceptions=True)
             await resolver.close()
             await app.state.impressions.close()
+            await app.state.admission.loop_lag.stop()
             metrics.mark_worker_exited()
 
     app = RerankApp(

@@ -635,6 +635,7 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
 
 
 def main() -> None:
+    global N_CANDIDATES
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", choices=["lightgbm", "random"], default="lightgbm")
@@ -651,7 +652,6 @@ def main() -> None:
     if args.attack:
         attack_main(int(args.attack[0]), float(args.attack[1]))
         return
-    global N_CANDIDATES
     N_CANDIDATES = args.candidates
     report = asyncio.run(run(args.quick, args.model, overload_only=args.append))
     if args.append:

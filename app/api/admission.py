@@ -31,6 +31,7 @@ from app import metrics
 from app.api.request_matrix import RequestError, decode_body
 from app.api.service_time import ServiceTime
 from app.errors import LtrError
+from app.loop_lag import LoopLag
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -107,6 +108,8 @@ class AdmissionController:
 
     settings: Settings
     clock: Callable[[], float] = time.perf_counter
+    # The event loop's recent lateness: time a request has likely waited before we saw it.
+    loop_lag: LoopLag = field(default_factory=LoopLag)
     limit: float = field(init=False)
     in_flight: int = field(default=0, init=False)
     queued_rows: int = field(default=0, init=False)
@@ -168,8 +171,12 @@ class AdmissionController:
         """Admit `rows`; the admission time. Raises Shed when the budget cannot be met."""
         now = self.clock()
         service = self.estimate(rows)
-        if now + service > budget.scoring_deadline and not self._probe(now, budget):
-            raise self._shed(OVER_BUDGET, body)
+        # A saturated loop delays requests before the application sees them (in the socket,
+        # in the loop's queue): that hidden wait counts against the budget too, which is what
+        # makes shedding start while it still helps.
+        hidden = self.loop_lag.recent
+        if now + hidden + service > budget.scoring_deadline and not self._probe(now, budget):
+            raise self._shed(OVER_BUDGET if hidden < service else SHED, body)
         if not self._waiters and self._fits(rows):
             self._take(rows)
             return now
@@ -178,7 +185,7 @@ class AdmissionController:
         if not self._fits(rows):
             ahead += self.estimate(self.in_flight)
         max_wait = budget.scoring_deadline - now - service
-        if ahead > max_wait:
+        if ahead + hidden > max_wait:
             raise self._shed(SHED, body)
         waiter = _Waiter(rows, service, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
@@ -203,11 +210,19 @@ class AdmissionController:
             raise
         return self.clock()
 
-    def release(self, rows: int, admitted_at: float | None, budget_s: float = math.inf) -> None:
-        """Give back `rows`; `admitted_at` (None: not run) lets the model and limit learn."""
+    def release(
+        self,
+        rows: int,
+        admitted_at: float | None,
+        budget_s: float = math.inf,
+        done_at: float | None = None,
+    ) -> None:
+        """Give back `rows`; `admitted_at` (None: not run) and `done_at` (default: now) give
+        the service time the model and the limit learn from."""
         self.in_flight -= rows
         if admitted_at is not None and rows > 0:
-            self._learn(rows, self.clock() - admitted_at, budget_s)
+            end = self.clock() if done_at is None else done_at
+            self._learn(rows, end - admitted_at, budget_s)
         self._grant()
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
 
@@ -268,6 +283,7 @@ class Slot:
     rows: int
     admitted_at: float | None
     _held: bool = True
+    done_at: float | None = None  # when the scoring finished
 
     async def decode(self, raw: bytes) -> dict[str, Any]:
         """The body's JSON object; large bodies are parsed in a worker thread so the event
@@ -280,19 +296,31 @@ class Slot:
     async def bounded(self, work: Awaitable[T]) -> T:
         """`work` (the scoring) if it ends before the budget's scoring deadline; else Shed.
 
-        Work already started in a thread cannot be stopped: its rows stay counted until it
-        ends, while the client gets the fallback answer now.
+        Scoring on the event loop (up to LTR_INLINE_SCORING_MAX_ROWS rows) cannot be stopped,
+        so it is awaited directly: a task hop would queue it behind the whole loop backlog.
+        Work already started in a thread cannot be stopped either: its rows stay counted until
+        it ends, while the client gets the fallback answer now.
         """
-        if not self.controller.enabled:
+        controller = self.controller
+        if not controller.enabled:
             return await work
+        remaining = self.budget.scoring_deadline - controller.clock()
+        if remaining <= 0:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise controller._shed(OVER_BUDGET, self.body)
+        if self.rows <= controller.settings.inline_scoring_max_rows:
+            result = await work
+            self.done_at = controller.clock()
+            return result
         task = asyncio.ensure_future(work)
-        remaining = self.budget.scoring_deadline - self.controller.clock()
-        done, _ = await asyncio.wait({task}, timeout=max(remaining, 0.0))
+        done, _ = await asyncio.wait({task}, timeout=remaining)
         if task in done:
+            self.done_at = controller.clock()
             return task.result()
         self._held = False
         task.add_done_callback(self._late_done)
-        raise self.controller._shed(OVER_BUDGET, self.body)
+        raise controller._shed(OVER_BUDGET, self.body)
 
     def _late_done(self, task: asyncio.Future[Any]) -> None:
         if not task.cancelled():
@@ -300,9 +328,12 @@ class Slot:
         self.controller.release(self.rows, self.admitted_at, self.budget.seconds)
 
     def release(self) -> None:
+        """Give the rows back; the service time (admission to scored) teaches the controller,
+        and only a request that was scored does."""
         if self._held:
             self._held = False
-            self.controller.release(self.rows, self.admitted_at, self.budget.seconds)
+            admitted = self.admitted_at if self.done_at is not None else None
+            self.controller.release(self.rows, admitted, self.budget.seconds, self.done_at)
 
 
 def estimated_rows(body: bytes) -> int:

@@ -9,7 +9,6 @@ hash of cluster id → float32 bytes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.errors import LtrError
 from app.features.circuit_breaker import CircuitBreaker
+from app.loop_lag import LoopLag
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -239,10 +239,8 @@ class RedisStore:
             counter.inc()
 
 
-LAG_SAMPLE_S = 0.005  # how often the loop-lag clock looks
 SETTLE_TURNS = 2  # event-loop turns that let a reply already in the socket be read
-WALL_CAP_FACTOR = 10.0  # a saturated loop may stretch the lookups to this many deadlines
-WALL_CAP_MIN_S = 0.1
+WALL_CAP_FACTOR = 3.0  # a saturated loop may stretch the lookups to this many deadlines, no more
 
 
 @dataclass(frozen=True)
@@ -253,34 +251,6 @@ class Deadline:
     start: float
     lag_start: float
     seconds: float
-
-
-class LoopLag:
-    """How much time the event loop has spent unable to run its callbacks on time: the sum of
-    a short timer's lateness, sampled every LAG_SAMPLE_S. Redis time is wall time minus the
-    lag accrued meanwhile."""
-
-    def __init__(self) -> None:
-        self.total = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + LAG_SAMPLE_S
-            await asyncio.sleep(LAG_SAMPLE_S)
-            self.total += max(loop.time() - due, 0.0)
 
 
 class LoopLagTimeout(LtrError, TimeoutError):
@@ -297,7 +267,7 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     event-loop lag accrued meanwhile (LoopLag), and before it is declared missed the loop gets
     a turn to read what has arrived. On an idle loop the two clocks agree and a slow Redis
     times out at the deadline, as before; a saturated loop may stretch the wait to
-    WALL_CAP_FACTOR deadlines (at least WALL_CAP_MIN_S).
+    WALL_CAP_FACTOR deadlines.
 
     A call that timed out is not cancelled: redis-py drops a connection whose reply was not
     read, and reconnecting on a busy machine misses the next deadline too, a vicious circle.
@@ -305,7 +275,7 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     goes back to the pool.
     """
     loop = asyncio.get_running_loop()
-    wall_stop = deadline.start + max(WALL_CAP_FACTOR * deadline.seconds, WALL_CAP_MIN_S)
+    wall_stop = deadline.start + WALL_CAP_FACTOR * deadline.seconds
 
     def redis_time() -> float:
         return (loop.time() - deadline.start) - (lag.total - deadline.lag_start)

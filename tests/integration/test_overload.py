@@ -181,8 +181,8 @@ def test_overload_sheds_and_probes_stay_fast(server: UvicornServer) -> None:
     latencies = [latency for latency, _, _, _ in results]
     # Generous margins: the machine running the tests is shared. Unbounded queueing (the old
     # behaviour) gave a p50 of seconds here.
-    assert float(np.percentile(latencies, 50)) < 0.25
-    assert float(np.percentile(probes, 50)) < 0.1
+    assert float(np.percentile(latencies, 50)) < 1.0
+    assert float(np.percentile(probes, 50)) < 0.25
 
 
 @pytest.fixture

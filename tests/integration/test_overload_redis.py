@@ -4,6 +4,7 @@ test_redis_faults (the answer's order says which store answered)."""
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -64,6 +65,10 @@ def test_repushed_embeddings_are_used_within_two_seconds(
         assert_scored_with(answer, REDIS_VECTORS[CLUSTERS.index("US")])
 
 
+@pytest.mark.skipif(
+    os.getloadavg()[0] > 2 * (os.cpu_count() or 1),
+    reason="needs a machine loaded by this test only: others' load starves redis-server itself",
+)
 def test_a_saturated_cpu_with_a_healthy_redis_stays_undegraded(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
@@ -93,7 +98,5 @@ def test_a_saturated_cpu_with_a_healthy_redis_stays_undegraded(
     assert len(answers) > 20
     # The breaker never opens for the loop's backlog (it used to, for half the answers).
     assert not any("circuit_open" in reasons for reasons in degraded), degraded[:5]
-    # Slack for a shared machine whose load starves redis-server itself: on a quiet 2-core
-    # machine this share stays under 5 % (bench/results/overload.md); what remains is Redis
-    # really answering late.
-    assert len(degraded) / len(answers) < 0.5, degraded[:5]
+    # The issue's target is < 5 %; bench/results/overload.md reports the share measured.
+    assert len(degraded) / len(answers) < 0.05, degraded[:5]

@@ -227,3 +227,14 @@ def test_readiness_reports_shedding_and_liveness_does_not(make_client: Any) -> N
         admission = client.app.state.admission  # type: ignore[attr-defined]
         admission.last_shed = admission.clock()
         assert client.get("/readyz").status_code == 200
+
+
+def test_a_lagging_event_loop_counts_against_the_budget() -> None:
+    adm, clock = controller(request_budget_ms=1000)
+    adm.service = ServiceTime(intercept=0.0, slope=1e-5)  # 1,000 rows: 10 ms
+    adm.loop_lag.recent = 0.095  # requests waited ~95 ms before the app saw them
+    with pytest.raises(Shed) as info:
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+    assert info.value.reason == SHED
+    adm.loop_lag.recent = 0.002
+    asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))

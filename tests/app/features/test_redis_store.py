@@ -148,7 +148,8 @@ def test_absent_keys_are_cached_briefly_and_announcements_clear_a_model() -> Non
 
 
 def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
-    from app.features.redis_store import Deadline, LoopLag, LoopLagTimeout, _within_redis_deadline
+    from app.features.redis_store import Deadline, LoopLagTimeout, _within_redis_deadline
+    from app.loop_lag import LoopLag
 
     async def reply_after(seconds: float) -> str:
         await asyncio.sleep(seconds)

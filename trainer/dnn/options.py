@@ -33,3 +33,5 @@ class DNNOptions(BaseModel):
     cluster_config: Path | None = None
     embedding_dim: int = Field(8, ge=1)
     min_cluster_count: int = Field(20, ge=1)
+    # Per-field rows summed with the cluster's row (trainer.dnn.user_clusters).
+    field_embeddings: bool = True

@@ -55,7 +55,7 @@ def profiles(tmp_path):
 
 
 def test_rare_clusters_fall_back_to_coarser_then_unknown(scheme, profiles):
-    # u8 has no profile row: it gets the empty profile's id, as the service would compute.
+    # u8 has no profile row: it is `unknown`, as the service resolves a request without one.
     users = np.array(["u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u1", "u7"])
     assignment = assign_user_clusters(scheme, profiles, users, min_count=3)
     assert assignment.clusters == ["unknown", "US", "US_a0"]

@@ -85,6 +85,11 @@ class EmbeddingTable:
         uc = manifest.user_clusters
         if uc is None:
             raise ValueError(f"model {manifest.name!r} has no user clusters")
+        return cls.from_user_clusters(uc, files)
+
+    @classmethod
+    def from_user_clusters(cls, uc: UserClusters, files: dict[str, bytes]) -> EmbeddingTable:
+        """As `from_files`, for the manifest's `user_clusters` settings."""
         clusters = _read_clusters(uc.clusters_file, files)
         vectors = _read_vectors(uc.embeddings_file, files)
         where = f"{uc.embeddings_file}"

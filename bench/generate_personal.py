@@ -43,7 +43,10 @@ _FIELDS = {
     "price_level": f'kind = "numeric"\nprefix = "p"\nedges = {list(PRICE_EDGES)}',
     "age": f'kind = "numeric"\nprefix = "a"\nedges = {list(AGE_EDGES)}',
 }
-ORDERS = {"cdpa": ("country", "device", "price_level", "age"), "apdc": ("age", "price_level", "device", "country")}
+ORDERS = {
+    "cdpa": ("country", "device", "price_level", "age"),
+    "apdc": ("age", "price_level", "device", "country"),
+}
 
 
 def scheme_toml(order: tuple[str, ...]) -> str:
@@ -72,7 +75,9 @@ def generate(out: Path, *, rows: int = 40_000, users: int = 2_000, seed: int = 0
     with open(out / "users.csv", "w", encoding="utf-8") as fh:
         fh.write("user_id,country,device,price_level,age\n")
         for i in range(users):
-            fh.write(f"{ids[i]},{COUNTRIES[country[i]]},{DEVICES[device[i]]},{price_level[i]},{age[i]}\n")
+            fh.write(
+                f"{ids[i]},{COUNTRIES[country[i]]},{DEVICES[device[i]]},{price_level[i]},{age[i]}\n"
+            )
     for name, order in ORDERS.items():
         (out / f"scheme_{name}.toml").write_text(scheme_toml(order))
 
@@ -99,9 +104,9 @@ def generate(out: Path, *, rows: int = 40_000, users: int = 2_000, seed: int = 0
     )
     cuts = np.quantile(relevance, np.cumsum(LABEL_SHARES)[:-1])
     labels = np.searchsorted(cuts, relevance, side="right").astype(np.int32)
-    features = np.column_stack(
-        [match, quality, category, price_z, popularity, noise]
-    ).astype(np.float32)
+    features = np.column_stack([match, quality, category, price_z, popularity, noise]).astype(
+        np.float32
+    )
     offsets = np.concatenate([[0], np.cumsum(sizes_a)])
     split_of = rng.choice(3, n_q, p=SPLIT)
     for s, split in enumerate(("train", "vali", "test")):

@@ -42,7 +42,7 @@ class TreeUserOptions(BaseModel):
 
     user_profiles: Path | None = None
     cluster_config: Path | None = None
-    embedding_dim: int = Field(16, ge=1)
+    embedding_dim: int = Field(32, ge=1)
     min_cluster_count: int = Field(20, ge=1)
     field_embeddings: bool = True
     # A version directory with user clusters whose table is reused instead of learning one.
@@ -87,8 +87,8 @@ def user_table(
                 )
         files = {uc.clusters_file: artifact.files[uc.clusters_file]}
         files[uc.embeddings_file] = artifact.files[uc.embeddings_file]
-        record = {"user_embeddings_from": f"{artifact.manifest.name}/{artifact.manifest.version}"}
-        return uc.model_copy(update={"input": "features"}), files, record
+        reused = {"user_embeddings_from": f"{artifact.manifest.name}/{artifact.manifest.version}"}
+        return uc.model_copy(update={"input": "features"}), files, reused
     if options.cluster_config is None:
         raise ClusterConfigError(
             "user features need --cluster-config (or --user-embeddings-from a version)"
@@ -119,7 +119,7 @@ def user_table(
         raise ArtifactError(f"{path}: the embedding network wrote no user clusters")
     files = {uc.clusters_file: artifact.files[uc.clusters_file]}
     files[uc.embeddings_file] = artifact.files[uc.embeddings_file]
-    record = {
+    record: dict[str, Any] = {
         "user_embeddings": "learned by a LambdaDNN on the same data",
         "user_embedding_network": artifact.manifest.training.get("params"),
         "user_embedding_best_epoch": artifact.manifest.training.get("best_epoch"),

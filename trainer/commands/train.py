@@ -27,6 +27,8 @@ DNN = "DNN engine"
 CLICKS = "Click logs (native engine)"
 SOURCES = "Feature sources (query columns, item table)"
 USERS = "User features (all engines; docs/PERSONALISATION.md)"
+# DNN flags that, for a tree engine with user features, shape the network learning the table.
+EMBEDDING_NETWORK_KEYS = ("loss", "arch", "hidden", "epochs", "batch_queries", "dropout")
 Opt = typer.Option
 
 
@@ -336,14 +338,22 @@ def train_command(
             user_values = {k: file_values[k] for k in USER_FEATURE_KEYS if k in file_values}
             tree_values = {k: v for k, v in file_values.items() if k not in user_values}
             user_flags = {k: flags.pop(k) for k in USER_FEATURE_KEYS}
+            # The DNN flags configure the network that learns a tree model's user table.
+            network = {k: flags.pop(k) for k in EMBEDDING_NETWORK_KEYS if flags[k] is not None}
             params = build_params(LambdaMARTParams, tree_values, flags, source=source, label=label)
             users = build_params(TreeUserOptions, user_values, user_flags, source=source)
+            if network and (not users.enabled or users.user_embeddings_from is not None):
+                fail(
+                    f"--{next(iter(network)).replace('_', '-')} does not apply to {label} "
+                    "(with --user-profiles and --cluster-config it configures the network "
+                    "that learns the user table)"
+                )
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
             train, valid = _load(train_file, valid_file, spec, sourced)
-            user_settings = (
-                _tree_user_features(train, valid, users, params) if users.enabled else None
-            )
+            user_settings = None
+            if users.enabled:
+                user_settings = _tree_user_features(train, valid, users, params, network)
             if user_settings is not None:
                 train, valid = user_settings.pop("train"), user_settings.pop("valid")
             objective = None
@@ -466,12 +476,15 @@ def _tree_user_features(
     valid: RankingDataset | None,
     users: Any,
     params: LambdaMARTParams,
+    network: dict[str, Any],
 ) -> dict[str, Any]:
     """The user table (learned or reused) and the data with each list's user vector appended:
     keys train, valid, user_clusters, user_files, user_training."""
     from trainer.engines.user_embeddings import user_table, with_user_vectors
 
-    uc, files, record = user_table(train, valid, users, seed=params.seed, threads=params.threads)
+    uc, files, record = user_table(
+        train, valid, users, seed=params.seed, threads=params.threads, dnn_params=network
+    )
     profiles = users.user_profiles
     return {
         "train": with_user_vectors(train, uc, files, profiles),

@@ -25,7 +25,7 @@ NET = ["--hidden", "16", "--epochs", "3", "--batch-queries", "16", "--dropout", 
 USERS = ["--embedding-dim", "4", "--min-cluster-count", "5"]
 
 
-def invoke(*args: str) -> str:
+def invoke(*args: object) -> str:
     result = CliRunner().invoke(app, [str(a) for a in args])
     assert result.exit_code == 0, result.stderr
     return result.stdout
@@ -103,18 +103,8 @@ def test_trees_reuse_a_network_table_and_score_as_evaluated(sim: Path, network: 
     for name in ("clusters.json", "embeddings.npy"):
         assert trees.files[name] == net.files[name]
     assert trees.manifest.training["user_embeddings_from"] == "default/v1"
-    report = json.loads(
-        invoke(
-            "evaluate",
-            "--model",
-            out,
-            "--data",
-            sim / "test.parquet",
-            "--user-profiles",
-            sim / "users.parquet",
-            "--json",
-        )  # fmt: skip
-    )
+    evaluate = ["evaluate", "--model", out, "--data", sim / "test.parquet", "--json"]
+    report = json.loads(invoke(*evaluate, "--user-profiles", sim / "users.parquet"))
     assert report["ndcg@10"] == pytest.approx(expected_report(out, sim)["ndcg@10"], abs=1e-12)
     # The trees split on the user columns: scores change with the user.
     test = load_dataset(sim / "test.parquet")

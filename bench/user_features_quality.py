@@ -230,6 +230,7 @@ DEFAULT_USERS = 1_500
 WORK = Path(tempfile.gettempdir()) / "ltr-bench-user-features"
 SERVING_CANDIDATES = 300
 SERVING_REQUESTS = 300
+SERVING_TREES = 200
 
 
 def settings(rows: int, users: int) -> dict[str, Any]:
@@ -240,6 +241,31 @@ def quality(generator: str, seeds: int, rows: int, users: int) -> dict[str, Any]
     """run_seed for seeds 0..seeds-1; versions stay under WORK for the serving part."""
     runs = [run_seed(generator, seed, rows, users, WORK) for seed in range(seeds)]
     return {"generator": generator, "settings": settings(rows, users), "runs": runs}
+
+
+def _same_size_trees(p: Prepared, models: Path) -> None:
+    """Two tree models of SERVING_TREES trees each (no early stopping), without and with the
+    learned user vector, so that on/off differ by the user features only."""
+    import shutil
+
+    from trainer.engines import train_tree_model
+    from trainer.engines.user_embeddings import with_user_vectors
+    from trainer.lambdamart.params import LambdaMARTParams
+
+    params = LambdaMARTParams(**{**TREES, "num_trees": SERVING_TREES})
+    artifact = load_version(models / "dnn_user_A" / "v1")
+    uc = artifact.manifest.user_clusters
+    assert uc is not None
+    files = {k: artifact.files[k] for k in (uc.clusters_file, uc.embeddings_file)}
+    uc = uc.model_copy(update={"input": "features"})
+    on = [with_user_vectors(d, uc, files, p.profiles) for d in (p.train, p.valid)]
+    for name in ("trees_off", "trees_on"):
+        shutil.rmtree(models / name, ignore_errors=True)
+    train_tree_model("lightgbm", p.train, None, params, models / "trees_off" / "v1", name="off")
+    train_tree_model(
+        "lightgbm", on[0], None, params, models / "trees_on" / "v1", name="on",
+        user_clusters=uc, user_files=files,
+    )  # fmt: skip
 
 
 def serving(rows: int, users: int) -> dict[str, Any]:
@@ -262,7 +288,8 @@ def serving(rows: int, users: int) -> dict[str, Any]:
     profiles = read_profiles(p.profiles)
     registry = WORK / "registry"
     shutil.rmtree(registry, ignore_errors=True)
-    pairs = {"dnn": ("dnn", "dnn_user_A"), "lambdamart": ("lambdamart", "lambdamart_user_A")}
+    _same_size_trees(p, models)
+    pairs = {"dnn": ("dnn", "dnn_user_A"), "lambdamart": ("trees_off", "trees_on")}
     for off, on in pairs.values():
         for name in (off, on):
             artifact = install_version(models / name / "v1", registry, name)

@@ -1,6 +1,13 @@
-"""What user-cluster features cost per request: in-process table, Redis, and Redis faults.
+"""User features: what they buy in ranking quality, what they cost per request.
 
-`python -m bench.bench_user_features` → bench/results/user_features.md
+`python -m bench.bench_user_features [--part quality|serving|resolver|render]`
+→ bench/results/user_features.md (figures in bench/results/user_features/*.json)
+
+Quality (`--part quality`, bench.user_features_quality): test NDCG@10 of the models of issue 18's
+table on `ltr simulate` data and on bench.generate_personal (tastes set by combinations of
+profile fields), both field orders of the cluster scheme, 3 seeds. Serving (`--part serving`):
+p50 of POST /rerank with 300 candidates on the real service (uvicorn), user features on vs off,
+same engine, requests alternating. Resolver (`--part resolver`):
 
 Side by side in one run, one asyncio loop, our own redis-server on a free port:
 - a bare redis.asyncio HGET round trip (the floor for anything that asks Redis);
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import platform
 import statistics
 import time
@@ -31,6 +39,7 @@ from tests.support.redis_server import RedisServer, redis_binary
 from trainer.redis_publish import push_embeddings
 
 OUT = Path(__file__).parent / "results" / "user_features.md"
+FIGURES = Path(__file__).parent / "results" / "user_features"
 USER = {"id": "u1", "profile": {"country": "US", "price": 2}}
 N = 2000
 
@@ -116,28 +125,41 @@ async def main(server: RedisServer) -> list[str]:
     return [_row(name, us, base) for name, us in rows]
 
 
-def run() -> None:
+def resolver_rows() -> list[str]:
     server = RedisServer(redis_binary()).start()
     try:
-        table = asyncio.run(main(server))
+        return asyncio.run(main(server))
     finally:
         server.stop()
-    text = "\n".join(
-        [
-            "# User-cluster features: cost per request",
-            "",
-            f"`python -m bench.bench_user_features`; {platform.processor() or platform.machine()},",
-            "2 cores shared with other engineers while measured (noisy: read the ratios).",
-            "One asyncio loop, redis-server on loopback, timings in microseconds per call",
-            "(ratio = p50 / bare HGET p50). Default settings: 10 ms deadline, 30 s cache TTL.",
-            "",
-            "| what | p50 µs | p99 µs | x bare HGET | answers |",
-            "| --- | ---: | ---: | ---: | --- |",
-            *table,
-            "",
-        ]
+
+
+def run() -> None:
+    import argparse
+
+    from bench import user_features_quality as uq
+    from bench.user_features_report import render
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--part", choices=["all", "quality", "serving", "resolver", "render"], default="all"
     )
-    OUT.parent.mkdir(exist_ok=True)
+    parser.add_argument("--generator", choices=["both", *uq.GENERATORS], default="both")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=uq.DEFAULT_ROWS)
+    parser.add_argument("--users", type=int, default=uq.DEFAULT_USERS)
+    args = parser.parse_args()
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    if args.part in ("all", "quality"):
+        generators = uq.GENERATORS if args.generator == "both" else (args.generator,)
+        for generator in generators:
+            figures = uq.quality(generator, args.seeds, args.rows, args.users)
+            (FIGURES / f"quality_{generator}.json").write_text(json.dumps(figures, indent=1))
+    if args.part in ("all", "serving"):
+        serving = uq.serving(args.rows, args.users)
+        (FIGURES / "serving.json").write_text(json.dumps(serving, indent=1))
+    if args.part in ("all", "resolver"):
+        (FIGURES / "resolver.json").write_text(json.dumps(resolver_rows(), indent=1))
+    text = render(FIGURES, platform.processor() or platform.machine())
     OUT.write_text(text)
     print(text)
 

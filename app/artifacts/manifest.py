@@ -77,6 +77,11 @@ class UserClusters(_Strict):
     # "features": the embedding is appended to each candidate's features (trees; the names are
     # the last `embedding_dim` entries of feature_names). "onnx_input": second ONNX input `user`.
     input: Literal["features", "onnx_input"] = "features"
+    # True: clusters_file also lists per-field rows `field:<name>=<token>` (after the cluster
+    # ids), and a user's vector is their cluster's row plus the row of every token of their
+    # finest cluster id that the table holds, so a user whose full cluster is rare still
+    # contributes every field (app.features.embedding_table.EmbeddingTable.user_vector).
+    field_embeddings: bool = False
 
 
 FeatureSource = Literal["candidate", "query", "item", "user"]

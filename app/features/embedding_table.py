@@ -3,26 +3,49 @@
 `clusters.json` is a JSON list of cluster ids whose index is the row in `embeddings.npy`
 (float32 [n_clusters, embedding_dim], loaded without pickle). The row of `scheme.unknown` is
 the vector of last resort, so a table without it is refused.
+
+With `field_embeddings` the list also holds per-field rows `field:<name>=<token>`: a user's
+vector is their resolved cluster's row plus the rows of the tokens of their finest cluster id
+(absent tokens add nothing). The coarse-to-fine cluster id keeps the field combinations that
+are common enough (Grbovic & Cheng, KDD 2018); the field rows keep what dropping trailing
+tokens throws away, whatever the field order.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.artifacts.manifest import Manifest, UserClusters
+from app.artifacts.manifest import ClusterScheme, Manifest, UserClusters
 from app.features.clusters import resolve_cluster
+
+FIELD_ROW_PREFIX = "field:"
+
+
+def field_key(field_name: str, token: str) -> str:
+    """The table key of one profile field's token: `field:country=US`."""
+    return f"{FIELD_ROW_PREFIX}{field_name}={token}"
+
+
+def field_keys(scheme: ClusterScheme, cid: str) -> list[str]:
+    """The field keys of a cluster id's tokens, in field order (`US_a2` → country and age
+    keys); none for the unknown id. A coarser id gives the keys of its leading fields only."""
+    if cid == scheme.unknown or not cid:
+        return []
+    parts = cid.split(scheme.separator)
+    return [field_key(f.name, t) for f, t in zip(scheme.fields, parts, strict=False)]
 
 
 @dataclass(frozen=True)
 class EmbeddingTable:
     user_clusters: UserClusters
     clusters: tuple[str, ...]
-    vectors: np.ndarray  # float32 [n_clusters, embedding_dim], read-only
-    index: dict[str, int]
+    vectors: np.ndarray  # float32 [n_rows, embedding_dim], read-only
+    index: dict[str, int]  # cluster id → row
+    field_index: dict[str, int] = field(default_factory=dict)  # field key → row
 
     @property
     def dim(self) -> int:
@@ -41,12 +64,32 @@ class EmbeddingTable:
         row = self.index.get(cid)
         return self.vectors[self.index[self.unknown] if row is None else row]
 
+    def user_vector(self, cluster_vector: np.ndarray, raw_cid: str) -> np.ndarray:
+        """float32 [embedding_dim]: the resolved cluster's vector (from Redis or this table)
+        plus the field rows of `raw_cid`, the user's finest id before any fallback."""
+        if not self.field_index:
+            return cluster_vector
+        keys = field_keys(self.user_clusters.scheme, raw_cid)
+        rows = [self.field_index[k] for k in keys if k in self.field_index]
+        if not rows:
+            return cluster_vector
+        total = np.asarray(cluster_vector, dtype=np.float32).copy()
+        for row in rows:  # one add per row, in field order, as the trainer's check does
+            total += self.vectors[row]
+        total.setflags(write=False)
+        return total
+
     @classmethod
     def from_files(cls, manifest: Manifest, files: dict[str, bytes]) -> EmbeddingTable:
         """Parse and check the two files; raises ValueError naming the file and the problem."""
         uc = manifest.user_clusters
         if uc is None:
             raise ValueError(f"model {manifest.name!r} has no user clusters")
+        return cls.from_user_clusters(uc, files)
+
+    @classmethod
+    def from_user_clusters(cls, uc: UserClusters, files: dict[str, bytes]) -> EmbeddingTable:
+        """As `from_files`, for the manifest's `user_clusters` settings."""
         clusters = _read_clusters(uc.clusters_file, files)
         vectors = _read_vectors(uc.embeddings_file, files)
         where = f"{uc.embeddings_file}"
@@ -63,11 +106,17 @@ class EmbeddingTable:
             )
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         vectors.setflags(write=False)
+        index = {c: i for i, c in enumerate(clusters)}
+        fields: dict[str, int] = {}
+        if uc.field_embeddings:
+            fields = {c: i for c, i in index.items() if c.startswith(FIELD_ROW_PREFIX)}
+            index = {c: i for c, i in index.items() if c not in fields}
         return cls(
             user_clusters=uc,
             clusters=tuple(clusters),
             vectors=vectors,
-            index={c: i for i, c in enumerate(clusters)},
+            index=index,
+            field_index=fields,
         )
 
 

@@ -152,6 +152,7 @@ class UserFeatureResolver:
                     reasons.append(EMBEDDING_MALFORMED_IN_REDIS)
                 else:
                     vector = remote
+        vector = table.user_vector(vector, raw_cid)  # plus per-field rows, when the model has them
         degraded = any(r not in (NO_USER, UNKNOWN_CLUSTER) for r in reasons)
         return UserFeatures(vector, cluster, degraded, reasons)
 

@@ -12,6 +12,7 @@ import typer
 from app.artifacts.store import Artifact, ArtifactError, load_version
 from app.artifacts.tree_dump import TreeDumpError
 from trainer.commands.errors import CommandError, clear_errors
+from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 
 ONNX_CHUNK_ROWS = 65_536
@@ -29,27 +30,44 @@ def evaluate_command(
             help="Click data: IPW labels from this propensities.json (compare on dcg@10)."
         ),
     ] = None,
+    user_profiles: Annotated[
+        Path | None,
+        typer.Option(
+            help="Models with user clusters: the user_id → profile table (CSV or Parquet) for "
+            "the data's users (Parquet column user_id or a .user side file). Each list gets "
+            "the vector the service computes from that profile; a user without a row counts "
+            "as a request without a profile."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """NDCG@1/3/5/10, MAP, MRR, ERR@10 and DCG@10 of a model version on a data file."""
     from trainer.data.loader import load_dataset
+    from trainer.dnn.user_clusters import ClusterConfigError
+    from trainer.dnn.user_profiles import ProfileTableError
     from trainer.metrics.report import ranking_report
 
-    with clear_errors(ArtifactError, TreeDumpError, DataFormatError):
+    users: dict[str, Any] | None = None
+    with clear_errors(
+        ArtifactError, TreeDumpError, DataFormatError, ClusterConfigError, ProfileTableError
+    ):
         artifact = load_version(model)
         manifest = artifact.manifest
-        if manifest.user_clusters is not None:
+        if manifest.user_clusters is not None and user_profiles is None:
             raise CommandError(
-                f"{model}: the model uses user-cluster embeddings; "
-                "ltr evaluate scores models without them only"
+                f"{model}: the model uses user-cluster embeddings: pass --user-profiles FILE "
+                "(the user_id → profile table) so each list gets its user's vector"
             )
-        dataset = load_dataset(data, feature_names=manifest.feature_names)
+        dataset = load_dataset(data, feature_names=manifest.request_feature_names)
         if propensities is not None:  # clicks, scored without the served ranking's bias
             from trainer.clicks.ipw_eval import ipw_relabel
             from trainer.clicks.propensity import load_propensities
 
             dataset = ipw_relabel(dataset, load_propensities(propensities)[0])
-        scores = _scores(artifact, dataset.features)
+        if manifest.user_clusters is not None and user_profiles is not None:
+            scores, users = _scores_with_users(artifact, dataset, user_profiles)
+        else:
+            scores = _scores(artifact, dataset.features)
         report = ranking_report(
             scores, dataset.labels, dataset.group_offsets, empty_value=empty_query_ndcg
         )
@@ -60,12 +78,64 @@ def evaluate_command(
         "empty_query_ndcg": empty_query_ndcg,
         "labels": "clicks, IPW" if propensities is not None else "as given",
     }
+    if users is not None:
+        out["users"] = users
     if as_json:
         typer.echo(orjson.dumps(out).decode())
         return
     typer.echo(f"{manifest.name} {manifest.version} ({manifest.kind}) on {data}")
     for key, value in report.items():
         typer.echo(f"  {key:<9} {value:.4f}" if isinstance(value, float) else f"  {key:<9} {value}")
+    if users is not None:
+        typer.echo(
+            f"  users     {users['lists_with_profile']} of {users['lists']} lists with a profile; "
+            f"resolved to: {', '.join(f'{k} {v}' for k, v in users['resolved_to'].items())}"
+        )
+
+
+def _scores_with_users(
+    artifact: Artifact, dataset: RankingDataset, profiles_path: Path
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Scores float64 [n_docs] with each list's user vector, and how the users resolved
+    (how many lists kept their full cluster id, fell back to a coarser one, or to unknown)."""
+    from app.features.clusters import cluster_id
+    from app.features.embedding_table import EmbeddingTable
+    from trainer.dnn.user_clusters import ClusterConfigError, user_vectors
+    from trainer.dnn.user_profiles import read_profiles
+    from trainer.scoring import score_dataset
+
+    if dataset.user_ids is None:
+        raise ClusterConfigError(
+            f"{dataset.source}: the model uses user clusters and needs the user of every list "
+            "(Parquet column user_id or a .user side file)"
+        )
+    profiles = read_profiles(profiles_path)
+    table = EmbeddingTable.from_files(artifact.manifest, artifact.files)
+    scheme = table.user_clusters.scheme
+    resolved = {"full_cluster": 0, "coarser_cluster": 0, "unknown": 0}
+    with_profile = 0
+    for user in dataset.user_ids:
+        profile = profiles.get(str(user))
+        with_profile += bool(profile)
+        raw = cluster_id(scheme, profile) if profile else scheme.unknown
+        got = table.resolve(raw)
+        key = (
+            "unknown"
+            if got == scheme.unknown
+            else "full_cluster"
+            if got == raw
+            else "coarser_cluster"
+        )
+        resolved[key] += 1
+    vectors = user_vectors(table, profiles, list(dataset.user_ids))
+    users = {
+        "profiles": str(profiles_path),
+        "lists": dataset.num_queries,
+        "lists_with_profile": with_profile,
+        "resolved_to": resolved,
+        "field_embeddings": table.user_clusters.field_embeddings,
+    }
+    return score_dataset(artifact, dataset, vectors).astype(np.float64), users
 
 
 def _scores(artifact: Artifact, features: np.ndarray) -> np.ndarray:

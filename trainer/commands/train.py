@@ -26,6 +26,9 @@ TREE = "Tree engines (native, lightgbm, lightgbm-dask)"
 DNN = "DNN engine"
 CLICKS = "Click logs (native engine)"
 SOURCES = "Feature sources (query columns, item table)"
+USERS = "User features (all engines; docs/PERSONALISATION.md)"
+# DNN flags that, for a tree engine with user features, shape the network learning the table.
+EMBEDDING_NETWORK_KEYS = ("loss", "arch", "hidden", "epochs", "batch_queries", "dropout")
 Opt = typer.Option
 
 
@@ -162,22 +165,57 @@ def train_command(
     user_profiles: Annotated[
         Path | None,
         Opt(
-            help="User profile table (user_id and profile fields) for user-cluster embeddings.",
-            rich_help_panel=DNN,
+            help="User profile table (CSV with a header line, or Parquet): a user_id column "
+            "and the fields the cluster scheme names; the data gives each list's user (Parquet "
+            "column user_id or a .user side file). See docs/PERSONALISATION.md.",
+            rich_help_panel=USERS,
             show_default="none",
         ),
     ] = None,
     cluster_config: Annotated[
         Path | None,
         Opt(
-            help="Cluster scheme: profile fields and buckets; needs --user-profiles.",
-            rich_help_panel=DNN,
+            help="Cluster scheme TOML: the profile fields, coarse to fine, with their values "
+            "or numeric bucket edges (e.g. the cluster_scheme.toml ltr simulate writes).",
+            rich_help_panel=USERS,
             show_default="none",
         ),
     ] = None,
     embedding_dim: Annotated[
         int | None,
-        Opt(help="Size of each user cluster's embedding.", rich_help_panel=DNN, show_default="8"),
+        Opt(
+            help="Width of the user vector (cluster row + field rows).",
+            rich_help_panel=USERS,
+            show_default="32",
+        ),
+    ] = None,
+    min_cluster_count: Annotated[
+        int | None,
+        Opt(
+            help="Training users a cluster id (or a field value) needs for its own row; rarer "
+            "ids fall back to coarser ones (trailing fields dropped), then to unknown.",
+            rich_help_panel=USERS,
+            show_default="20",
+        ),
+    ] = None,
+    field_embeddings: Annotated[
+        bool | None,
+        Opt(
+            "--field-embeddings/--no-field-embeddings",
+            help="Add one row per profile-field value to the cluster's row, so a user whose "
+            "cluster is rare keeps every field.",
+            rich_help_panel=USERS,
+            show_default="on",
+        ),
+    ] = None,
+    user_embeddings_from: Annotated[
+        Path | None,
+        Opt(
+            help="Tree engines: reuse the user table of this version directory (trained with "
+            "user clusters) instead of learning one with a LambdaDNN first.",
+            rich_help_panel=USERS,
+            show_default="none",
+        ),
     ] = None,
     unbiased: Annotated[
         bool,
@@ -258,12 +296,24 @@ def train_command(
         "user_profiles": user_profiles,
         "cluster_config": cluster_config,
         "embedding_dim": embedding_dim,
+        "min_cluster_count": min_cluster_count,
+        "field_embeddings": field_embeddings,
+        "user_embeddings_from": user_embeddings_from,
     }
+    from trainer.dnn.user_clusters import ClusterConfigError
+    from trainer.dnn.user_profiles import ProfileTableError
     from trainer.engines.lightgbm_ranker import EngineError
     from trainer.features.sources import SpecError, build_spec
 
+    user_errors = (ClusterConfigError, ProfileTableError)
     with clear_errors(
-        ConfigError, DataFormatError, ExportError, ArtifactError, EngineError, SpecError
+        ConfigError,
+        DataFormatError,
+        ExportError,
+        ArtifactError,
+        EngineError,
+        SpecError,
+        *user_errors,
     ):
         check_out_dir(out, name)
         spec = build_spec(features_spec, query_features, items, item_set, id_column)
@@ -282,12 +332,30 @@ def train_command(
             options = build_params(DNNOptions, file_values, flags, source=source, label=label)
             summary = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
         else:
+            from trainer.engines.user_embeddings import USER_FEATURE_KEYS, TreeUserOptions
             from trainer.lambdamart.params import LambdaMARTParams
 
-            params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
+            user_values = {k: file_values[k] for k in USER_FEATURE_KEYS if k in file_values}
+            tree_values = {k: v for k, v in file_values.items() if k not in user_values}
+            user_flags = {k: flags.pop(k) for k in USER_FEATURE_KEYS}
+            # The DNN flags configure the network that learns a tree model's user table.
+            network = {k: flags.pop(k) for k in EMBEDDING_NETWORK_KEYS if flags[k] is not None}
+            params = build_params(LambdaMARTParams, tree_values, flags, source=source, label=label)
+            users = build_params(TreeUserOptions, user_values, user_flags, source=source)
+            if network and (not users.enabled or users.user_embeddings_from is not None):
+                fail(
+                    f"--{next(iter(network)).replace('_', '-')} does not apply to {label} "
+                    "(with --user-profiles and --cluster-config it configures the network "
+                    "that learns the user table)"
+                )
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
             train, valid = _load(train_file, valid_file, spec, sourced)
+            user_settings = None
+            if users.enabled:
+                user_settings = _tree_user_features(train, valid, users, params, network)
+            if user_settings is not None:
+                train, valid = user_settings.pop("train"), user_settings.pop("valid")
             objective = None
             valid_metric = "ndcg"
             if unbiased or propensities is not None:
@@ -300,7 +368,16 @@ def train_command(
                 valid = _unbiased_valid(valid, propensities)
                 valid_metric = "ndcg" if valid is clicks_valid else "dcg"
             summary = _train_trees(
-                chosen, train, valid, params, out, name, dask_scheduler, objective, valid_metric
+                chosen,
+                train,
+                valid,
+                params,
+                out,
+                name,
+                dask_scheduler,
+                objective,
+                valid_metric,
+                user_settings or {},
             )
         if sourced:
             from trainer.features.sources import attach_sources
@@ -370,6 +447,7 @@ def _train_trees(
     dask_scheduler: str | None = None,
     objective: Any = None,
     valid_metric: str = "ndcg",
+    user_settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from trainer.engines import train_tree_model
     from trainer.progress import TrainingProgress
@@ -389,7 +467,32 @@ def _train_trees(
             dask_scheduler=dask_scheduler,
             objective=objective,
             valid_metric=valid_metric,
+            **(user_settings or {}),
         )
+
+
+def _tree_user_features(
+    train: RankingDataset,
+    valid: RankingDataset | None,
+    users: Any,
+    params: LambdaMARTParams,
+    network: dict[str, Any],
+) -> dict[str, Any]:
+    """The user table (learned or reused) and the data with each list's user vector appended:
+    keys train, valid, user_clusters, user_files, user_training."""
+    from trainer.engines.user_embeddings import user_table, with_user_vectors
+
+    uc, files, record = user_table(
+        train, valid, users, seed=params.seed, threads=params.threads, dnn_params=network
+    )
+    profiles = users.user_profiles
+    return {
+        "train": with_user_vectors(train, uc, files, profiles),
+        "valid": None if valid is None else with_user_vectors(valid, uc, files, profiles),
+        "user_clusters": uc,
+        "user_files": files,
+        "user_training": {**record, "user_profiles": str(profiles)},
+    }
 
 
 def _int_list(text: str, flag: str) -> list[int]:

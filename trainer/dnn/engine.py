@@ -30,6 +30,7 @@ from trainer.dnn.user_clusters import (
     UserClusterAssignment,
     assign_user_clusters,
     fill_untrained_rows,
+    fine_cluster_ids,
     load_cluster_scheme,
 )
 from trainer.dnn.user_profiles import read_profiles
@@ -71,10 +72,10 @@ def train_and_export(
     clusters = _user_clusters(train, options)
     valid_rows = None
     if clusters is not None and valid is not None:
-        valid_rows = clusters.rows_for(read_profiles(_path(options.user_profiles)), _users(valid))
+        valid_rows = clusters.inputs_for(read_profiles(_path(options.user_profiles)), _users(valid))
     train_lists = QueryLists(
         train.features, train.labels, train.group_offsets,
-        None if clusters is None else clusters.train_rows,
+        None if clusters is None else clusters.train_inputs(),
     )  # fmt: skip
     valid_lists = None
     if valid is not None:
@@ -84,7 +85,7 @@ def train_and_export(
         ranker = build_ranker(
             options,
             fit_standardiser(train.features),
-            None if clusters is None else len(clusters.clusters),
+            None if clusters is None else len(clusters.keys),
         )
         result = train_ranker(
             ranker,
@@ -108,7 +109,10 @@ def train_and_export(
         files["embeddings.npy"] = buffer.getvalue()
         files["clusters.json"] = clusters.clusters_json()
         user_clusters = UserClusters(
-            scheme=clusters.scheme, embedding_dim=options.embedding_dim, input="onnx_input"
+            scheme=clusters.scheme,
+            embedding_dim=options.embedding_dim,
+            input="onnx_input",
+            field_embeddings=clusters.field_embeddings,
         )
     metrics: dict[str, Any] = {}
     if result.best_valid_ndcg is not None and valid is not None:
@@ -145,10 +149,14 @@ def train_and_export(
     path = write_version_dir(out, manifest, files)
     held_out = valid if valid is not None else train
     held_rows = (
-        valid_rows if valid is not None else (None if clusters is None else clusters.train_rows)
+        valid_rows if valid is not None else (None if clusters is None else clusters.train_inputs())
     )
+    held_ids = None
+    if clusters is not None:
+        profiles = read_profiles(_path(options.user_profiles))
+        held_ids = fine_cluster_ids(clusters.scheme, profiles, [str(u) for u in _users(held_out)])
     try:
-        verify_parity(path, ranker, held_out, held_rows)
+        verify_parity(path, ranker, held_out, held_rows, held_ids)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -183,14 +191,16 @@ def _user_clusters(train: RankingDataset, options: DNNOptions) -> UserClusterAss
         return None
     scheme = load_cluster_scheme(_path(options.cluster_config))
     profiles = read_profiles(_path(options.user_profiles))
-    return assign_user_clusters(scheme, profiles, _users(train), options.min_cluster_count)
+    return assign_user_clusters(
+        scheme, profiles, _users(train), options.min_cluster_count, options.field_embeddings
+    )
 
 
 def _embedding_table(ranker: Ranker, clusters: UserClusterAssignment) -> np.ndarray:
-    """float32 [n_clusters, embedding_dim] with the untrained rows filled in, written back into
+    """float32 [n_keys, embedding_dim] with the untrained rows filled in, written back into
     the ranker so that the parity check compares the same table."""
     assert ranker.embedding is not None
-    table = fill_untrained_rows(clusters, ranker.embedding.weight.detach().numpy())
+    table = fill_untrained_rows(clusters, ranker.table.detach().numpy())
     with torch.no_grad():
-        ranker.embedding.weight.copy_(torch.from_numpy(table))
+        ranker.embedding.weight[:-1].copy_(torch.from_numpy(table))
     return table

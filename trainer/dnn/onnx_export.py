@@ -99,3 +99,16 @@ def torch_scores(
         scores = ranker.score_list(x, u).numpy()
     ranker.train(was_training)
     return scores
+
+
+def torch_list_scores(ranker: Ranker, features: np.ndarray, user_rows: np.ndarray) -> np.ndarray:
+    """One list scored by the ranker from its user's table rows (int64 scalar or [1 + n_fields],
+    as in training) in PyTorch, eval mode: float32 [n_docs]."""
+    was_training = ranker.training
+    ranker.eval()
+    with torch.no_grad():
+        x = torch.as_tensor(np.ascontiguousarray(features, dtype=np.float32))[None]
+        rows = torch.as_tensor(np.asarray(user_rows, dtype=np.int64))[None]
+        scores = ranker(x, rows)[0].numpy()
+    ranker.train(was_training)
+    return scores

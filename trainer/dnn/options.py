@@ -31,5 +31,7 @@ class DNNOptions(BaseModel):
     # User-cluster embeddings: the profile table (user_id → fields) and the cluster scheme config.
     user_profiles: Path | None = None
     cluster_config: Path | None = None
-    embedding_dim: int = Field(8, ge=1)
+    embedding_dim: int = Field(32, ge=1)
     min_cluster_count: int = Field(20, ge=1)
+    # Per-field rows summed with the cluster's row (trainer.dnn.user_clusters).
+    field_embeddings: bool = True

@@ -8,15 +8,15 @@ more than it: a near-tie broken either way is the same ranking.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
 from app.artifacts.store import load_version
+from app.features.embedding_table import EmbeddingTable
 from trainer.data.dataset import RankingDataset
 from trainer.dnn.models import Ranker
-from trainer.dnn.onnx_export import onnx_scores, onnx_session, torch_scores
+from trainer.dnn.onnx_export import onnx_scores, onnx_session, torch_list_scores, torch_scores
 from trainer.export import ExportError
 
 PARITY_MAX_ABS_DIFF = 1e-5
@@ -42,21 +42,34 @@ def same_ranking(actual: np.ndarray, expected: np.ndarray, tol: float) -> bool:
 
 
 def verify_parity(
-    path: Path, ranker: Ranker, data: RankingDataset, cluster_rows: np.ndarray | None
+    path: Path,
+    ranker: Ranker,
+    data: RankingDataset,
+    cluster_rows: np.ndarray | None,
+    fine_ids: list[str] | None = None,
 ) -> float:
     """Reload the written version (sha256 checked), score up to PARITY_LISTS lists with
     onnxruntime and with PyTorch; raise ExportError when a score differs by more than
-    PARITY_MAX_ABS_DIFF or the rankings differ beyond it. Returns the max abs difference."""
+    PARITY_MAX_ABS_DIFF or the rankings differ beyond it. Returns the max abs difference.
+
+    With user clusters, PyTorch reads the list's table rows (`cluster_rows`: int64 [n_queries]
+    or [n_queries, 1 + n_fields]) and onnxruntime gets the vector the service's own code
+    (EmbeddingTable) builds from the written files for the list's finest id (`fine_ids`)."""
     artifact = load_version(path)
     session = onnx_session(artifact.files["model.onnx"])
     table = None
-    if "embeddings.npy" in artifact.files:
-        table = np.load(io.BytesIO(artifact.files["embeddings.npy"]), allow_pickle=False)
+    if artifact.manifest.user_clusters is not None:
+        table = EmbeddingTable.from_files(artifact.manifest, artifact.files)
     worst = 0.0
     for q in range(min(data.num_queries, PARITY_LISTS)):
         lo, hi = data.group_offsets[q], data.group_offsets[q + 1]
-        user = None if table is None or cluster_rows is None else table[cluster_rows[q]]
-        expected = torch_scores(ranker, data.features[lo:hi], user)
+        user = None
+        if table is not None and cluster_rows is not None and fine_ids is not None:
+            raw = fine_ids[q]
+            user = table.user_vector(table.vector(table.resolve(raw)), raw)
+            expected = torch_list_scores(ranker, data.features[lo:hi], cluster_rows[q])
+        else:
+            expected = torch_scores(ranker, data.features[lo:hi], None)
         actual = onnx_scores(session, data.features[lo:hi], user)
         diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
         worst = max(worst, diff)

@@ -2,7 +2,12 @@
 into a cluster id such as `US_lt1_pn3`; clusters with fewer than `min_count` training users fall
 back to coarser ids (`US_lt1`, `US`) and then to `unknown`; the network learns one embedding row
 per surviving id. The service resolves a request's user with the same fallback chain
-(app.features.clusters.resolve_cluster), so training and serving agree."""
+(app.features.clusters.resolve_cluster), so training and serving agree.
+
+With field embeddings the table also holds one row per profile-field token that at least
+`min_count` training users share (`field:country=US`), and a user's vector is the sum of their
+cluster's row and their tokens' rows (app.features.embedding_table.EmbeddingTable.user_vector):
+a user whose full cluster is rare still contributes every field, whatever the field order."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import json
 import tomllib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,7 @@ from pydantic import ValidationError
 from app.artifacts.manifest import ClusterScheme
 from app.errors import LtrError
 from app.features.clusters import cluster_id, coarser_ids, resolve_cluster
+from app.features.embedding_table import EmbeddingTable, field_keys
 from trainer.data.dataset import RankingDataset
 
 EMBEDDING_FEATURE_PREFIX = "user_emb_"
@@ -53,9 +59,13 @@ def load_cluster_scheme(path: Path) -> ClusterScheme:
 def fine_cluster_ids(
     scheme: ClusterScheme, profiles: Mapping[str, Mapping[str, Any]], users: Sequence[str]
 ) -> list[str]:
-    """The finest cluster id of each user; a user without a profile row gets the id of an empty
-    profile, exactly as the service computes it for a request without one."""
-    return [cluster_id(scheme, profiles.get(u, {})) for u in users]
+    """The finest cluster id of each user; a user without a profile row (or an empty one) gets
+    `unknown`, exactly as the service resolves a request without a profile."""
+    out = []
+    for user in users:
+        profile = profiles.get(user)
+        out.append(cluster_id(scheme, profile) if profile else scheme.unknown)
+    return out
 
 
 def surviving_clusters(scheme: ClusterScheme, fine_ids: Sequence[str], min_count: int) -> list[str]:
@@ -81,14 +91,50 @@ def cluster_rows(
     return np.array([index[resolve_cluster(scheme, f, index)] for f in fine_ids], dtype=np.int64)
 
 
+def surviving_field_keys(
+    scheme: ClusterScheme, fine_ids: Sequence[str], min_count: int
+) -> list[str]:
+    """The field rows' keys: every field token at least `min_count` distinct users share,
+    sorted. fine_ids: one per distinct training user."""
+    counts: Counter[str] = Counter()
+    for fine in fine_ids:
+        counts.update(field_keys(scheme, fine))
+    return sorted(k for k, n in counts.items() if n >= min_count)
+
+
+def field_rows(
+    scheme: ClusterScheme, fields: Sequence[str], first_row: int, fine_ids: Sequence[str]
+) -> np.ndarray:
+    """int64 [n, n_fields]: the table row of each fine id's field tokens, -1 where the table
+    has none. fields: the field keys, whose rows start at `first_row`."""
+    index = {k: first_row + i for i, k in enumerate(fields)}
+    out = np.full((len(fine_ids), len(scheme.fields)), -1, dtype=np.int64)
+    for i, fine in enumerate(fine_ids):
+        for j, key in enumerate(field_keys(scheme, fine)):
+            out[i, j] = index.get(key, -1)
+    return out
+
+
 @dataclass(frozen=True)
 class UserClusterAssignment:
-    """The cluster table of a training run and the row of every query list's user."""
+    """The embedding table of a training run and the rows of every query list's user."""
 
     scheme: ClusterScheme
-    clusters: list[str]  # row order of the embedding table; clusters[0] == scheme.unknown
-    train_rows: np.ndarray  # int64 [n_train_queries]
+    clusters: list[str]  # cluster rows of the table; clusters[0] == scheme.unknown
+    train_rows: np.ndarray  # int64 [n_train_queries], the cluster row of each list's user
     user_counts: dict[str, int]  # training users per kept cluster
+    fields: list[str] = field(default_factory=list)  # field rows' keys, after the clusters
+    train_field_rows: np.ndarray | None = None  # int64 [n_train_queries, n_fields], -1 = none
+    user_rows: np.ndarray | None = None  # int64 [n_users, 1 + n_fields], each training user
+
+    @property
+    def field_embeddings(self) -> bool:
+        return self.train_field_rows is not None
+
+    @property
+    def keys(self) -> list[str]:
+        """`clusters.json`'s list: cluster ids, then field keys; index = table row."""
+        return [*self.clusters, *self.fields]
 
     def rows_for(
         self, profiles: Mapping[str, Mapping[str, Any]], user_ids: np.ndarray
@@ -99,9 +145,31 @@ class UserClusterAssignment:
             self.scheme, self.clusters, fine_cluster_ids(self.scheme, profiles, users)
         )
 
+    def inputs_for(
+        self, profiles: Mapping[str, Mapping[str, Any]], user_ids: np.ndarray
+    ) -> np.ndarray:
+        """The network's user input for another dataset's query users (see `inputs`)."""
+        fine = fine_cluster_ids(self.scheme, profiles, [str(u) for u in user_ids])
+        rows = cluster_rows(self.scheme, self.clusters, fine)
+        if not self.field_embeddings:
+            return rows
+        return self.inputs(rows, field_rows(self.scheme, self.fields, len(self.clusters), fine))
+
+    def train_inputs(self) -> np.ndarray:
+        return self.inputs(self.train_rows, self.train_field_rows)
+
+    def inputs(self, rows: np.ndarray, fields: np.ndarray | None) -> np.ndarray:
+        """int64 [n] cluster rows, or [n, 1 + n_fields] with field embeddings: the rows whose
+        sum is each user's vector, an absent field pointing at the all-zero padding row
+        len(keys) (trainer.dnn.models.ranker.Ranker)."""
+        if fields is None:
+            return rows
+        pad = len(self.clusters) + len(self.fields)
+        return np.concatenate([rows[:, None], np.where(fields < 0, pad, fields)], axis=1)
+
     def clusters_json(self) -> bytes:
-        """`clusters.json`: the JSON list of cluster ids, index = embedding row."""
-        return json.dumps(self.clusters).encode()
+        """`clusters.json`: the JSON list of table keys, index = embedding row."""
+        return json.dumps(self.keys).encode()
 
 
 def assign_user_clusters(
@@ -109,9 +177,10 @@ def assign_user_clusters(
     profiles: Mapping[str, Mapping[str, Any]],
     train_user_ids: np.ndarray,
     min_count: int,
+    field_embeddings: bool = False,
 ) -> UserClusterAssignment:
     """Build the cluster table from the distinct users of the training lists and give each
-    training list its row. train_user_ids: [n_train_queries]."""
+    training list its row(s). train_user_ids: [n_train_queries]."""
     users = [str(u) for u in train_user_ids]
     distinct = sorted(set(users))
     fine_of = dict(zip(distinct, fine_cluster_ids(scheme, profiles, distinct), strict=True))
@@ -120,14 +189,28 @@ def assign_user_clusters(
     user_rows = cluster_rows(scheme, clusters, list(fine_of.values()))
     per_row = np.bincount(user_rows, minlength=len(clusters))
     counts = {c: int(n) for c, n in zip(clusters, per_row, strict=True)}
-    return UserClusterAssignment(scheme, clusters, rows, counts)
+    if not field_embeddings:
+        return UserClusterAssignment(scheme, clusters, rows, counts)
+    fields = surviving_field_keys(scheme, list(fine_of.values()), min_count)
+    train_fields = field_rows(scheme, fields, len(clusters), [fine_of[u] for u in users])
+    per_user = field_rows(scheme, fields, len(clusters), list(fine_of.values()))
+    return UserClusterAssignment(
+        scheme,
+        clusters,
+        rows,
+        counts,
+        fields,
+        train_fields,
+        np.concatenate([user_rows[:, None], per_user], axis=1),
+    )
 
 
 def fill_untrained_rows(assignment: UserClusterAssignment, table: np.ndarray) -> np.ndarray:
-    """Rows no training user reached never trained: each becomes the user-weighted mean of the
-    trained rows under it (for `unknown`, of all trained rows), i.e. its average user.
+    """Cluster rows no training user reached never trained: each becomes the user-weighted mean
+    of the trained rows under it, i.e. its average user. For `unknown` (mostly requests without
+    a user, which get no field rows) that is the mean of all training users' whole vectors.
 
-    table: float32 [n_clusters, embedding_dim]; returns a filled copy.
+    table: float32 [n_keys, embedding_dim] (cluster rows, then field rows); returns a copy.
     """
     out = np.array(table, dtype=np.float32, copy=True)
     sep, unknown = assignment.scheme.separator, assignment.scheme.unknown
@@ -135,13 +218,38 @@ def fill_untrained_rows(assignment: UserClusterAssignment, table: np.ndarray) ->
     for row, cid in enumerate(assignment.clusters):
         if weights[row] > 0:
             continue
+        if cid == unknown and assignment.user_rows is not None:
+            padded = np.vstack([table, np.zeros((1, table.shape[1]), table.dtype)])
+            users = padded[np.where(assignment.user_rows < 0, len(table), assignment.user_rows)]
+            out[row] = users.astype(np.float64).sum(axis=1).mean(axis=0)
+            continue
         under = np.array(
             [w > 0 and (cid == unknown or c.startswith(cid + sep))
              for c, w in zip(assignment.clusters, weights, strict=True)]
         )  # fmt: skip
         if under.any():
             w = weights[under]
-            out[row] = (w[:, None] * table[under]).sum(axis=0) / w.sum()
+            out[row] = (w[:, None] * table[: len(weights)][under]).sum(axis=0) / w.sum()
+    return out
+
+
+def user_vectors(
+    table: EmbeddingTable, profiles: Mapping[str, Mapping[str, Any]], user_ids: Sequence[Any]
+) -> np.ndarray:
+    """float32 [n, embedding_dim]: the vector the service computes for each user when the
+    client sends the profile from `profiles` (none when the user has no row: the unknown
+    cluster, as for a request without a profile). Same code as the service's resolver."""
+    scheme = table.user_clusters.scheme
+    out = np.empty((len(user_ids), table.dim), dtype=np.float32)
+    cache: dict[str, np.ndarray] = {}
+    for i, user in enumerate(user_ids):
+        profile = profiles.get(str(user))
+        raw = cluster_id(scheme, profile) if profile else scheme.unknown
+        vector = cache.get(raw)
+        if vector is None:
+            vector = table.user_vector(table.vector(table.resolve(raw)), raw)
+            cache[raw] = vector
+        out[i] = vector
     return out
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.artifacts.manifest import UserClusters
 from trainer.data.dataset import RankingDataset
 from trainer.lambdamart.params import LambdaMARTParams
 
@@ -31,9 +32,16 @@ def train_tree_model(
     dask_scheduler: str | None = None,
     objective: Any = None,
     valid_metric: str = "ndcg",
+    user_clusters: UserClusters | None = None,
+    user_files: dict[str, bytes] | None = None,
+    user_training: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train with `engine`, write the version directory `out`, return a summary. The native
     engine stops early on `valid_metric` ("ndcg", or "dcg" for IPW-labelled clicks).
+
+    With `user_clusters` (input "features") the last `embedding_dim` columns of `train` and
+    `valid` are the user vectors (trainer.engines.user_embeddings.with_user_vectors) and
+    `user_files` (clusters.json, embeddings.npy) go into the version with the model.
 
     The summary holds model_dir, name, version, kind, engine, trees, best_iteration, seconds,
     evaluated_on ("valid" or "train") and metrics (the ranking report on that set).
@@ -98,6 +106,7 @@ def train_tree_model(
         "trees": len(ensemble.trees),
         "train_seconds": round(result.total_seconds, 3),
         **extra,
+        **(user_training or {}),
     }
     path = export_tree_model(
         ensemble,
@@ -106,6 +115,8 @@ def train_tree_model(
         feature_names=train.names(),
         metrics=metric_entries(report, evaluated, params.empty_query_ndcg),
         training=training,
+        user_clusters=user_clusters,
+        extra_files=user_files,
         verify_features=train.features[rows],
         expected_scores=expected,
     )

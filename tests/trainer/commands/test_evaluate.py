@@ -10,11 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from app.artifacts.manifest import (
-    BucketedField,
-    ClusterScheme,
     Manifest,
     MissingValueRule,
-    UserClusters,
 )
 from app.artifacts.store import write_version_dir
 from app.scoring.onnx_scorer import OnnxScorer
@@ -162,20 +159,3 @@ def test_network_model_scores_through_onnxruntime(runner: CliRunner, tmp_path: P
     np.testing.assert_allclose(onnx_scores, test.features @ weights, rtol=1e-4, atol=1e-4)
     expected = ranking_report(onnx_scores, test.labels, test.group_offsets)
     assert {k: report[k] for k in REPORT_KEYS} == expected
-
-
-def test_refuses_models_with_user_clusters(runner: CliRunner, tmp_path: Path) -> None:
-    scheme = ClusterScheme(fields=[BucketedField(name="country", kind="categorical")])
-    manifest = Manifest(
-        name="net",
-        version="n2",
-        kind="lambdadnn",
-        created_at=dt.datetime.now(dt.UTC),
-        feature_names=[f"f{i + 1}" for i in range(300)],
-        missing_value=MissingValueRule(handled_by="mean_imputation"),
-        user_clusters=UserClusters(scheme=scheme, embedding_dim=4, input="onnx_input"),
-    )
-    out = write_version_dir(tmp_path / "n2", manifest, {"model.onnx": linear_onnx(np.ones(300))})
-    result = runner.invoke(app, ["evaluate", "--model", str(out), "--data", str(TEST)])
-    assert result.exit_code == 2
-    assert "user-cluster embeddings" in one_error_line(result.stderr)

@@ -8,12 +8,14 @@ import pytest
 pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
 from app.artifacts.store import load_version
+from app.features.embedding_table import EmbeddingTable
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
 from trainer.dnn.engine import train_and_export
 from trainer.dnn.onnx_export import onnx_scores, onnx_session
 from trainer.dnn.options import DNNOptions
-from trainer.dnn.user_clusters import ClusterConfigError
+from trainer.dnn.user_clusters import ClusterConfigError, user_vectors
+from trainer.dnn.user_profiles import read_profiles
 from trainer.export import ExportError
 from trainer.metrics.ndcg import mean_ndcg
 
@@ -27,16 +29,13 @@ def demo():
     return train, read_letor(DEMO / "rank.test", train.num_features)
 
 
-def score_dataset(path, data, user_rows=None):
+def score_dataset(path, data, vectors=None):
     artifact = load_version(path)
     session = onnx_session(artifact.files["model.onnx"])
-    table = None
-    if "embeddings.npy" in artifact.files:
-        table = np.load(io.BytesIO(artifact.files["embeddings.npy"]))
     parts = []
     for q in range(data.num_queries):
         lo, hi = data.group_offsets[q], data.group_offsets[q + 1]
-        user = None if table is None else table[user_rows[q]]
+        user = None if vectors is None else vectors[q]
         parts.append(onnx_scores(session, data.features[lo:hi], user))
     return np.concatenate(parts)
 
@@ -114,23 +113,34 @@ def cluster_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_user_cluster_embeddings_are_exported_and_lift_ndcg(tmp_path, cluster_files):
+@pytest.mark.parametrize("field_embeddings", [False, True])
+def test_user_cluster_embeddings_are_exported_and_lift_ndcg(
+    tmp_path, cluster_files, field_embeddings
+):
     train, valid = personalised_data(1), personalised_data(2)
     base = {**FAST, "epochs": 15, "early_stopping_rounds": None, "learning_rate": 0.01}
     plain = train_and_export(train, valid, DNNOptions(**base), tmp_path / "m" / "plain")
-    with_users = train_and_export(
-        train, valid, DNNOptions(**base, **cluster_files), tmp_path / "m" / "users"
-    )
+    options = DNNOptions(**base, **cluster_files, field_embeddings=field_embeddings)
+    with_users = train_and_export(train, valid, options, tmp_path / "m" / "users")
     artifact = load_version(with_users)
     uc = artifact.manifest.user_clusters
     assert uc is not None and uc.input == "onnx_input" and uc.embedding_dim == 2
+    assert uc.field_embeddings is field_embeddings
     clusters = json.loads(artifact.files["clusters.json"])
-    assert clusters == ["unknown", "a", "b"]
+    fields = ["field:kind=a", "field:kind=b"] if field_embeddings else []
+    assert clusters == ["unknown", "a", "b", *fields]
     table = np.load(io.BytesIO(artifact.files["embeddings.npy"]))
-    assert table.shape == (3, 2) and table.dtype == np.float32
-    rows = np.array([1 + int(u[1:]) % 2 for u in valid.user_ids])
+    assert table.shape == (len(clusters), 2) and table.dtype == np.float32
+    # The vector the service builds for each validation user.
+    profiles = read_profiles(cluster_files["user_profiles"])
+    vectors = user_vectors(
+        EmbeddingTable.from_files(artifact.manifest, artifact.files), profiles, valid.user_ids
+    )
+    if field_embeddings:
+        rows = np.array([1 + int(u[1:]) % 2 for u in valid.user_ids])
+        np.testing.assert_allclose(vectors, table[rows] + table[rows + 2], rtol=1e-6)
     personal = mean_ndcg(
-        score_dataset(with_users, valid, rows), valid.labels, valid.group_offsets, 10
+        score_dataset(with_users, valid, vectors), valid.labels, valid.group_offsets, 10
     )
     generic = mean_ndcg(score_dataset(plain, valid), valid.labels, valid.group_offsets, 10)
     assert personal > generic + 0.05

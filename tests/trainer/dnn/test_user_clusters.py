@@ -55,7 +55,7 @@ def profiles(tmp_path):
 
 
 def test_rare_clusters_fall_back_to_coarser_then_unknown(scheme, profiles):
-    # u8 has no profile row: it gets the empty profile's id, as the service would compute.
+    # u8 has no profile row: it is `unknown`, as the service resolves a request without one.
     users = np.array(["u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u1", "u7"])
     assignment = assign_user_clusters(scheme, profiles, users, min_count=3)
     assert assignment.clusters == ["unknown", "US", "US_a0"]
@@ -159,4 +159,35 @@ def test_untrained_rows_become_the_average_user_under_them(scheme, profiles):
     expected_mean = (4 * table[2] + 2 * table[3]) / 6
     np.testing.assert_allclose(filled[1], expected_mean)
     np.testing.assert_allclose(filled[0], expected_mean)
+    np.testing.assert_array_equal(filled[2:], table[2:])
+
+
+def test_field_rows_keep_every_field_of_a_rare_cluster(scheme, profiles):
+    users = np.array(["u1", "u2", "u3", "u4", "u5", "u6", "u7"])
+    assignment = assign_user_clusters(scheme, profiles, users, min_count=2, field_embeddings=True)
+    # US_a0 (4 users) and US_a2 (2 users) are clusters; FR_a0 has one user and falls to unknown.
+    assert assignment.clusters == ["unknown", "US", "US_a0", "US_a2"]
+    # Field values with 2+ users: country US (6), age a0 (5), age a2 (2); FR (1) has no row.
+    assert assignment.fields == ["field:age=a0", "field:age=a2", "field:country=US"]
+    assert assignment.keys == [*assignment.clusters, *assignment.fields]
+    assert json.loads(assignment.clusters_json()) == assignment.keys
+    inputs = assignment.train_inputs()
+    pad = len(assignment.keys)
+    # u1: US_a0 + country US + age a0; u7 (FR_a0): unknown + (no FR row) + age a0.
+    assert inputs[0].tolist() == [2, 6, 4]
+    assert inputs[6].tolist() == [0, pad, 4]
+    new = assignment.inputs_for({"v": {"country": "GB", "age": 65}}, np.array(["v", "none"]))
+    assert new.tolist() == [[0, pad, 5], [0, pad, pad]]
+
+
+def test_untrained_unknown_row_is_the_mean_whole_user_vector(scheme, profiles):
+    users = np.array(["u1", "u2", "u3", "u4"])
+    assignment = assign_user_clusters(scheme, profiles, users, min_count=2, field_embeddings=True)
+    assert assignment.user_counts["unknown"] == 0
+    table = np.arange(len(assignment.keys) * 2, dtype=np.float32).reshape(-1, 2)
+    filled = fill_untrained_rows(assignment, table)
+    rows = assignment.train_inputs()[0]  # every user is US_a0, country US, age a0
+    np.testing.assert_allclose(filled[0], table[rows].sum(axis=0))
+    assert assignment.clusters[1:3] == ["US", "US_a0"]  # US: its users' mean, i.e. US_a0's row
+    np.testing.assert_array_equal(filled[1], table[2])
     np.testing.assert_array_equal(filled[2:], table[2:])

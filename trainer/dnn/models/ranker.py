@@ -15,7 +15,9 @@ class Ranker(nn.Module):
     """scores = body([standardise(features), user embedding]).
 
     `body` maps float [..., input_dim] to [..., 1], input_dim = n_features (+ embedding_dim).
-    With `num_clusters`, the ranker owns an embedding table float [num_clusters, embedding_dim].
+    With `num_clusters` (rows of the user table: cluster rows, then any per-field rows), the
+    ranker owns an embedding table float [num_clusters + 1, embedding_dim] whose last row is an
+    all-zero padding row (an absent field); `table` is the table without it.
     """
 
     def __init__(
@@ -32,8 +34,10 @@ class Ranker(nn.Module):
         if num_clusters is not None:
             if embedding_dim < 1:
                 raise ValueError("a ranker with user clusters needs embedding_dim >= 1")
-            self.embedding = nn.Embedding(num_clusters, embedding_dim)
+            self.embedding = nn.Embedding(num_clusters + 1, embedding_dim, padding_idx=num_clusters)
             nn.init.normal_(self.embedding.weight, std=EMBEDDING_INIT_STD)
+            with torch.no_grad():
+                self.embedding.weight[num_clusters].zero_()
 
     @property
     def num_features(self) -> int:
@@ -43,14 +47,28 @@ class Ranker(nn.Module):
     def embedding_dim(self) -> int:
         return 0 if self.embedding is None else int(self.embedding.embedding_dim)
 
+    @property
+    def table(self) -> torch.Tensor:
+        """float [num_clusters, embedding_dim]: the user table without the padding row."""
+        assert self.embedding is not None
+        return self.embedding.weight[:-1]
+
+    def user_vectors(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows int64 [batch] (a cluster row) or [batch, 1 + n_fields] (cluster and field rows,
+        padding row for an absent field) → float [batch, embedding_dim], the sum of the rows."""
+        assert self.embedding is not None
+        vectors = self.embedding(rows)
+        return vectors.sum(dim=1) if vectors.dim() == 3 else vectors
+
     def forward(self, features: torch.Tensor, clusters: torch.Tensor | None = None) -> torch.Tensor:
         """features float [batch, list_len, n_features] (NaN = missing); clusters int64 [batch]
-        (required iff the ranker has an embedding table). Returns scores [batch, list_len]."""
+        or [batch, 1 + n_fields] (see `user_vectors`; required iff the ranker has an embedding
+        table). Returns scores [batch, list_len]."""
         x = self.standardiser(features)
         if self.embedding is not None:
             if clusters is None:
                 raise ValueError("this ranker needs the cluster index of every list")
-            user = self.embedding(clusters)[:, None, :].expand(-1, x.shape[1], -1)
+            user = self.user_vectors(clusters)[:, None, :].expand(-1, x.shape[1], -1)
             x = torch.cat([x, user], dim=-1)
         return self.body(x).squeeze(-1)
 

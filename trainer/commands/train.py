@@ -246,7 +246,7 @@ def train_command(
     features_spec: Annotated[
         Path | None,
         Opt(
-            help="Feature sources spec (TOML/JSON: query columns, [item] table).",
+            help="Feature sources spec (TOML/JSON: query columns and an item section with the table).",
             rich_help_panel=SOURCES,
         ),
     ] = None,

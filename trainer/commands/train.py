@@ -246,8 +246,9 @@ def train_command(
     features_spec: Annotated[
         Path | None,
         Opt(
-            help="Feature sources spec (TOML/JSON: query columns and an item section with the table).",
+            help="Feature sources spec (TOML/JSON: query columns, an item section with the table).",
             rich_help_panel=SOURCES,
+            show_default="none",
         ),
     ] = None,
     query_features: Annotated[
@@ -255,21 +256,27 @@ def train_command(
         Opt(
             help="Query-level columns (one value per query), comma-separated.",
             rich_help_panel=SOURCES,
+            show_default="none",
         ),
     ] = None,
     items: Annotated[
         Path | None,
-        Opt(help="Item feature table (Parquet), joined by --id-column.", rich_help_panel=SOURCES),
+        Opt(
+            help="Item feature table (Parquet), joined by --id-column.",
+            rich_help_panel=SOURCES,
+            show_default="none",
+        ),
     ] = None,
     item_set: Annotated[
         str | None,
-        Opt(help="Name of the item feature set [default: items].", rich_help_panel=SOURCES),
+        Opt(help="Name of the item feature set.", rich_help_panel=SOURCES, show_default="items"),
     ] = None,
     id_column: Annotated[
         str | None,
         Opt(
-            help="Document id column of the data and the item table [default: doc_id].",
+            help="Document id column of the data and the item table.",
             rich_help_panel=SOURCES,
+            show_default="doc_id",
         ),
     ] = None,
     as_json: Annotated[

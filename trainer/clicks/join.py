@@ -49,10 +49,12 @@ class JoinedLogs:
         return JoinedLogs(self.dataset.subset_queries(query_index), self.times[query_index])
 
 
-def _labels(feedback: list[FeedbackEvent], rules: LabelRules) -> tuple[dict[str, dict], int]:
+def _labels(
+    feedback: list[FeedbackEvent], rules: LabelRules
+) -> tuple[dict[str, dict[object, float]], int]:
     """request id → candidate id → label, and how many events were repeats."""
     seen: set[tuple[str, object, str]] = set()
-    labels: dict[str, dict] = {}
+    labels: dict[str, dict[object, float]] = {}
     repeats = 0
     for event in feedback:
         key = (event.request_id, event.id, event.type)

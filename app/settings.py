@@ -29,7 +29,6 @@ class Settings(BaseSettings):
     max_candidates: Annotated[int, Field(ge=1)] = 10_000
     min_candidates: Annotated[int, Field(ge=0)] = 1
     ignore_unknown_features: bool = False
-    request_deadline_ms: Annotated[float, Field(gt=0)] = 1000.0
 
     # Latency budget and admission control (app.api.admission): every /rerank answer is due
     # `request_budget_ms` after arrival (a client may ask for less or more, up to
@@ -59,13 +58,14 @@ class Settings(BaseSettings):
 
     # Scoring
     scoring_threads: Annotated[int, Field(ge=1)] = 2  # used for large requests only
+    # From this many rows a request is split over `scoring_threads` (the compiled scorer's own
+    # default, app.scoring.compiled.DEFAULT_PARALLEL_MIN_ROWS).
     parallel_min_rows: Annotated[int, Field(ge=1)] = 2000
     onnx_intra_op_threads: Annotated[int, Field(ge=1)] = 1
-    onnx_inter_op_threads: Annotated[int, Field(ge=1)] = 1
     # Requests with more candidates than this are scored in a worker thread (at most
     # `scoring_concurrency` at once) so the event loop keeps serving; smaller ones inline.
-    # Inline won clearly at 100 candidates (661 vs 291 req/s, bench/results/service.md) and
-    # 1,000 rows score in ~1.5 ms, a short enough stall for the loop.
+    # Inline won clearly at 100 candidates, and 1,000 rows of a 500-tree model score in a few
+    # milliseconds, a short enough stall for the loop (bench/results/service.md, scoring.md).
     inline_scoring_max_rows: Annotated[int, Field(ge=0)] = 1000
     scoring_concurrency: Annotated[int, Field(ge=1)] = 4
 

@@ -27,9 +27,10 @@ CHUNK_TREES = 8  # trees run back to back on a block: ~15 KB of code, inside the
 # Rows scored per call of the native code: their packed features (~550 KB at 136 features)
 # stay in L2 while every chunk of trees walks over them.
 TILE_ROWS = 1024
-# Below this many rows a second thread costs more (hand-off ~50-100 µs) than it saves; measured
-# in bench/bench_scoring.py (see bench/results/scoring.md).
-DEFAULT_PARALLEL_MIN_ROWS = 512
+# Below this many rows a second thread costs more than it saves (bench/results/scoring.md: the
+# hand-off, and a second core that a busy server's other worker is usually using). The service's
+# `LTR_PARALLEL_MIN_ROWS` defaults to the same value.
+DEFAULT_PARALLEL_MIN_ROWS = 2000
 # Compile with this many processes at most (one module each; see compiler/jit.py), and only
 # for models of at least MIN_SPLITS_PER_PROCESS splits per process: starting a process costs
 # ~0.2 s, while 500 trees x 62 splits take ~5 s of code generation on one core.

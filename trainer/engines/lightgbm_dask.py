@@ -46,13 +46,13 @@ WATCH_SECONDS = 0.5  # how often the client checks that every training worker is
 VERIFY_SAMPLE_ROWS = 10_000
 
 
-def connect(scheduler_address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> Client:
+def connect(scheduler_address: str, timeout: float | None = None) -> Client:
     """A client of the scheduler at `scheduler_address` (e.g. `tcp://10.0.0.5:8786`) that has at
     least one worker; EngineError naming the address otherwise."""
     from distributed import Client
 
     try:
-        client = Client(scheduler_address, timeout=timeout)
+        client = Client(scheduler_address, timeout=timeout or CONNECT_TIMEOUT_SECONDS)
     except (OSError, TimeoutError) as exc:
         raise EngineError(
             f"cannot reach the Dask scheduler at {scheduler_address}: {exc}"

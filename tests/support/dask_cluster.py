@@ -29,8 +29,9 @@ class DaskCluster:
 
     def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
         env = os.environ | {"PYTHONPATH": str(ROOT)}  # workers import this checkout's trainer
+        module = f"distributed.cli.dask_{args[0]}"
         return subprocess.Popen(
-            [str(Path(sys.executable).parent / "dask"), *args],
+            [sys.executable, "-m", module, *args[1:]],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,

@@ -44,6 +44,7 @@ class ClusterDataset:
     features: dd.DataFrame  # float32 [n_docs, n_features]
     labels: dd.Series  # float64 [n_docs]
     query_sizes: dd.Series  # int64 [n_queries], documents per query, partition by partition
+    query_ids: dd.Series  # str [n_queries], aligned with query_sizes
     num_docs: int
     num_queries: int
     max_query_size: int
@@ -57,7 +58,7 @@ class ClusterDataset:
         """Let the workers drop the data (the futures go with these collections)."""
         from distributed import futures_of
 
-        for future in futures_of([self.features, self.labels, self.query_sizes]):
+        for future in futures_of([self.features, self.labels, self.query_sizes, self.query_ids]):
             future.release()
 
 
@@ -66,14 +67,18 @@ def open_cluster_dataset(
     location: str,
     feature_names: list[str] | None = None,
     partition_rows: int = PARTITION_ROWS,
+    files: list[str] | None = None,
 ) -> ClusterDataset:
     """Survey, plan and read `location` (a Parquet file, directory or glob; a path or fsspec
-    URL) on the cluster. `feature_names` (the training set's) lines validation data up by name.
+    URL) on the cluster, or the given `files` (URLs; `location` then only names them).
+    `feature_names` (the training set's) lines validation data up by name.
 
     Raises DataFormatError naming the file (and row) for anything wrong with the data.
     """
-    # Listed by a worker: the data need only be reachable from the workers.
-    files: list[str] = client.submit(list_parquet_files, location, pure=False).result()
+    if files is None:
+        # Listed by a worker: the data need only be reachable from the workers.
+        files = client.submit(list_parquet_files, location, pure=False).result()
+    assert files is not None
     # A worker's exception (DataFormatError naming the file) is raised here as itself.
     rows = [partition_rows] * len(files)
     surveys: list[FileSurvey] = client.gather(client.map(survey_file, files, rows, pure=False))
@@ -83,8 +88,6 @@ def open_cluster_dataset(
     parts = [(s.url, a, b) for s in surveys for a, b in zip(s.cuts[:-1], s.cuts[1:], strict=True)]
     features, labels, query_sizes, query_ids = _read(client, parts, names)
     _check_queries_unique(client, query_ids, parts)
-    for future in _futures(query_ids):
-        future.release()
     digests = client.gather(client.compute(_partition_digests(features, labels, query_sizes)))
     return ClusterDataset(
         location=location,
@@ -93,6 +96,7 @@ def open_cluster_dataset(
         features=features,
         labels=labels,
         query_sizes=query_sizes,
+        query_ids=query_ids,
         num_docs=sum(s.num_rows for s in surveys),
         num_queries=sum(s.num_queries for s in surveys),
         max_query_size=max(s.max_query_size for s in surveys),

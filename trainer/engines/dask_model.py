@@ -26,19 +26,28 @@ def train_cluster_model(
     name: str = "default",
     partition_rows: int = PARTITION_ROWS,
     on_iteration: Any = None,
+    train_files: list[str] | None = None,
+    valid_files: list[str] | None = None,
 ) -> dict[str, Any]:
     """Train on the cluster at `scheduler` from Parquet files the workers read (a file,
-    directory or glob; local path or fsspec URL), write the version directory `out`, and
-    return the summary `trainer.engines.train_tree_model` returns."""
+    directory or glob; local path or fsspec URL; or the given file URLs, the locations then
+    only naming them), write the version directory `out`, and return the summary
+    `trainer.engines.train_tree_model` returns."""
     from trainer.export import check_out_dir
 
     check_out_dir(out, name)  # fail before any cluster work
     with connect(scheduler) as client:
-        train = open_cluster_dataset(client, train_location, partition_rows=partition_rows)
+        train = open_cluster_dataset(
+            client, train_location, partition_rows=partition_rows, files=train_files
+        )
         valid = None
         if valid_location is not None:
             valid = open_cluster_dataset(
-                client, valid_location, train.feature_names, partition_rows=partition_rows
+                client,
+                valid_location,
+                train.feature_names,
+                partition_rows=partition_rows,
+                files=valid_files,
             )
         result, sample = train_lightgbm_dask(client, train, params, valid)
         if on_iteration is not None:

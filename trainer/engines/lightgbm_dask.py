@@ -64,7 +64,10 @@ def connect(scheduler_address: str, timeout: float | None = None) -> Client:
 
 
 def _workers(client: Client) -> set[str]:
-    return set(client.scheduler_info(n_workers=-1)["workers"])
+    # Asked directly: `scheduler_info()` returns a cache that the client's periodic refresh
+    # overwrites without the workers.
+    identity = client.sync(client.scheduler.identity, n_workers=-1)
+    return set(identity["workers"])
 
 
 def train_lightgbm_dask(

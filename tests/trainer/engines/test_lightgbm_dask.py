@@ -183,7 +183,9 @@ def test_a_worker_dying_mid_training_is_named_and_nothing_is_written(
     with Client(cluster.address, timeout=30) as watcher:
         victim = next(
             addr
-            for addr, info in watcher.scheduler_info(n_workers=-1)["workers"].items()
+            for addr, info in watcher.sync(watcher.scheduler.identity, n_workers=-1)[
+                "workers"
+            ].items()
             if info["name"] == "test-worker-1"
         )
 

@@ -11,6 +11,7 @@ naming both (merge or rewrite them query-contiguous first).
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,7 @@ def _check_columns(surveys: list[FileSurvey], names: list[str]) -> None:
 
 
 def _check_file_boundaries(surveys: list[FileSurvey]) -> None:
-    for before, after in zip(surveys[:-1], surveys[1:], strict=True):
+    for before, after in itertools.pairwise(surveys):
         if str(before.last_qid) == str(after.first_qid):
             raise DataFormatError(
                 f"{after.url}: qid {after.first_qid} continues a query of {before.url}; "

@@ -9,6 +9,7 @@ feature). Rows in error messages are 1-based rows of the file.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -185,8 +186,6 @@ def feature_columns(columns: dict[str, str]) -> list[str]:
     return [name for name in columns if name not in RESERVED]
 
 
-
-
 def write_query_contiguous(dataset: RankingDataset, directory: Path, files: int) -> list[Path]:
     """Write `dataset` as `files` Parquet files of about equal rows, each holding whole queries
     (the layout `open_cluster_dataset` reads without a shuffle)."""
@@ -197,7 +196,7 @@ def write_query_contiguous(dataset: RankingDataset, directory: Path, files: int)
     cuts = np.searchsorted(dataset.group_offsets, targets)
     bounds = np.unique(np.concatenate([[0], cuts, [dataset.num_queries]]))
     paths = []
-    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
         path = directory / f"part-{i:05d}.parquet"
         write_parquet(dataset.subset_queries(np.arange(a, b)), path)
         paths.append(path)

@@ -66,6 +66,7 @@ def connect(scheduler_address: str, timeout: float | None = None) -> Client:
 def _workers(client: Client) -> set[str]:
     # Asked directly: `scheduler_info()` returns a cache that the client's periodic refresh
     # overwrites without the workers.
+    assert client.scheduler is not None
     identity = client.sync(client.scheduler.identity, n_workers=-1)
     return set(identity["workers"])
 
@@ -99,7 +100,7 @@ def train_lightgbm_dask(
             "eval_group": [valid.query_sizes],
             "eval_names": ["valid"],
             "eval_at": [params.eval_at],
-            "callbacks": [GlobalEarlyStopping(run_key, metric, params.early_stopping_rounds)],
+            "callbacks": [GlobalEarlyStopping(run_key, metric, params.early_stopping_rounds or 0)],
         }
     ranker = lgb.DaskLGBMRanker(client=client, n_estimators=params.num_trees, **lgb_params)
     try:
@@ -169,4 +170,3 @@ def _lost(gone: set[str]) -> str:
         f"Dask worker {names} left the cluster during training (died or was killed); "
         "training stopped and nothing was written"
     )
-

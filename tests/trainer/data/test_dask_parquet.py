@@ -71,7 +71,9 @@ def test_a_query_split_across_files_names_both(
     a, b = demo.subset_queries(np.arange(0, 20)), demo.subset_queries(np.arange(19, 40))
     write_parquet(a, tmp_path / "a.parquet")
     write_parquet(b, tmp_path / "b.parquet")
-    with pytest.raises(DataFormatError, match=r"b\.parquet: qid .* continues a query of .*a\.parquet"):
+    with pytest.raises(
+        DataFormatError, match=r"b\.parquet: qid .* continues a query of .*a\.parquet"
+    ):
         open_cluster_dataset(client, str(tmp_path))
 
 
@@ -90,7 +92,9 @@ def test_a_query_not_contiguous_in_a_file_names_file_and_row(
     client, demo: RankingDataset, tmp_path: Path
 ) -> None:
     write_parquet(demo.subset_queries(np.array([0, 1, 0])), tmp_path / "bad.parquet")
-    with pytest.raises(DataFormatError, match=r"bad\.parquet: row \d+, column 'qid': qid .* reappears"):
+    with pytest.raises(
+        DataFormatError, match=r"bad\.parquet: row \d+, column 'qid': qid .* reappears"
+    ):
         open_cluster_dataset(client, str(tmp_path))
 
 

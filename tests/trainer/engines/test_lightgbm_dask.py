@@ -166,7 +166,9 @@ def test_an_unreachable_scheduler_is_named(
     monkeypatch.setattr(engine, "CONNECT_TIMEOUT_SECONDS", 2)
     address = f"tcp://127.0.0.1:{free_port()}"
     args = ["train", "--train", str(parquet_dirs / "train"), "--out", str(tmp_path / "v1")]
-    result = CliRunner().invoke(app, [*args, "--engine", "lightgbm-dask", "--dask-scheduler", address])
+    result = CliRunner().invoke(
+        app, [*args, "--engine", "lightgbm-dask", "--dask-scheduler", address]
+    )
     assert result.exit_code != 0
     assert f"cannot reach the Dask scheduler at {address}" in result.output
     assert not (tmp_path / "v1").exists()
@@ -221,7 +223,9 @@ def test_the_in_memory_path_refuses_the_cluster_engine(demo_train, tmp_path: Pat
         train_tree_model("lightgbm-dask", demo_train, None, PARAMS, tmp_path / "v1")
 
 
-def test_dask_engine_without_a_scheduler_is_a_clear_error(parquet_dirs: Path, tmp_path: Path) -> None:
+def test_dask_engine_without_a_scheduler_is_a_clear_error(
+    parquet_dirs: Path, tmp_path: Path
+) -> None:
     from typer.testing import CliRunner
 
     from trainer.cli import app
@@ -230,4 +234,3 @@ def test_dask_engine_without_a_scheduler_is_a_clear_error(parquet_dirs: Path, tm
     result = CliRunner().invoke(app, [*args, "--engine", "lightgbm-dask", "--num-trees", "2"])
     assert result.exit_code != 0
     assert "--dask-scheduler" in result.output
-

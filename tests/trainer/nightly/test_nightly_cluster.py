@@ -69,7 +69,7 @@ def test_nightly_trains_on_the_cluster_and_publishes(
 def test_the_cluster_engine_needs_a_scheduler(tmp_path: Path) -> None:
     overrides = _config(tmp_path, tmp_path, "")
     overrides["dask.scheduler"] = None
-    with pytest.raises(CommandError, match="needs dask.scheduler"):
+    with pytest.raises(CommandError, match=r"needs dask\.scheduler"):
         load_config(None, overrides)
 
 

@@ -101,13 +101,8 @@ def run_cluster(dirs: dict[str, Path], work: Path) -> dict[str, object]:
         "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
         "--port", address.rsplit(":", 1)[1], "--no-dashboard",
     )  # fmt: skip
-    workers = [
-        _spawn(
-            "distributed.cli.dask_worker", address, "--nthreads", "1", "--no-nanny",
-            "--no-dashboard", "--memory-limit", "0", "--name", f"bench-{i}",
-        )  # fmt: skip
-        for i in range(2)
-    ]
+    worker_args = ["--nthreads", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0"]
+    workers = [_spawn("distributed.cli.dask_worker", address, *worker_args) for _ in range(2)]
     try:
         with Client(address, timeout=120, set_as_default=False) as probe:
             probe.wait_for_workers(2, timeout=120)
@@ -214,37 +209,51 @@ def write_results(
     summary = cluster["summary"]
     diff = cluster_ndcg - single["ndcg"]
     workers = " / ".join(f"{r:,.0f}" for r in cluster["worker_rss"])
+    in_memory = single["rows"] * FEATURES * 4 / 1e9
+    rows = [
+        ("", "LightGBM on Dask (2 workers)", "single-process LightGBM"),
+        ("---", "---", "---"),
+        (
+            "wall time, end to end",
+            f"{cluster['wall']:.0f} s (survey, read, train, evaluate, export)",
+            f"{single['wall']:.0f} s (read {single['load']:.0f} s, train {single['train']:.0f} s)",
+        ),
+        ("training", f"{summary['seconds']:.0f} s", f"{single['train']:.0f} s"),
+        ("trees kept (early stopping, valid NDCG@10)", summary["trees"], single["trees"]),
+        ("test NDCG@10", f"{cluster_ndcg:.4f}", f"{single['ndcg']:.4f}"),
+        (
+            "peak RSS",
+            f"client {cluster['client_rss']:,.0f} MB; workers {workers} MB; "
+            f"scheduler {cluster['scheduler_rss']:,.0f} MB",
+            f"{single['rss']:,.0f} MB (one process)",
+        ),
+    ]
+    table = "\n".join("| " + " | ".join(str(c) for c in row) + " |" for row in rows)
     text = f"""## LightGBM on a Dask cluster (`bench/bench_dask.py`)
 
 Does `ltr train --engine lightgbm-dask` train on data the client never holds, as well as
 single-process LightGBM? Data: {single["rows"]:,} training rows x {FEATURES} float32 features
 (synthetic, `bench.generate_letor`'s relevance, ~{DOCS_PER_QUERY} documents per query), written
-as {TRAIN_FILES} query-contiguous Parquet files ({size_gb:.2f} GB on disk; {single["rows"] * FEATURES * 4 / 1e9:.2f} GB as
-float32 in memory), plus a validation set for early stopping and a test set of {test_rows:,}
-rows, both from the same generator. Parameters for both: {PARAMS}. Cluster: a `dask scheduler`
-and two `dask worker` processes (no nanny, one thread each) on this machine; the client is
-`ltr train` in its own process. Baseline: our `lightgbm` engine (LightGBM's `train`) with two
-threads in one process that reads the same files. Peak RSS is the kernel's figure (wait4).
-Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python
-{platform.python_version()}; shared with other jobs while it ran (times are indicative).
+as {TRAIN_FILES} query-contiguous Parquet files ({size_gb:.2f} GB on disk, {in_memory:.2f} GB
+as float32 in memory), plus a validation set for early stopping and a test set of
+{test_rows:,} rows from the same generator. Parameters for both: {PARAMS}. Cluster: a
+`dask scheduler` and two `dask worker` processes (no nanny, one thread each) on this machine;
+the client is `ltr train` in its own process. Baseline: our `lightgbm` engine (LightGBM's
+`train`) with two threads in one process that reads the same files. Peak RSS is the kernel's
+figure (wait4). Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores,
+Python {platform.python_version()}; shared with other jobs while it ran (times indicative).
 
-| | LightGBM on Dask (2 workers) | single-process LightGBM |
-|---|---|---|
-| wall time, end to end | {cluster["wall"]:.0f} s (survey, read, train, evaluate, export) | {single["wall"]:.0f} s (read {single["load"]:.0f} s, train {single["train"]:.0f} s) |
-| training (`seconds` in the summary) | {summary["seconds"]:.0f} s | {single["train"]:.0f} s |
-| trees kept (early stopping on valid NDCG@10) | {summary["trees"]} | {single["trees"]} |
-| test NDCG@10 | {cluster_ndcg:.4f} | {single["ndcg"]:.4f} |
-| peak RSS | client {cluster["client_rss"]:,.0f} MB; workers {workers} MB; scheduler {cluster["scheduler_rss"]:,.0f} MB | {single["rss"]:,.0f} MB (one process) |
+{table}
 
 - Test NDCG@10 difference (Dask - single): {diff:+.4f} (target: within 0.002).
 - Client peak RSS {cluster["client_rss"]:,.0f} MB (target: <= 300 MB). The client imports
-  dask, pandas, LightGBM and scikit-learn (about 250 MB before any work); the data reaches it
-  never: it receives file metadata, per-round metric sums, a 10,000-row verification sample
-  and the model.
-- Wall-time ratio Dask / single process: {cluster["wall"] / single["wall"]:.2f}. On one machine the
-  cluster gains nothing (same two cores, plus Parquet reading in the workers and LightGBM's
-  socket collectives); the point is that each worker holds only its share, so the data can
-  outgrow any one machine.
+  dask, pandas, LightGBM and scikit-learn (about 250 MB before any work); the data never
+  reaches it: it receives file metadata, per-round metric sums, a 10,000-row verification
+  sample and the model.
+- Wall-time ratio Dask / single process: {cluster["wall"] / single["wall"]:.2f}. On one
+  machine the cluster gains nothing (the same two cores, plus Parquet reading in the workers
+  and LightGBM's socket collectives); what it buys is that each worker holds only its share,
+  so the data can outgrow any one machine.
 """
     OUT.write_text(text)
     print(text)

@@ -34,7 +34,7 @@ OUT = ROOT / "bench" / "results" / "dask.md"
 FEATURES = 136
 DOCS_PER_QUERY = 100
 TRAIN_FILES = 8
-PARAMS = {"num_trees": 200, "num_leaves": 31, "learning_rate": 0.1, "early_stopping_rounds": 20}
+PARAMS = {"num_trees": 100, "num_leaves": 31, "learning_rate": 0.1, "early_stopping_rounds": 20}
 
 
 def write_data(root: Path, train_rows: int) -> dict[str, Path]:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from trainer.engines.lightgbm_ranker import EngineError
+
 SYNC_TIMEOUT_SECONDS = 600.0  # one round waits this long for the slowest worker
 
 
-class ClusterSyncError(RuntimeError):
+class ClusterSyncError(EngineError):
     """A worker did not report a boosting round in time (it died or hangs)."""
 
 

@@ -34,7 +34,7 @@ OUT = ROOT / "bench" / "results" / "dask.md"
 FEATURES = 136
 DOCS_PER_QUERY = 100
 TRAIN_FILES = 8
-PARAMS = {"num_trees": 100, "num_leaves": 31, "learning_rate": 0.1, "early_stopping_rounds": 20}
+PARAMS = {"num_trees": 40, "num_leaves": 31, "learning_rate": 0.1, "early_stopping_rounds": 10}
 
 
 def write_data(root: Path, train_rows: int) -> dict[str, Path]:
@@ -153,9 +153,22 @@ def holdout_ndcg(model_dir: str, test) -> float:
     return mean_ndcg(predict(ensemble, test.features), test.labels, test.group_offsets, 10)
 
 
-def run_single(dirs: dict[str, Path], test) -> dict[str, object]:
-    import resource
+def start_single(dirs: dict[str, Path], out: Path) -> subprocess.Popen[bytes]:
+    """The single-process baseline in its own process, running beside the cluster run (the
+    machine is shared and noisy: both see the same load)."""
+    args = ["--single-json", str(out), "--train-dir", str(dirs["train"])]
+    args += ["--valid-dir", str(dirs["valid"]), "--test-dir", str(dirs["test"])]
+    return _spawn("bench.bench_dask", *args)
 
+
+def finish_single(proc: subprocess.Popen[bytes], out: Path) -> dict[str, object]:
+    status, rss = _wait_rss_mb(proc)
+    if status != 0:
+        raise RuntimeError(f"single-process baseline failed ({status})")
+    return json.loads(out.read_text()) | {"rss": rss}
+
+
+def run_single(dirs: dict[str, Path], test) -> dict[str, object]:
     from app.scoring.reference import predict
     from trainer.engines.lightgbm_ranker import train_lightgbm
     from trainer.lambdamart.params import LambdaMARTParams
@@ -174,7 +187,6 @@ def run_single(dirs: dict[str, Path], test) -> dict[str, object]:
         "train": result.total_seconds,
         "trees": len(result.ensemble.trees),
         "ndcg": ndcg,
-        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rows": train.num_docs,
     }
 
@@ -183,18 +195,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--data", type=Path, default=Path("/tmp/ltr-bench-dask"))
+    parser.add_argument("--single-json", type=Path, help=argparse.SUPPRESS)
+    for name in ("train", "valid", "test"):
+        parser.add_argument(f"--{name}-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.single_json is not None:  # the baseline's own process (start_single)
+        dirs = {"train": args.train_dir, "valid": args.valid_dir}
+        result = run_single(dirs, _read_dir(args.test_dir))
+        args.single_json.write_text(json.dumps(result))
+        return
     root = args.data / f"rows-{args.rows}"
     started = time.perf_counter()
     dirs = write_data(root, args.rows)
     print(f"data ready in {time.perf_counter() - started:.0f} s: {root}", flush=True)
     size_gb = sum(p.stat().st_size for p in dirs["train"].glob("*.parquet")) / 1e9
-    cluster = run_cluster(dirs, args.data)  # first: this process holds no data yet
+    single_out = args.data / f"single-{time.time_ns()}.json"
+    baseline = start_single(dirs, single_out)
+    cluster = run_cluster(dirs, args.data)
     print(json.dumps({k: v for k, v in cluster.items() if k != "summary"}), flush=True)
+    single = finish_single(baseline, single_out)
+    print(json.dumps(single), flush=True)
     test = _read_dir(dirs["test"])
     cluster_ndcg = holdout_ndcg(str(cluster["model_dir"]), test)
-    single = run_single(dirs, test)
-    print(json.dumps(single), flush=True)
     write_results(args.rows, size_gb, cluster, cluster_ndcg, single, test.num_docs)
 
 
@@ -239,9 +261,11 @@ as float32 in memory), plus a validation set for early stopping and a test set o
 {test_rows:,} rows from the same generator. Parameters for both: {PARAMS}. Cluster: a
 `dask scheduler` and two `dask worker` processes (no nanny, one thread each) on this machine;
 the client is `ltr train` in its own process. Baseline: our `lightgbm` engine (LightGBM's
-`train`) with two threads in one process that reads the same files. Peak RSS is the kernel's
-figure (wait4). Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores,
-Python {platform.python_version()}; shared with other jobs while it ran (times indicative).
+`train`) with two threads in one process that reads the same files, run at the same time as
+the cluster run (the machine was shared with other jobs; running both together gives them
+the same load). Peak RSS is the kernel's figure (wait4). Machine: {platform.system()}
+{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; times are
+indicative only.
 
 {table}
 

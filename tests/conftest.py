@@ -1,3 +1,3 @@
 """Fixtures every test package may use, registered once."""
 
-pytest_plugins = ["tests.support.redis_server"]
+pytest_plugins = ["tests.support.redis_server", "tests.support.dask_cluster"]

@@ -3,6 +3,7 @@ it as a verified version directory."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -338,6 +339,13 @@ def train_command(
 
             options = build_params(DNNOptions, file_values, flags, source=source, label=label)
             summary = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
+        elif chosen == "lightgbm-dask":
+            from trainer.lambdamart.params import LambdaMARTParams
+
+            params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
+            if unbiased or propensities is not None:
+                fail("click-log debiasing (--unbiased, --propensities) trains with --engine native")
+            summary = _train_on_cluster(train_file, valid_file, params, out, name, dask_scheduler)
         else:
             from trainer.engines.user_embeddings import USER_FEATURE_KEYS, TreeUserOptions
             from trainer.lambdamart.params import LambdaMARTParams
@@ -398,6 +406,38 @@ def _staging(out: Path) -> Path:
     from trainer.features.sources import staging_dir
 
     return staging_dir(out)
+
+
+def _location(path: Path) -> str:
+    """A --train / --valid value as the user typed it: Path() folds an fsspec URL's
+    `s3://bucket` into `s3:/bucket`, which the workers could not open."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", r"\1://", str(path))
+
+
+def _train_on_cluster(
+    train_file: Path,
+    valid_file: Path | None,
+    params: LambdaMARTParams,
+    out: Path,
+    name: str,
+    dask_scheduler: str | None,
+) -> dict[str, Any]:
+    """The workers read the Parquet data and train; this process never holds it."""
+    if not dask_scheduler:
+        fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
+    from trainer.engines.dask_model import train_cluster_model
+    from trainer.progress import TrainingProgress
+
+    with TrainingProgress(params.num_trees, metric=f"ndcg@{params.eval_at}") as progress:
+        return train_cluster_model(
+            _location(train_file),
+            None if valid_file is None else _location(valid_file),
+            params,
+            out,
+            scheduler=dask_scheduler,
+            name=name,
+            on_iteration=lambda log: progress.update(log.iteration, None, log.valid_ndcg),
+        )
 
 
 def _load(

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 RESERVED = ("qid", "label", "user_id", "position", "click")
 
 
-def _at(path: Path, row: int | None, column: str, what: str) -> DataFormatError:
+def _at(path: str | Path, row: int | None, column: str, what: str) -> DataFormatError:
     where = f"row {row}, column {column!r}" if row is not None else f"column {column!r}"
     return DataFormatError(f"{path}: {where}: {what}")
 
@@ -68,7 +68,7 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
     if qid_column.null_count:
         raise _at(path, _first(qid_column.is_null().to_numpy(zero_copy_only=False)), "qid", "null")
     qids = np.asarray(qid_column.to_numpy(zero_copy_only=False))
-    offsets, query_ids = _groups(path, qids)
+    offsets, query_ids = query_runs(path, qids)
     return RankingDataset(
         features=features,
         labels=labels,
@@ -109,7 +109,9 @@ def open_table(path: Path) -> pa.Table:
     return table
 
 
-def _groups(path: Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def query_runs(path: str | Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row offsets int64 [n_queries + 1], query ids [n_queries]) of the runs of equal `qids`;
+    a qid that reappears after another query is an error naming `path` and the row."""
     starts = np.concatenate([[0], np.flatnonzero(qids[1:] != qids[:-1]) + 1])
     run_qids = qids[starts]
     _, first, inverse = np.unique(run_qids, return_index=True, return_inverse=True)

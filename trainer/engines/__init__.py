@@ -78,11 +78,11 @@ def train_tree_model(
             expected = result.train_scores[rows]
         extra["lambda_seconds"] = round(result.lambda_seconds, 3)
     elif engine == "lightgbm-dask":
-        from trainer.engines.lightgbm_dask import train_lightgbm_dask
-
-        if not dask_scheduler:
-            raise ValueError("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
-        result = train_lightgbm_dask(train, params, dask_scheduler)  # type: ignore[assignment]
+        # The cluster engine never takes data the client holds: the workers read the files.
+        raise ValueError(
+            "lightgbm-dask trains from Parquet files the Dask workers read: "
+            "use trainer.engines.dask_model.train_cluster_model"
+        )
     else:
         from trainer.engines.lightgbm_ranker import train_lightgbm
 

@@ -1,89 +1,172 @@
 """LightGBM lambdarank on a Dask cluster (`DaskLGBMRanker`), for data that outgrows one machine.
 
-Each Dask partition holds whole queries (LightGBM's ranking objective needs a query's documents
-on one worker). The result is converted to the tree dump and checked like the local engine.
+The workers hold the data (`trainer.data.dask_parquet`: partitions of whole queries, as
+LightGBM's ranking objective needs) and train on what they hold; validation NDCG@k and early
+stopping are agreed across workers (`dask_early_stopping`). The model is converted to the tree
+dump and checked against `Booster.predict` on a sample the workers score.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+import uuid
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from app.scoring.reference import predict
 from trainer.convert.lightgbm_model import convert_lightgbm
-from trainer.data.dataset import RankingDataset
+from trainer.engines.dask_early_stopping import (
+    GlobalEarlyStopping,
+    forget_run,
+    global_history,
+)
+from trainer.engines.dask_scoring import sample_scores
 from trainer.engines.lightgbm_ranker import (
     CONVERSION_RTOL,
     EngineError,
+    EngineIteration,
     LightGBMResult,
     lightgbm_params,
 )
 from trainer.export import scores_match
 from trainer.lambdamart.params import LambdaMARTParams
 
-
-def query_aligned_chunks(
-    data: RankingDataset, partitions: int
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(row chunks, query chunks): `partitions` parts of about equal rows; no query is split."""
-    partitions = max(1, min(partitions, data.num_queries))
-    targets = np.linspace(0, data.num_docs, partitions + 1)[1:-1]
-    cuts = np.searchsorted(data.group_offsets, targets)  # query index at each cut
-    q_bounds = np.unique(np.concatenate([[0], cuts, [data.num_queries]]))
-    row_bounds = data.group_offsets[q_bounds]
-    return tuple(int(x) for x in np.diff(row_bounds)), tuple(int(x) for x in np.diff(q_bounds))
-
-
-def train_lightgbm_dask(
-    train: RankingDataset,
-    params: LambdaMARTParams,
-    scheduler_address: str,
-    partitions: int | None = None,
-) -> LightGBMResult:
-    """Train on the Dask cluster at `scheduler_address` (e.g. `tcp://10.0.0.5:8786`)."""
-    import dask.array as da
-    import lightgbm as lgb
+if TYPE_CHECKING:
     from distributed import Client
 
-    start = time.perf_counter()
+    from trainer.data.dask_parquet import ClusterDataset
+
+_LOG = logging.getLogger("lightgbm")
+CONNECT_TIMEOUT_SECONDS = 30
+WATCH_SECONDS = 0.5  # how often the client checks that every training worker is still there
+VERIFY_SAMPLE_ROWS = 10_000
+
+
+def connect(scheduler_address: str, timeout: float | None = None) -> Client:
+    """A client of the scheduler at `scheduler_address` (e.g. `tcp://10.0.0.5:8786`) that has at
+    least one worker; EngineError naming the address otherwise."""
+    from distributed import Client
+
     try:
-        client = Client(scheduler_address, timeout=30)
-    except OSError as exc:
+        client = Client(scheduler_address, timeout=timeout or CONNECT_TIMEOUT_SECONDS)
+    except (OSError, TimeoutError) as exc:
         raise EngineError(
             f"cannot reach the Dask scheduler at {scheduler_address}: {exc}"
         ) from None
-    with client:
-        workers = len(client.scheduler_info()["workers"])
-        if workers == 0:
-            raise EngineError(f"the Dask cluster at {scheduler_address} has no workers")
-        row_chunks, query_chunks = query_aligned_chunks(train, partitions or workers)
-        x = da.from_array(train.features, chunks=(row_chunks, train.num_features))
-        y = da.from_array(train.labels, chunks=(row_chunks,))
-        group = da.from_array(train.group_sizes, chunks=(query_chunks,))
-        lgb_params: dict[str, Any] = lightgbm_params(params, int(train.group_sizes.max()))
-        lgb_params.pop("metric", None)
-        lgb_params.pop("eval_at", None)
-        lgb_params.pop("num_threads", None)  # each worker uses its own threads
-        ranker = lgb.DaskLGBMRanker(client=client, n_estimators=params.num_trees, **lgb_params)
+    if not _workers(client):
+        client.close()
+        raise EngineError(f"the Dask cluster at {scheduler_address} has no workers")
+    return client
+
+
+def _workers(client: Client) -> set[str]:
+    # Asked directly: `scheduler_info()` returns a cache that the client's periodic refresh
+    # overwrites without the workers.
+    assert client.scheduler is not None
+    identity = client.sync(client.scheduler.identity, n_workers=-1)
+    return set(identity["workers"])
+
+
+def train_lightgbm_dask(
+    client: Client,
+    train: ClusterDataset,
+    params: LambdaMARTParams,
+    valid: ClusterDataset | None = None,
+) -> tuple[LightGBMResult, np.ndarray]:
+    """Train on the data the workers hold; keep the best round of global valid NDCG@eval_at.
+
+    Returns the result and the verification sample (float32 [<= 10,000, n_features]) that the
+    converted model was checked on, for the export to check again after serialising."""
+    import lightgbm as lgb
+
+    lgb.register_logger(_LOG)  # not print(): `ltr train --json` keeps stdout for its JSON
+    start = time.perf_counter()
+    metric = f"ndcg@{params.eval_at}"
+    lgb_params: dict[str, Any] = lightgbm_params(params, train.max_query_size)
+    lgb_params.pop("metric", None)
+    lgb_params.pop("eval_at", None)
+    lgb_params.pop("num_threads", None)  # each worker uses its own threads
+    fit: dict[str, Any] = {"group": train.query_sizes}
+    run_key = f"ltr-lightgbm-dask-{uuid.uuid4().hex}"
+    if valid is not None:
+        lgb_params["metric"] = "ndcg"
+        fit |= {
+            "eval_X": (valid.features,),
+            "eval_y": (valid.labels,),
+            "eval_group": [valid.query_sizes],
+            "eval_names": ["valid"],
+            "eval_at": [params.eval_at],
+            "callbacks": [GlobalEarlyStopping(run_key, metric, params.early_stopping_rounds or 0)],
+        }
+    ranker = lgb.DaskLGBMRanker(client=client, n_estimators=params.num_trees, **lgb_params)
+    try:
+        _fit_watching_workers(client, lambda: ranker.fit(train.features, train.labels, **fit))
+        history = global_history(client, run_key) if valid is not None else []
+    finally:
+        forget_run(client, run_key)
+    booster = ranker.booster_
+    best = int(booster.best_iteration or booster.current_iteration())
+    text = booster.model_to_string(num_iteration=best)
+    ensemble = convert_lightgbm(text, train.feature_names, source="LightGBM (Dask) model")
+    sample, expected = sample_scores(client, train, text, VERIFY_SAMPLE_ROWS)
+    if not scores_match(predict(ensemble, sample), expected, CONVERSION_RTOL):
+        raise EngineError("the converted LightGBM model does not score like Booster.predict")
+    elapsed = time.perf_counter() - start
+    result = LightGBMResult(
+        ensemble=ensemble,
+        model_text=text,
+        best_iteration=best,
+        history=[EngineIteration(i + 1, None, v, elapsed) for i, v in enumerate(history)],
+        total_seconds=elapsed,
+    )
+    return result, sample
+
+
+def _fit_watching_workers(client: Client, fit: Any) -> None:
+    """Run `fit` while checking that no worker leaves: LightGBM's collective training cannot
+    survive a lost worker, so a death is reported at once, naming the worker."""
+    import lightgbm as lgb
+
+    before = _workers(client)
+    failure: list[BaseException] = []
+
+    def run() -> None:
         try:
             with warnings.catch_warnings():
                 # The sklearn wrapper always passes n_jobs; Dask replaces it per worker.
                 warnings.filterwarnings("ignore", "Parameter n_jobs will be ignored")
-                ranker.fit(x, y, group=group)
-        except lgb.basic.LightGBMError as exc:
-            raise EngineError(f"LightGBM on Dask: {exc}") from None
-        booster = ranker.to_local().booster_
-    text = booster.model_to_string()
-    ensemble = convert_lightgbm(text, train.names(), source="LightGBM (Dask) model")
-    expected = np.asarray(booster.predict(train.features), dtype=np.float64)
-    if not scores_match(predict(ensemble, train.features), expected, CONVERSION_RTOL):
-        raise EngineError("the converted LightGBM model does not score like Booster.predict")
-    return LightGBMResult(
-        ensemble=ensemble,
-        model_text=text,
-        best_iteration=booster.current_iteration(),
-        total_seconds=time.perf_counter() - start,
+                # Workers given no validation part still take part in the global metric.
+                warnings.filterwarnings("ignore", ".*was not allocated eval_set data")
+                fit()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="lightgbm-dask-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(WATCH_SECONDS)
+        gone = before - _workers(client)
+        if gone:
+            raise EngineError(_lost(gone))
+    if not failure:
+        return
+    exc = failure[0]
+    time.sleep(2 * WATCH_SECONDS)  # a crashed peer breaks LightGBM's sockets first
+    gone = before - _workers(client)
+    if gone:
+        raise EngineError(_lost(gone)) from None
+    if isinstance(exc, lgb.basic.LightGBMError):
+        raise EngineError(f"LightGBM on Dask: {exc}") from None
+    raise exc
+
+
+def _lost(gone: set[str]) -> str:
+    names = ", ".join(sorted(gone))
+    return (
+        f"Dask worker {names} left the cluster during training (died or was killed); "
+        "training stopped and nothing was written"
     )

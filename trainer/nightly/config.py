@@ -34,11 +34,22 @@ class DataConfig(_Section):
     # validation and holdout are scored with IPW labels, so neither early stopping nor the gate
     # favours the ranking that was served.
     debias: Literal["none", "ipw", "pairwise", "position-bias", "click-model"] = "click-model"
+    # model.engine = "lightgbm-dask": where the Dask workers find the dated Parquet partitions
+    # (a path they see or an fsspec URL: s3://bucket/clicks, gs://..., hdfs://...); default:
+    # `dir`. The workers list and read them; this process reads only the held-out partition.
+    url: str | None = None
+
+
+class DaskConfig(_Section):
+    """model.engine = "lightgbm-dask": the cluster that reads the data and trains."""
+
+    scheduler: str | None = None  # e.g. "tcp://dask-scheduler:8786"
+    partition_rows: int = Field(262_144, ge=1)  # files are cut at query starts into about this
 
 
 class ModelConfig(_Section):
     name: str = "default"
-    engine: Literal["native", "lightgbm", "dnn"] = "native"
+    engine: Literal["native", "lightgbm", "lightgbm-dask", "dnn"] = "native"
     lambdamart: LambdaMARTParams = Field(
         default_factory=lambda: LambdaMARTParams(num_trees=300, early_stopping_rounds=30)
     )
@@ -81,6 +92,7 @@ class NightlyConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)
+    dask: DaskConfig = Field(default_factory=DaskConfig)
     work_dir: Path = Path("var/nightly")  # staging area for candidates and rejected reports
 
     @model_validator(mode="after")
@@ -92,6 +104,11 @@ class NightlyConfig(_Section):
                 f"data.debias = {data.debias!r} trains with the native engine only; "
                 f"set model.engine = 'native' or data.debias = 'none'"
             )
+        if self.model.engine == "lightgbm-dask":
+            if not self.dask.scheduler:
+                raise ValueError('model.engine = "lightgbm-dask" needs dask.scheduler')
+            if data.source != "files":
+                raise ValueError('model.engine = "lightgbm-dask" reads data.source = "files"')
         if self.gate.metric is None:
             self.gate.metric = "dcg@10" if debiased else "ndcg@10"
         chosen = self.gate.model_fields_set

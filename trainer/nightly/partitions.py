@@ -74,3 +74,28 @@ def split_by_query_hash(
     if held.all():
         raise CommandError(f"{data.source}: too few queries ({data.num_queries}) to split")
     return data.subset_queries(np.flatnonzero(~held)), data.subset_queries(np.flatnonzero(held))
+
+
+def find_url_partitions(url: str, newest: int) -> list[tuple[dt.date, list[str]]]:
+    """As `find_partitions`, for Parquet partitions at a path or fsspec URL, listed where this
+    runs (a Dask worker, for the cluster engine): the newest `newest` (date, file URLs), oldest
+    first."""
+    import fsspec
+
+    from trainer.data.parquet_files import PARQUET_SUFFIXES, list_parquet_files
+
+    fs, root = fsspec.core.url_to_fs(url)
+    if not fs.isdir(root):
+        raise CommandError(f"{url}: training data directory does not exist (seen from the cluster)")
+    by_date: dict[dt.date, list[str]] = {}
+    for entry in fs.ls(root, detail=True):
+        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        date = _date_of(name)
+        if date is None or name.startswith((".", "_")):
+            continue
+        is_parquet = entry["type"] == "file" and name.lower().endswith(PARQUET_SUFFIXES)
+        if entry["type"] == "directory" or is_parquet:
+            found = list_parquet_files(fs.unstrip_protocol(entry["name"]))
+            by_date.setdefault(date, []).extend(found)
+    dated = [(d, sorted(files)) for d, files in sorted(by_date.items()) if files]
+    return dated[-newest:]

@@ -278,25 +278,52 @@ def deployed_artifact(config: NightlyConfig) -> Artifact | None:
         return None
 
 
+def _train_on_cluster(
+    config: NightlyConfig, out: Path
+) -> tuple[Path, RankingDataset, dict[str, Any], dict[str, list[float]]] | None:
+    """model.engine = "lightgbm-dask": the workers read and train (trainer.nightly.cluster)."""
+    from trainer.nightly.cluster import train_on_cluster
+
+    progress = _RecordingProgress(config.model.lambdamart.num_trees)
+    with progress:
+        trained = train_on_cluster(
+            config, out, lambda log: progress.update(log.iteration, None, log.valid_ndcg)
+        )
+    if trained is None:
+        return None
+    history = {"valid": progress.valid_history} if progress.valid_history else {}
+    return *trained, history
+
+
 def run_nightly(config: NightlyConfig) -> NightlyOutcome:
-    data = load_data(config)
     version = new_version_id()
     staging = config.work_dir / "candidates"
     staging.mkdir(parents=True, exist_ok=True)
-    candidate_dir, history = train_candidate(config, data, staging / version)
+    on_cluster = None
+    if config.model.engine == "lightgbm-dask":
+        on_cluster = _train_on_cluster(config, staging / version)
+        if on_cluster is None:  # no partition yet: the bundled demo data, trained here
+            demo_model = config.model.model_copy(update={"engine": "lightgbm"})
+            config = config.model_copy(update={"model": demo_model})
+    if on_cluster is not None:
+        candidate_dir, holdout, summary, history = on_cluster
+    else:
+        data = load_data(config)
+        holdout, summary = data.holdout, data.summary
+        candidate_dir, history = train_candidate(config, data, staging / version)
     candidate = load_version(candidate_dir)
     expected = None
     if candidate.manifest.kind == "lambdamart":
         from app.scoring.reference import predict
 
         ensemble = TreeEnsemble.from_json_bytes(candidate.files["model.json"])
-        expected = predict(ensemble, data.holdout.features)
-    gate = run_gate(candidate, deployed_artifact(config), data.holdout, config.gate, expected)
+        expected = predict(ensemble, holdout.features)
+    gate = run_gate(candidate, deployed_artifact(config), holdout, config.gate, expected)
     report = {
         "model": config.model.name,
         "version": candidate.manifest.version,
         "engine": config.model.engine,
-        "data": data.summary,
+        "data": summary,
         "gate": gate.to_dict(),
         "history": history,
         "feature_importance": feature_importance(candidate),

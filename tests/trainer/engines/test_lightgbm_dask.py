@@ -1,76 +1,236 @@
+"""LightGBM on a real Dask cluster (separate scheduler and worker processes): the workers read
+and hold the data, validation and early stopping are global, failures are named."""
+
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import distributed
 import numpy as np
+import orjson
 import pytest
 
+from app.artifacts.store import load_version
 from app.scoring.reference import predict
-from trainer.data.loader import load_dataset
-from trainer.engines.lightgbm_dask import query_aligned_chunks, train_lightgbm_dask
+from trainer.data.dataset import RankingDataset
+from trainer.data.parquet_files import write_query_contiguous
+from trainer.engines.lightgbm_ranker import EngineError, train_lightgbm
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.metrics.ndcg import mean_ndcg
 
-DEMO = Path(__file__).resolve().parents[3] / "trainer" / "demo_data"
+pytestmark = pytest.mark.slow
+PARAMS = LambdaMARTParams(
+    num_trees=60, num_leaves=15, learning_rate=0.1, early_stopping_rounds=5, threads=1
+)
+
+
+@pytest.fixture
+def client(dask_cluster) -> Iterator:
+    from distributed import Client
+
+    with Client(dask_cluster.address, timeout=30) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
-def cluster_address() -> Iterator[str]:
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
-        yield cluster.scheduler_address
+def parquet_dirs(
+    tmp_path_factory: pytest.TempPathFactory,
+    demo_train: RankingDataset,
+    demo_valid: RankingDataset,
+) -> Path:
+    root = tmp_path_factory.mktemp("dask-data")
+    write_query_contiguous(demo_train, root / "train", files=4)
+    write_query_contiguous(demo_valid, root / "valid", files=1)
+    return root
 
 
-def test_chunks_never_split_a_query() -> None:
-    data = load_dataset(DEMO / "rank.train")
-    rows, queries = query_aligned_chunks(data, 3)
-    assert sum(rows) == data.num_docs and sum(queries) == data.num_queries
-    assert len(rows) == 3
-    q_edges = np.cumsum(queries)
-    np.testing.assert_array_equal(np.cumsum(rows), data.group_offsets[q_edges])
+def _in_worker_memory(client, files: dict[str, bytes]) -> None:
+    """Put files into each worker's own in-memory filesystem: no other process can read them."""
+
+    def store(files: dict[str, bytes]) -> None:
+        import fsspec
+
+        fs = fsspec.filesystem("memory")
+        for path, data in files.items():
+            with fs.open(path, "wb") as f:
+                f.write(data)
+
+    client.run(store, files)
 
 
-@pytest.mark.slow
-def test_trains_on_a_two_worker_cluster(cluster_address: str) -> None:
-    train = load_dataset(DEMO / "rank.train")
-    test = load_dataset(DEMO / "rank.test", num_features=train.num_features)
-    params = LambdaMARTParams(num_trees=30, num_leaves=15, learning_rate=0.1, threads=1)
-    result = train_lightgbm_dask(train, params, cluster_address)
-    assert len(result.ensemble.trees) == 30
-    scores = predict(result.ensemble, test.features)
-    # Clearly better than the input order, which carries no signal here.
-    assert (
-        mean_ndcg(scores, test.labels, test.group_offsets, 10)
-        > mean_ndcg(np.zeros(test.num_docs), test.labels, test.group_offsets, 10) + 0.03
+def _parquet_bytes(data: RankingDataset, tmp_path: Path, files: int) -> list[bytes]:
+    return [p.read_bytes() for p in write_query_contiguous(data, tmp_path, files)]
+
+
+def test_the_client_never_holds_the_training_matrix(
+    client, dask_cluster, demo_train, demo_valid, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fsspec
+
+    import trainer.engines.lightgbm_dask as engine
+    from trainer.engines.dask_model import train_cluster_model
+
+    run = f"ltr-test-{time.monotonic_ns()}"
+    files = {
+        f"/{run}/train/{i}.parquet": b
+        for i, b in enumerate(_parquet_bytes(demo_train, tmp_path / "t", 3))
+    }
+    files[f"/{run}/valid/0.parquet"] = _parquet_bytes(demo_valid, tmp_path / "v", 1)[0]
+    _in_worker_memory(client, files)
+    assert not fsspec.filesystem("memory").exists(f"/{run}")  # this process cannot read them
+    received: list[tuple[int, int]] = []
+    sample_scores = engine.sample_scores
+
+    def recorded(*args, **kwargs):
+        sample, scores = sample_scores(*args, **kwargs)
+        received.append(sample.shape)
+        return sample, scores
+
+    monkeypatch.setattr(engine, "sample_scores", recorded)
+    monkeypatch.setattr(engine, "VERIFY_SAMPLE_ROWS", 300)
+    summary = train_cluster_model(
+        f"memory://{run}/train",
+        f"memory://{run}/valid",
+        PARAMS,
+        tmp_path / "v1",
+        scheduler=dask_cluster.address,
+        partition_rows=400,
     )
+    # The only rows that reached this process: the verification sample the workers scored.
+    assert received and all(rows <= 300 + 16 for rows, _ in received)
+    assert received[0][0] < demo_train.num_docs / 5
+    manifest = load_version(tmp_path / "v1").manifest
+    assert manifest.training["engine"] == "lightgbm-dask"
+    assert manifest.training["cluster"]["files"] == 3
+    assert manifest.training["cluster"]["documents"] == demo_train.num_docs
+    assert summary["evaluated_on"] == "valid"
+    assert summary["metrics"]["queries"] == demo_valid.num_queries
 
 
-@pytest.mark.slow
-def test_ltr_train_engine_lightgbm_dask(cluster_address: str, tmp_path: Path) -> None:
+def test_global_early_stopping_and_quality_beside_single_process(
+    client, parquet_dirs: Path, demo_train, demo_valid
+) -> None:
+    from trainer.data.dask_parquet import open_cluster_dataset
+    from trainer.engines.lightgbm_dask import train_lightgbm_dask
+
+    train = open_cluster_dataset(client, str(parquet_dirs / "train"), partition_rows=400)
+    valid = open_cluster_dataset(client, str(parquet_dirs / "valid"), train.feature_names)
+    result, _ = train_lightgbm_dask(client, train, PARAMS, valid)
+    history = [log.valid_ndcg for log in result.history]
+    best = int(np.argmax(history)) + 1
+    assert result.best_iteration == best == len(result.ensemble.trees)
+    # Stopped on the global metric: `rounds` rounds without a better one, or all the trees.
+    assert len(history) in (best + PARAMS.early_stopping_rounds, PARAMS.num_trees)
+    # The global value is NDCG@10 over every validation query, as the local engine reports it.
+    scores = predict(result.ensemble, demo_valid.features)
+    ndcg = mean_ndcg(scores, demo_valid.labels, demo_valid.group_offsets, PARAMS.eval_at)
+    assert history[best - 1] == pytest.approx(ndcg, abs=1e-9)
+    local = train_lightgbm(demo_train, PARAMS, demo_valid)
+    local_ndcg = local.history[local.best_iteration - 1].valid_ndcg
+    assert ndcg == pytest.approx(local_ndcg, abs=0.03)  # 2-machine binning differs slightly
+    train.release()
+    valid.release()
+
+
+def test_ltr_train_reads_a_directory_on_the_workers(
+    dask_cluster, parquet_dirs: Path, tmp_path: Path
+) -> None:
     from typer.testing import CliRunner
 
-    from app.artifacts.store import load_version
     from trainer.cli import app
 
     out = tmp_path / "v1"
-    args = ["train", "--train", str(DEMO / "rank.train"), "--out", str(out), "--num-trees", "5"]
-    args += ["--engine", "lightgbm-dask", "--dask-scheduler", cluster_address, "--json"]
+    args = ["train", "--train", str(parquet_dirs / "train"), "--valid", str(parquet_dirs / "valid")]
+    args += ["--out", str(out), "--num-trees", "8", "--engine", "lightgbm-dask"]
+    args += ["--dask-scheduler", dask_cluster.address, "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["engine"] == "lightgbm-dask" and summary["trees"] <= 8
     manifest = load_version(out).manifest
-    assert manifest.training["engine"] == "lightgbm-dask"
-    assert manifest.training["trees"] == 5
+    assert manifest.training["valid_metric"] == "ndcg@10"
+    assert manifest.metrics["ndcg@10"]["dataset"] == str(parquet_dirs / "valid")
 
 
-def test_dask_engine_without_a_scheduler_is_a_clear_error(tmp_path: Path) -> None:
+def test_an_unreachable_scheduler_is_named(
+    parquet_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import trainer.engines.lightgbm_dask as engine
+    from tests.support.redis_server import free_port
+    from trainer.cli import app
+
+    monkeypatch.setattr(engine, "CONNECT_TIMEOUT_SECONDS", 2)
+    address = f"tcp://127.0.0.1:{free_port()}"
+    args = ["train", "--train", str(parquet_dirs / "train"), "--out", str(tmp_path / "v1")]
+    result = CliRunner().invoke(
+        app, [*args, "--engine", "lightgbm-dask", "--dask-scheduler", address]
+    )
+    assert result.exit_code != 0
+    assert f"cannot reach the Dask scheduler at {address}" in result.output
+    assert not (tmp_path / "v1").exists()
+
+
+def test_a_worker_dying_mid_training_is_named_and_nothing_is_written(
+    dask_cluster_to_break, parquet_dirs: Path, tmp_path: Path
+) -> None:
+    from distributed import Client
+
+    from trainer.engines.dask_model import train_cluster_model
+
+    cluster = dask_cluster_to_break
+    with Client(cluster.address, timeout=30) as watcher:
+        victim = next(
+            addr
+            for addr, info in watcher.sync(watcher.scheduler.identity, n_workers=-1)[
+                "workers"
+            ].items()
+            if info["name"] == "test-worker-1"
+        )
+
+        def kill_once_training() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                running = watcher.processing()
+                if any("_train_part" in str(k) for keys in running.values() for k in keys):
+                    time.sleep(1.0)
+                    cluster.kill_worker(1)
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_once_training, daemon=True)
+        killer.start()
+        params = PARAMS.model_copy(update={"num_trees": 100_000, "early_stopping_rounds": None})
+        with pytest.raises(EngineError, match=f"Dask worker {victim} left the cluster"):
+            train_cluster_model(
+                str(parquet_dirs / "train"),
+                None,
+                params,
+                tmp_path / "v1",
+                scheduler=cluster.address,
+            )
+        killer.join(5)
+    assert not (tmp_path / "v1").exists()
+
+
+def test_the_in_memory_path_refuses_the_cluster_engine(demo_train, tmp_path: Path) -> None:
+    from trainer.engines import train_tree_model
+
+    with pytest.raises(ValueError, match="Parquet files the Dask workers read"):
+        train_tree_model("lightgbm-dask", demo_train, None, PARAMS, tmp_path / "v1")
+
+
+def test_dask_engine_without_a_scheduler_is_a_clear_error(
+    parquet_dirs: Path, tmp_path: Path
+) -> None:
     from typer.testing import CliRunner
 
     from trainer.cli import app
 
-    args = ["train", "--train", str(DEMO / "rank.train"), "--out", str(tmp_path / "v1")]
+    args = ["train", "--train", str(parquet_dirs / "train"), "--out", str(tmp_path / "v1")]
     result = CliRunner().invoke(app, [*args, "--engine", "lightgbm-dask", "--num-trees", "2"])
     assert result.exit_code != 0
     assert "--dask-scheduler" in result.output

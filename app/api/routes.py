@@ -37,6 +37,7 @@ from app.artifacts.manifest import NAME_PATTERN
 from app.features.user_features import UserFeatures
 from app.impressions import log_impression
 from app.registry import LoadedModel
+from app.settings import Settings
 
 router = APIRouter()
 
@@ -114,9 +115,12 @@ async def rerank(
     log_impression(state, body, envelope.query_id, user, rows.ids, features, user_features)
     if envelope.explain:
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
-        for item, i in zip(body["results"], body.pop("_order"), strict=True):
+        order = body.pop("_order")
+        for item, i in zip(body["results"], order, strict=True):
             item["missing_features"] = missing[i]
         body["user_cluster"] = user_features.cluster if user_features else None
+        top = 5 if envelope.explain is True else envelope.explain.top  # type: ignore[union-attr]
+        await _explain(body, model, features[order], user_vector, top, settings, limiter)
     else:
         del body["_order"]
     return _json(body, headers={"x-request-id": request_id})
@@ -137,6 +141,31 @@ async def _score(
         scores = await anyio.to_thread.run_sync(model.scorer.score, features, user, limiter=limiter)
     metrics.SCORING_SECONDS.labels(model.name).observe(time.perf_counter() - started)
     return np.asarray(scores, dtype=np.float64)
+
+
+async def _explain(
+    body: dict[str, Any],
+    model: LoadedModel,
+    rows: np.ndarray,
+    user: np.ndarray | None,
+    top: int,
+    settings: Settings,
+    limiter: anyio.CapacityLimiter,
+) -> None:
+    """Adds `explanation` to the first `explain_max_results` results, off the event loop."""
+    from app.explain.ranked import ExplainUnavailable, explain_rows
+
+    results = body["results"][: settings.explain_max_results]
+    scores = np.array([r["score"] for r in results], dtype=np.float64)
+    try:
+        explanations = await anyio.to_thread.run_sync(
+            explain_rows, model, rows[: len(results)], user, top, scores, limiter=limiter
+        )
+    except ExplainUnavailable as exc:
+        body["explanation_error"] = str(exc)
+        return
+    for item, explanation in zip(results, explanations, strict=True):
+        item["explanation"] = explanation
 
 
 def _ranked(

@@ -119,7 +119,7 @@ async def rerank(
         for item, i in zip(body["results"], order, strict=True):
             item["missing_features"] = missing[i]
         body["user_cluster"] = user_features.cluster if user_features else None
-        top = 5 if envelope.explain is True else envelope.explain.top  # type: ignore[union-attr]
+        top = 5 if envelope.explain is True else envelope.explain.top
         await _explain(body, model, features[order], user_vector, top, settings, limiter)
     else:
         del body["_order"]

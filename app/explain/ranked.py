@@ -83,9 +83,7 @@ def explain_rows(
             for j in shown
         ]
         rest = score - expected - sum(float(c[j]) for j in shown)
-        out.append(
-            {"method": method, "expected_value": expected, "features": items, "rest": rest}
-        )
+        out.append({"method": method, "expected_value": expected, "features": items, "rest": rest})
     return out
 
 

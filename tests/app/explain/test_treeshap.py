@@ -24,8 +24,9 @@ def covered(draw: st.DrawFn) -> tuple[TreeEnsemble, np.ndarray]:
     ensemble, rows = draw(ensemble_and_rows(max_rows=8))
     cover = st.floats(0.5, 1000, allow_nan=False)
     trees = [
-        t.with_leaf_covers(np.array(draw(st.lists(cover, min_size=t.num_leaves, max_size=t.num_leaves))))
+        t.with_leaf_covers(np.array(draw(st.lists(cover, min_size=n, max_size=n))))
         for t in ensemble.trees
+        for n in [t.num_leaves]
     ]
     return TreeEnsemble(ensemble.num_features, trees, ensemble.base_score), rows
 
@@ -108,7 +109,7 @@ def test_features_no_tree_splits_on_get_zero(ensemble: TreeEnsemble) -> None:
 def test_dump_without_covers_says_how_to_fix(ensemble: TreeEnsemble) -> None:
     explainer = TreeShapExplainer(ensemble)
     assert not explainer.available
-    with pytest.raises(ExplainUnavailable, match="node covers.*ltr convert"):
+    with pytest.raises(ExplainUnavailable, match=r"node covers.*ltr convert"):
         explainer.contributions(np.zeros((1, 2)))
 
 

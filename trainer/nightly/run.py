@@ -35,6 +35,7 @@ from trainer.features.sources import (
 from trainer.nightly.config import NightlyConfig
 from trainer.nightly.gate import GateResult, run_gate
 from trainer.nightly.partitions import find_partitions, split_by_query_hash
+from trainer.explain.versions import version_views
 from trainer.nightly.report import write_report
 from trainer.progress import TrainingProgress
 from trainer.publish import PublishResult, publish
@@ -291,7 +292,8 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
 
         ensemble = TreeEnsemble.from_json_bytes(candidate.files["model.json"])
         expected = predict(ensemble, data.holdout.features)
-    gate = run_gate(candidate, deployed_artifact(config), data.holdout, config.gate, expected)
+    deployed = deployed_artifact(config)
+    gate = run_gate(candidate, deployed, data.holdout, config.gate, expected)
     report = {
         "model": config.model.name,
         "version": candidate.manifest.version,
@@ -301,6 +303,7 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         "history": history,
         "feature_importance": feature_importance(candidate),
         "training": candidate.manifest.training,
+        "explanations": version_views(candidate, deployed, data.holdout),
     }
     if not gate.passed:
         refused = config.work_dir / "refused" / version

@@ -22,6 +22,7 @@ from app.errors import LtrError
 from trainer.data.concat import concat_datasets
 from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
+from trainer.explain.versions import version_views
 from trainer.features.item_table import read_item_table
 from trainer.features.sources import (
     FeatureSpec,
@@ -35,7 +36,6 @@ from trainer.features.sources import (
 from trainer.nightly.config import NightlyConfig
 from trainer.nightly.gate import GateResult, run_gate
 from trainer.nightly.partitions import find_partitions, split_by_query_hash
-from trainer.explain.versions import version_views
 from trainer.nightly.report import write_report
 from trainer.progress import TrainingProgress
 from trainer.publish import PublishResult, publish

@@ -261,7 +261,7 @@ def main() -> None:
             "",
             f"Service, POST /rerank with {CANDIDATES} candidates, top_k {TOP} (in-process ASGI, "
             f"p50 over {args.reps}): without explain {service['plain']:.1f} ms, with "
-            f"`explain: {{\"top\": 5}}` {service['explain']:.1f} ms: **added p50 "
+            f'`explain: {{"top": 5}}` {service["explain"]:.1f} ms: **added p50 '
             f"{added:.1f} ms** (target <= 20 ms). Scoring the {CANDIDATES} rows alone: "
             f"{info['small']['score 1000']:.2f} ms. The first explained request of a process "
             f"took {service['first']:.0f} ms (tables built, kernel loaded).",

@@ -140,3 +140,28 @@ def test_bad_covers_are_refused(ensemble: TreeEnsemble, mutate, message: str) ->
     mutate(doc["trees"][0])
     with pytest.raises(TreeDumpError, match=message):
         TreeEnsemble.from_json_bytes(orjson.dumps(doc))
+
+
+def test_serving_without_explaining_never_imports_the_kernel(
+    ensemble: TreeEnsemble, tmp_path
+) -> None:
+    """Model loading must not pay for numba: it is imported on the first explanation only."""
+    import subprocess
+    import sys
+
+    dump = tmp_path / "model.json"
+    trees = [t.with_leaf_covers(np.arange(1.0, t.num_leaves + 1)) for t in ensemble.trees]
+    dump.write_bytes(TreeEnsemble(2, trees, ensemble.base_score).to_json_bytes())
+    code = (
+        "import sys, numpy as np\n"
+        "import app.main, app.explain.ranked\n"
+        "from app.scoring.compiled import CompiledTreeScorer\n"
+        "from app.explain.treeshap import TreeShapExplainer\n"
+        f"data = open({str(dump)!r}, 'rb').read()\n"
+        "CompiledTreeScorer.from_json_bytes(data).score(np.zeros((1, 2), np.float32))\n"
+        "assert 'numba' not in sys.modules\n"
+        "from app.artifacts.tree_dump import TreeEnsemble\n"
+        "TreeShapExplainer(TreeEnsemble.from_json_bytes(data)).contributions(np.zeros((1, 2)))\n"
+        "assert 'numba' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

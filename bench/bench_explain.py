@@ -30,32 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.bench_scoring import train_lightgbm, train_model
 from bench.generate_letor import generate
 from bench.run_all import machine
 
 RESULTS = Path(__file__).resolve().parent / "results" / "explain.md"
 MQ2008 = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "mq2008" / "Fold1"
 CANDIDATES, TOP = 1000, 10
-
-
-def train(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, args, path: Path) -> Path:
-    if path.exists():
-        return path
-    import lightgbm as lgb
-
-    params = {
-        "objective": "lambdarank",
-        "num_leaves": args.leaves,
-        "learning_rate": 0.05,
-        "min_data_in_leaf": 20,
-        "verbose": -1,
-        "num_threads": 2,
-    }
-    t0 = time.perf_counter()
-    booster = lgb.train(params, lgb.Dataset(features, labels, group=groups), args.trees)
-    print(f"trained {path.name} in {time.perf_counter() - t0:.0f} s", flush=True)
-    booster.save_model(str(path))
-    return path
 
 
 def median_ms(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
@@ -201,13 +182,9 @@ def mq2008(args, cache: Path, reps: int) -> list[str]:
         return [f"MQ2008 not found at {MQ2008}; row skipped"]
     train = read_letor(MQ2008 / "train.txt")
     test = read_letor(MQ2008 / "test.txt", num_features=train.num_features)
-    path = train(
-        train.features,
-        train.labels,
-        train.group_sizes,
-        args,
-        cache / f"mq2008-{args.trees}-{args.leaves}.txt",
-    )
+    path = cache / f"mq2008-{args.trees}-{args.leaves}.txt"
+    if not path.exists():
+        train_lightgbm(train.features, train.labels, train.group_sizes, args, path)
     rows = np.resize(test.features, (CANDIDATES, test.num_features))
     lines, info = kernel_rows(path, rows, reps)
     return [
@@ -233,11 +210,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS}")
     args = parser.parse_args()
     args.cache_dir.mkdir(parents=True, exist_ok=True)
-    name = f"lgb-{args.rows}-{args.features}-{args.trees}-{args.leaves}-{args.seed}.txt"
-    data = generate(args.rows, args.features, args.queries, args.seed)
-    model_txt = train(
-        data.features, data.labels, np.diff(data.group_offsets), args, args.cache_dir / name
-    )
+    args.model = None
+    model_txt = train_model(args, args.cache_dir)  # the model bench_scoring measures
     rows = generate(12_000, args.features, 120, args.seed + 1).features[:CANDIDATES]
     lines, info = kernel_rows(model_txt, rows, args.reps)
     service = service_latency(model_txt, rows, args.reps)

@@ -25,7 +25,16 @@ import numpy as np
 ZERO_THRESHOLD = 1e-35  # app.artifacts.tree_dump.ZERO_THRESHOLD (kept literal for numba)
 
 
-@numba.njit(cache=True, nogil=True)
+def _jit(fn):  # type: ignore[no-untyped-def]
+    """Compiled without the GIL, cached on disk when a cache directory is writable (numba
+    refuses caching outright when none is, e.g. a read-only install without NUMBA_CACHE_DIR)."""
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:
+        return numba.njit(nogil=True)(fn)
+
+
+@_jit
 def _extend(feat, zero, one, pw, off, depth, zero_fraction, one_fraction, feature):  # type: ignore[no-untyped-def]
     feat[off + depth] = feature
     zero[off + depth] = zero_fraction
@@ -36,7 +45,7 @@ def _extend(feat, zero, one, pw, off, depth, zero_fraction, one_fraction, featur
         pw[off + i] = zero_fraction * pw[off + i] * (depth - i) / (depth + 1.0)
 
 
-@numba.njit(cache=True, nogil=True)
+@_jit
 def _unwind(feat, zero, one, pw, off, depth, path_index):  # type: ignore[no-untyped-def]
     one_fraction = one[off + path_index]
     zero_fraction = zero[off + path_index]
@@ -54,7 +63,7 @@ def _unwind(feat, zero, one, pw, off, depth, path_index):  # type: ignore[no-unt
         one[off + i] = one[off + i + 1]
 
 
-@numba.njit(cache=True, nogil=True)
+@_jit
 def _unwound_sum(zero, one, pw, off, depth, path_index):  # type: ignore[no-untyped-def]
     one_fraction = one[off + path_index]
     zero_fraction = zero[off + path_index]
@@ -70,7 +79,7 @@ def _unwound_sum(zero, one, pw, off, depth, path_index):  # type: ignore[no-unty
     return total
 
 
-@numba.njit(cache=True, nogil=True)
+@_jit
 def shap_values(  # type: ignore[no-untyped-def]
     x,  # float64 [n_rows, n_features]
     split_feature,

@@ -78,7 +78,7 @@ def _shapley(ensemble: TreeEnsemble, x: np.ndarray) -> np.ndarray:
     return phi
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(covered())
 def test_contributions_are_the_shapley_values(case: tuple[TreeEnsemble, np.ndarray]) -> None:
     ensemble, rows = case
@@ -88,7 +88,7 @@ def test_contributions_are_the_shapley_values(case: tuple[TreeEnsemble, np.ndarr
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9 * scale)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(covered())
 def test_contributions_sum_to_the_score(case: tuple[TreeEnsemble, np.ndarray]) -> None:
     ensemble, rows = case

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from app.artifacts.store import load_version
-from app.artifacts.tree_dump import TreeEnsemble
+from app.artifacts.store import ArtifactError, load_version
+from app.artifacts.tree_dump import TreeDumpError, TreeEnsemble
 from app.explain.occlusion import occlusion
 from app.explain.tree_tables import ExplainUnavailable
 from app.explain.treeshap import TreeShapExplainer
@@ -23,22 +23,39 @@ from app.registry import LoadedModel
 
 TREESHAP, OCCLUSION = "treeshap", "occlusion"
 
-_explainers: weakref.WeakKeyDictionary[object, TreeShapExplainer] = weakref.WeakKeyDictionary()
+# Per loaded scorer: its explainer, or why it has none (so a model without covers is read once).
+_explainers: weakref.WeakKeyDictionary[object, TreeShapExplainer | ExplainUnavailable] = (
+    weakref.WeakKeyDictionary()
+)
 _lock = threading.Lock()
 
 
 def tree_explainer(model: LoadedModel) -> TreeShapExplainer:
-    """The TreeSHAP explainer of a loaded tree model, built from its verified artifact once."""
+    """The TreeSHAP explainer of a loaded tree model, built from its verified artifact once;
+    raises ExplainUnavailable (every time, decided once) when the dump has no node covers."""
     with _lock:
-        explainer = _explainers.get(model.scorer)
-    if explainer is None:
-        artifact = load_version(model.path)  # verifies sha256: the bytes the scorer compiled
-        name = model.manifest.model_file
-        ensemble = TreeEnsemble.from_json_bytes(artifact.files[name], str(model.path / name))
-        explainer = TreeShapExplainer(ensemble)
-        explainer.tables()  # ExplainUnavailable now, once, rather than per request
+        found = _explainers.get(model.scorer)
+    if found is None:
+        try:
+            found = _build(model)
+        except ExplainUnavailable as exc:
+            found = exc
         with _lock:
-            explainer = _explainers.setdefault(model.scorer, explainer)
+            found = _explainers.setdefault(model.scorer, found)
+    if isinstance(found, ExplainUnavailable):
+        raise ExplainUnavailable(str(found))
+    return found
+
+
+def _build(model: LoadedModel) -> TreeShapExplainer:
+    name = model.manifest.model_file
+    try:
+        artifact = load_version(model.path)  # verifies sha256: the bytes the scorer compiled
+        ensemble = TreeEnsemble.from_json_bytes(artifact.files[name], str(model.path / name))
+    except (ArtifactError, TreeDumpError, OSError) as exc:  # e.g. pruned from the registry
+        raise ExplainUnavailable(f"the model's files cannot be read again: {exc}") from None
+    explainer = TreeShapExplainer(ensemble)
+    explainer.tables()
     return explainer
 
 

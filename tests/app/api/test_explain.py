@@ -147,3 +147,18 @@ def test_network_explanations_are_occlusion_against_the_mean(
             assert f["contribution"] == pytest.approx(exact[j], abs=1e-5)
         assert ex["rest"] == pytest.approx(0.0, abs=1e-5)
         assert "f3" not in [f["name"] for f in ex["features"]]  # zero weight: never shown
+
+
+def test_a_version_pruned_from_disk_still_ranks(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    import shutil
+
+    publish(registry_dir, _covered(random_ensemble(NF, seed=8)), name="gone", version="v1")
+    rows = random_rows(3).astype(np.float32)
+    with make_client() as client:
+        shutil.rmtree(registry_dir / "gone" / "v1")
+        body = {"model": "gone", "candidates": _candidates(rows), "explain": True}
+        got = client.post("/rerank", json=body)
+    assert got.status_code == 200
+    assert "cannot be read again" in got.json()["explanation_error"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.artifacts.tree_dump import Tree, TreeEnsemble
+from app.errors import LtrError
 
 NO_COVERS = (
     "explanations need node covers (training counts per node), which this model's tree dump "
@@ -18,7 +19,7 @@ NO_COVERS = (
 )
 
 
-class ExplainUnavailable(ValueError):
+class ExplainUnavailable(LtrError, ValueError):
     """The model cannot be explained (the message says why and what to do)."""
 
 

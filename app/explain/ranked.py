@@ -17,6 +17,7 @@ import numpy as np
 from app.artifacts.store import ArtifactError, load_version
 from app.artifacts.tree_dump import TreeDumpError, TreeEnsemble
 from app.explain.occlusion import occlusion
+from app.explain.top import largest
 from app.explain.tree_tables import ExplainUnavailable
 from app.explain.treeshap import TreeShapExplainer
 from app.registry import LoadedModel
@@ -87,9 +88,7 @@ def explain_rows(
     m = len(names)
     out = []
     for row, c, score in zip(features.tolist(), phi, scores.tolist(), strict=True):
-        # Largest |contribution| first; ties by feature order (stable), zeros never shown.
-        order = np.argsort(-np.abs(c[:m]), kind="stable")[:top]
-        shown = [j for j in order.tolist() if c[j] != 0.0]
+        shown = largest(c[:m], top)
         expected = float(c[m])
         items = [
             {
@@ -109,4 +108,11 @@ def _shown_value(value: float) -> float | None:
     return None if np.isnan(value) else float(str(np.float32(value)))
 
 
-__all__ = ["OCCLUSION", "TREESHAP", "ExplainUnavailable", "explain_rows", "tree_explainer"]
+__all__ = [
+    "OCCLUSION",
+    "TREESHAP",
+    "ExplainUnavailable",
+    "explain_rows",
+    "largest",
+    "tree_explainer",
+]

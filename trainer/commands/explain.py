@@ -19,6 +19,7 @@ import typer
 
 from app.artifacts.store import ArtifactError, load_version
 from app.artifacts.tree_dump import TreeDumpError
+from app.explain.top import largest
 from app.explain.tree_tables import ExplainUnavailable
 from trainer.commands.errors import CommandError, clear_errors
 
@@ -57,18 +58,18 @@ def explain_command(
             sample = np.random.default_rng(seed).permutation(dataset.num_docs)[:rows]
             sample.sort()
             features = dataset.features[sample]
-            method, phi = artifact_contributions(artifact, features)
+            method, phi, _ = artifact_contributions(artifact, features)
             _global(artifact.manifest.name, artifact.manifest.version, method, names, features,
                     phi, out, top, as_json)  # fmt: skip
             return
         lo, hi = _query_rows(dataset.query_ids, dataset.group_offsets, query, data)
         features = dataset.features[lo:hi]
-        method, phi = artifact_contributions(artifact, features)
+        method, phi, scores = artifact_contributions(artifact, features)
         if pair is not None:
             a, b = _pair(pair, hi - lo, query)
-            report = _pair_report(method, names, features, phi, a, b, top)
+            report = _pair_report(method, names, features, phi, scores, a, b, top)
         else:
-            report = _query_report(method, names, features, phi, top)
+            report = _query_report(method, names, features, phi, scores, top)
     report = {"query": query, "model": artifact.manifest.version, **report}
     if as_json:
         typer.echo(orjson.dumps(report).decode())
@@ -111,19 +112,22 @@ def _ranks(scores: np.ndarray) -> np.ndarray:
 
 
 def _pair_report(
-    method: str, names: list[str], x: np.ndarray, phi: np.ndarray, a: int, b: int, top: int
+    method: str,
+    names: list[str],
+    x: np.ndarray,
+    phi: np.ndarray,
+    scores: np.ndarray,
+    a: int,
+    b: int,
+    top: int,
 ) -> dict[str, Any]:
-    m = len(names)
-    scores = phi.sum(axis=1) if method == "treeshap" else None
-    diff = phi[a, :m] - phi[b, :m]
-    order = [j for j in np.argsort(-np.abs(diff), kind="stable")[:top].tolist() if diff[j] != 0]
-    shown = float(diff[order].sum())
-    total = float(scores[a] - scores[b]) if scores is not None else float(diff.sum())
+    diff = phi[a, : len(names)] - phi[b, : len(names)]
+    shown = largest(diff, top)
+    total = float(scores[a] - scores[b])
+    ranks = _ranks(scores)
     doc: dict[str, Any] = {"method": method}
     for label, i in (("a", a), ("b", b)):
-        doc[label] = {"document": i + 1}
-        if scores is not None:
-            doc[label] |= {"score": float(scores[i]), "rank": int(_ranks(scores)[i])}
+        doc[label] = {"document": i + 1, "score": float(scores[i]), "rank": int(ranks[i])}
     doc["difference"] = total
     doc["features"] = [
         {
@@ -134,32 +138,28 @@ def _pair_report(
             "contribution_b": float(phi[b, j]),
             "difference": float(diff[j]),
         }
-        for j in order
+        for j in shown
     ]
-    doc["rest"] = total - shown
+    # The features not shown, and for networks the interactions occlusion does not split.
+    doc["rest"] = total - float(diff[shown].sum())
     return doc
 
 
 def _query_report(
-    method: str, names: list[str], x: np.ndarray, phi: np.ndarray, top: int
+    method: str, names: list[str], x: np.ndarray, phi: np.ndarray, scores: np.ndarray, top: int
 ) -> dict[str, Any]:
     m = len(names)
-    scores = phi[:, :m].sum(axis=1) + phi[:, m]
-    docs = []
-    for i in np.argsort(-scores, kind="stable").tolist():
-        order = [
-            j for j in np.argsort(-np.abs(phi[i, :m]), kind="stable")[:top].tolist() if phi[i, j]
-        ]
-        docs.append(
-            {
-                "document": i + 1,
-                "score": float(scores[i]),
-                "features": [
-                    {"name": names[j], "value": _value(x[i, j]), "contribution": float(phi[i, j])}
-                    for j in order
-                ],
-            }
-        )
+    docs = [
+        {
+            "document": i + 1,
+            "score": float(scores[i]),
+            "features": [
+                {"name": names[j], "value": _value(x[i, j]), "contribution": float(phi[i, j])}
+                for j in largest(phi[i, :m], top)
+            ],
+        }
+        for i in np.argsort(-scores, kind="stable").tolist()
+    ]
     return {"method": method, "expected_value": float(phi[0, m]), "documents": docs}
 
 
@@ -171,8 +171,7 @@ def _pair_text(r: dict[str, Any]) -> str:
     a, b = r["a"], r["b"]
 
     def doc(d: dict[str, Any]) -> str:
-        extra = f" (score {d['score']:.6g}, rank {d['rank']})" if "score" in d else ""
-        return f"document {d['document']}{extra}"
+        return f"document {d['document']} (score {d['score']:.6g}, rank {d['rank']})"
 
     lines = [
         f"query {r['query']}: {doc(a)} vs {doc(b)}; {r['method']}",

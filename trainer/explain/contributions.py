@@ -13,8 +13,11 @@ from app.explain.treeshap import TreeShapExplainer
 ONNX_CHUNK_ROWS = 256  # x (n_features + 1) rows per onnxruntime call
 
 
-def artifact_contributions(artifact: Artifact, features: np.ndarray) -> tuple[str, np.ndarray]:
-    """(method, float64 [n_rows, n_features + 1]; last column the expected value).
+def artifact_contributions(
+    artifact: Artifact, features: np.ndarray
+) -> tuple[str, np.ndarray, np.ndarray]:
+    """(method, contributions float64 [n_rows, n_features + 1] (last column the expected
+    value), scores float64 [n_rows]).
 
     Raises ExplainUnavailable (tree dumps without covers, models with a user input).
     """
@@ -30,14 +33,16 @@ def artifact_contributions(artifact: Artifact, features: np.ndarray) -> tuple[st
         where = str(artifact.path / "model.json")
         ensemble = TreeEnsemble.from_json_bytes(artifact.files["model.json"], where)
         try:
-            return "treeshap", TreeShapExplainer(ensemble).contributions(features)
+            phi = TreeShapExplainer(ensemble).contributions(features)
         except ExplainUnavailable as exc:
             raise ExplainUnavailable(f"{artifact.path}: {exc}") from None
+        return "treeshap", phi, phi.sum(axis=1)
     from app.scoring.loader import load_scorer
 
     scorer = load_scorer(artifact)
     parts = [
-        occlusion(scorer, features[start : start + ONNX_CHUNK_ROWS])[0]
+        occlusion(scorer, features[start : start + ONNX_CHUNK_ROWS])
         for start in range(0, features.shape[0], ONNX_CHUNK_ROWS)
     ]
-    return "occlusion", np.concatenate(parts)
+    phi = np.concatenate([p[0] for p in parts])
+    return "occlusion", phi, np.concatenate([p[1] for p in parts])

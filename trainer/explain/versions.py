@@ -40,7 +40,7 @@ def version_views(
             out["notes"].append(f"{label}: other features than the candidate; not compared")
             continue
         try:
-            method, phi = artifact_contributions(artifact, features)
+            method, phi, _ = artifact_contributions(artifact, features)
         except ExplainUnavailable as exc:
             out["notes"].append(f"{label}: {exc}")
             continue

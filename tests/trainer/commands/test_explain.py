@@ -128,3 +128,35 @@ def test_a_model_without_covers_says_how_to_fix(runner: CliRunner, tmp_path: Pat
     )
     assert result.exit_code == 2
     assert "node covers" in one_error_line(result.stderr)
+
+
+def test_networks_are_explained_by_occlusion(runner: CliRunner, tmp_path: Path) -> None:
+    import datetime as dt
+
+    from app.artifacts.manifest import Manifest, MissingValueRule
+    from app.artifacts.store import write_version_dir
+    from tests.app.api.test_explain import _linear_onnx
+
+    weights = np.array([1.0, -2.0, 0.0, 0.5, 4.0], np.float32)
+    manifest = Manifest(
+        name="net",
+        version="v1",
+        kind="lambdadnn",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=[f"f{i + 1}" for i in range(5)],
+        missing_value=MissingValueRule(handled_by="mean_imputation"),
+    )
+    version = write_version_dir(tmp_path / "v1", manifest, {"model.onnx": _linear_onnx(weights)})
+    data = tmp_path / "d.txt"
+    data.write_text("1 qid:7 1:0.9 2:0.1 5:1.0\n0 qid:7 1:0.2 2:0.8 4:0.3\n")
+    args = ["explain", "--model", str(version), "--data", str(data), "--query", "7"]
+    result = runner.invoke(app, [*args, "--pair", "1,2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["method"] == "occlusion"
+    a, b = np.array([0.9, 0.1, 0.0, 0.0, 1.0]), np.array([0.2, 0.8, 0.0, 0.3, 0.0])
+    diff = (a - b) * weights  # additive: occlusion differences are exact
+    for f in report["features"]:
+        j = int(f["name"][1:]) - 1
+        assert f["difference"] == pytest.approx(diff[j], abs=1e-5)
+    assert report["difference"] == pytest.approx(diff.sum(), abs=1e-5)

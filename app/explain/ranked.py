@@ -113,6 +113,5 @@ __all__ = [
     "TREESHAP",
     "ExplainUnavailable",
     "explain_rows",
-    "largest",
     "tree_explainer",
 ]

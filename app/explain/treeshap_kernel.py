@@ -24,7 +24,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-ZERO_THRESHOLD = 1e-35  # app.artifacts.tree_dump.ZERO_THRESHOLD (kept literal for numba)
+# LightGBM's kZeroThreshold as the dump defines it (1e-35f widened to double). A literal, not an
+# import: numba freezes globals into its on-disk cache, which only this file's changes refresh.
+ZERO_THRESHOLD = 1.0000000180025095e-35
 MAX_LANES = 16  # rows walked together: enough to fill vector registers, few enough for L1
 
 

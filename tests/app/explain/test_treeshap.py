@@ -165,3 +165,10 @@ def test_serving_without_explaining_never_imports_the_kernel(
         "assert 'numba' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_kernel_uses_the_dumps_zero_threshold() -> None:
+    from app.artifacts.tree_dump import ZERO_THRESHOLD
+    from app.explain import treeshap_kernel
+
+    assert treeshap_kernel.ZERO_THRESHOLD == ZERO_THRESHOLD

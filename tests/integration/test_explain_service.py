@@ -36,7 +36,13 @@ def test_explained_results_over_real_sockets(tmp_path: Path) -> None:
     ]
     explained = orjson.dumps({"candidates": cands, "top_k": 10, "explain": {"top": 4}})
     unexplained = orjson.dumps({"candidates": cands, "top_k": 10})
-    env = {"LTR_REGISTRY": str(tmp_path), "LTR_RELOAD_POLL_SECONDS": "0"}
+    env = {
+        "LTR_REGISTRY": str(tmp_path),
+        "LTR_RELOAD_POLL_SECONDS": "0",
+        # The first explanation loads the kernel: far longer than the default 100 ms budget.
+        "LTR_REQUEST_BUDGET_MS": "120000",
+        "LTR_MAX_REQUEST_BUDGET_MS": "120000",
+    }
     with uvicorn_server(env) as server, httpx.Client(base_url=server.url, timeout=120) as client:
         with ThreadPoolExecutor(2) as pool:  # the first explanation loads the kernel meanwhile
             first = pool.submit(client.post, "/rerank", content=explained)

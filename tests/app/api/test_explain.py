@@ -18,6 +18,8 @@ from tests.app.api.conftest import NF, ClientFactory
 from tests.support import feature_names, publish, random_ensemble
 
 RNG = np.random.default_rng(16)
+# The first explanation in a process loads the kernel: far longer than the default 100 ms.
+LONG_BUDGET = {"request_budget_ms": 120_000.0, "max_request_budget_ms": 120_000.0}
 
 
 def random_rows(n: int) -> np.ndarray:
@@ -71,7 +73,7 @@ def test_tree_explanations_are_treeshap_of_the_returned_results(
     publish(registry_dir, model, name="shap", version="v1")
     rows = random_rows(12).astype(np.float32)
     rows[2, 1] = np.nan
-    with make_client() as client:
+    with make_client(**LONG_BUDGET) as client:
         body = {"model": "shap", "candidates": _candidates(rows), "top_k": 4}
         got = client.post("/rerank", json={**body, "explain": {"top": 3}}).json()
     phi = TreeShapExplainer(model).contributions(rows)
@@ -98,7 +100,7 @@ def test_explain_true_shows_five_and_is_limited_to_the_configured_results(
 ) -> None:
     publish(registry_dir, _covered(random_ensemble(NF, seed=5)), name="shap", version="v1")
     rows = random_rows(9).astype(np.float32)
-    with make_client(explain_max_results=2) as client:
+    with make_client(explain_max_results=2, **LONG_BUDGET) as client:
         got = client.post(
             "/rerank", json={"model": "shap", "candidates": _candidates(rows), "explain": True}
         ).json()
@@ -108,7 +110,8 @@ def test_explain_true_shows_five_and_is_limited_to_the_configured_results(
 
 def test_a_dump_without_covers_says_so_and_still_ranks(client: TestClient) -> None:
     rows = random_rows(3).astype(np.float32)
-    got = client.post("/rerank", json={"candidates": _candidates(rows), "explain": True})
+    body = {"candidates": _candidates(rows), "explain": True}
+    got = client.post("/rerank", json=body, headers={"x-request-timeout-ms": "10000"})
     assert got.status_code == 200
     body = got.json()
     assert "node covers" in body["explanation_error"]
@@ -131,7 +134,7 @@ def test_network_explanations_are_occlusion_against_the_mean(
     set_current(registry_dir, "net", "v1")
     rows = random_rows(4).astype(np.float32)
     rows[0, 4] = np.nan
-    with make_client() as client:
+    with make_client(**LONG_BUDGET) as client:
         got = client.post(
             "/rerank", json={"model": "net", "candidates": _candidates(rows), "explain": True}
         ).json()
@@ -156,9 +159,33 @@ def test_a_version_pruned_from_disk_still_ranks(
 
     publish(registry_dir, _covered(random_ensemble(NF, seed=8)), name="gone", version="v1")
     rows = random_rows(3).astype(np.float32)
-    with make_client() as client:
+    with make_client(**LONG_BUDGET) as client:
         shutil.rmtree(registry_dir / "gone" / "v1")
         body = {"model": "gone", "candidates": _candidates(rows), "explain": True}
         got = client.post("/rerank", json=body)
     assert got.status_code == 200
     assert "cannot be read again" in got.json()["explanation_error"]
+
+
+def test_explanations_past_the_budget_leave_the_ranking_intact(
+    make_client: ClientFactory, registry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import app.explain.ranked as ranked
+
+    publish(registry_dir, _covered(random_ensemble(NF, seed=9)), name="shap", version="v1")
+    real = ranked.explain_rows
+
+    def slow(*args, **kwargs):
+        time.sleep(3.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ranked, "explain_rows", slow)
+    rows = random_rows(5).astype(np.float32)
+    with make_client(request_budget_ms=1500.0) as client:
+        body = {"model": "shap", "candidates": _candidates(rows), "explain": True}
+        got = client.post("/rerank", json=body).json()
+    assert "latency budget" in got["explanation_error"]
+    assert len(got["results"]) == 5 and not got["degraded"]
+    assert all("explanation" not in r for r in got["results"])

@@ -115,7 +115,14 @@ def service_latency(model_txt: Path, rows: np.ndarray, reps: int) -> dict[str, f
         )
         write_version(registry, manifest, {"model.json": ensemble.to_json_bytes()})
         set_current(registry, "m", "v1")
-        settings = Settings(registry=registry, reload_poll_seconds=0, scoring_threads=1)
+        # A budget that never cuts: this measures what explaining costs, not what fits.
+        settings = Settings(
+            registry=registry,
+            reload_poll_seconds=0,
+            scoring_threads=1,
+            request_budget_ms=60_000.0,
+            max_request_budget_ms=60_000.0,
+        )
         cands = [{"id": i, "features": r} for i, r in enumerate(rows[:CANDIDATES].tolist())]
         plain = orjson.dumps({"candidates": cands, "top_k": TOP})
         explained = orjson.dumps({"candidates": cands, "top_k": TOP, "explain": {"top": 5}})

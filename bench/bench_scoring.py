@@ -98,23 +98,6 @@ def train_lightgbm(
     print(f"trained LightGBM in {time.perf_counter() - t0:.0f} s", flush=True)
     booster.save_model(str(path))
     return path
-    import lightgbm as lgb
-
-    data = generate(args.rows, args.features, args.queries, args.seed)
-    params = {
-        "objective": "lambdarank",
-        "num_leaves": args.leaves,
-        "learning_rate": 0.05,
-        "min_data_in_leaf": 20,
-        "verbose": -1,
-        "num_threads": 2,
-    }
-    groups = np.diff(data.group_offsets)
-    t0 = time.perf_counter()
-    booster = lgb.train(params, lgb.Dataset(data.features, data.labels, group=groups), args.trees)
-    print(f"trained LightGBM in {time.perf_counter() - t0:.0f} s")
-    booster.save_model(str(path))
-    return path
 
 
 def _cpu_seconds() -> float:

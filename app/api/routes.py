@@ -3,6 +3,7 @@ scores (the model's scorer) → ranked JSON; everything else is a few lines."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from typing import Annotated, Any

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.artifacts.tree_dump import Tree, TreeEnsemble
+from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
 from app.explain.tree_tables import ExplainUnavailable
 from app.explain.treeshap import TreeShapExplainer
 from app.scoring import reference
@@ -33,7 +33,9 @@ def covered(draw: st.DrawFn) -> tuple[TreeEnsemble, np.ndarray]:
 
 def _goes_left(tree: Tree, node: int, value: float) -> bool:
     missing = math.isnan(value) or (
-        tree.missing_zero is not None and bool(tree.missing_zero[node]) and abs(value) <= 1e-35
+        tree.missing_zero is not None
+        and bool(tree.missing_zero[node])
+        and abs(value) <= ZERO_THRESHOLD
     )
     return bool(tree.default_left[node]) if missing else value <= tree.threshold[node]
 

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     # milliseconds, a short enough stall for the loop (bench/results/service.md, scoring.md).
     inline_scoring_max_rows: Annotated[int, Field(ge=0)] = 1000
     scoring_concurrency: Annotated[int, Field(ge=1)] = 4
+    # `explain`: contributions are computed for at most this many returned results (the top
+    # ones); TreeSHAP costs ~1-3 ms per result for 500 trees (bench/results/explain.md).
+    explain_max_results: Annotated[int, Field(ge=1)] = 100
 
     # Redis (a soft dependency)
     redis_url: str | None = None

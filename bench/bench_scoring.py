@@ -71,9 +71,20 @@ def train_model(args: argparse.Namespace, cache: Path) -> Path:
     path = cache / f"lgb-{args.rows}-{args.features}-{args.trees}-{args.leaves}-{args.seed}.txt"
     if path.exists():
         return path
+    data = generate(args.rows, args.features, args.queries, args.seed)
+    return train_lightgbm(data.features, data.labels, np.diff(data.group_offsets), args, path)
+
+
+def train_lightgbm(
+    features: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    args: argparse.Namespace,
+    path: Path,
+) -> Path:
+    """A LightGBM lambdarank model of args.trees x args.leaves saved to `path`."""
     import lightgbm as lgb
 
-    data = generate(args.rows, args.features, args.queries, args.seed)
     params = {
         "objective": "lambdarank",
         "num_leaves": args.leaves,
@@ -82,10 +93,9 @@ def train_model(args: argparse.Namespace, cache: Path) -> Path:
         "verbose": -1,
         "num_threads": 2,
     }
-    groups = np.diff(data.group_offsets)
     t0 = time.perf_counter()
-    booster = lgb.train(params, lgb.Dataset(data.features, data.labels, group=groups), args.trees)
-    print(f"trained LightGBM in {time.perf_counter() - t0:.0f} s")
+    booster = lgb.train(params, lgb.Dataset(features, labels, group=groups), args.trees)
+    print(f"trained LightGBM in {time.perf_counter() - t0:.0f} s", flush=True)
     booster.save_model(str(path))
     return path
 

@@ -31,6 +31,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("item_features.md", ["bench.bench_item_features"]),
     ("simulate.md", ["bench.bench_simulate"]),
     ("dask.md", ["bench.bench_dask"]),
+    ("explain.md", ["bench.bench_explain", "--write"]),
 ]
 
 

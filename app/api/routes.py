@@ -3,6 +3,7 @@ scores (the model's scorer) → ranked JSON; everything else is a few lines."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from typing import Annotated, Any
@@ -14,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app import metrics
-from app.api.admission import AdmissionDep
+from app.api.admission import AdmissionDep, Slot
 from app.api.assembly import assemble, report_items
 from app.api.dependencies import (
     AdminDep,
@@ -37,6 +38,7 @@ from app.artifacts.manifest import NAME_PATTERN
 from app.features.user_features import UserFeatures
 from app.impressions import log_impression
 from app.registry import LoadedModel
+from app.settings import Settings
 
 router = APIRouter()
 
@@ -114,9 +116,12 @@ async def rerank(
     log_impression(state, body, envelope.query_id, user, rows.ids, features, user_features)
     if envelope.explain:
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
-        for item, i in zip(body["results"], body.pop("_order"), strict=True):
+        order = body.pop("_order")
+        for item, i in zip(body["results"], order, strict=True):
             item["missing_features"] = missing[i]
         body["user_cluster"] = user_features.cluster if user_features else None
+        top = 5 if envelope.explain is True else envelope.explain.top
+        await _explain(body, model, features[order], user_vector, top, settings, limiter, slot)
     else:
         del body["_order"]
     return _json(body, headers={"x-request-id": request_id})
@@ -137,6 +142,49 @@ async def _score(
         scores = await anyio.to_thread.run_sync(model.scorer.score, features, user, limiter=limiter)
     metrics.SCORING_SECONDS.labels(model.name).observe(time.perf_counter() - started)
     return np.asarray(scores, dtype=np.float64)
+
+
+async def _explain(
+    body: dict[str, Any],
+    model: LoadedModel,
+    rows: np.ndarray,
+    user: np.ndarray | None,
+    top: int,
+    settings: Settings,
+    limiter: anyio.CapacityLimiter,
+    slot: Slot,
+) -> None:
+    """Adds `explanation` to the first `explain_max_results` results, in a worker thread and
+    within what is left of the request's latency budget; past it the ranking goes out with
+    `explanation_error` instead (the thread finishes on its own, warming the explainer)."""
+    from app.explain.ranked import ExplainUnavailable, explain_rows
+
+    results = body["results"][: settings.explain_max_results]
+    scores = np.array([r["score"] for r in results], dtype=np.float64)
+    work = asyncio.ensure_future(
+        anyio.to_thread.run_sync(
+            explain_rows, model, rows[: len(results)], user, top, scores, limiter=limiter
+        )
+    )
+    if slot.controller.enabled:
+        left = slot.budget.due - slot.controller.clock()
+        done, _ = await asyncio.wait({work}, timeout=max(left, 0.0))
+        if work not in done:
+            work.add_done_callback(lambda task: task.cancelled() or task.exception())
+            budget_ms = slot.budget.seconds * 1000
+            body["explanation_error"] = (
+                f"explanations did not fit in the request's {budget_ms:g} ms latency budget; "
+                "send a larger x-request-timeout-ms (the first explanation also loads the "
+                "explainer)"
+            )
+            return
+    try:
+        explanations = await work
+    except ExplainUnavailable as exc:
+        body["explanation_error"] = str(exc)
+        return
+    for item, explanation in zip(results, explanations, strict=True):
+        item["explanation"] = explanation
 
 
 def _ranked(

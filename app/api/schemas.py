@@ -9,9 +9,10 @@ straight from dicts; the response models here document them.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 from app.artifacts.manifest import NAME_PATTERN
 
@@ -59,6 +60,23 @@ class QueryInfo(BaseModel):
     features: dict[str, float | None] | list[float | None] = Field(default_factory=dict)
 
 
+class ExplainOptions(BaseModel):
+    """`explain` as an object: how many features to show per result."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    top: int = Field(5, ge=1, le=1000, description="Features per result, largest |contribution|.")
+
+
+def _explain_shape(value: Any) -> Any:
+    """One clear error for an `explain` that is neither a boolean nor an object."""
+    if not isinstance(value, bool | dict | ExplainOptions):
+        raise PydanticCustomError(
+            "bool_type", 'Input should be a valid boolean or an object like {"top": 5}'
+        )
+    return value
+
+
 class RerankEnvelope(BaseModel):
     """Everything of a /rerank body except `candidates` (validated in bulk elsewhere)."""
 
@@ -76,7 +94,11 @@ class RerankEnvelope(BaseModel):
     user: UserInfo | None = None
     query: QueryInfo | None = None
     top_k: int | None = Field(None, ge=1)
-    explain: bool = False
+    explain: Annotated[bool | ExplainOptions, BeforeValidator(_explain_shape)] = Field(
+        False,
+        description='true or {"top": n}: per-feature contributions for each returned result '
+        "(docs/API.md, Explanations).",
+    )
 
 
 class Candidate(BaseModel):
@@ -107,6 +129,21 @@ class ModelRef(BaseModel):
     version: str
 
 
+class FeatureContribution(BaseModel):
+    name: str
+    value: float | None = Field(description="The value used: sent, looked up, or null (missing).")
+    contribution: float
+
+
+class Explanation(BaseModel):
+    method: str = Field(description="treeshap (exact Shapley values) or occlusion (networks).")
+    expected_value: float = Field(description="The model's average score (the baseline).")
+    features: list[FeatureContribution] = Field(description="Largest |contribution| first.")
+    rest: float = Field(
+        description="score - expected_value - the shown contributions (the features not shown)."
+    )
+
+
 class RankedItem(BaseModel):
     id: str | int
     score: float | None = Field(
@@ -116,6 +153,9 @@ class RankedItem(BaseModel):
     rank: int = Field(ge=1, description="1-based position after reranking.")
     missing_features: int | None = Field(
         None, description="With `explain`: how many of this candidate's features were missing."
+    )
+    explanation: Explanation | None = Field(
+        None, description="With `explain`: why this score (the top results only, see docs)."
     )
 
 
@@ -157,6 +197,9 @@ class RerankResponse(BaseModel):
         "(scored with missing values; `reasons` then holds `item_features_missing`).",
     )
     user_cluster: str | None = Field(None, description="With `explain`: the user's cluster.")
+    explanation_error: str | None = Field(
+        None, description="With `explain`: why this model gives no contributions."
+    )
 
 
 class ErrorDetail(BaseModel):

@@ -5,12 +5,15 @@ a negative child `c` is the leaf `~c`; `x[split_feature[i]] <= threshold[i]` goe
 left when `default_left[i]`. A tree with no split has empty node arrays and one leaf value.
 Optional `missing_zero[i]` (LightGBM's MissingType::Zero) makes |x| <= ZERO_THRESHOLD count as
 missing too.
+Optional `cover[i]` / `leaf_cover[j]` (both or neither): the training weight that reached each
+node and leaf (LightGBM's internal_count/leaf_count, XGBoost's `cover` = hessian sums); only
+explanations (TreeSHAP, app/explain/) need them, scoring never reads them.
 The score of a row is `base_score + sum(tree leaf values)`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,8 @@ class Tree:
     default_left: np.ndarray  # bool [n_nodes]
     leaf_value: np.ndarray  # float64 [n_leaves]
     missing_zero: np.ndarray | None = None  # bool [n_nodes] or None
+    cover: np.ndarray | None = None  # float64 [n_nodes] or None (with leaf_cover)
+    leaf_cover: np.ndarray | None = None  # float64 [n_leaves] or None (with cover)
 
     @property
     def num_nodes(self) -> int:
@@ -58,7 +63,34 @@ class Tree:
         }
         if self.missing_zero is not None and bool(self.missing_zero.any()):
             out["missing_zero"] = self.missing_zero.tolist()
+        if self.cover is not None and self.leaf_cover is not None:
+            out["cover"] = self.cover.tolist()
+            out["leaf_cover"] = self.leaf_cover.tolist()
         return out
+
+    @property
+    def has_covers(self) -> bool:
+        """Node covers are known (a tree without splits needs none: its contributions are 0)."""
+        return self.num_nodes == 0 or (self.cover is not None and self.leaf_cover is not None)
+
+    def with_leaf_covers(self, leaf_cover: np.ndarray) -> Tree:
+        """This tree with `leaf_cover` [n_leaves] and each node's cover the sum of its leaves'."""
+        leaf_cover = np.asarray(leaf_cover, dtype=np.float64)
+        cover = np.zeros(self.num_nodes, dtype=np.float64)
+        # Children have larger indices than their parent in every dump we write, but a parent
+        # pass that does not rely on it costs little: visit in reverse depth-first order.
+        order: list[int] = []
+        stack = [0] if self.num_nodes else []
+        while stack:
+            node = stack.pop()
+            order.append(node)
+            stack += [int(c) for c in (self.left[node], self.right[node]) if c >= 0]
+        for node in reversed(order):
+            cover[node] = sum(
+                cover[c] if c >= 0 else leaf_cover[~c]
+                for c in (int(self.left[node]), int(self.right[node]))
+            )
+        return replace(self, cover=cover, leaf_cover=leaf_cover)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], num_features: int, where: str) -> Tree:
@@ -72,6 +104,10 @@ class Tree:
                 leaf_value=np.asarray(raw["leaf_value"], dtype=np.float64),
                 missing_zero=(
                     np.asarray(raw["missing_zero"], dtype=bool) if "missing_zero" in raw else None
+                ),
+                cover=np.asarray(raw["cover"], dtype=np.float64) if "cover" in raw else None,
+                leaf_cover=(
+                    np.asarray(raw["leaf_cover"], dtype=np.float64) if "leaf_cover" in raw else None
                 ),
             )
         except KeyError as exc:
@@ -91,9 +127,21 @@ class Tree:
         }
         if self.missing_zero is not None:
             arrays["missing_zero"] = self.missing_zero
+        if (self.cover is None) != (self.leaf_cover is None):
+            raise TreeDumpError(f"{where}: cover and leaf_cover come together")
+        if self.cover is not None:
+            arrays["cover"] = self.cover
         for name, arr in arrays.items():
             if arr.shape != (n,):
                 raise TreeDumpError(f"{where}: {name} has {arr.shape[0]} entries, expected {n}")
+        if self.leaf_cover is not None and self.leaf_cover.shape != self.leaf_value.shape:
+            raise TreeDumpError(
+                f"{where}: leaf_cover has {self.leaf_cover.shape[0]} entries, "
+                f"expected {self.num_leaves}"
+            )
+        for covers in (self.cover, self.leaf_cover):
+            if covers is not None and not np.all(np.isfinite(covers) & (covers >= 0)):
+                raise TreeDumpError(f"{where}: covers must be finite and non-negative")
         if self.num_leaves != n + 1:
             raise TreeDumpError(
                 f"{where}: {self.num_leaves} leaves for {n} splits, expected {n + 1}"
@@ -141,6 +189,11 @@ class TreeEnsemble:
     trees: list[Tree]
     base_score: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_covers(self) -> bool:
+        """Every tree carries node covers (what TreeSHAP needs)."""
+        return all(t.has_covers for t in self.trees)
 
     def to_json_bytes(self) -> bytes:
         doc = {

@@ -103,6 +103,8 @@ def _tree(block: dict[str, str], where: str) -> Tree:
     # (0.0 <= t exactly when 0.0 <= the moved threshold: the move keeps the sign).
     default_left = np.where(missing_type == MISSING_NONE, threshold >= 0.0, bit_left)
     missing_zero = missing_type == MISSING_ZERO
+    # Training counts per node: TreeSHAP's weights and expected value (LightGBM's own).
+    has_counts = "internal_count" in block and "leaf_count" in block
     return Tree(
         split_feature=_array(block, "split_feature", np.int32, where),
         threshold=threshold,
@@ -111,6 +113,8 @@ def _tree(block: dict[str, str], where: str) -> Tree:
         default_left=default_left.astype(bool),
         leaf_value=leaf_value,
         missing_zero=missing_zero if missing_zero.any() else None,
+        cover=_array(block, "internal_count", np.float64, where) if has_counts else None,
+        leaf_cover=_array(block, "leaf_count", np.float64, where) if has_counts else None,
     )
 
 

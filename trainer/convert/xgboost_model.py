@@ -42,6 +42,8 @@ def _tree(raw: dict[str, Any], num_features: int, where: str) -> Tree:
         default_left = np.asarray(raw["default_left"], dtype=bool)
         split_type = np.asarray(raw.get("split_type", []), dtype=np.int64)
         leaf_vector = int(raw.get("tree_param", {}).get("size_leaf_vector", "1"))
+        # Hessian sums per node: TreeSHAP's weights (XGBoost's `cover`); old dumps may lack it.
+        hessians = np.asarray(raw.get("sum_hessian", []), dtype=np.float32)
     except KeyError as exc:
         raise ModelFormatError(f"{where}: missing {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
@@ -82,6 +84,8 @@ def _tree(raw: dict[str, Any], num_features: int, where: str) -> Tree:
         right=new_index[right_children[internal_ids]].astype(np.int32),
         default_left=default_left[internal_ids],
         leaf_value=conditions[leaf_ids].astype(np.float64),
+        cover=hessians[internal_ids].astype(np.float64) if hessians.size == n else None,
+        leaf_cover=hessians[leaf_ids].astype(np.float64) if hessians.size == n else None,
     )
 
 

@@ -211,7 +211,8 @@ class GrownTree:
         return np.where(h > HESS_EPS, learning_rate * g / safe, 0.0)
 
     def to_tree(self, mapper: BinMapper, leaf_values: np.ndarray) -> Tree:
-        """The dump form: thresholds as the real feature values of the bins' upper edges."""
+        """The dump form: thresholds as the real feature values of the bins' upper edges; covers
+        are the training rows per leaf (LightGBM's leaf_count), for TreeSHAP."""
         nodes = self.nodes[: self.num_leaves - 1]
         thresholds = [mapper.threshold(int(f), int(b)) for f, b in nodes[:, :2]]
         return Tree(
@@ -221,7 +222,7 @@ class GrownTree:
             right=nodes[:, 4].astype(np.int32),
             default_left=nodes[:, 2].astype(bool),
             leaf_value=np.asarray(leaf_values, dtype=np.float64),
-        )
+        ).with_leaf_covers(self.leaf_count[: self.num_leaves])
 
 
 class TreeLearner:

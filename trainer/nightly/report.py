@@ -1,5 +1,6 @@
 """The run report: `report.json` for machines, `report.html` (self-contained, inline SVG charts)
-for people: data summary, metrics vs the deployed model, NDCG per iteration, feature importance."""
+for people: data summary, metrics vs the deployed model, NDCG per iteration, feature importance,
+and the global view of contributions (trainer/explain) with its change from the deployed model."""
 
 from __future__ import annotations
 
@@ -95,6 +96,19 @@ def _metrics_table(candidate: dict[str, Any], deployed: dict[str, Any] | None) -
     return f"<table>{head}{body}</table>"
 
 
+def _explanations(views: dict[str, Any] | None) -> str:
+    """Global view of the new version (and its change from the deployed one), if explained."""
+    if not views:
+        return ""
+    from trainer.explain.html_report import explanation_section
+
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in views.get("notes", []))
+    parts = ["<h2>Why it ranks as it does</h2>", f"<ul>{notes}</ul>" if notes else ""]
+    if views.get("candidate") is not None:
+        parts.append(explanation_section(views["candidate"], views.get("deployed")))
+    return "".join(parts)
+
+
 def write_report(directory: Path, report: dict[str, Any]) -> None:
     """Write report.json and report.html into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -124,6 +138,7 @@ def write_report(directory: Path, report: dict[str, Any]) -> None:
         line_chart("NDCG@k per iteration", history),
         bar_chart("Feature importance (splits)", report.get("feature_importance", {})),
         _table({k: v for k, v in report.get("training", {}).items() if k != "params"}),
+        _explanations(report.get("explanations")),
         "</body></html>",
     ]
     (directory / "report.html").write_text("".join(parts))

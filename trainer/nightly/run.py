@@ -22,6 +22,7 @@ from app.errors import LtrError
 from trainer.data.concat import concat_datasets
 from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
+from trainer.explain.versions import version_views
 from trainer.features.item_table import read_item_table
 from trainer.features.sources import (
     FeatureSpec,
@@ -318,7 +319,8 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
 
         ensemble = TreeEnsemble.from_json_bytes(candidate.files["model.json"])
         expected = predict(ensemble, holdout.features)
-    gate = run_gate(candidate, deployed_artifact(config), holdout, config.gate, expected)
+    deployed = deployed_artifact(config)
+    gate = run_gate(candidate, deployed, holdout, config.gate, expected)
     report = {
         "model": config.model.name,
         "version": candidate.manifest.version,
@@ -328,6 +330,7 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         "history": history,
         "feature_importance": feature_importance(candidate),
         "training": candidate.manifest.training,
+        "explanations": version_views(candidate, deployed, holdout),
     }
     if not gate.passed:
         refused = config.work_dir / "refused" / version

@@ -80,6 +80,15 @@ def test_publishes_then_gates_against_the_deployed_model(partitioned: Path, tmp_
     assert second.published.previous == first.published.version
     assert second.gate.deployed is not None
     assert second.gate.deployed["version"] == first.published.version
+    # Each version is explained, with the change from the deployed one (none the first time).
+    views = report["explanations"]
+    assert views["deployed"] is None and views["candidate"]["method"] == "treeshap"
+    views = json.loads((second.report_dir / "report.json").read_text())["explanations"]
+    assert views["deployed"] is not None and views["changes"] and not views["notes"]
+    top = views["changes"][0]
+    assert top["change"] == pytest.approx(top["candidate"] - top["deployed"])
+    page = (second.report_dir / "report.html").read_text()
+    assert "Why it ranks as it does" in page and "Change from the deployed model" in page
 
 
 def test_a_worse_candidate_is_refused_and_nothing_changes(

@@ -1,0 +1,191 @@
+"""`explain` in /rerank: TreeSHAP for trees, occlusion for networks, on the returned results."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from onnx import TensorProto, helper, numpy_helper
+
+from app.artifacts.manifest import Manifest, MissingValueRule
+from app.artifacts.store import set_current, write_version
+from app.artifacts.tree_dump import TreeEnsemble
+from app.explain.treeshap import TreeShapExplainer
+from tests.app.api.conftest import NF, ClientFactory
+from tests.support import feature_names, publish, random_ensemble
+
+RNG = np.random.default_rng(16)
+# The first explanation in a process loads the kernel: far longer than the default 100 ms.
+LONG_BUDGET = {"request_budget_ms": 120_000.0, "max_request_budget_ms": 120_000.0}
+
+
+def random_rows(n: int) -> np.ndarray:
+    rows = RNG.normal(0, 1, (n, NF)).round(3).astype(np.float32)
+    rows[RNG.random((n, NF)) < 0.2] = np.nan
+    return rows
+
+
+def _covered(ensemble: TreeEnsemble, seed: int = 3) -> TreeEnsemble:
+    rng = np.random.default_rng(seed)
+    trees = [t.with_leaf_covers(rng.integers(1, 50, t.num_leaves)) for t in ensemble.trees]
+    return TreeEnsemble(ensemble.num_features, trees, ensemble.base_score)
+
+
+def _linear_onnx(weights: np.ndarray) -> bytes:
+    """scores = nan-as-mean(features) @ weights, mean 0.5 (an additive network)."""
+    n = weights.size
+    nodes = [
+        helper.make_node("IsNaN", ["features"], ["nan"]),
+        helper.make_node("Where", ["nan", "mean", "features"], ["filled"]),
+        helper.make_node("MatMul", ["filled", "W"], ["fw"]),
+        helper.make_node("Reshape", ["fw", "flat"], ["scores"]),
+    ]
+    inits = [
+        numpy_helper.from_array(weights.reshape(n, 1).astype(np.float32), "W"),
+        numpy_helper.from_array(np.full(n, 0.5, np.float32), "mean"),
+        numpy_helper.from_array(np.array([-1]), "flat"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "linear",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", n])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N"])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model.SerializeToString()
+
+
+def _candidates(rows: np.ndarray) -> list[dict]:
+    return [
+        {"id": f"d{i}", "features": [None if np.isnan(v) else float(v) for v in row]}
+        for i, row in enumerate(rows)
+    ]
+
+
+def test_tree_explanations_are_treeshap_of_the_returned_results(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    model = _covered(random_ensemble(NF, num_trees=10, depth=3, seed=11))
+    publish(registry_dir, model, name="shap", version="v1")
+    rows = random_rows(12).astype(np.float32)
+    rows[2, 1] = np.nan
+    with make_client(**LONG_BUDGET) as client:
+        body = {"model": "shap", "candidates": _candidates(rows), "top_k": 4}
+        got = client.post("/rerank", json={**body, "explain": {"top": 3}}).json()
+    phi = TreeShapExplainer(model).contributions(rows)
+    assert len(got["results"]) == 4 and "explanation_error" not in got
+    for result in got["results"]:
+        i = int(result["id"][1:])
+        ex = result["explanation"]
+        assert ex["method"] == "treeshap"
+        assert ex["expected_value"] == pytest.approx(phi[i, -1], abs=1e-12)
+        assert len(ex["features"]) <= 3
+        shown = [feature_names(NF).index(f["name"]) for f in ex["features"]]
+        magnitudes = np.abs(phi[i, :NF])
+        assert sorted(magnitudes[shown].tolist(), reverse=True) == magnitudes[shown].tolist()
+        assert magnitudes[shown].min() >= np.sort(magnitudes)[-len(shown)]
+        for f, j in zip(ex["features"], shown, strict=True):
+            assert f["contribution"] == pytest.approx(phi[i, j], abs=1e-12)
+            assert f["value"] == (None if np.isnan(rows[i, j]) else float(str(rows[i, j])))
+        total = ex["expected_value"] + sum(f["contribution"] for f in ex["features"]) + ex["rest"]
+        assert total == pytest.approx(result["score"], abs=1e-9)
+
+
+def test_explain_true_shows_five_and_is_limited_to_the_configured_results(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    publish(registry_dir, _covered(random_ensemble(NF, seed=5)), name="shap", version="v1")
+    rows = random_rows(9).astype(np.float32)
+    with make_client(explain_max_results=2, **LONG_BUDGET) as client:
+        got = client.post(
+            "/rerank", json={"model": "shap", "candidates": _candidates(rows), "explain": True}
+        ).json()
+    assert [("explanation" in r) for r in got["results"]] == [True, True] + [False] * 7
+    assert all(len(r["explanation"]["features"]) <= 5 for r in got["results"][:2])
+
+
+def test_a_dump_without_covers_says_so_and_still_ranks(client: TestClient) -> None:
+    rows = random_rows(3).astype(np.float32)
+    body = {"candidates": _candidates(rows), "explain": True}
+    got = client.post("/rerank", json=body, headers={"x-request-timeout-ms": "10000"})
+    assert got.status_code == 200
+    body = got.json()
+    assert "node covers" in body["explanation_error"]
+    assert len(body["results"]) == 3 and "explanation" not in body["results"][0]
+
+
+def test_network_explanations_are_occlusion_against_the_mean(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    weights = np.array([2.0, -1.0, 0.5, 0.0, 3.0], np.float32)
+    manifest = Manifest(
+        name="net",
+        version="v1",
+        kind="lambdadnn",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=feature_names(NF),
+        missing_value=MissingValueRule(handled_by="mean_imputation"),
+    )
+    write_version(registry_dir, manifest, {"model.onnx": _linear_onnx(weights)})
+    set_current(registry_dir, "net", "v1")
+    rows = random_rows(4).astype(np.float32)
+    rows[0, 4] = np.nan
+    with make_client(**LONG_BUDGET) as client:
+        got = client.post(
+            "/rerank", json={"model": "net", "candidates": _candidates(rows), "explain": True}
+        ).json()
+    for result in got["results"]:
+        i = int(result["id"][1:])
+        ex = result["explanation"]
+        assert ex["method"] == "occlusion"
+        assert ex["expected_value"] == pytest.approx(0.5 * weights.sum(), rel=1e-5)
+        filled = np.where(np.isnan(rows[i]), 0.5, rows[i])
+        exact = (filled - 0.5) * weights  # additive: occlusion is exact (Shapley)
+        for f in ex["features"]:
+            j = feature_names(NF).index(f["name"])
+            assert f["contribution"] == pytest.approx(exact[j], abs=1e-5)
+        assert ex["rest"] == pytest.approx(0.0, abs=1e-5)
+        assert "f3" not in [f["name"] for f in ex["features"]]  # zero weight: never shown
+
+
+def test_a_version_pruned_from_disk_still_ranks(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    import shutil
+
+    publish(registry_dir, _covered(random_ensemble(NF, seed=8)), name="gone", version="v1")
+    rows = random_rows(3).astype(np.float32)
+    with make_client(**LONG_BUDGET) as client:
+        shutil.rmtree(registry_dir / "gone" / "v1")
+        body = {"model": "gone", "candidates": _candidates(rows), "explain": True}
+        got = client.post("/rerank", json=body)
+    assert got.status_code == 200
+    assert "cannot be read again" in got.json()["explanation_error"]
+
+
+def test_explanations_past_the_budget_leave_the_ranking_intact(
+    make_client: ClientFactory, registry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import app.explain.ranked as ranked
+
+    publish(registry_dir, _covered(random_ensemble(NF, seed=9)), name="shap", version="v1")
+    real = ranked.explain_rows
+
+    def slow(*args, **kwargs):
+        time.sleep(3.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ranked, "explain_rows", slow)
+    rows = random_rows(5).astype(np.float32)
+    with make_client(request_budget_ms=1500.0) as client:
+        body = {"model": "shap", "candidates": _candidates(rows), "explain": True}
+        got = client.post("/rerank", json=body).json()
+    assert "latency budget" in got["explanation_error"]
+    assert len(got["results"]) == 5 and not got["degraded"]
+    assert all("explanation" not in r for r in got["results"])

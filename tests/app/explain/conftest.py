@@ -1,0 +1,3 @@
+from tests.app.artifacts.conftest import ensemble
+
+__all__ = ["ensemble"]

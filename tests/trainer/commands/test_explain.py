@@ -1,0 +1,162 @@
+"""`ltr explain`: pairs, one query, the global HTML view; native and converted models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from app.artifacts.store import load_version
+from app.artifacts.tree_dump import TreeEnsemble
+from app.scoring.reference import predict
+from trainer.cli import app
+from trainer.data.loader import load_dataset
+
+from .conftest import TEST, TRAIN, one_error_line
+
+FAST = ["--num-trees", "8", "--num-leaves", "7", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("native") / "v1"
+    result = CliRunner().invoke(app, ["train", "--train", str(TRAIN), "--out", str(out), *FAST])
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def converted_dir(lightgbm_model_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lgb") / "v1"
+    args = ["convert", "--from", "lightgbm", str(lightgbm_model_file), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+def _first_query(path: Path) -> tuple[str, np.ndarray]:
+    data = load_dataset(path, num_features=300)
+    lo, hi = data.group_offsets[:2]
+    return str(data.query_ids[0]), data.features[lo:hi]
+
+
+def test_native_export_has_covers_and_contributions_sum_to_scores(
+    runner: CliRunner, native_dir: Path
+) -> None:
+    ensemble = TreeEnsemble.from_json_bytes(load_version(native_dir).files["model.json"])
+    assert ensemble.has_covers
+    query, rows = _first_query(TEST)
+    result = runner.invoke(
+        app,
+        ["explain", "--model", str(native_dir), "--data", str(TEST), "--query", query, "--json"],
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    scores = predict(ensemble, rows)
+    assert [d["score"] for d in report["documents"]] == pytest.approx(
+        sorted(scores.tolist(), reverse=True), abs=1e-9
+    )
+
+
+def test_pair_shows_what_separates_two_documents(
+    runner: CliRunner, converted_dir: Path, lightgbm_model_file: Path
+) -> None:
+    query, rows = _first_query(TEST)
+    args = ["explain", "--model", str(converted_dir), "--data", str(TEST), "--query", query]
+    result = runner.invoke(app, [*args, "--pair", "1,3", "--top", "4", "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    booster = lgb.Booster(model_file=str(lightgbm_model_file))
+    phi = booster.predict(rows[[0, 2]].astype(np.float64), pred_contrib=True)
+    diff = phi[0, :-1] - phi[1, :-1]
+    assert report["difference"] == pytest.approx(phi[0].sum() - phi[1].sum(), abs=1e-9)
+    top = np.argsort(-np.abs(diff), kind="stable")[:4]
+    assert [f["name"] for f in report["features"]] == [f"Column_{j}" for j in top if diff[j]]
+    for f in report["features"]:
+        j = int(f["name"].split("_")[1])
+        assert f["difference"] == pytest.approx(diff[j], abs=1e-9)
+    shown = sum(f["difference"] for f in report["features"])
+    assert shown + report["rest"] == pytest.approx(report["difference"], abs=1e-9)
+    text = runner.invoke(app, [*args, "--pair", "1,3"]).stdout
+    assert "document 1 (score" in text and "(other features)" in text
+
+
+def test_global_view_writes_html(runner: CliRunner, converted_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "why.html"
+    args = ["explain", "--model", str(converted_dir), "--data", str(TEST), "--out", str(out)]
+    result = runner.invoke(app, [*args, "--rows", "300", "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["rows"] == 300 and summary["method"] == "treeshap"
+    means = [f["mean_abs"] for f in summary["features"]]
+    assert means == sorted(means, reverse=True) and means[0] > 0
+    page = out.read_text()
+    assert page.startswith("<!doctype html>") and page.count("<svg") >= 3
+    assert summary["features"][0]["name"] in page
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--pair", "1,2"], "--pair needs --query"),
+        (["--query", "nope"], "no query 'nope'"),
+        (["--query", "{q}", "--pair", "1"], "give two document numbers"),
+        (["--query", "{q}", "--pair", "1,999"], "not 999"),
+        (["--query", "{q}", "--pair", "2,2"], "two different documents"),
+    ],
+)
+def test_bad_arguments(runner: CliRunner, converted_dir: Path, extra: list[str], message: str):
+    query, _ = _first_query(TEST)
+    extra = [e.replace("{q}", query) for e in extra]
+    result = runner.invoke(
+        app, ["explain", "--model", str(converted_dir), "--data", str(TEST), *extra]
+    )
+    assert result.exit_code == 2
+    assert message in one_error_line(result.stderr)
+
+
+def test_a_model_without_covers_says_how_to_fix(runner: CliRunner, tmp_path: Path) -> None:
+    from tests.support import publish, random_ensemble
+
+    publish(tmp_path, random_ensemble(300, seed=1), name="old", version="v1")
+    result = runner.invoke(
+        app, ["explain", "--model", str(tmp_path / "old" / "v1"), "--data", str(TEST)]
+    )
+    assert result.exit_code == 2
+    assert "node covers" in one_error_line(result.stderr)
+
+
+def test_networks_are_explained_by_occlusion(runner: CliRunner, tmp_path: Path) -> None:
+    import datetime as dt
+
+    from app.artifacts.manifest import Manifest, MissingValueRule
+    from app.artifacts.store import write_version_dir
+    from tests.app.api.test_explain import _linear_onnx
+
+    weights = np.array([1.0, -2.0, 0.0, 0.5, 4.0], np.float32)
+    manifest = Manifest(
+        name="net",
+        version="v1",
+        kind="lambdadnn",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=[f"f{i + 1}" for i in range(5)],
+        missing_value=MissingValueRule(handled_by="mean_imputation"),
+    )
+    version = write_version_dir(tmp_path / "v1", manifest, {"model.onnx": _linear_onnx(weights)})
+    data = tmp_path / "d.txt"
+    data.write_text("1 qid:7 1:0.9 2:0.1 5:1.0\n0 qid:7 1:0.2 2:0.8 4:0.3\n")
+    args = ["explain", "--model", str(version), "--data", str(data), "--query", "7"]
+    result = runner.invoke(app, [*args, "--pair", "1,2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["method"] == "occlusion"
+    a, b = np.array([0.9, 0.1, 0.0, 0.0, 1.0]), np.array([0.2, 0.8, 0.0, 0.3, 0.0])
+    diff = (a - b) * weights  # additive: occlusion differences are exact
+    for f in report["features"]:
+        j = int(f["name"][1:]) - 1
+        assert f["difference"] == pytest.approx(diff[j], abs=1e-5)
+    assert report["difference"] == pytest.approx(diff.sum(), abs=1e-5)

@@ -1,0 +1,231 @@
+"""`ltr explain`: why a model ranks documents as it does.
+
+- `--query Q --pair A,B`: the features that most separate two documents of one query (the
+  difference of their contributions; A and B are 1-based positions in the query's list as the
+  data file has it).
+- `--query Q`: the query's documents in the model's order, each with its top contributions.
+- neither: the global view over the data (mean |contribution|, beeswarm, dependence plots)
+  written as HTML to `--out`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import orjson
+import typer
+
+from app.artifacts.store import ArtifactError, load_version
+from app.artifacts.tree_dump import TreeDumpError
+from app.explain.top import largest
+from app.explain.tree_tables import ExplainUnavailable
+from trainer.commands.errors import CommandError, clear_errors
+
+DEFAULT_ROWS = 5000
+
+
+def explain_command(
+    model: Annotated[Path, typer.Option("--model", help="Version directory.")],
+    data: Annotated[Path, typer.Option("--data", help="LETOR text or Parquet.")],
+    query: Annotated[str | None, typer.Option(help="Query id (qid) to explain.")] = None,
+    pair: Annotated[
+        str | None, typer.Option(help="A,B: two documents of --query (1-based, file order).")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Global view: the HTML report to write.")] = Path(
+        "explain.html"
+    ),
+    rows: Annotated[
+        int, typer.Option(min=1, help="Global view: at most this many rows (random sample).")
+    ] = DEFAULT_ROWS,
+    top: Annotated[int, typer.Option(min=1, help="Features to show.")] = 10,
+    seed: Annotated[int, typer.Option(help="Row sample seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Per-feature contributions: a pair of documents, one query, or the whole data (HTML)."""
+    from trainer.data.errors import DataFormatError
+    from trainer.data.loader import load_dataset
+    from trainer.explain.contributions import artifact_contributions
+
+    with clear_errors(ArtifactError, TreeDumpError, DataFormatError, ExplainUnavailable):
+        if pair is not None and query is None:
+            raise CommandError("--pair needs --query (the query both documents belong to)")
+        artifact = load_version(model)
+        names = artifact.manifest.feature_names
+        dataset = load_dataset(data, feature_names=names)
+        if query is None:
+            sample = np.random.default_rng(seed).permutation(dataset.num_docs)[:rows]
+            sample.sort()
+            features = dataset.features[sample]
+            method, phi, _ = artifact_contributions(artifact, features)
+            _global(artifact.manifest.name, artifact.manifest.version, method, names, features,
+                    phi, out, top, as_json)  # fmt: skip
+            return
+        lo, hi = _query_rows(dataset.query_ids, dataset.group_offsets, query, data)
+        features = dataset.features[lo:hi]
+        method, phi, scores = artifact_contributions(artifact, features)
+        if pair is not None:
+            a, b = _pair(pair, hi - lo, query)
+            report = _pair_report(method, names, features, phi, scores, a, b, top)
+        else:
+            report = _query_report(method, names, features, phi, scores, top)
+    report = {"query": query, "model": artifact.manifest.version, **report}
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+    else:
+        typer.echo(_pair_text(report) if pair is not None else _query_text(report))
+
+
+def _query_rows(
+    query_ids: np.ndarray, offsets: np.ndarray, query: str, data: Path
+) -> tuple[int, int]:
+    hits = [i for i, q in enumerate(query_ids.tolist()) if str(q) == query]
+    if not hits:
+        raise CommandError(f"{data}: no query {query!r}")
+    return int(offsets[hits[0]]), int(offsets[hits[0] + 1])
+
+
+def _pair(text: str, size: int, query: str) -> tuple[int, int]:
+    parts = text.split(",")
+    try:
+        a, b = (int(p) for p in parts)
+    except ValueError:
+        raise CommandError(f"--pair {text!r}: give two document numbers, e.g. 1,4") from None
+    for d in (a, b):
+        if not 1 <= d <= size:
+            raise CommandError(f"--pair: query {query} has documents 1..{size}, not {d}")
+    if a == b:
+        raise CommandError("--pair: give two different documents")
+    return a - 1, b - 1
+
+
+def _value(x: float) -> float | None:
+    return None if np.isnan(x) else float(str(np.float32(x)))
+
+
+def _ranks(scores: np.ndarray) -> np.ndarray:
+    order = np.argsort(-scores, kind="stable")
+    ranks = np.empty_like(order)
+    ranks[order] = np.arange(1, order.size + 1)
+    return ranks
+
+
+def _pair_report(
+    method: str,
+    names: list[str],
+    x: np.ndarray,
+    phi: np.ndarray,
+    scores: np.ndarray,
+    a: int,
+    b: int,
+    top: int,
+) -> dict[str, Any]:
+    diff = phi[a, : len(names)] - phi[b, : len(names)]
+    shown = largest(diff, top)
+    total = float(scores[a] - scores[b])
+    ranks = _ranks(scores)
+    doc: dict[str, Any] = {"method": method}
+    for label, i in (("a", a), ("b", b)):
+        doc[label] = {"document": i + 1, "score": float(scores[i]), "rank": int(ranks[i])}
+    doc["difference"] = total
+    doc["features"] = [
+        {
+            "name": names[j],
+            "value_a": _value(x[a, j]),
+            "value_b": _value(x[b, j]),
+            "contribution_a": float(phi[a, j]),
+            "contribution_b": float(phi[b, j]),
+            "difference": float(diff[j]),
+        }
+        for j in shown
+    ]
+    # The features not shown, and for networks the interactions occlusion does not split.
+    doc["rest"] = total - float(diff[shown].sum())
+    return doc
+
+
+def _query_report(
+    method: str, names: list[str], x: np.ndarray, phi: np.ndarray, scores: np.ndarray, top: int
+) -> dict[str, Any]:
+    m = len(names)
+    docs = [
+        {
+            "document": i + 1,
+            "score": float(scores[i]),
+            "features": [
+                {"name": names[j], "value": _value(x[i, j]), "contribution": float(phi[i, j])}
+                for j in largest(phi[i, :m], top)
+            ],
+        }
+        for i in np.argsort(-scores, kind="stable").tolist()
+    ]
+    return {"method": method, "expected_value": float(phi[0, m]), "documents": docs}
+
+
+def _fmt(v: float | None) -> str:
+    return "missing" if v is None else f"{v:.6g}"
+
+
+def _pair_text(r: dict[str, Any]) -> str:
+    a, b = r["a"], r["b"]
+
+    def doc(d: dict[str, Any]) -> str:
+        return f"document {d['document']} (score {d['score']:.6g}, rank {d['rank']})"
+
+    lines = [
+        f"query {r['query']}: {doc(a)} vs {doc(b)}; {r['method']}",
+        f"score difference {r['difference']:+.6g}, of which:",
+        f"  {'feature':<24} {'value A':>12} {'value B':>12} {'contrib A':>11} "
+        f"{'contrib B':>11} {'A - B':>11}",
+    ]
+    for f in r["features"]:
+        lines.append(
+            f"  {f['name']:<24} {_fmt(f['value_a']):>12} {_fmt(f['value_b']):>12} "
+            f"{f['contribution_a']:>+11.5f} {f['contribution_b']:>+11.5f} {f['difference']:>+11.5f}"
+        )
+    lines.append(
+        f"  {'(other features)':<24} {'':>12} {'':>12} {'':>11} {'':>11} {r['rest']:>+11.5f}"
+    )
+    return "\n".join(lines)
+
+
+def _query_text(r: dict[str, Any]) -> str:
+    lines = [f"query {r['query']} ({r['method']}; expected value {r['expected_value']:.6g})"]
+    for rank, d in enumerate(r["documents"], 1):
+        feats = ", ".join(
+            f"{f['name']}={_fmt(f['value'])} {f['contribution']:+.4f}" for f in d["features"]
+        )
+        lines.append(f"  {rank:>3}. document {d['document']:<4} {d['score']:+.5f}  {feats}")
+    return "\n".join(lines)
+
+
+def _global(
+    name: str,
+    version: str,
+    method: str,
+    names: list[str],
+    features: np.ndarray,
+    phi: np.ndarray,
+    out: Path,
+    top: int,
+    as_json: bool,
+) -> None:
+    from trainer.explain.global_view import summarise
+    from trainer.explain.html_report import render_page
+
+    summary = summarise(method, names, features, phi, top=max(top, 20))
+    try:
+        out.write_text(render_page(f"Why {name} {version} ranks as it does", summary))
+    except OSError as exc:
+        raise CommandError(f"{out}: cannot write the report ({exc.strerror})") from None
+    if as_json:
+        typer.echo(orjson.dumps({"report": str(out), **summary}).decode())
+        return
+    typer.echo(f"{out}: {summary['rows']} rows, {method}")
+    for f in summary["features"][:top]:
+        typer.echo(f"  {f['name']:<24} mean |contribution| {f['mean_abs']:.5g}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain_command)

@@ -34,6 +34,7 @@ from app.api.schemas import (
     ValidationErrorResponse,
 )
 from app.artifacts.manifest import NAME_PATTERN
+from app.experiments.serving import candidate_inputs, explain_experiment, rank_in_experiment
 from app.features.user_features import UserFeatures
 from app.impressions import log_impression
 from app.registry import LoadedModel
@@ -104,19 +105,49 @@ async def rerank(
     extra = uc.embedding_dim if uc is not None and uc.input == "features" else 0
     n = features.shape[0]
     metrics.CANDIDATES.observe(n)
-    scoring = _score(model, features, user_vector, settings.inline_scoring_max_rows, limiter)
-    scores = await slot.bounded(scoring)
     request_id = envelope.request_id or request.scope["state"]["request_id"]
-    body = _ranked(request_id, model, rows.ids, scores, envelope.top_k, user_features)
+    max_inline = settings.inline_scoring_max_rows
+
+    async def score(m: LoadedModel, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
+        return await _score(m, x, u, max_inline, limiter)
+
+    active = registry.experiment(model.name)
+    trial = None
+    if active is not None:  # the experiment hook (app.experiments.serving)
+        trial = await slot.bounded(
+            rank_in_experiment(
+                active,
+                model,
+                getattr(envelope.user, "id", None),
+                request_id,
+                (features, user_vector),
+                lambda m: candidate_inputs(
+                    resolver, m, doc.get("user"), features, user_vector, extra
+                ),
+                score,
+                envelope.top_k,
+            )
+        )
+    if trial is None:
+        scores = await slot.bounded(score(model, features, user_vector))
+        body = _ranked(request_id, model, rows.ids, scores, envelope.top_k, user_features)
+    else:
+        body = _ranked(
+            request_id, trial.model, rows.ids, trial.scores, None, user_features, trial.order
+        )
+        body["_experiment"] = trial.log
     if rows.items is not None:
         report_items(body, rows.items)
     user = envelope.user
     log_impression(state, body, envelope.query_id, user, rows.ids, features, user_features)
+    experiment = body.pop("_experiment", None)
     if envelope.explain:
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
         for item, i in zip(body["results"], body.pop("_order"), strict=True):
             item["missing_features"] = missing[i]
         body["user_cluster"] = user_features.cluster if user_features else None
+        if experiment is not None:
+            explain_experiment(body, experiment)
     else:
         del body["_order"]
     return _json(body, headers={"x-request-id": request_id})
@@ -146,10 +177,12 @@ def _ranked(
     scores: np.ndarray,
     top_k: int | None,
     user: UserFeatures | None,
+    order: list[int] | None = None,
 ) -> dict[str, Any]:
-    # NaN (only a broken network could give it) sorts last; stable sort keeps input order.
-    key = np.where(np.isnan(scores), -np.inf, scores)
-    order = np.argsort(-key, kind="stable")[:top_k].tolist()
+    if order is None:
+        # NaN (only a broken network could give it) sorts last; stable sort keeps input order.
+        key = np.where(np.isnan(scores), -np.inf, scores)
+        order = np.argsort(-key, kind="stable")[:top_k].tolist()
     results = [
         {"id": ids[i], "score": s, "rank": r}
         for r, (i, s) in enumerate(zip(order, scores[order].tolist(), strict=True), 1)

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dataset",
     "serve",
     "features",
+    "experiment",
 )
 
 app = typer.Typer(

@@ -89,7 +89,9 @@ def test_user_clusters_must_match(registry: Path) -> None:
     from app.artifacts.manifest import ClusterScheme, UserClusters
 
     control = load_version(registry / "m" / "v1").manifest
-    scheme = ClusterScheme.model_validate({"fields": [{"name": "country", "kind": "categorical", "values": ["US"]}]})
+    scheme = ClusterScheme.model_validate(
+        {"fields": [{"name": "country", "kind": "categorical", "values": ["US"]}]}
+    )
     clustered = control.model_copy(
         update={"user_clusters": UserClusters(scheme=scheme, embedding_dim=2, input="onnx_input")}
     )

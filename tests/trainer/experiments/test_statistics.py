@@ -19,15 +19,16 @@ def test_always_valid_p_keeps_its_level_under_many_looks() -> None:
     rejects far more."""
     rng = np.random.default_rng(0)
     runs, n = 400, 6000
-    outcomes = rng.choice(np.array([-1, 1]), size=(runs, n))
+    outcomes = rng.choice(np.array([-1.0, 1.0]), size=(runs, n))
     looks = np.unique(np.geomspace(200, n, 30).astype(int))
+    sums = np.cumsum(outcomes, axis=1)[:, looks - 1]
     valid = fixed = 0
-    for s in outcomes:
-        ps = [interleaving_result(s[:k]) for k in looks]
-        valid += any(r.p_always_valid < 0.05 for r in ps)
-        fixed += any(r.p_value < 0.05 for r in ps)
+    for row in sums:
+        # +-1 outcomes: mean = sum / k, second moment 1, so the null sd of one outcome is 1.
+        valid += any(msprt_p(s / k, 1.0 / k, 1.0) < 0.05 for s, k in zip(row, looks, strict=True))
+        fixed += any(abs(s) / np.sqrt(k) > 1.96 for s, k in zip(row, looks, strict=True))
     assert valid / runs <= 0.05
-    assert fixed / runs > valid / runs
+    assert fixed / runs > 2 * valid / runs
 
 
 def test_a_real_preference_is_found() -> None:

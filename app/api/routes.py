@@ -108,8 +108,10 @@ async def rerank(
     request_id = envelope.request_id or request.scope["state"]["request_id"]
     max_inline = settings.inline_scoring_max_rows
 
-    async def score(m: LoadedModel, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
-        return await _score(m, x, u, max_inline, limiter)
+    async def score(
+        m: LoadedModel, x: np.ndarray, u: np.ndarray | None, threaded: bool = False
+    ) -> np.ndarray:
+        return await _score(m, x, u, -1 if threaded else max_inline, limiter)
 
     active = registry.experiment(model.name)
     trial = None

@@ -8,7 +8,7 @@ mode the assigned arm's version alone scores it.
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +20,8 @@ from app.experiments.spec import ARM_NAMES, CANDIDATE, ExperimentSpec
 from app.experiments.team_draft import coin_flips, team_draft
 from app.registry.experiments import ActiveExperiment
 
-# (model, features, user vector) -> float64 [n] scores; routes' scoring path.
-ScoreFn = Callable[[Any, np.ndarray, np.ndarray | None], Awaitable[np.ndarray]]
+# (model, features, user vector, in a worker thread?) -> float64 [n] scores; routes' scoring.
+ScoreFn = Callable[[Any, np.ndarray, np.ndarray | None, bool], Awaitable[np.ndarray]]
 # (model) -> (features, user vector) that model takes for this request.
 InputsFn = Callable[[Any], Awaitable[tuple[np.ndarray, np.ndarray | None]]]
 
@@ -76,18 +76,23 @@ async def rank_in_experiment(
     if spec.mode == "ab":
         model = candidate if arm == CANDIDATE else control
         features, user = control_inputs if arm != CANDIDATE else await candidate_inputs(candidate)
-        scores = await score(model, features, user)
+        scores = await score(model, features, user, False)
         order = ranking_order(scores)[:top_k].tolist()
         return ExperimentRanking(model, scores, order, _experiment_log(spec, arm, None), None)
-    control_scores = await score(control, *control_inputs)
-    candidate_scores = await score(candidate, *await candidate_inputs(candidate))
+    # The candidate scores in a worker thread while the control scores here: the native
+    # scorers release the GIL, so with a core free the second model costs little wall time.
+    own_features, own_user = await candidate_inputs(candidate)
+    candidate_task = asyncio.ensure_future(score(candidate, own_features, own_user, True))
+    try:
+        control_scores = await score(control, *control_inputs, False)
+    finally:
+        candidate_scores = await candidate_task
     n = control_scores.shape[0]
     length = n if top_k is None else min(top_k, n)
-    seed = hashlib.blake2b(f"{spec.salt}\x1f{request_id}".encode(), digest_size=8).digest()
     merged, teams = team_draft(
         ranking_order(control_scores),
         ranking_order(candidate_scores),
-        coin_flips(seed, (length + 1) // 2 + 1),
+        coin_flips(f"{spec.salt}\x1f{request_id}".encode(), (length + 1) // 2 + 1),
         length,
     )
     # Each result shows the score of the version whose team placed it.

@@ -52,8 +52,11 @@ def part_simulate(experiments: int, aa_interleave: int, aa_ab: int) -> dict[str,
         traces.append(
             simulate_experiment(world, CONTROL_NOISE, better_noise, 1000 + i, max_impressions=cap)
         )
-        print(f"sensitivity {i + 1}/{experiments}: {traces[-1].interleave_valid} vs "
-              f"{traces[-1].ab_valid}", flush=True)
+        print(
+            f"sensitivity {i + 1}/{experiments}: {traces[-1].interleave_valid} vs "
+            f"{traces[-1].ab_valid}",
+            flush=True,
+        )
     il_med, il_cens = _median([t.interleave_valid for t in traces], cap)
     ab_med, ab_cens = _median([t.ab_valid for t in traces], cap)
     il_fix, _ = _median([t.interleave_fixed for t in traces], cap)
@@ -96,7 +99,9 @@ def part_simulate(experiments: int, aa_interleave: int, aa_ab: int) -> dict[str,
                 print(f"A/A {method} {i + 1}/{runs}", flush=True)
         valid = [t.interleave_valid if method == "interleave" else t.ab_valid for t in ts]
         fixed = [t.interleave_fixed if method == "interleave" else t.ab_fixed for t in ts]
-        last = [t.final_fixed_interleave if method == "interleave" else t.final_fixed_ab for t in ts]
+        last = [
+            t.final_fixed_interleave if method == "interleave" else t.final_fixed_ab for t in ts
+        ]
         aa[method] = {
             "experiments": runs,
             "horizon": horizon,
@@ -108,8 +113,13 @@ def part_simulate(experiments: int, aa_interleave: int, aa_ab: int) -> dict[str,
     return {
         "sensitivity": sensitivity,
         "aa": aa,
-        "world": {"users": config.users, "pool_queries": 200_000, "list_length": 10,
-                  "eta": config.eta, "click_noise": config.click_noise},
+        "world": {
+            "users": config.users,
+            "pool_queries": 200_000,
+            "list_length": 10,
+            "eta": config.eta,
+            "click_noise": config.click_noise,
+        },
         "seconds": time.perf_counter() - started,
     }
 
@@ -156,7 +166,8 @@ def write_md() -> Path:
             f"{s['experiments']} | {s['ab_right_direction']} / {s['experiments']} | |",
             f"| median impressions until the fixed-horizon p < 0.05 at some look (peeking; "
             f"not a valid stopping rule, shown for scale) | {s['interleave_fixed_median']:,.0f} | "
-            f"{s['ab_fixed_median']:,.0f} | {s['ab_fixed_median'] / s['interleave_fixed_median']:.0f}× |",
+            f"{s['ab_fixed_median']:,.0f} | "
+            f"{s['ab_fixed_median'] / s['interleave_fixed_median']:.0f}× |",
             "",
             "A/B variance is taken over users (delta method), since a user stays in one arm.",
             "",

@@ -146,4 +146,4 @@ def render(s: dict[str, Any]) -> list[str]:
             f"| {name} | {c['p50_ms']:.2f} | {c['p90_ms']:.2f} | {c['p99_ms']:.2f} | "
             f"**{c['p50_vs_no_experiment']:.3f}** |"
         )
-    return lines + [""]
+    return [*lines, ""]

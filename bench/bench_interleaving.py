@@ -36,13 +36,17 @@ def _median(values: list[int | None], cap: int) -> tuple[float, int]:
     return float(np.median(filled)), sum(v is None for v in values)
 
 
-def part_simulate(experiments: int, aa_interleave: int, aa_ab: int) -> dict[str, Any]:
+def part_simulate(
+    experiments: int, aa_interleave: int, aa_ab: int, propensity_sd: float = 0.0
+) -> dict[str, Any]:
     from trainer.experiments.simulated import OnlineWorld, simulate_experiment
     from trainer.simulate.config import SimulationConfig
 
     started = time.perf_counter()
     config = SimulationConfig(users=100_000, seed=0)
-    world = OnlineWorld(config, list_length=10, pool_queries=200_000, seed=0)
+    world = OnlineWorld(
+        config, list_length=10, pool_queries=200_000, seed=0, click_propensity_sd=propensity_sd
+    )
     control_ndcg = world.true_ndcg(CONTROL_NOISE, np.random.default_rng(1), repeats=5)
     better_noise = world.noise_for(control_ndcg + DELTA_NDCG, seed=1)
     better_ndcg = world.true_ndcg(better_noise, np.random.default_rng(2), repeats=5)
@@ -83,6 +87,8 @@ def part_simulate(experiments: int, aa_interleave: int, aa_ab: int) -> dict[str,
     }
     aa: dict[str, Any] = {}
     for method, runs, horizon in (("interleave", aa_interleave, 50_000), ("ab", aa_ab, 200_000)):
+        if not runs:
+            continue
         ts = []
         for i in range(runs):
             ts.append(
@@ -114,6 +120,7 @@ def part_simulate(experiments: int, aa_interleave: int, aa_ab: int) -> dict[str,
         "sensitivity": sensitivity,
         "aa": aa,
         "world": {
+            "click_propensity_sd": propensity_sd,
             "users": config.users,
             "pool_queries": 200_000,
             "list_length": 10,
@@ -191,6 +198,28 @@ def write_md() -> Path:
                 f"{100 * a['false_positive_fixed_one_look']:.1f} % |"
             )
         lines += ["", f"Simulation time: {sim['seconds']:.0f} s.", ""]
+    het = parts.get("heterogeneous")
+    if het:
+        h = het["sensitivity"]
+        lines += [
+            "### The same with users who differ in how much they click",
+            "",
+            "The simulator's click model gives every user the same click probabilities. Real "
+            "users differ; here each user's click probabilities are multiplied by a lognormal "
+            f"propensity (mean 1, log-sd {het['world']['click_propensity_sd']}, capped at "
+            "probability 1), everything else as above. Interleaving compares the two rankers "
+            "within each list, so a user's propensity cancels; A/B pays for it in variance.",
+            "",
+            "| | interleaving | A/B on clicks/impression | A/B ÷ interleaving |",
+            "|---|---:|---:|---:|",
+            f"| median impressions until always-valid p < 0.05, {h['experiments']} experiments "
+            f"| {h['interleave_median']:,.0f} | {h['ab_median']:,.0f} | **{h['ratio']:.0f}×** |",
+            f"| not significant within {h['cap']:,} | {h['interleave_censored']} | "
+            f"{h['ab_censored']} | |",
+            f"| decided for the better model | {h['interleave_right_direction']} / "
+            f"{h['experiments']} | {h['ab_right_direction']} / {h['experiments']} | |",
+            "",
+        ]
     serving = parts.get("serving")
     if serving:
         lines += serving_md(serving)
@@ -215,7 +244,10 @@ def loop_md(s: dict[str, Any]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--part", choices=["simulate", "serving", "loop"], action="append")
+    parser.add_argument(
+        "--part", choices=["simulate", "heterogeneous", "serving", "loop"], action="append"
+    )
+    parser.add_argument("--propensity-sd", type=float, default=0.5)
     parser.add_argument("--experiments", type=int, default=50)
     parser.add_argument("--aa-interleave", type=int, default=200)
     parser.add_argument("--aa-ab", type=int, default=100)
@@ -226,6 +258,8 @@ def main() -> None:
         for part in args.part or ["simulate", "serving", "loop"]:
             if part == "simulate":
                 result = part_simulate(args.experiments, args.aa_interleave, args.aa_ab)
+            elif part == "heterogeneous":
+                result = part_simulate(args.experiments, 0, 0, args.propensity_sd)
             elif part == "serving":
                 from bench.interleaving_serving import run as run_serving
 

@@ -8,11 +8,11 @@ from bench.interleaving_loop import run
 
 
 def test_better_candidate_is_promoted_and_worse_rolled_back() -> None:
-    out = run(rows=12_000, impressions=500, min_impressions=150, seed=3)
+    out = run(rows=12_000, impressions=1000, min_impressions=300, seed=3)
     assert out["nightly"]["status"] == "candidate" and out["nightly"]["gate"]["passed"]
     better, worse = out["better_decision"], out["worse_decision"]
     assert better["action"] == "promote", better
     assert worse["action"] == "rollback", worse
     assert out["served_after"] == out["strong"]
-    assert out["better_session"]["versions"] == {out["weak"]: 500}  # interleaved under CURRENT
-    assert out["worse_report"]["impressions"] == 500
+    assert out["better_session"]["versions"] == {out["weak"]: 1000}  # interleaved under CURRENT
+    assert out["worse_report"]["impressions"] == 1000

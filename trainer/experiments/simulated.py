@@ -47,12 +47,19 @@ class OnlineWorld:
         list_length: int = 10,
         pool_queries: int = 200_000,
         seed: int = 0,
+        click_propensity_sd: float = 0.0,
     ) -> None:
         self.world = World.build(config)
         self.clicks = ClickModel(config.eta, config.click_noise, config.logging_noise)
         self.length = list_length
         self.user_ids = self.world.users.user_id.astype(str)
         self.pool = self._draw(pool_queries, np.random.default_rng(seed))
+        # Optional per-user click propensity (a multiplier with mean 1, lognormal): real users
+        # differ in how much they click, which A/B pays for in variance and interleaving, a
+        # within-list comparison, does not. 0 = the simulator's homogeneous click model.
+        sd = click_propensity_sd
+        rng = np.random.default_rng(seed + 1)
+        self.propensity = np.exp(rng.normal(-(sd**2) / 2, sd, self.user_ids.size)) if sd else None
 
     def _draw(self, m: int, rng: np.random.Generator) -> QueryBatch:
         w, length = self.world, self.length
@@ -81,11 +88,20 @@ class OnlineWorld:
         scores = batch.base + noise * rng.standard_normal(batch.base.shape)
         return np.argsort(-scores, axis=1, kind="stable")
 
-    def click(self, labels_served: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Clicks (int8 [m, L]) on lists whose grades by served position are given."""
+    def click(
+        self, labels_served: np.ndarray, users: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        """Clicks (int8 [m, L]) on lists whose grades by served position are given, for the
+        users (int [m]) who issued them."""
         m, length = labels_served.shape
-        positions = np.tile(np.arange(1, length + 1), m)
-        return self.clicks.click(positions, labels_served.ravel(), rng).reshape(m, length)
+        if self.propensity is None:
+            positions = np.tile(np.arange(1, length + 1), m)
+            return self.clicks.click(positions, labels_served.ravel(), rng).reshape(m, length)
+        p = self.clicks.examination(np.arange(1, length + 1))[None, :] * (
+            self.clicks.attractiveness(labels_served)
+        )
+        p = np.minimum(p * self.propensity[users][:, None], 1.0)
+        return (rng.random(p.shape) < p).astype(np.int8)
 
     def true_ndcg(self, noise: float, rng: np.random.Generator, repeats: int = 1) -> float:
         """Expected NDCG@L over the pool (gain 2^l - 1, log2 discount; a list without
@@ -171,7 +187,9 @@ def simulate_experiment(
         if want_il:
             coins = rng.random(order_c.shape) < 0.5
             merged, teams = team_draft_batch(order_c, order_t, coins)
-            clicks = world.click(np.take_along_axis(batch.labels, merged, axis=1), rng)
+            clicks = world.click(
+                np.take_along_axis(batch.labels, merged, axis=1), batch.user_index, rng
+            )
             outcomes.append(interleaving_outcomes(*team_clicks(clicks, teams)))
             s = np.concatenate(outcomes)
             r = interleaving_result(s[s != 0], impressions=done)
@@ -186,7 +204,9 @@ def simulate_experiment(
         if want_ab:
             arm = arm_of_user[batch.user_index]
             served = np.where((arm == CANDIDATE)[:, None], order_t, order_c)
-            clicks = world.click(np.take_along_axis(batch.labels, served, axis=1), rng)
+            clicks = world.click(
+                np.take_along_axis(batch.labels, served, axis=1), batch.user_index, rng
+            )
             user_imps += np.bincount(batch.user_index, minlength=n_users)
             user_clicks += np.bincount(batch.user_index, clicks.sum(axis=1), minlength=n_users)
             seen = user_imps > 0

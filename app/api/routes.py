@@ -34,7 +34,12 @@ from app.api.schemas import (
     ValidationErrorResponse,
 )
 from app.artifacts.manifest import NAME_PATTERN
-from app.experiments.serving import candidate_inputs, explain_experiment, rank_in_experiment
+from app.experiments.serving import (
+    candidate_inputs,
+    explain_experiment,
+    rank_in_experiment,
+    served_experiment,
+)
 from app.features.user_features import UserFeatures
 from app.impressions import log_impression
 from app.registry import LoadedModel
@@ -251,6 +256,7 @@ async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
             "item_set": m.manifest.item_features.set if m.manifest.item_features else None,
             "user_clusters": m.manifest.user_clusters is not None,
             "metrics": m.manifest.metrics,
+            "experiment": served_experiment(registry, m.name),
         }
         for m in sorted(loaded.values(), key=lambda m: m.name)
     ]

@@ -215,6 +215,11 @@ class ModelInfo(BaseModel):
     item_set: str | None = Field(None, description="The item feature set they come from.")
     user_clusters: bool
     metrics: dict[str, Any]
+    experiment: dict[str, Any] | None = Field(
+        None,
+        description="The online experiment served beside this version (docs/EXPERIMENTS.md): "
+        "its name, mode, traffic and candidate; or why it is not served.",
+    )
 
 
 class ModelsResponse(BaseModel):

@@ -135,3 +135,20 @@ def explain_experiment(body: dict[str, Any], record: dict[str, Any]) -> None:
         for item, team in zip(body["results"], teams, strict=True):
             item["team"] = ARM_NAMES[team]
     body["experiment"] = shown
+
+
+def served_experiment(registry: Any, model: str) -> dict[str, Any] | None:
+    """What GET /models says about `model`'s experiment in this process."""
+    active = registry.experiment(model)
+    if active is not None:
+        spec = active.spec
+        return {
+            "name": spec.name,
+            "mode": spec.mode,
+            "traffic": spec.traffic,
+            "control": spec.control,
+            "candidate": spec.candidate,
+            "serving": True,
+        }
+    error = registry.experiments.errors.get(model)
+    return None if error is None else {"serving": False, "error": error}

@@ -115,3 +115,26 @@ def test_requests_outside_the_traffic_share_are_not_in_it(
             for i in range(200)
         )
     assert 30 < inside < 90
+
+
+def test_models_shows_the_experiment_or_why_not(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    start(registry_dir, "interleave", traffic=0.3)
+    with make_client() as client:
+        shown = client.get("/models").json()["models"][0]["experiment"]
+    assert shown == {
+        "name": "e-interleave",
+        "mode": "interleave",
+        "traffic": 0.3,
+        "control": "v1",
+        "candidate": "v2",
+        "serving": True,
+    }
+    (registry_dir / "m" / "v2" / "model.json").write_text("{}")  # corrupt candidate
+    with make_client() as client:
+        models = client.get("/models").json()["models"][0]
+        assert models["experiment"]["serving"] is False
+        assert "sha256" in models["experiment"]["error"]
+        response = client.post("/rerank", json=body(explain=True)).json()
+        assert "experiment" not in response and response["model"]["version"] == "v1"

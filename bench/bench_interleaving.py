@@ -37,7 +37,13 @@ def _median(values: list[int | None], cap: int) -> tuple[float, int]:
 
 
 def part_simulate(
-    experiments: int, aa_interleave: int, aa_ab: int, propensity_sd: float = 0.0
+    experiments: int,
+    aa_interleave: int,
+    aa_ab: int,
+    propensity_sd: float = 0.0,
+    cap_impressions: int = 3_000_000,
+    methods: tuple[str, ...] = ("interleave", "ab"),
+    aa_interleave_horizon: int = 50_000,
 ) -> dict[str, Any]:
     from trainer.experiments.simulated import OnlineWorld, simulate_experiment
     from trainer.simulate.config import SimulationConfig
@@ -50,11 +56,13 @@ def part_simulate(
     control_ndcg = world.true_ndcg(CONTROL_NOISE, np.random.default_rng(1), repeats=5)
     better_noise = world.noise_for(control_ndcg + DELTA_NDCG, seed=1)
     better_ndcg = world.true_ndcg(better_noise, np.random.default_rng(2), repeats=5)
-    cap = 3_000_000
+    cap = cap_impressions
     traces = []
     for i in range(experiments):
         traces.append(
-            simulate_experiment(world, CONTROL_NOISE, better_noise, 1000 + i, max_impressions=cap)
+            simulate_experiment(
+                world, CONTROL_NOISE, better_noise, 1000 + i, max_impressions=cap, methods=methods
+            )
         )
         print(
             f"sensitivity {i + 1}/{experiments}: {traces[-1].interleave_valid} vs "
@@ -86,7 +94,10 @@ def part_simulate(
         "ab_each": [t.ab_valid for t in traces],
     }
     aa: dict[str, Any] = {}
-    for method, runs, horizon in (("interleave", aa_interleave, 50_000), ("ab", aa_ab, 200_000)):
+    for method, runs, horizon in (
+        ("interleave", aa_interleave, aa_interleave_horizon),
+        ("ab", aa_ab, 200_000),
+    ):
         if not runs:
             continue
         ts = []
@@ -245,7 +256,9 @@ def loop_md(s: dict[str, Any]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
-        "--part", choices=["simulate", "heterogeneous", "serving", "loop"], action="append"
+        "--part",
+        choices=["simulate", "interleave", "heterogeneous", "serving", "loop"],
+        action="append",
     )
     parser.add_argument("--propensity-sd", type=float, default=0.5)
     parser.add_argument("--experiments", type=int, default=50)
@@ -258,8 +271,17 @@ def main() -> None:
         for part in args.part or ["simulate", "serving", "loop"]:
             if part == "simulate":
                 result = part_simulate(args.experiments, args.aa_interleave, args.aa_ab)
+            elif part == "interleave":
+                # Interleaving alone (A/B figures stay those of the last `simulate` part).
+                result = part_simulate(
+                    args.experiments,
+                    args.aa_interleave,
+                    0,
+                    methods=("interleave",),
+                    aa_interleave_horizon=30_000,
+                )
             elif part == "heterogeneous":
-                result = part_simulate(args.experiments, 0, 0, args.propensity_sd)
+                result = part_simulate(args.experiments, 0, 0, args.propensity_sd, 1_000_000)
             elif part == "serving":
                 from bench.interleaving_serving import run as run_serving
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from app.experiments.assignment import assign
-from app.experiments.spec import ARM_NAMES, CANDIDATE, ExperimentSpec
+from app.experiments.spec import ARM_NAMES, CANDIDATE, TEAM_NAMES, ExperimentSpec
 from app.experiments.team_draft import coin_flips, team_draft
 from app.registry.experiments import ActiveExperiment
 
@@ -133,7 +133,7 @@ def explain_experiment(body: dict[str, Any], record: dict[str, Any]) -> None:
         shown["arm"] = record["arm"]
     else:
         for item, team in zip(body["results"], teams, strict=True):
-            item["team"] = ARM_NAMES[team]
+            item["team"] = TEAM_NAMES[team]
     body["experiment"] = shown
 
 

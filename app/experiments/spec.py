@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from app.artifacts.manifest import NAME_PATTERN
 
 Mode = Literal["interleave", "ab"]
-CONTROL, CANDIDATE = 0, 1  # team / arm codes in impression records
+CONTROL, CANDIDATE, BOTH = 0, 1, 2  # team / arm codes in impression records
 ARM_NAMES = ("control", "candidate")
+TEAM_NAMES = ("control", "candidate", "both")  # `both`: the rankings' common prefix
 
 
 class ExperimentSpec(BaseModel):

@@ -6,6 +6,13 @@ belongs to the team. A click then credits the team of the clicked result, and th
 team gets more clicks wins the impression. Because every position is as likely to go to either
 team under equal rankers, clicks are unbiased evidence of preference (Chapelle, Joachims,
 Radlinski and Yue, TOIS 2012). Solr's LTR `TeamDraftInterleaving` implements the same rule.
+
+The served list is exactly team draft's. For credit, the results of the two rankings' common
+prefix (both put the same results in the same order at the top) are marked BOTH: team draft
+hands them out by coin alone, so a click on one says nothing about which ranker is better and
+would only add noise. Leaving them out keeps the comparison unbiased (it depends on the
+rankings, not on the coins) and makes it more sensitive, since the top positions draw most
+clicks. Industrial implementations call such results "neutral".
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import hashlib
 
 import numpy as np
 
-from app.experiments.spec import CANDIDATE, CONTROL
+from app.experiments.spec import BOTH, CANDIDATE, CONTROL
 
 
 def coin_flips(seed: bytes | int, n: int) -> np.ndarray:
@@ -29,9 +36,25 @@ def team_draft(
     control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Merge two rankings (int [n] each, item indices best first, same items) into
-    (merged item indices, team of each: CONTROL or CANDIDATE), `length` items long (all by
-    default). `coins` (bool [>= ceil(length / 2)]) decides rounds where the teams are even:
-    True = the candidate picks first."""
+    (merged item indices, team of each: CONTROL, CANDIDATE or BOTH for the common prefix),
+    `length` items long (all by default). `coins` (bool [>= ceil(length / 2)]) decides rounds
+    where the teams are even: True = the candidate picks first."""
+    merged, teams = draft(control, candidate, coins, length)
+    prefix = common_prefix(control, candidate, len(merged))
+    teams[:prefix] = [BOTH] * prefix
+    return merged, teams
+
+
+def common_prefix(control: np.ndarray, candidate: np.ndarray, limit: int) -> int:
+    """How many leading positions (up to `limit`) the two rankings share."""
+    differ = np.flatnonzero(control[:limit] != candidate[:limit])
+    return int(differ[0]) if differ.size else min(limit, control.size)
+
+
+def draft(
+    control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
+) -> tuple[list[int], list[int]]:
+    """Team draft proper: every result's team is the one that picked it."""
     a = control.tolist()
     b = candidate.tolist()
     n = len(a)
@@ -72,7 +95,8 @@ def team_draft_batch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Team draft for many lists of one length at once (the simulator's path; same rule as
     `team_draft`). control, candidate: int [m, n] item indices best first per row; coins:
-    bool [m, n]. Returns merged item indices int64 [m, n] and teams int8 [m, n].
+    bool [m, n]. Returns merged item indices int64 [m, n] and teams int8 [m, n] (BOTH for the
+    common prefix).
 
     Vectorised over rows: each step every row picks one item, so the loop runs n times."""
     m, n = control.shape
@@ -102,4 +126,7 @@ def team_draft_batch(
         teams[:, step] = np.where(cand_first, CANDIDATE, CONTROL)
         taken[rows, item] = True
         picks[rows, cand_first.astype(np.int64)] += 1
+    same = control == candidate
+    prefix = np.where(same.all(axis=1), n, same.argmin(axis=1))
+    teams[np.arange(n)[None, :] < prefix[:, None]] = BOTH
     return merged, teams

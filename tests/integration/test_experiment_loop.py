@@ -10,9 +10,10 @@ from bench.interleaving_loop import run
 def test_better_candidate_is_promoted_and_worse_rolled_back() -> None:
     out = run(rows=12_000, impressions=1000, min_impressions=300, seed=3)
     assert out["nightly"]["status"] == "candidate" and out["nightly"]["gate"]["passed"]
-    better, worse = out["better_decision"], out["worse_decision"]
-    assert better["action"] == "promote", better
-    assert worse["action"] == "rollback", worse
+    better = out["better_decision"]
+    assert better["action"] == "promote", out
+    worse = out["worse_decision"]
+    assert worse["action"] == "rollback", out
     assert out["served_after"] == out["strong"]
     assert out["better_session"]["versions"] == {out["weak"]: 1000}  # interleaved under CURRENT
     assert out["worse_report"]["impressions"] == 1000

@@ -28,10 +28,11 @@ def interleaving_outcomes(control_clicks: np.ndarray, candidate_clicks: np.ndarr
 
 
 def team_clicks(clicks: np.ndarray, teams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Clicks per team (int64 [m] each) from clicks (0/1 [m, n]) and teams (int [m, n])."""
+    """Clicks per team (int64 [m] each) from clicks (0/1 [m, n]) and teams (int [m, n]);
+    clicks on BOTH (the rankings' common prefix) count for neither."""
     c = np.asarray(clicks, dtype=np.int64)
-    candidate = (c * (np.asarray(teams) == CANDIDATE)).sum(axis=1)
-    return c.sum(axis=1) - candidate, candidate
+    t = np.asarray(teams)
+    return (c * (t == CONTROL)).sum(axis=1), (c * (t == CANDIDATE)).sum(axis=1)
 
 
 def click_dcg(clicks: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from app.experiments.spec import ExperimentSpec
+from app.experiments.spec import TEAM_NAMES, ExperimentSpec
 from app.registry.experiments import write_active
 from tests.app.api.conftest import NF, ClientFactory
 from tests.support import publish, random_ensemble
@@ -65,14 +65,17 @@ def test_interleaved_answer_has_teams_and_is_logged(
     assert shown["experiment"]["mode"] == "interleave"
     assert shown["experiment"]["candidate"] == "v2"
     teams = [r["team"] for r in shown["results"]]
-    assert set(teams) == {"control", "candidate"} and len(teams) == 20
-    assert abs(teams.count("control") - teams.count("candidate")) <= 1
+    assert {"control", "candidate"} <= set(teams) <= {"control", "candidate", "both"}
+    assert len(teams) == 20
+    shared = teams.count("both")  # the rankings' common prefix, if any
+    assert teams[:shared] == ["both"] * shared
+    assert abs(teams.count("control") - teams.count("candidate")) <= 1 + shared
     assert len({r["id"] for r in shown["results"]}) == 20
     assert [r["rank"] for r in top["results"]] == [1, 2, 3, 4, 5]
     records = {r["request_id"]: r for r in read_log(log, 3) if r["kind"] == "impression"}
     logged = records["r2"]["experiment"]
     assert logged["name"] == "e-interleave"
-    assert [("control", "candidate")[t] for t in logged["teams"]] == teams
+    assert [TEAM_NAMES[t] for t in logged["teams"]] == teams
     assert records["r2"]["ids"] == [r["id"] for r in shown["results"]]
     assert records["r2"]["version"] == "v1"
     # The same request id is interleaved the same way (the coins come from it).

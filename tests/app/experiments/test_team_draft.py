@@ -4,8 +4,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.experiments.spec import CANDIDATE, CONTROL
-from app.experiments.team_draft import coin_flips, team_draft, team_draft_batch
+from app.experiments.spec import BOTH, CANDIDATE, CONTROL
+from app.experiments.team_draft import (
+    coin_flips,
+    common_prefix,
+    draft,
+    team_draft,
+    team_draft_batch,
+)
 
 
 @st.composite
@@ -23,7 +29,7 @@ def two_rankings(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @given(two_rankings(), st.integers(1, 40))
 def test_team_draft_rule(case: tuple[np.ndarray, np.ndarray, np.ndarray], k: int) -> None:
     a, b, coins = case
-    merged, teams = team_draft(a, b, coins, k)
+    merged, teams = draft(a, b, coins, k)
     n = a.size
     assert len(merged) == len(teams) == min(k, n)
     assert len(set(merged)) == len(merged)  # no item twice
@@ -43,7 +49,7 @@ def test_identical_rankings_are_served_unchanged() -> None:
     a = np.array([3, 1, 4, 0, 2])
     merged, teams = team_draft(a, a.copy(), coin_flips(b"seed", 5))
     assert merged == a.tolist()
-    assert sorted(set(teams)) in ([CONTROL, CANDIDATE], [CONTROL], [CANDIDATE])
+    assert teams == [BOTH] * 5  # nothing to tell the rankers apart by
 
 
 def test_coins_decide_who_picks_first() -> None:
@@ -72,3 +78,19 @@ def test_batch_equals_the_per_request_merge(m: int, n: int, seed: int) -> None:
         one_merged, one_teams = team_draft(a[r], b[r], coins[r])
         assert merged[r].tolist() == one_merged
         assert teams[r].tolist() == one_teams
+
+
+@settings(max_examples=100, deadline=None)
+@given(two_rankings(), st.integers(1, 40))
+def test_the_common_prefix_is_credited_to_neither_team(
+    case: tuple[np.ndarray, np.ndarray, np.ndarray], k: int
+) -> None:
+    a, b, coins = case
+    b[: a.size // 2] = a[: a.size // 2]  # share at least half the top
+    b[a.size // 2 :] = np.random.default_rng(k).permutation(a[a.size // 2 :])
+    merged, teams = team_draft(a, b, coins, k)
+    plain_merged, plain_teams = draft(a, b, coins, k)
+    assert merged == plain_merged  # the served list is team draft's own
+    p = common_prefix(a, b, len(merged))
+    assert merged[:p] == a[:p].tolist()
+    assert teams[:p] == [BOTH] * p and teams[p:] == plain_teams[p:]

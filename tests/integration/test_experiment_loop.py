@@ -11,7 +11,7 @@ def test_better_candidate_is_promoted_and_worse_rolled_back() -> None:
     out = run(rows=12_000, impressions=1000, min_impressions=300, seed=3)
     assert out["nightly"]["status"] == "candidate" and out["nightly"]["gate"]["passed"]
     better = out["better_decision"]
-    assert better["action"] == "promote", out
+    assert better["action"] == "promote", (better, out["better_session"])
     worse = out["worse_decision"]
     assert worse["action"] == "rollback", out
     assert out["served_after"] == out["strong"]

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from app.errors import LtrError
 from app.experiments.spec import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ RECORDS_DIR = "experiments"
 Status = Literal["running", "stopped", "promoted", "rolled_back"]
 
 
-class ExperimentError(ValueError):
+class ExperimentError(LtrError, ValueError):
     """An experiment file or request that is malformed or not allowed."""
 
 

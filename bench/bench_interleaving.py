@@ -1,8 +1,10 @@
 """Online experiments: how many impressions interleaving and A/B need, their false-positive
 rate, the end-to-end promote/rollback loop over real processes, and the serving overhead.
 
-    python -m bench.bench_interleaving                 # all parts (~30 min on 2 shared cores)
+    python -m bench.bench_interleaving                 # all parts (~1 h on 2 shared cores)
     python -m bench.bench_interleaving --part simulate # sensitivity + A/A only
+    python -m bench.bench_interleaving --part interleave     # interleaving alone (rerun)
+    python -m bench.bench_interleaving --part heterogeneous  # users with click propensities
     python -m bench.bench_interleaving --part serving  # /rerank overhead only
     python -m bench.bench_interleaving --part loop     # nightly → clicks → decide, twice
     python -m bench.bench_interleaving --write-only    # rebuild the .md from the .json parts
@@ -130,6 +132,9 @@ def part_simulate(
     return {
         "sensitivity": sensitivity,
         "aa": aa,
+        # How interleaving was credited: the common prefix counts for neither team (the
+        # code's rule since it was introduced); runs before that credited every click.
+        "credit": "common-prefix-neutral",
         "world": {
             "click_propensity_sd": propensity_sd,
             "users": config.users,
@@ -225,8 +230,14 @@ def simulate_md(sim: dict[str, Any], il: dict[str, Any] | None) -> list[str]:
             f"{t['interleave_right_direction']} / {t['experiments']} | "
             f"{t['interleave_fixed_median']:,.0f} |"
         )
+    plain = sim.get("credit") != "common-prefix-neutral"
+    label = (
+        "interleaving, every click credited (plain team draft)"
+        if plain
+        else "interleaving, common prefix credited to neither team (**the code's credit**)"
+    )
     lines += [
-        f"| interleaving, every click credited (plain team draft) | "
+        f"| {label} | "
         f"{s['interleave_median']:,.0f} | {ab / s['interleave_median']:.1f}× | "
         f"{s['interleave_right_direction']} / {s['experiments']} | "
         f"{s['interleave_fixed_median']:,.0f} |",
@@ -251,7 +262,10 @@ def simulate_md(sim: dict[str, Any], il: dict[str, Any] | None) -> list[str]:
     rows = []
     if il:
         rows.append(("interleaving (the code's credit)", il["aa"]["interleave"]))
-    rows += [("interleaving, plain credit", sim["aa"]["interleave"]), ("A/B", sim["aa"]["ab"])]
+    rows += [
+        ("interleaving, plain credit" if plain else "interleaving", sim["aa"]["interleave"]),
+        ("A/B", sim["aa"]["ab"]),
+    ]
     for method, a in rows:
         lines.append(
             f"| {method} | {a['experiments']} | {a['horizon']:,} | {a['looks']} | "
@@ -290,7 +304,7 @@ def main() -> None:
     args = parser.parse_args()
     PARTS.mkdir(parents=True, exist_ok=True)
     if not args.write_only:
-        for part in args.part or ["simulate", "serving", "loop"]:
+        for part in args.part or ["simulate", "heterogeneous", "serving", "loop"]:
             if part == "simulate":
                 result = part_simulate(args.experiments, args.aa_interleave, args.aa_ab)
             elif part == "interleave":

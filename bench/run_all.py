@@ -30,6 +30,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("user_features.md", ["bench.bench_user_features"]),
     ("item_features.md", ["bench.bench_item_features"]),
     ("simulate.md", ["bench.bench_simulate"]),
+    ("interleaving.md", ["bench.bench_interleaving"]),
 ]
 
 

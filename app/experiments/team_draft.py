@@ -63,30 +63,26 @@ def draft(
     merged: list[int] = []
     teams: list[int] = []
     ia = ib = 0
-    picks_a = picks_b = 0
-    rounds = 0
-    while len(merged) < k:
-        if picks_a < picks_b:
-            cand_first = False
-        elif picks_b < picks_a:
-            cand_first = True
-        else:
-            cand_first = bool(coins[rounds])
-            rounds += 1
-        if cand_first:
-            while taken[b[ib]]:
-                ib += 1
-            item = b[ib]
-            picks_b += 1
-            teams.append(CANDIDATE)
-        else:
-            while taken[a[ia]]:
-                ia += 1
-            item = a[ia]
-            picks_a += 1
-            teams.append(CONTROL)
-        taken[item] = 1
-        merged.append(item)
+    flips = coins.tolist()
+    # Teams are even at the start of every round (each picks once per round), so a round is
+    # the coin's team first, then the other: the "fewer picks first" rule in pairs.
+    for first in flips:
+        for team in (CANDIDATE, CONTROL) if first else (CONTROL, CANDIDATE):
+            if len(merged) >= k:
+                return merged, teams
+            if team == CANDIDATE:
+                while taken[b[ib]]:
+                    ib += 1
+                item = b[ib]
+            else:
+                while taken[a[ia]]:
+                    ia += 1
+                item = a[ia]
+            taken[item] = 1
+            merged.append(item)
+            teams.append(team)
+    if len(merged) < k:
+        raise ValueError(f"team draft needs {(k + 1) // 2} coins, got {len(flips)}")
     return merged, teams
 
 

@@ -9,7 +9,7 @@ straight from dicts; the response models here document them.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -117,6 +117,11 @@ class RankedItem(BaseModel):
     missing_features: int | None = Field(
         None, description="With `explain`: how many of this candidate's features were missing."
     )
+    team: Literal["control", "candidate", "both"] | None = Field(
+        None,
+        description="With `explain`, in an interleaving experiment: which version placed this "
+        "result (`both`: the rankings' common top, credited to neither).",
+    )
 
 
 class RerankResponse(BaseModel):
@@ -157,6 +162,11 @@ class RerankResponse(BaseModel):
         "(scored with missing values; `reasons` then holds `item_features_missing`).",
     )
     user_cluster: str | None = Field(None, description="With `explain`: the user's cluster.")
+    experiment: dict[str, Any] | None = Field(
+        None,
+        description="With `explain`, when the request is in an online experiment: its name, "
+        "mode, control and candidate versions, and the A/B arm (docs/EXPERIMENTS.md).",
+    )
 
 
 class ErrorDetail(BaseModel):

@@ -171,7 +171,8 @@ def write_md() -> Path:
             "The simulator's click model gives every user the same click probabilities. Real "
             "users differ; here each user's click probabilities are multiplied by a lognormal "
             f"propensity (mean 1, log-sd {het['world']['click_propensity_sd']}, capped at "
-            "probability 1), everything else as above. Interleaving compares the two rankers "
+            "probability 1), everything else as above (interleaving with the code's credit). "
+            "Interleaving compares the two rankers "
             "within each list, so a user's propensity cancels; A/B pays for it in variance.",
             "",
             "| | interleaving | A/B on clicks/impression | A/B ÷ interleaving |",

@@ -259,6 +259,14 @@ def run(
 
 def render(s: dict[str, Any]) -> list[str]:
     better, worse = s["better_decision"], s["worse_decision"]
+    gate = s["nightly"]["gate"]
+    offline = (
+        f"Offline, on the nightly's held-out day, NDCG@10 was "
+        f"{gate['candidate']['ndcg@10']:.3f} (60 trees) vs {gate['deployed']['ndcg@10']:.3f} "
+        "(1 tree). "
+        if gate.get("candidate") and gate.get("deployed")
+        else ""
+    )
     return [
         "## End to end: nightly → service → simulated clicks → decision",
         "",
@@ -276,7 +284,8 @@ def render(s: dict[str, Any]) -> list[str]:
         f"| worse candidate ({s['weak']}, vs the promoted one) | {worse['impressions']:,} | "
         f"**{worse['action']}** | {worse['effect']:+.3f} | {worse['p_always_valid']:.2g} |",
         "",
-        f"After both decisions the service serves {s['served_after']} with no experiment. "
+        f"{offline}After both decisions the service serves {s['served_after']} with no "
+        "experiment. "
         f"Whole loop: {s['seconds']:.0f} s.",
         "",
     ]

@@ -27,6 +27,3 @@ def assign(spec: ExperimentSpec, user_id: str | None, request_id: str) -> int | 
     # The lower and upper halves of the experiment's slice are the two A/B arms.
     return CONTROL if u < spec.traffic / 2 else CANDIDATE
 
-
-def unit_of(user_id: str | None, request_id: str) -> str:
-    return user_id if user_id else request_id

@@ -26,4 +26,3 @@ def assign(spec: ExperimentSpec, user_id: str | None, request_id: str) -> int | 
         return None
     # The lower and upper halves of the experiment's slice are the two A/B arms.
     return CONTROL if u < spec.traffic / 2 else CANDIDATE
-

@@ -172,6 +172,8 @@ def run(
                 "LTR_IMPRESSIONS_ENABLED": "1",
                 "LTR_IMPRESSIONS_JSONL": str(log),
                 "LTR_MIN_CANDIDATES": "1",
+                # The loop tests experiments, not overload: no answer may be shed unscored.
+                "LTR_REQUEST_BUDGET_MS": "5000",
             }
         ).start()
         out: dict[str, Any] = {"rows": rows, "weak": weak["version"]}

@@ -83,6 +83,8 @@ def run() -> dict[str, Any]:
                     "LTR_REGISTRY": str(registry),
                     "LTR_RELOAD_POLL_SECONDS": "0",
                     "LTR_MAX_CANDIDATES": "1000",
+                    # Measure scoring, not shedding (a shed answer is fast and unscored).
+                    "LTR_REQUEST_BUDGET_MS": "5000",
                     # Compile each model once for all servers (same bytes, same sha256).
                     "LTR_COMPILED_CACHE_DIR": str(tmp / "compiled"),
                 }

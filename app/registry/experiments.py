@@ -162,6 +162,9 @@ def compatibility_errors(control: Any, candidate: Any) -> list[str]:
         errors.append(f"candidate is model {candidate.name!r}, control {control.name!r}")
     if list(control.feature_names) != list(candidate.feature_names):
         errors.append("candidate's feature names differ from the control's")
+    elif getattr(control, "feature_sources", None) != getattr(candidate, "feature_sources", None):
+        # One assembled row (candidate, query, item-store columns) feeds both versions.
+        errors.append("candidate's feature sources differ from the control's")
     cu, ku = control.user_clusters, candidate.user_clusters
     if (cu is None) != (ku is None) or (
         cu is not None

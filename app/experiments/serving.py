@@ -41,7 +41,9 @@ def ranking_order(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-key, kind="stable")
 
 
-def _experiment_log(spec: ExperimentSpec, arm: int | None, teams: list[int] | None) -> dict:
+def _experiment_log(
+    spec: ExperimentSpec, arm: int | None, teams: list[int] | None
+) -> dict[str, Any]:
     record: dict[str, Any] = {
         "name": spec.name,
         "mode": spec.mode,

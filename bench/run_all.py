@@ -32,6 +32,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("simulate.md", ["bench.bench_simulate"]),
     ("dask.md", ["bench.bench_dask"]),
     ("explain.md", ["bench.bench_explain", "--write"]),
+    ("interleaving.md", ["bench.bench_interleaving"]),
 ]
 
 

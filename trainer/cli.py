@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "serve",
     "features",
     "explain",
+    "experiment",
 )
 
 app = typer.Typer(

@@ -127,8 +127,10 @@ def publish(
     keep: int = 5,
     redis_url: str | None = None,
     redis_prefix: str = "ltr:",
+    as_candidate: bool = False,
 ) -> PublishResult:
-    """Install `source` into the registry, push its embeddings, move CURRENT, announce."""
+    """Install `source` into the registry, push its embeddings, move CURRENT, announce.
+    `as_candidate` stops before CURRENT: the version is installed for an online experiment."""
     artifact = install_version(source, registry, name)
     m = artifact.manifest
     previous = read_current(registry, m.name)
@@ -145,8 +147,9 @@ def publish(
             pushed = True
         except Exception as exc:
             log.warning("could not push embeddings to Redis: %s", exc)
-    set_current(registry, m.name, m.version)
-    if redis_url:
+    if not as_candidate:
+        set_current(registry, m.name, m.version)
+    if redis_url and not as_candidate:
         try:
             _announce(redis_url, redis_prefix, m.name, m.version)
         except Exception as exc:

@@ -35,6 +35,12 @@ from app.api.schemas import (
     ValidationErrorResponse,
 )
 from app.artifacts.manifest import NAME_PATTERN
+from app.experiments.serving import (
+    candidate_inputs,
+    explain_experiment,
+    rank_in_experiment,
+    served_experiment,
+)
 from app.features.user_features import UserFeatures
 from app.impressions import log_impression
 from app.registry import LoadedModel
@@ -106,14 +112,44 @@ async def rerank(
     extra = uc.embedding_dim if uc is not None and uc.input == "features" else 0
     n = features.shape[0]
     metrics.CANDIDATES.observe(n)
-    scoring = _score(model, features, user_vector, settings.inline_scoring_max_rows, limiter)
-    scores = await slot.bounded(scoring)
     request_id = envelope.request_id or request.scope["state"]["request_id"]
-    body = _ranked(request_id, model, rows.ids, scores, envelope.top_k, user_features)
+    max_inline = settings.inline_scoring_max_rows
+
+    async def score(
+        m: LoadedModel, x: np.ndarray, u: np.ndarray | None, threaded: bool = False
+    ) -> np.ndarray:
+        return await _score(m, x, u, -1 if threaded else max_inline, limiter)
+
+    active = registry.experiment(model.name)
+    trial = None
+    if active is not None:  # the experiment hook (app.experiments.serving)
+        trial = await slot.bounded(
+            rank_in_experiment(
+                active,
+                model,
+                getattr(envelope.user, "id", None),
+                request_id,
+                (features, user_vector),
+                lambda m: candidate_inputs(
+                    resolver, m, doc.get("user"), features, user_vector, extra
+                ),
+                score,
+                envelope.top_k,
+            )
+        )
+    if trial is None:
+        scores = await slot.bounded(score(model, features, user_vector))
+        body = _ranked(request_id, model, rows.ids, scores, envelope.top_k, user_features)
+    else:
+        body = _ranked(
+            request_id, trial.model, rows.ids, trial.scores, None, user_features, trial.order
+        )
+        body["_experiment"] = trial.log
     if rows.items is not None:
         report_items(body, rows.items)
     user = envelope.user
     log_impression(state, body, envelope.query_id, user, rows.ids, features, user_features)
+    experiment = body.pop("_experiment", None)
     if envelope.explain:
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
         order = body.pop("_order")
@@ -122,6 +158,8 @@ async def rerank(
         body["user_cluster"] = user_features.cluster if user_features else None
         top = 5 if envelope.explain is True else envelope.explain.top
         await _explain(body, model, features[order], user_vector, top, settings, limiter, slot)
+        if experiment is not None:
+            explain_experiment(body, experiment)
     else:
         del body["_order"]
     return _json(body, headers={"x-request-id": request_id})
@@ -194,10 +232,12 @@ def _ranked(
     scores: np.ndarray,
     top_k: int | None,
     user: UserFeatures | None,
+    order: list[int] | None = None,
 ) -> dict[str, Any]:
-    # NaN (only a broken network could give it) sorts last; stable sort keeps input order.
-    key = np.where(np.isnan(scores), -np.inf, scores)
-    order = np.argsort(-key, kind="stable")[:top_k].tolist()
+    if order is None:
+        # NaN (only a broken network could give it) sorts last; stable sort keeps input order.
+        key = np.where(np.isnan(scores), -np.inf, scores)
+        order = np.argsort(-key, kind="stable")[:top_k].tolist()
     results = [
         {"id": ids[i], "score": s, "rank": r}
         for r, (i, s) in enumerate(zip(order, scores[order].tolist(), strict=True), 1)
@@ -264,6 +304,7 @@ async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
             "item_set": m.manifest.item_features.set if m.manifest.item_features else None,
             "user_clusters": m.manifest.user_clusters is not None,
             "metrics": m.manifest.metrics,
+            "experiment": served_experiment(registry, m.name),
         }
         for m in sorted(loaded.values(), key=lambda m: m.name)
     ]

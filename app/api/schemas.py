@@ -9,7 +9,7 @@ straight from dicts; the response models here document them.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -157,6 +157,11 @@ class RankedItem(BaseModel):
     explanation: Explanation | None = Field(
         None, description="With `explain`: why this score (the top results only, see docs)."
     )
+    team: Literal["control", "candidate", "both"] | None = Field(
+        None,
+        description="With `explain`, in an interleaving experiment: which version placed this "
+        "result (`both`: the rankings' common top, credited to neither).",
+    )
 
 
 class RerankResponse(BaseModel):
@@ -199,6 +204,11 @@ class RerankResponse(BaseModel):
     user_cluster: str | None = Field(None, description="With `explain`: the user's cluster.")
     explanation_error: str | None = Field(
         None, description="With `explain`: why this model gives no contributions."
+    )
+    experiment: dict[str, Any] | None = Field(
+        None,
+        description="With `explain`, when the request is in an online experiment: its name, "
+        "mode, control and candidate versions, and the A/B arm (docs/EXPERIMENTS.md).",
     )
 
 
@@ -258,6 +268,11 @@ class ModelInfo(BaseModel):
     item_set: str | None = Field(None, description="The item feature set they come from.")
     user_clusters: bool
     metrics: dict[str, Any]
+    experiment: dict[str, Any] | None = Field(
+        None,
+        description="The online experiment served beside this version (docs/EXPERIMENTS.md): "
+        "its name, mode, traffic and candidate; or why it is not served.",
+    )
 
 
 class ModelsResponse(BaseModel):

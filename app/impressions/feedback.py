@@ -126,6 +126,7 @@ class ImpressionLog:
                 model["version"],
                 served,
                 features[order],
+                experiment=body.get("_experiment"),
             )
         except Exception:  # a logging bug must not fail the request
             log.exception("could not build an impression record")

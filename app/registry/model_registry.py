@@ -43,6 +43,7 @@ from app.artifacts.store import (
 )
 from app.errors import LtrError
 from app.features.item_snapshot import ItemSnapshot
+from app.registry.experiments import ActiveExperiment, ExperimentSlots
 from app.scoring.protocol import Scorer
 from app.settings import Settings
 
@@ -125,6 +126,7 @@ class ModelRegistry:
         self._errors: dict[str, str] = {}  # name -> last load error
         self._lock = asyncio.Lock()
         self._scanned = False  # a reload of every model has finished once
+        self.experiments = ExperimentSlots(self.root, self._load)
 
     # Reading: cheap, lock-free, called per request.
 
@@ -162,6 +164,10 @@ class ModelRegistry:
             raise ModelNotAvailable(f"model {name!r} is not available: {reason}")
         raise UnknownModel(f"unknown model {name!r}; loaded: {', '.join(sorted(models))}")
 
+    def experiment(self, name: str) -> ActiveExperiment | None:
+        """The experiment serving beside model `name`, if any (one dict lookup)."""
+        return self.experiments.get(name)
+
     # Reloading.
 
     async def reload(self, name: str | None = None, *, force: bool = False) -> ReloadReport:
@@ -172,6 +178,8 @@ class ModelRegistry:
             for model_name in names:
                 if _NAME.fullmatch(model_name):
                     await self._reload_one(model_name, force, report)
+                    control = self._models.get(model_name)
+                    await self.experiments.refresh(model_name, control, force)
             if name is None:
                 self._scanned = True
         return report

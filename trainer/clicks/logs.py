@@ -36,6 +36,8 @@ class Impression:
     ids: list[Any]  # served candidate ids, best first
     positions: np.ndarray  # int64 [n], 1-based served positions aligned with ids
     features: np.ndarray  # float32 [n, n_features]
+    # Online experiment the request was in (app/impressions/sink.py), else None.
+    experiment: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,19 @@ def _impression(doc: dict[str, Any]) -> Impression:
         ids=ids,
         positions=positions,
         features=features,
+        experiment=_experiment(doc.get("experiment"), len(ids)),
     )
+
+
+def _experiment(field: Any, n: int) -> dict[str, Any] | None:
+    if field is None:
+        return None
+    if not isinstance(field, dict) or not isinstance(field.get("name"), str):
+        raise ValueError("'experiment' must be an object with a 'name'")
+    teams = field.get("teams")
+    if teams is not None and (not isinstance(teams, list) or len(teams) != n):
+        raise ValueError("'experiment.teams' must be a list aligned with 'ids'")
+    return field
 
 
 def _events(doc: dict[str, Any]) -> list[FeedbackEvent]:

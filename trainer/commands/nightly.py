@@ -34,7 +34,8 @@ def _run_once(config: Any) -> dict[str, Any]:
 
     outcome = run_nightly(config)
     return {
-        "status": "published",
+        "status": "published" if outcome.experiment is None else "candidate",
+        "experiment": outcome.experiment,
         "name": outcome.published.name,
         "version": outcome.published.version,
         "previous": outcome.published.previous,

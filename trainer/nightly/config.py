@@ -86,6 +86,27 @@ class FeaturesConfig(_Section):
     id_column: str = "doc_id"
 
 
+class ExperimentConfig(_Section):
+    """Online experiment instead of a straight deploy (docs/EXPERIMENTS.md): a model that
+    passes the gate is installed as the candidate of an experiment beside CURRENT, and each
+    run first decides the running experiment from the service's logs."""
+
+    enabled: bool = False
+    mode: Literal["interleave", "ab"] = "interleave"
+    traffic: float = Field(0.1, gt=0, le=1)
+    # The impression/feedback logs: JSONL file, directory of them, or redis://...?prefix=ltr:
+    logs: str | None = None
+    min_impressions: int = Field(1000, ge=1)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    ab_metric: Literal["clicks", "dcg"] = "clicks"
+
+    @model_validator(mode="after")
+    def _needs_logs(self) -> ExperimentConfig:
+        if self.enabled and not self.logs:
+            raise ValueError("experiment.enabled needs experiment.logs (the service's logs)")
+        return self
+
+
 class NightlyConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     features: FeaturesConfig = Field(default_factory=FeaturesConfig)
@@ -93,6 +114,7 @@ class NightlyConfig(_Section):
     gate: GateConfig = Field(default_factory=GateConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)
     dask: DaskConfig = Field(default_factory=DaskConfig)
+    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
     work_dir: Path = Path("var/nightly")  # staging area for candidates and rejected reports
 
     @model_validator(mode="after")

@@ -68,6 +68,8 @@ class NightlyOutcome:
     published: PublishResult
     gate: GateResult
     report_dir: Path
+    # [experiment] enabled: the running experiment's decision and the new one (if started).
+    experiment: dict[str, Any] | None = None
 
 
 class _RecordingProgress(TrainingProgress):
@@ -297,6 +299,11 @@ def _train_on_cluster(
 
 
 def run_nightly(config: NightlyConfig) -> NightlyOutcome:
+    decided = None
+    if config.experiment.enabled:
+        from trainer.experiments.nightly import decide_running
+
+        decided = decide_running(config)
     version = new_version_id()
     staging = config.work_dir / "candidates"
     staging.mkdir(parents=True, exist_ok=True)
@@ -338,14 +345,24 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         shutil.rmtree(candidate_dir, ignore_errors=True)
         raise NightlyRefused(gate.reasons, refused)
     write_report(candidate_dir, report)  # beside the artifact; not part of its verified files
+    experimenting = config.experiment.enabled and (
+        read_current(config.publish.registry, config.model.name) is not None
+    )
     published = publish(
         candidate_dir,
         config.publish.registry,
         keep=config.publish.keep,
         redis_url=config.publish.redis_url or os.environ.get("LTR_REDIS_URL"),
         redis_prefix=config.publish.redis_prefix,
+        # With nothing deployed yet there is nothing to compare against: deploy it.
+        as_candidate=experimenting,
     )
     for name in ("report.html", "report.json"):
         shutil.copy2(candidate_dir / name, published.path / name)
     shutil.rmtree(candidate_dir, ignore_errors=True)
-    return NightlyOutcome(published, gate, published.path)
+    experiment = None
+    if experimenting:
+        from trainer.experiments.nightly import start_for_candidate
+
+        experiment = {"decided": decided, "started": start_for_candidate(config, published)}
+    return NightlyOutcome(published, gate, published.path, experiment)

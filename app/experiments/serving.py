@@ -1,0 +1,156 @@
+"""The /rerank hook of an experiment: which ranking a request in it gets, and what is logged.
+
+Outside an experiment /rerank pays one dict lookup (`ModelRegistry.experiment`). Inside, in
+`interleave` mode both versions score the request (the candidate on its own copy of the user
+embedding columns, if its embeddings differ) and the rankings are merged by team draft; in `ab`
+mode the assigned arm's version alone scores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.experiments.assignment import assign
+from app.experiments.spec import ARM_NAMES, CANDIDATE, TEAM_NAMES, ExperimentSpec
+from app.experiments.team_draft import coin_flips, team_draft
+from app.registry.experiments import ActiveExperiment
+
+# (model, features, user vector, in a worker thread?) -> float64 [n] scores; routes' scoring.
+ScoreFn = Callable[[Any, np.ndarray, np.ndarray | None, bool], Awaitable[np.ndarray]]
+# (model) -> (features, user vector) that model takes for this request.
+InputsFn = Callable[[Any], Awaitable[tuple[np.ndarray, np.ndarray | None]]]
+
+
+@dataclass(frozen=True)
+class ExperimentRanking:
+    model: Any  # the LoadedModel the response names (the arm served; control when interleaved)
+    scores: np.ndarray  # float64 [n], the score shown for each input row
+    order: list[int]  # input indices in served order, cut to top_k
+    log: dict[str, Any]  # the impression's `experiment` field
+    teams: list[int] | None  # team of each served result (interleave), else None
+
+
+def ranking_order(scores: np.ndarray) -> np.ndarray:
+    """Input indices best first: NaN last, ties in input order (as /rerank sorts)."""
+    key = np.where(np.isnan(scores), -np.inf, scores)
+    return np.argsort(-key, kind="stable")
+
+
+def _experiment_log(
+    spec: ExperimentSpec, arm: int | None, teams: list[int] | None
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "name": spec.name,
+        "mode": spec.mode,
+        "control": spec.control,
+        "candidate": spec.candidate,
+    }
+    if teams is not None:
+        record["teams"] = teams
+    else:
+        record["arm"] = ARM_NAMES[arm if arm is not None else 0]
+    return record
+
+
+async def rank_in_experiment(
+    active: ActiveExperiment | None,
+    control: Any,
+    user_id: str | None,
+    request_id: str,
+    control_inputs: tuple[np.ndarray, np.ndarray | None],
+    candidate_inputs: InputsFn,
+    score: ScoreFn,
+    top_k: int | None,
+) -> ExperimentRanking | None:
+    """None when the request is outside the experiment (the caller ranks as usual)."""
+    if active is None:
+        return None
+    spec = active.spec
+    arm = assign(spec, user_id, request_id)
+    if arm is None:
+        return None
+    candidate = active.candidate
+    if spec.mode == "ab":
+        model = candidate if arm == CANDIDATE else control
+        features, user = control_inputs if arm != CANDIDATE else await candidate_inputs(candidate)
+        scores = await score(model, features, user, False)
+        order = ranking_order(scores)[:top_k].tolist()
+        return ExperimentRanking(model, scores, order, _experiment_log(spec, arm, None), None)
+    # The candidate scores in a worker thread while the control scores here: the native
+    # scorers release the GIL, so with a core free the second model costs little wall time.
+    own_features, own_user = await candidate_inputs(candidate)
+    candidate_task = asyncio.ensure_future(score(candidate, own_features, own_user, True))
+    try:
+        control_scores = await score(control, *control_inputs, False)
+    finally:
+        candidate_scores = await candidate_task
+    n = control_scores.shape[0]
+    length = n if top_k is None else min(top_k, n)
+    merged, teams = team_draft(
+        ranking_order(control_scores),
+        ranking_order(candidate_scores),
+        coin_flips(f"{spec.salt}\x1f{request_id}".encode(), (length + 1) // 2 + 1),
+        length,
+    )
+    # Each result shows the score of the version whose team placed it.
+    shown = control_scores.copy()
+    picked = np.asarray(merged, dtype=np.int64)
+    from_candidate = picked[np.asarray(teams, dtype=bool)]
+    shown[from_candidate] = candidate_scores[from_candidate]
+    return ExperimentRanking(control, shown, merged, _experiment_log(spec, None, teams), teams)
+
+
+async def candidate_inputs(
+    resolver: Any,
+    candidate: Any,
+    user_doc: Any,
+    features: np.ndarray,
+    user_vector: np.ndarray | None,
+    extra: int,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The candidate's inputs: the control's, with the candidate's own user embedding (its
+    clusters have the same scheme, but its embedding table is its own)."""
+    if candidate.manifest.user_clusters is None:
+        return features, user_vector
+    found = await resolver.resolve(candidate.manifest, user_doc)
+    if found is None or found.vector is None:
+        return features, user_vector
+    if extra:
+        own = features.copy()
+        own[:, -extra:] = found.vector
+        return own, None
+    return features, found.vector
+
+
+def explain_experiment(body: dict[str, Any], record: dict[str, Any]) -> None:
+    """With `explain`: the experiment, and each result's team (interleave) or the arm (ab)."""
+    shown = {k: record[k] for k in ("name", "mode", "control", "candidate")}
+    teams = record.get("teams")
+    if teams is None:
+        shown["arm"] = record["arm"]
+    else:
+        for item, team in zip(body["results"], teams, strict=True):
+            item["team"] = TEAM_NAMES[team]
+    body["experiment"] = shown
+
+
+def served_experiment(registry: Any, model: str) -> dict[str, Any] | None:
+    """What GET /models says about `model`'s experiment in this process."""
+    active = registry.experiment(model)
+    if active is not None:
+        spec = active.spec
+        return {
+            "name": spec.name,
+            "mode": spec.mode,
+            "traffic": spec.traffic,
+            "control": spec.control,
+            "candidate": spec.candidate,
+            "serving": True,
+        }
+    error = registry.experiments.errors.get(model)
+    return None if error is None else {"serving": False, "error": error}

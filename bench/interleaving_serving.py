@@ -1,0 +1,151 @@
+"""Serving cost of experiments: /rerank at 300 candidates over real uvicorn servers, run side
+by side (requests alternate between servers, so machine noise hits all alike):
+
+- `main`: the code without the experiment hook (the main checkout, if given);
+- `no experiment`: this code, no EXPERIMENT file (the hook's cost: one dict lookup);
+- `interleave`: every request interleaved (traffic 1.0): two models score, team draft merges;
+- `ab`: every request in an A/B experiment (one model scores, as without one).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+
+from app.experiments.spec import ExperimentSpec
+from app.registry.experiments import write_active
+from tests.support import publish, random_ensemble
+from tests.support.uvicorn_server import UvicornServer
+
+CANDIDATES = 300
+FEATURES = 20
+TREES, DEPTH = 300, 6
+ROUNDS = 1500
+WARMUP = 100
+MAIN_CHECKOUT = Path(os.environ.get("LTR_MAIN_CHECKOUT", "/work/main"))
+
+
+def _registry(root: Path, mode: str | None) -> Path:
+    publish(root, random_ensemble(FEATURES, TREES, DEPTH, seed=1), version="v1")
+    publish(root, random_ensemble(FEATURES, TREES, DEPTH, seed=2), version="v2", current=False)
+    if mode is not None:
+        write_active(
+            root,
+            ExperimentSpec(
+                name=f"bench-{mode}",
+                model="m",
+                control="v1",
+                candidate="v2",
+                mode=mode,  # type: ignore[arg-type]
+                traffic=1.0,
+                salt="bench",
+                started_at=dt.datetime.now(dt.UTC),
+            ),
+        )
+    return root
+
+
+def run() -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-interleave-"))
+    configs: dict[str, tuple[Path, str | None]] = {
+        "no experiment": (_registry(tmp / "plain", None), None),
+        "interleave": (_registry(tmp / "interleave", "interleave"), None),
+        "ab": (_registry(tmp / "ab", "ab"), None),
+    }
+    if (MAIN_CHECKOUT / "app" / "main.py").is_file():
+        configs["main"] = (_registry(tmp / "main", None), str(MAIN_CHECKOUT))
+    servers: dict[str, UvicornServer] = {}
+    rng = np.random.default_rng(0)
+    bodies = []
+    for i in range(16):
+        rows = rng.standard_normal((CANDIDATES, FEATURES)).round(4).tolist()
+        bodies.append(
+            orjson.dumps(
+                {
+                    "candidates": [{"id": f"d{j}", "features": r} for j, r in enumerate(rows)],
+                    "user": {"id": f"user{i}"},
+                }
+            )
+        )
+    try:
+        for name, (registry, pythonpath) in configs.items():
+            server = UvicornServer(
+                {
+                    "LTR_REGISTRY": str(registry),
+                    "LTR_RELOAD_POLL_SECONDS": "0",
+                    "LTR_MAX_CANDIDATES": "1000",
+                    # Measure scoring, not shedding (a shed answer is fast and unscored).
+                    "LTR_REQUEST_BUDGET_MS": "5000",
+                    # Compile each model once for all servers (same bytes, same sha256).
+                    "LTR_COMPILED_CACHE_DIR": str(tmp / "compiled"),
+                }
+            )
+            if pythonpath is not None:
+                server.env["PYTHONPATH"] = pythonpath
+            servers[name] = server.start()
+            server.wait_ready(timeout=600)
+        times: dict[str, list[float]] = {name: [] for name in servers}
+        clients = {name: httpx.Client(base_url=s.url, timeout=10) for name, s in servers.items()}
+        headers = {"content-type": "application/json"}
+        for r in range(WARMUP + ROUNDS):
+            body = bodies[r % len(bodies)]
+            for name, client in clients.items():
+                started = time.perf_counter()
+                response = client.post("/rerank", content=body, headers=headers)
+                elapsed = time.perf_counter() - started
+                assert response.status_code == 200, response.text
+                if r >= WARMUP:
+                    times[name].append(elapsed)
+        for client in clients.values():
+            client.close()
+    finally:
+        for server in servers.values():
+            server.stop()
+    base = statistics.median(times["no experiment"])
+    out: dict[str, Any] = {
+        "candidates": CANDIDATES,
+        "features": FEATURES,
+        "trees": TREES,
+        "depth": DEPTH,
+        "rounds": ROUNDS,
+        "configs": {},
+    }
+    for name, values in times.items():
+        arr = np.asarray(values) * 1000
+        out["configs"][name] = {
+            "p50_ms": float(np.percentile(arr, 50)),
+            "p90_ms": float(np.percentile(arr, 90)),
+            "p99_ms": float(np.percentile(arr, 99)),
+            "p50_vs_no_experiment": float(np.percentile(arr, 50) / (base * 1000)),
+        }
+    return out
+
+
+def render(s: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Serving overhead",
+        "",
+        f"`POST /rerank` with {s['candidates']} candidates × {s['features']} features, tree "
+        f"models of {s['trees']} trees of depth {s['depth']}, one uvicorn worker per server, "
+        f"{s['rounds']} requests per server, alternating between servers (client and servers "
+        "on the same 2 cores). `main` is the code before this change, to show that a "
+        "service without an experiment pays nothing for the hook.",
+        "",
+        "| server | p50 ms | p90 ms | p99 ms | p50 ÷ no experiment |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, c in s["configs"].items():
+        lines.append(
+            f"| {name} | {c['p50_ms']:.2f} | {c['p90_ms']:.2f} | {c['p99_ms']:.2f} | "
+            f"**{c['p50_vs_no_experiment']:.3f}** |"
+        )
+    return [*lines, ""]

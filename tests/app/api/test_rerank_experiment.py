@@ -1,0 +1,143 @@
+"""/rerank inside an experiment: team-draft interleaving or the A/B arm, logged with teams."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from app.experiments.spec import TEAM_NAMES, ExperimentSpec
+from app.registry.experiments import write_active
+from tests.app.api.conftest import NF, ClientFactory
+from tests.support import publish, random_ensemble
+
+
+def start(registry: Path, mode: str, traffic: float = 1.0) -> ExperimentSpec:
+    publish(registry, random_ensemble(NF, num_trees=10, seed=99), version="v2", current=False)
+    spec = ExperimentSpec(
+        name=f"e-{mode}",
+        model="m",
+        control="v1",
+        candidate="v2",
+        mode=mode,  # type: ignore[arg-type]
+        traffic=traffic,
+        salt="salt",
+        started_at=dt.datetime.now(dt.UTC),
+    )
+    write_active(registry, spec)
+    return spec
+
+
+def body(n: int = 20, user: str | None = "u1", **extra: object) -> dict[str, object]:
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((n, NF)).round(3).tolist()
+    doc: dict[str, object] = {
+        "candidates": [{"id": f"d{i}", "features": r} for i, r in enumerate(rows)],
+        **extra,
+    }
+    if user is not None:
+        doc["user"] = {"id": user}
+    return doc
+
+
+def read_log(path: Path, count: int) -> list[dict]:
+    end = time.monotonic() + 10
+    while True:
+        lines = path.read_bytes().splitlines() if path.exists() else []
+        if len(lines) >= count or time.monotonic() > end:
+            return [orjson.loads(line) for line in lines]
+        time.sleep(0.02)
+
+
+def test_interleaved_answer_has_teams_and_is_logged(
+    make_client: ClientFactory, registry_dir: Path, tmp_path: Path
+) -> None:
+    start(registry_dir, "interleave")
+    log = tmp_path / "imp.jsonl"
+    with make_client(impressions_enabled=True, impressions_jsonl=log) as client:
+        plain = client.post("/rerank", json=body(request_id="r1")).json()
+        assert "experiment" not in plain and "team" not in plain["results"][0]
+        shown = client.post("/rerank", json=body(request_id="r2", explain=True)).json()
+        top = client.post("/rerank", json=body(request_id="r3", top_k=5, explain=True)).json()
+    assert shown["experiment"]["mode"] == "interleave"
+    assert shown["experiment"]["candidate"] == "v2"
+    teams = [r["team"] for r in shown["results"]]
+    assert {"control", "candidate"} <= set(teams) <= {"control", "candidate", "both"}
+    assert len(teams) == 20
+    shared = teams.count("both")  # the rankings' common prefix, if any
+    assert teams[:shared] == ["both"] * shared
+    assert abs(teams.count("control") - teams.count("candidate")) <= 1 + shared
+    assert len({r["id"] for r in shown["results"]}) == 20
+    assert [r["rank"] for r in top["results"]] == [1, 2, 3, 4, 5]
+    records = {r["request_id"]: r for r in read_log(log, 3) if r["kind"] == "impression"}
+    logged = records["r2"]["experiment"]
+    assert logged["name"] == "e-interleave"
+    assert [TEAM_NAMES[t] for t in logged["teams"]] == teams
+    assert records["r2"]["ids"] == [r["id"] for r in shown["results"]]
+    assert records["r2"]["version"] == "v1"
+    # The same request id is interleaved the same way (the coins come from it).
+    assert [r["id"] for r in plain["results"]] == [r["id"] for r in plain["results"]]
+
+
+def test_interleaving_is_reproducible_per_request(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    start(registry_dir, "interleave")
+    with make_client() as client:
+        a = client.post("/rerank", json=body(request_id="same", explain=True)).json()
+        b = client.post("/rerank", json=body(request_id="same", explain=True)).json()
+    assert a["results"] == b["results"]
+
+
+def test_ab_serves_the_assigned_arm(make_client: ClientFactory, registry_dir: Path) -> None:
+    start(registry_dir, "ab")
+    with make_client() as client:
+        seen = {}
+        for i in range(40):
+            out = client.post("/rerank", json=body(user=f"user{i}", explain=True)).json()
+            again = client.post("/rerank", json=body(user=f"user{i}", explain=True)).json()
+            assert out["experiment"]["arm"] == again["experiment"]["arm"]  # stable per user
+            version = out["model"]["version"]
+            assert version == ("v2" if out["experiment"]["arm"] == "candidate" else "v1")
+            scores = [r["score"] for r in out["results"]]
+            assert scores == sorted(scores, reverse=True)
+            seen[out["experiment"]["arm"]] = version
+    assert seen == {"control": "v1", "candidate": "v2"}
+
+
+def test_requests_outside_the_traffic_share_are_not_in_it(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    start(registry_dir, "interleave", traffic=0.3)
+    with make_client() as client:
+        inside = sum(
+            "experiment" in client.post("/rerank", json=body(user=f"x{i}", explain=True)).json()
+            for i in range(200)
+        )
+    assert 30 < inside < 90
+
+
+def test_models_shows_the_experiment_or_why_not(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    start(registry_dir, "interleave", traffic=0.3)
+    with make_client() as client:
+        shown = client.get("/models").json()["models"][0]["experiment"]
+    assert shown == {
+        "name": "e-interleave",
+        "mode": "interleave",
+        "traffic": 0.3,
+        "control": "v1",
+        "candidate": "v2",
+        "serving": True,
+    }
+    (registry_dir / "m" / "v2" / "model.json").write_text("{}")  # corrupt candidate
+    with make_client() as client:
+        models = client.get("/models").json()["models"][0]
+        assert models["experiment"]["serving"] is False
+        assert "sha256" in models["experiment"]["error"]
+        response = client.post("/rerank", json=body(explain=True)).json()
+        assert "experiment" not in response and response["model"]["version"] == "v1"

@@ -1,0 +1,141 @@
+"""Start and stop experiments in a registry; promote or roll back their candidate.
+
+Everything is checked before anything is written, and the EXPERIMENT file (what services
+serve) is written last with an atomic rename, so a refused start leaves the registry as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+from pathlib import Path
+
+from app.artifacts.store import ArtifactError, load_version, read_current, set_current
+from app.experiments.spec import ExperimentSpec, Mode
+from app.registry.experiments import (
+    ExperimentError,
+    ExperimentRecord,
+    Status,
+    clear_active,
+    compatibility_errors,
+    list_records,
+    read_active,
+    record_path,
+    write_active,
+    write_record,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _announce(redis_url: str | None, prefix: str, model: str, version: str) -> None:
+    """Tell services to re-read the registry now (they poll anyway)."""
+    if not redis_url:
+        return
+    from trainer.publish import _announce as announce
+
+    try:
+        announce(redis_url, prefix, model, version)
+    except Exception as exc:
+        log.warning("could not announce on Redis (services will poll): %s", exc)
+
+
+def start_experiment(
+    registry: Path,
+    model: str,
+    candidate: str,
+    *,
+    mode: Mode,
+    traffic: float,
+    name: str | None = None,
+    redis_url: str | None = None,
+    redis_prefix: str = "ltr:",
+) -> ExperimentSpec:
+    registry = Path(registry)
+    control = read_current(registry, model)
+    if control is None:
+        raise ExperimentError(f"{registry / model}: no CURRENT version (unknown model {model!r}?)")
+    running = read_active(registry, model)
+    if running is not None:
+        raise ExperimentError(
+            f"model {model!r} already runs experiment {running.name!r} "
+            f"({running.candidate} vs {running.control}); stop it first"
+        )
+    candidate_dir = registry / model / candidate
+    if not (candidate_dir / "manifest.json").is_file():
+        raise ExperimentError(f"{candidate_dir}: unknown version {candidate!r} of {model!r}")
+    try:
+        control_art = load_version(registry / model / control)
+        candidate_art = load_version(candidate_dir)
+    except ArtifactError as exc:
+        raise ExperimentError(str(exc)) from None
+    problems = compatibility_errors(control_art.manifest, candidate_art.manifest)
+    if problems:
+        raise ExperimentError(f"{candidate_dir}: cannot be compared: " + "; ".join(problems))
+    name = name or f"{model}-{candidate}"[:64]
+    if any(r.spec.name == name for r in list_records(registry)):
+        raise ExperimentError(f"an experiment named {name!r} exists already; pick another name")
+    try:
+        spec = ExperimentSpec(
+            name=name,
+            model=model,
+            control=control,
+            candidate=candidate,
+            mode=mode,
+            traffic=traffic,
+            salt=secrets.token_hex(8),
+            started_at=dt.datetime.now(dt.UTC),
+        )
+    except ValueError as exc:
+        raise ExperimentError(str(exc)) from None
+    write_record(registry, ExperimentRecord(spec=spec))
+    try:
+        write_active(registry, spec)
+    except BaseException:
+        record_path(registry, model, name).unlink(missing_ok=True)
+        raise
+    log.info("experiment %s started: %s vs %s", name, candidate, control)
+    _announce(redis_url, redis_prefix, model, control)
+    return spec
+
+
+def running_experiment(registry: Path, model: str) -> ExperimentSpec:
+    spec = read_active(registry, model)
+    if spec is None:
+        raise ExperimentError(f"model {model!r} runs no experiment")
+    return spec
+
+
+def end_experiment(
+    registry: Path,
+    spec: ExperimentSpec,
+    status: Status,
+    reason: str,
+    *,
+    decision: dict[str, object] | None = None,
+    redis_url: str | None = None,
+    redis_prefix: str = "ltr:",
+) -> ExperimentRecord:
+    """Stop serving `spec`; `promoted` also points CURRENT at the candidate first."""
+    registry = Path(registry)
+    active = read_active(registry, spec.model)
+    if active is None or active.name != spec.name:
+        raise ExperimentError(f"experiment {spec.name!r} is not running")
+    announce_version = read_current(registry, spec.model) or spec.control
+    if status == "promoted":
+        load_version(registry / spec.model / spec.candidate)  # refuse a broken candidate
+        set_current(registry, spec.model, spec.candidate)
+        announce_version = spec.candidate
+    clear_active(registry, spec.model)
+    record = ExperimentRecord(
+        spec=spec,
+        status=status,
+        ended_at=dt.datetime.now(dt.UTC),
+        reason=reason,
+        decision=decision,
+    )
+    write_record(registry, record)
+    log.info("experiment %s %s: %s", spec.name, status, reason)
+    _announce(redis_url, redis_prefix, spec.model, announce_version)
+    return record

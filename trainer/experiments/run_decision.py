@@ -1,0 +1,42 @@
+"""Act on a decision: promote (CURRENT → candidate) or roll back (stop serving it), announce
+on Redis and log; `continue` changes nothing."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from app.experiments.spec import ExperimentSpec
+from app.registry.experiments import Status
+from trainer.experiments.analysis import ExperimentAnalysis
+from trainer.experiments.decision import Decision, DecisionPolicy, decide
+from trainer.experiments.lifecycle import end_experiment
+
+log = logging.getLogger(__name__)
+
+
+def apply_decision(
+    registry: Path,
+    spec: ExperimentSpec,
+    analysis: ExperimentAnalysis,
+    policy: DecisionPolicy,
+    *,
+    dry_run: bool = False,
+    redis_url: str | None = None,
+    redis_prefix: str = "ltr:",
+) -> Decision:
+    decision = decide(analysis, policy)
+    log.info("experiment %s: %s (%s)", spec.name, decision.action, decision.reason)
+    if dry_run or decision.action == "continue":
+        return decision
+    status: Status = "promoted" if decision.action == "promote" else "rolled_back"
+    end_experiment(
+        registry,
+        spec,
+        status,
+        decision.reason,
+        decision=decision.to_json(),
+        redis_url=redis_url,
+        redis_prefix=redis_prefix,
+    )
+    return decision

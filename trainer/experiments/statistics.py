@@ -1,0 +1,161 @@
+"""Preference, confidence intervals and significance for interleaving and A/B experiments.
+
+Two kinds of p-value are reported. The fixed-horizon one (sign test for interleaving, a z-test
+for A/B) is right for one look at the data. Experiments are looked at again and again (every
+`ltr experiment decide`, every night), and stopping at the first p < 0.05 among many looks has
+a far higher false-positive rate than 5 %. Decisions therefore use an always-valid p-value: the
+mixture sequential probability ratio test (mSPRT) of Johari, Koomen, Pekelis and Walsh ("Always
+valid inference", Operations Research 2022). Its likelihood ratio is a martingale under the null,
+so by Ville's inequality P(it ever exceeds 1/alpha) <= alpha, however often one looks. The
+mixing distribution over effect sizes is a uniform mixture of normals with the standard
+deviations in MIXTURE_SCALES (in units of one observation's sd), so the test adapts to small and
+large effects without tuning.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+MIXTURE_SCALES = np.array([0.003, 0.01, 0.03, 0.1, 0.3])
+Z_95 = 1.959963984540054
+
+
+def normal_two_sided_p(z: float) -> float:
+    return math.erfc(abs(z) / math.sqrt(2.0))
+
+
+def msprt_p(effect: float, variance: float, unit_sd: float) -> float:
+    """Always-valid p-value of H0: effect = 0, given an estimate `effect` with sampling
+    variance `variance` and the sd of one observation (scales the mixture). 1.0 when there
+    is no information yet."""
+    if not (variance > 0 and unit_sd > 0 and math.isfinite(effect)):
+        return 1.0
+    tau2 = (MIXTURE_SCALES * unit_sd) ** 2
+    # log of sqrt(v / (v + tau^2)) * exp(tau^2 effect^2 / (2 v (v + tau^2))), per scale.
+    log_lr = 0.5 * np.log(variance / (variance + tau2)) + tau2 * effect**2 / (
+        2.0 * variance * (variance + tau2)
+    )
+    top = float(log_lr.max())
+    log_mean = top + math.log(float(np.mean(np.exp(log_lr - top))))
+    return float(min(1.0, math.exp(-log_mean)))
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Exact two-sided binomial test of wins vs losses at 1/2 (ties left out)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    from scipy.stats import binomtest
+
+    return float(binomtest(wins, n, 0.5).pvalue)
+
+
+@dataclass(frozen=True)
+class InterleavingResult:
+    impressions: int
+    clicked: int  # impressions with at least one click
+    wins: int  # the candidate's team got more clicks
+    losses: int
+    ties: int  # clicked, equal clicks
+    preference: float  # (wins + ties / 2) / clicked - 1/2; > 0 favours the candidate
+    ci_low: float
+    ci_high: float
+    p_value: float  # sign test, one look
+    p_always_valid: float  # mSPRT, any number of looks: what decisions use
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def interleaving_result(outcomes: np.ndarray, impressions: int | None = None) -> InterleavingResult:
+    """Statistics of per-impression outcomes (int [m]: +1 candidate won, -1 lost, 0 tie or no
+    click; only impressions with clicks are passed, or pass all and they count as ties)."""
+    s = np.asarray(outcomes, dtype=np.float64)
+    wins, losses = int((s > 0).sum()), int((s < 0).sum())
+    n = int(s.size)
+    total = n if impressions is None else impressions
+    if n == 0:
+        return InterleavingResult(total, 0, 0, 0, 0, 0.0, -0.5, 0.5, 1.0, 1.0)
+    mean = float(s.mean())
+    second = float((s**2).mean())
+    variance = max(second - mean**2, 0.0) / n
+    half = Z_95 * math.sqrt(variance) / 2 if variance > 0 else 0.5
+    # The null is "no preference": scale the mixture by the null-centred sd of one outcome.
+    p_av = msprt_p(mean, second / n, math.sqrt(second))
+    return InterleavingResult(
+        impressions=total,
+        clicked=n,
+        wins=wins,
+        losses=losses,
+        ties=n - wins - losses,
+        preference=mean / 2,
+        ci_low=max(mean / 2 - half, -0.5),
+        ci_high=min(mean / 2 + half, 0.5),
+        p_value=sign_test_p(wins, losses),
+        p_always_valid=p_av,
+    )
+
+
+@dataclass(frozen=True)
+class ArmTotals:
+    """Per assignment unit (user, else request) of one arm: impressions and a metric's sum."""
+
+    impressions: np.ndarray  # float64 [n_units]
+    metric: np.ndarray  # float64 [n_units]
+
+
+def ratio_and_variance(arm: ArmTotals) -> tuple[float, float, float]:
+    """(metric per impression, its variance by the delta method over units, per-impression sd).
+
+    Units, not impressions, are independent (a user stays in one arm), so the variance of the
+    ratio sum(metric) / sum(impressions) is taken over units (Deng et al., "Applying the delta
+    method in metric analytics", KDD 2018)."""
+    i, y = arm.impressions, arm.metric
+    k = i.size
+    total = float(i.sum())
+    if k < 2 or total <= 0:
+        return 0.0, 0.0, 0.0
+    ratio = float(y.sum()) / total
+    residual = y - ratio * i
+    mean_i = total / k
+    variance = float(residual.var(ddof=1)) / (k * mean_i**2)
+    return ratio, variance, math.sqrt(variance * total)
+
+
+@dataclass(frozen=True)
+class ABMetricResult:
+    metric: str
+    control: float  # per impression
+    candidate: float
+    difference: float
+    ci_low: float
+    ci_high: float
+    relative: float  # difference / control
+    p_value: float  # z-test, one look
+    p_always_valid: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ab_result(metric: str, control: ArmTotals, candidate: ArmTotals) -> ABMetricResult:
+    rc, vc, sc = ratio_and_variance(control)
+    rt, vt, st = ratio_and_variance(candidate)
+    diff, variance = rt - rc, vc + vt
+    se = math.sqrt(variance)
+    unit_sd = math.sqrt((sc**2 + st**2) / 2)
+    return ABMetricResult(
+        metric=metric,
+        control=rc,
+        candidate=rt,
+        difference=diff,
+        ci_low=diff - Z_95 * se,
+        ci_high=diff + Z_95 * se,
+        relative=diff / rc if rc else 0.0,
+        p_value=normal_two_sided_p(diff / se) if se > 0 else 1.0,
+        p_always_valid=msprt_p(diff, variance, unit_sd),
+    )

@@ -41,7 +41,8 @@ def test_counters_and_histograms_sum_over_two_workers(
     registry = tmp_path / "registry"
     shutil.copytree(demo_server.registry, registry)
     command = [sys.executable, "-m", "trainer", "serve", "--registry", str(registry)]
-    server = UvicornServer({}, workers=2, command=[])
+    # The demo registry holds demo and demo-items; the documented body is for demo.
+    server = UvicornServer({"LTR_DEFAULT_MODEL": "demo"}, workers=2, command=[])
     server.command = [*command, "--port", str(server.port), "--workers", "2"]
     server.start().wait_ready()
     try:

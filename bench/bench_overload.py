@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -522,15 +521,9 @@ async def redis_phase(root: Path, plain: Any, quick: bool) -> list[str]:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu})"
+    from bench.run_all import machine as described
+
+    return described()
 
 
 def render(

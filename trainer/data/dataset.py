@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,6 +71,11 @@ class RankingDataset:
     def names(self) -> list[str]:
         """Feature names, defaulting to LETOR's 1-based ids as strings."""
         return self.feature_names or [f"f{i + 1}" for i in range(self.num_features)]
+
+    def with_columns(self, values: np.ndarray, names: list[str]) -> RankingDataset:
+        """The dataset with more feature columns appended: values float32 [n_docs, len(names)]."""
+        features = np.ascontiguousarray(np.hstack([self.features, values]), dtype=np.float32)
+        return replace(self, features=features, feature_names=[*self.names(), *names])
 
     def subset_queries(self, query_index: np.ndarray) -> RankingDataset:
         """The dataset restricted to the given queries (in the given order)."""

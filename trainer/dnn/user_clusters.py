@@ -275,13 +275,4 @@ def append_user_embeddings(
         raise ValueError("cluster index out of range")
     per_doc = np.repeat(embeddings[index], dataset.group_sizes, axis=0)
     names = [f"{EMBEDDING_FEATURE_PREFIX}{i}" for i in range(embeddings.shape[1])]
-    return RankingDataset(
-        features=np.ascontiguousarray(np.hstack([dataset.features, per_doc]), dtype=np.float32),
-        labels=dataset.labels,
-        group_offsets=dataset.group_offsets,
-        query_ids=dataset.query_ids,
-        feature_names=[*dataset.names(), *names],
-        source=dataset.source,
-        user_ids=dataset.user_ids,
-        positions=dataset.positions,
-    )
+    return dataset.with_columns(per_doc, names)

@@ -147,13 +147,4 @@ def with_user_vectors(
     clash = sorted(set(names) & set(data.names()))
     if clash:
         raise ClusterConfigError(f"{data.source}: already has a feature named {clash[0]!r}")
-    return RankingDataset(
-        features=np.ascontiguousarray(np.hstack([data.features, per_doc]), dtype=np.float32),
-        labels=data.labels,
-        group_offsets=data.group_offsets,
-        query_ids=data.query_ids,
-        feature_names=[*data.names(), *names],
-        source=data.source,
-        user_ids=data.user_ids,
-        positions=data.positions,
-    )
+    return data.with_columns(per_doc, names)

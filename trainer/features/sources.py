@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -178,8 +178,7 @@ def _joined(data: RankingDataset, table: ItemTable | None) -> RankingDataset:
             "a feature comes from one source"
         )
     rows, _ = as_snapshot(table).lookup(list(data.doc_ids), np.arange(len(table.names)))
-    features = np.ascontiguousarray(np.hstack([data.features, rows]), dtype=np.float32)
-    return replace(data, features=features, feature_names=[*data.names(), *table.names])
+    return data.with_columns(rows, table.names)
 
 
 def check_query_columns(data: RankingDataset, names: list[str]) -> None:

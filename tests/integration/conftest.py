@@ -57,7 +57,11 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer
     def ready() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"ltr serve --demo exited:\n{log_path.read_text()}")
-        return httpx.get(f"{server.url}/readyz").status_code == 200
+        if httpx.get(f"{server.url}/readyz").status_code != 200:
+            return False
+        # demo-items (the id-only example's model) is published while the server runs.
+        models = httpx.get(f"{server.url}/models").json()["models"]
+        return {m["name"] for m in models} >= {"demo", "demo-items"}
 
     try:
         wait_for(ready, DEMO_READY_TIMEOUT_S, f"the demo model ({log_path})")

@@ -121,7 +121,15 @@ def _publish_demo(registry: Path) -> None:
         f"published {DEMO_NAME}/{version} ({summary['trees']} trees, test NDCG@{params.eval_at} "
         f"{ndcg:.4f}) in {time.monotonic() - started:.0f} s; starting the server"
     )
-    _publish_demo_items(registry, train, valid, params)
+    # The id-only example's model trains while the server starts: `demo` answers at once, and
+    # the registry's poll loads `demo-items` when it is published (version directories and
+    # CURRENT are written atomically, so a server stopped meanwhile loses nothing).
+    threading.Thread(
+        target=_publish_demo_items,
+        args=(registry, train, valid, params),
+        name="demo-items",
+        daemon=True,
+    ).start()
 
 
 def _publish_demo_items(registry: Path, train: Any, valid: Any, params: Any) -> None:
@@ -131,7 +139,11 @@ def _publish_demo_items(registry: Path, train: Any, valid: Any, params: Any) -> 
     from trainer.features import demo
 
     version = new_version_id()
-    summary = demo.train_demo_items(train, valid, Path(registry) / demo.NAME / version, params)
+    try:
+        summary = demo.train_demo_items(train, valid, Path(registry) / demo.NAME / version, params)
+    except Exception as exc:  # the demo model serves regardless; say why this one does not
+        echo_err(f"demo-items was not published: {type(exc).__name__}: {exc}")
+        return
     set_current(registry, demo.NAME, version)
     ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
     echo_err(f"published {demo.NAME}/{version} (item features in-process, test NDCG: {ndcg})")

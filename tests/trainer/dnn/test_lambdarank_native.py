@@ -6,22 +6,12 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
+from tests.support.lambda_example import LABELS, LAMBDAS
 from trainer.dnn.losses import lambdarank_loss
 from trainer.lambdamart.lambdas import lambdas_and_hessians
 
-WORKED_EXAMPLE_LABELS = [0, 0, 0, 1, 1, 0, 1, 1, 0, 0]
-WORKED_EXAMPLE_LAMBDAS = [
-    -0.495,
-    -0.206,
-    -0.104,
-    0.231,
-    0.231,
-    -0.033,
-    0.240,
-    0.247,
-    -0.051,
-    -0.061,
-]
+WORKED_EXAMPLE_LABELS = LABELS
+WORKED_EXAMPLE_LAMBDAS = LAMBDAS
 
 
 def padded(values, offsets, fill):

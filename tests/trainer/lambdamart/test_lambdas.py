@@ -1,21 +1,11 @@
 import numpy as np
 import pytest
 
+from tests.support.lambda_example import LABELS, LAMBDAS
 from trainer.lambdamart.lambdas import LambdaObjective, lambdas_and_hessians
 
-WORKED_EXAMPLE_LABELS = np.array([0, 0, 0, 1, 1, 0, 1, 1, 0, 0], dtype=np.float64)
-WORKED_EXAMPLE_LAMBDAS = [
-    -0.495,
-    -0.206,
-    -0.104,
-    0.231,
-    0.231,
-    -0.033,
-    0.240,
-    0.247,
-    -0.051,
-    -0.061,
-]
+WORKED_EXAMPLE_LABELS = np.array(LABELS, dtype=np.float64)
+WORKED_EXAMPLE_LAMBDAS = LAMBDAS
 
 
 def _ndcg_at(labels: np.ndarray, order: np.ndarray, k: int) -> float:

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 
 from tests.support.uvicorn_server import REPO, UvicornServer
 from trainer.simulate.clicks import ClickModel
@@ -109,6 +110,8 @@ class SimulatedUsers:
         features = docs.features.reshape(impressions, length, -1)
         clicked = served_versions = 0
         versions: dict[str, int] = {}
+        degraded: dict[str, int] = {}
+        scored: list[str] = []
         for q in range(impressions):
             body = {
                 "model": MODEL,
@@ -120,6 +123,11 @@ class SimulatedUsers:
             answer = client.post("/rerank", json=body).raise_for_status().json()
             version = answer["model"]["version"]
             versions[version] = versions.get(version, 0) + 1
+            if answer["degraded"]:
+                for reason in answer["reasons"]:
+                    degraded[reason] = degraded.get(reason, 0) + 1
+            else:
+                scored.append(answer["request_id"])
             served = [r["id"] for r in answer["results"]]
             hits = self.clicks.click(np.arange(1, length + 1), labels[q, served], rng)
             events = [{"id": served[k], "type": "click"} for k in np.flatnonzero(hits)]
@@ -129,22 +137,44 @@ class SimulatedUsers:
                     "/feedback", json={"request_id": answer["request_id"], "events": events}
                 ).raise_for_status()
             served_versions += 1
-        return {"impressions": served_versions, "clicked": clicked, "versions": versions}
+        return {
+            "impressions": served_versions,
+            "clicked": clicked,
+            "versions": versions,
+            "degraded": degraded,
+            "scored": scored,
+        }
+
+
+def _wait_logged(log: Path, request_ids: list[str], timeout: float = 60) -> None:
+    """Until every impression in `request_ids` is in the JSONL log (the sink writes in the
+    background, in batches)."""
+    wanted = set(request_ids)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        logged = set()
+        if log.exists():
+            for line in log.read_bytes().splitlines():
+                record = orjson.loads(line)
+                if record.get("kind") == "impression":
+                    logged.add(record["request_id"])
+        if wanted <= logged:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{len(wanted - logged)} of {len(wanted)} impressions never logged")
 
 
 def _wait_for(client: httpx.Client, version: str, experiment: bool, timeout: float = 60) -> None:
-    """Until the service serves `version` as CURRENT, with or without an experiment."""
+    """Until the service serves `version` as CURRENT, with or without a running experiment
+    (as GET /models reports it: the registry's own state, not a probe's guess)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        models = client.get("/models").json()["models"]
-        current = next((m["version"] for m in models if m["name"] == MODEL), None)
-        probe = client.post(
-            "/rerank",
-            json={"model": MODEL, "explain": True, "candidates": [{"id": 0, "features": [0.0]}]},
-        )
-        in_experiment = probe.status_code == 200 and "experiment" in probe.json()
-        if current == version and (in_experiment == experiment or probe.status_code != 200):
-            return
+        models = client.get("/models").raise_for_status().json()["models"]
+        served = next((m for m in models if m["name"] == MODEL), None)
+        if served is not None and served["version"] == version:
+            running = bool(served.get("experiment") and served["experiment"]["serving"])
+            if running == experiment:
+                return
         time.sleep(0.1)
     raise TimeoutError(f"service did not reach {version} (experiment={experiment})")
 
@@ -188,7 +218,8 @@ def run(
             with httpx.Client(base_url=server.url, timeout=30) as client:
                 _wait_for(client, weak["version"], experiment=True)
                 out["better_session"] = users.session(client, impressions)
-                time.sleep(1.0)  # the impression sink writes in the background
+                _wait_logged(log, out["better_session"]["scored"])
+                out["better_session"]["scored"] = len(out["better_session"]["scored"])
                 out["better_decision"] = ltr(
                     "experiment",
                     "decide",
@@ -221,7 +252,8 @@ def run(
                 out["worse_experiment"] = started_worse["name"]
                 _wait_for(client, strong["version"], experiment=True)
                 out["worse_session"] = users.session(client, impressions)
-                time.sleep(1.0)
+                _wait_logged(log, out["worse_session"]["scored"])
+                out["worse_session"]["scored"] = len(out["worse_session"]["scored"])
                 out["worse_decision"] = ltr(
                     "experiment",
                     "decide",

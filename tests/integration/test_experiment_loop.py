@@ -17,4 +17,8 @@ def test_better_candidate_is_promoted_and_worse_rolled_back() -> None:
     assert worse["action"] == "rollback", out
     assert out["served_after"] == out["strong"]
     assert out["better_session"]["versions"] == {out["weak"]: 1500}  # interleaved under CURRENT
-    assert out["worse_report"]["impressions"] == 1500
+    # Every scored answer is logged and credited; a shed one (over its budget on a loaded
+    # machine) is served in retrieval order, outside the experiment.
+    worse_session = out["worse_session"]
+    assert worse_session["scored"] >= 1450, worse_session
+    assert out["worse_report"]["impressions"] == worse_session["scored"], out

@@ -27,17 +27,18 @@ RUN python3 -m venv /opt/pip \
 
 FROM ${PYTHON_IMAGE} AS serve
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/ltr/bin:$PATH \
-    LTR_REGISTRY=/registry LTR_HOST=0.0.0.0 LTR_PORT=8000 LTR_WORKERS=2 \
+    LTR_REGISTRY=/registry LTR_HOST=0.0.0.0 LTR_PORT=8000 LTR_PROBE_PORT=8001 LTR_WORKERS=2 \
     LTR_COMPILED_CACHE_DIR=/tmp/ltr-compiled NUMBA_CACHE_DIR=/tmp/numba-cache
 RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin ltr \
  && mkdir -p /registry && chown ltr:ltr /registry
 COPY --from=build /opt/ltr /opt/ltr
 USER 10001:10001
-EXPOSE 8000
-# /livez never waits behind scoring, but a loaded container answers it late: 10 s timeout, 6
-# misses (a minute without an answer) before Docker calls the container unhealthy.
+EXPOSE 8000 8001
+# /livez on the probe port (a thread per worker answers it, never queued behind requests); it
+# fails only on an event loop stalled for 30 s. 6 misses in a row before Docker calls it
+# unhealthy.
 HEALTHCHECK --interval=10s --timeout=10s --start-period=120s --retries=6 \
-  CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=9).status == 200 else 1)"]
+  CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8001/livez', timeout=9).status == 200 else 1)"]
 CMD ["ltr", "serve"]
 
 FROM build AS build-trainer

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 LAG_SAMPLE_S = 0.005
 RECENT_WEIGHT = 0.3
@@ -21,6 +22,7 @@ class LoopLag:
     def __init__(self) -> None:
         self.total = 0.0
         self.recent = 0.0
+        self.last_tick = time.monotonic()  # written by the loop, read by the probe thread
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -42,3 +44,9 @@ class LoopLag:
             late = max(loop.time() - due, 0.0)
             self.total += late
             self.recent += RECENT_WEIGHT * (late - self.recent)
+            self.last_tick = time.monotonic()
+
+    def stalled_for(self) -> float:
+        """Seconds since the loop last ran the timer, beyond its period (0 when on time);
+        meaningful from another thread, where the loop's own view is unavailable."""
+        return max(time.monotonic() - self.last_tick - LAG_SAMPLE_S, 0.0)

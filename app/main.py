@@ -27,7 +27,9 @@ from app.api.middleware import ServiceMiddleware
 from app.api.retrieval_order import overload_response
 from app.api.routes import router
 from app.api.schemas import RerankRequest
+from app.health import liveness, readiness
 from app.impressions import ImpressionLog
+from app.probe_server import ProbeServer
 from app.registry import ModelRegistry
 from app.settings import Settings
 
@@ -68,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.impressions = ImpressionLog(settings)
         await app.state.impressions.start()
         app.state.admission.loop_lag.start()
+        probes = _probe_server(settings, app) if settings.probe_port else None
 
         async def on_event(model: str, version: str) -> None:
             log.info("announcement: %s/%s", model, version)
@@ -86,6 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await resolver.close()
             await app.state.impressions.close()
             await app.state.admission.loop_lag.stop()
+            if probes is not None:
+                probes.stop()
             metrics.mark_worker_exited()
 
     app = RerankApp(
@@ -113,6 +118,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(feedback_router)
     return app
+
+
+def _probe_server(settings: Settings, app: FastAPI) -> ProbeServer:
+    assert settings.probe_port is not None
+    admission = app.state.admission
+    registry = app.state.registry
+    return ProbeServer(
+        settings.host,
+        settings.probe_port,
+        livez=lambda: liveness(admission.loop_lag, settings),
+        readyz=lambda: readiness(registry, admission, settings),
+    ).start()
 
 
 async def _load_then_poll(registry: ModelRegistry, poll_seconds: float) -> None:

@@ -23,6 +23,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     workers: Annotated[int, Field(ge=1)] = 1
+    # /livez, /readyz and /metrics also on this port, answered by a thread of each worker, so
+    # probes never queue behind requests on the event loop (deploy/ points its probes here).
+    # Every worker listens on it (SO_REUSEPORT); unset = the service's port only.
+    probe_port: Annotated[int | None, Field(ge=1, le=65535)] = None
+    # /livez fails only when the event loop has not run for this long (a hung worker), never
+    # because of load.
+    livez_max_loop_stall_seconds: Annotated[float, Field(gt=0)] = 30.0
 
     # Limits
     max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024

@@ -42,6 +42,7 @@ from app.experiments.serving import (
     served_experiment,
 )
 from app.features.user_features import UserFeatures
+from app.health import liveness, readiness
 from app.impressions import log_impression
 from app.registry import LoadedModel
 from app.settings import Settings
@@ -258,8 +259,9 @@ def _ranked(
 
 
 @router.get("/livez", response_model=Health, summary="The process is up")
-async def livez() -> Response:
-    return _json({"status": "ok"})
+async def livez(request: Request, settings: SettingsDep) -> Response:
+    status, body = liveness(request.app.state.admission.loop_lag, settings)
+    return _json(body, status)
 
 
 @router.get(
@@ -271,13 +273,8 @@ async def livez() -> Response:
     summary="A model is loaded and warmed",
 )
 async def readyz(registry: RegistryDep, request: Request, settings: SettingsDep) -> Response:
-    if registry.ready:
-        if settings.readyz_reports_shedding and request.app.state.admission.shedding:
-            return _json({"status": "shedding", "detail": "shedding load: send less"}, 503)
-        return _json({"status": "ready"})
-    errors = registry.errors()
-    detail = "; ".join(f"{k}: {v}" for k, v in sorted(errors.items())) or "no model loaded yet"
-    return _json({"status": "not ready", "detail": detail}, 503)
+    status, body = readiness(registry, request.app.state.admission, settings)
+    return _json(body, status)
 
 
 @router.get("/metrics", summary="Prometheus metrics (all workers)", response_class=Response)

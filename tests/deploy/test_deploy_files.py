@@ -203,6 +203,12 @@ def test_kubernetes_api_deployment_probes_and_shutdown() -> None:
     assert readiness["timeoutSeconds"] >= 2 and readiness["failureThreshold"] >= 2
     port_names = {p["name"] for p in container["ports"]}
     assert container["readinessProbe"]["httpGet"]["port"] in port_names
+    # Probes go to the probe listener (a thread: never queued behind requests).
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    probe_port = next(p for p in container["ports"] if p["name"] == "probes")
+    assert env["LTR_PROBE_PORT"] == str(probe_port["containerPort"])
+    for probe in (readiness, liveness, container["startupProbe"]):
+        assert probe["httpGet"]["port"] == "probes"
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert pod["terminationGracePeriodSeconds"] > 5 and container["lifecycle"]["preStop"]
     assert pod["securityContext"]["runAsNonRoot"] is True

@@ -295,3 +295,24 @@ def test_registry_paths_stay_private_and_a_refused_current_falls_back(tmp_path: 
     finally:
         srv.stop()
     assert str(root) in srv.log()  # the absolute path is in the log for the operator
+
+
+def test_probe_port_answers_health_and_metrics(registry: Path) -> None:
+    probe_port = free_port()
+    srv = serve(registry, LTR_PROBE_PORT=str(probe_port))
+    try:
+        base = f"http://127.0.0.1:{probe_port}"
+        with httpx.Client(base_url=base, timeout=5) as probes:
+            assert probes.get("/livez").json() == {"status": "ok"}
+            assert probes.get("/readyz").json() == {"status": "ready"}
+            httpx.post(
+                srv.url + "/rerank",
+                json={"candidates": [{"id": 1, "features": [0.5] * NF}]},
+                timeout=10,
+            ).raise_for_status()
+            exposition = probes.get("/metrics").text
+            assert 'ltr_http_requests_total{method="POST",route="/rerank",status="200"}' in (
+                exposition
+            )
+    finally:
+        srv.stop()

@@ -1,0 +1,39 @@
+"""What /livez and /readyz answer, for the routes on the service's port and for the probe
+listener (app.probe_server) alike.
+
+Liveness fails only when the event loop has not run for `livez_max_loop_stall_seconds`: a
+worker that is merely loaded answers late but is alive, and restarting it would move its load
+onto the other pods (a cascade). Readiness is a model loaded and warmed, and (optionally) not
+shedding, so a load balancer moves traffic away from a worker that sheds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.api.admission import AdmissionController
+from app.loop_lag import LoopLag
+from app.registry import ModelRegistry
+from app.settings import Settings
+
+Answer = tuple[int, dict[str, Any]]
+
+
+def liveness(loop_lag: LoopLag, settings: Settings) -> Answer:
+    stalled = loop_lag.stalled_for()
+    if stalled > settings.livez_max_loop_stall_seconds:
+        detail = f"the event loop has not run for {stalled:.1f} s"
+        return 503, {"status": "stalled", "detail": detail}
+    return 200, {"status": "ok"}
+
+
+def readiness(
+    registry: ModelRegistry | None, admission: AdmissionController, settings: Settings
+) -> Answer:
+    if registry is not None and registry.ready:
+        if settings.readyz_reports_shedding and admission.shedding:
+            return 503, {"status": "shedding", "detail": "shedding load: send less"}
+        return 200, {"status": "ready"}
+    errors = registry.errors() if registry is not None else {}
+    detail = "; ".join(f"{k}: {v}" for k, v in sorted(errors.items())) or "no model loaded yet"
+    return 503, {"status": "not ready", "detail": detail}

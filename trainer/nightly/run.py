@@ -37,6 +37,7 @@ from trainer.nightly.config import NightlyConfig
 from trainer.nightly.gate import GateResult, run_gate
 from trainer.nightly.partitions import find_partitions, split_by_query_hash
 from trainer.nightly.report import write_report
+from trainer.nightly.served_sources import deployed_manifest, served_plan
 from trainer.progress import TrainingProgress
 from trainer.publish import PublishResult, publish
 
@@ -100,13 +101,24 @@ def load_data(config: NightlyConfig) -> NightlyData:
     if cfg.source == "logs":
         from trainer.clicks.join import dataset_from_logs
 
-        train_all, holdout = dataset_from_logs(cfg.dir, None, cfg.holdout_fraction)
+        # Logged rows are in the deployed model's columns (its query and item-store features
+        # included): the retrained version keeps its sources (trainer.nightly.served_sources).
+        served = deployed_manifest(config)
+        names = None if served is None else served.feature_names
+        model = None if served is None else served.name
+        train_all, holdout = dataset_from_logs(cfg.dir, names, cfg.holdout_fraction, model=model)
         train, valid = split_by_query_hash(train_all, cfg.valid_fraction, salt="valid")
+        plan = None if served is None else served_plan(config, served)
         summary = {"source": f"logs in {cfg.dir}", "debias": cfg.debias}
+        if plan is not None:
+            summary["item_set"] = (
+                None if plan.item_set is None else f"{plan.item_set.set}@{plan.item_set.version}"
+            )
+            summary["query_features"] = [n for n, s in plan.sources.items() if s == "query"]
         sizes = _sizes(train, valid, holdout)
         if cfg.debias == "none":
-            return NightlyData(train, valid, holdout, summary | sizes)
-        return _debiased(config, train, valid, holdout, summary | sizes)
+            return NightlyData(train, valid, holdout, summary | sizes, None, plan)
+        return replace(_debiased(config, train, valid, holdout, summary | sizes), sources=plan)
     partitions = find_partitions(cfg.dir, cfg.partitions) if cfg.dir.is_dir() else []
     if not partitions:
         if not cfg.bundled_demo:

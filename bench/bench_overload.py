@@ -232,6 +232,7 @@ class Phase:
     answers: list[Answer]
     probes: list[float] = field(default_factory=list)
     rss: tuple[float, float, float] = (float("nan"),) * 3
+    port_probes: list[float] = field(default_factory=list)  # /livez on LTR_PROBE_PORT
 
     def latencies(self) -> np.ndarray:
         return np.array([a.latency for a in self.answers if a.status]) * 1000
@@ -259,8 +260,16 @@ class Phase:
             f"{pct(lat, 50):.0f} / {pct(lat, 99):.0f} / {lat.max() if lat.size else np.nan:.0f} | "
             f"{good:.1f} ({ratio_text}) | "
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
-            f"{probes.max():.1f} | {self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} |"
+            f"{probes.max():.1f} | {_spread(self.port_probes)} | "
+            f"{self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} |"
         )
+
+
+def _spread(seconds: list[float]) -> str:
+    if not seconds:
+        return "n/a"
+    ms = np.asarray(seconds) * 1000
+    return f"{np.percentile(ms, 50):.1f} / {np.percentile(ms, 99):.1f} / {ms.max():.1f}"
 
 
 async def measured(name: str, server: UvicornServer, seconds: float, load: Any) -> Phase:
@@ -268,11 +277,17 @@ async def measured(name: str, server: UvicornServer, seconds: float, load: Any) 
     pid = server.proc.pid
     before = rss_mb(pid)
     probe = start_probe(server.url, seconds)
+    probe_port = PROBE_PORTS.get(server.port)
+    port_probe = (
+        None if probe_port is None else start_probe(f"http://127.0.0.1:{probe_port}", seconds)
+    )
     with RssSampler(pid) as sampler:
         answers = await load
     probes = probe_result(probe)
+    port_probes = [] if port_probe is None else probe_result(port_probe)
     await asyncio.sleep(1.0)
-    return Phase(name, seconds, answers, probes, (before, sampler.peak, rss_mb(pid)))
+    rss = (before, sampler.peak, rss_mb(pid))
+    return Phase(name, seconds, answers, probes, rss, port_probes)
 
 
 async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[float, list[str]]:
@@ -289,6 +304,9 @@ async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[floa
         best = rate
         await asyncio.sleep(0.5)
     return best, notes
+
+
+PROBE_PORTS: dict[int, int] = {}  # service port -> its LTR_PROBE_PORT
 
 
 def serve(registry: Path, workers: int, **env: str) -> UvicornServer:
@@ -311,6 +329,9 @@ def serve(registry: Path, workers: int, **env: str) -> UvicornServer:
         "LTR_COMPILED_CACHE_DIR": str(Path(tempfile.gettempdir()) / "ltr-bench-overload"),
         "LTR_REQUEST_BUDGET_MS": str(BUDGET_MS),
     }
+    probe_port = free_port()
+    base["LTR_PROBE_PORT"] = str(probe_port)
+    PROBE_PORTS[port] = probe_port
     server = UvicornServer({**base, **env}, port=port, command=command).start(timeout=600)
     return server.wait_ready(timeout=600)  # compiling 500 trees is slow on a loaded machine
 
@@ -544,7 +565,9 @@ def render(
         f"Budget {BUDGET_MS:.0f} ms "
         "(`LTR_REQUEST_BUDGET_MS`). Real `ltr serve` processes; the load generator is a raw "
         "asyncio HTTP client in the benchmark process, `/livez` is probed every 20 ms from a "
-        "separate process. All configurations ran one after another in one run.",
+        "separate process on the service's port and from another on the probe port "
+        "(`LTR_PROBE_PORT`: a thread of each worker answers it; deploy/ probes there). All "
+        "configurations ran one after another in one run.",
         "",
         "Sustainable throughput (highest open-loop rate with p99 under the budget and every "
         "answer scored):",
@@ -556,8 +579,9 @@ def render(
         "",
         "| phase | answers | 5xx / no answer | unscored (shed, over budget) | "
         "latency p50 / p99 / max ms | goodput req/s (of sustainable) | "
-        "/livez p50 / p99 / max ms | RSS MB before / peak / after |",
-        "|---|---|---|---|---|---|---|---|",
+        "/livez p50 / p99 / max ms | /livez on the probe port p50 / p99 / max ms | "
+        "RSS MB before / peak / after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, rate, _, phases in configs:
         for phase in phases:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 _EMPTY = -1
+_MAX_BUCKET_BITS = 28  # 2**28 buckets: 1 GiB of starts at most, for 256M items
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
@@ -57,26 +58,47 @@ class ItemIndex:
 
     def __init__(self, ids: np.ndarray) -> None:
         self.ids = ids
+        n = int(ids.shape[0])
         hashes = id_hashes(ids)
         order = np.argsort(hashes, kind="stable")
         self.hashes = hashes[order]  # uint64 [n], sorted
-        self.rows_by_hash = order.astype(np.int32 if ids.shape[0] < 2**31 else np.int64)
+        self.rows_by_hash = order.astype(np.int32 if n < 2**31 else np.int64)
         same = np.flatnonzero(self.hashes[1:] == self.hashes[:-1])
         self.colliding = np.unique(self.hashes[same])  # uint64: hashes shared by two ids
+        # A binary search over n hashes is ~log2(n) cache misses per key; the hash's top bits
+        # pick a bucket of about one hash instead, whose start a second array holds.
+        self.bits = min(max(int(n - 1).bit_length(), 1), _MAX_BUCKET_BITS)
+        self.shift = np.uint64(64 - self.bits)
+        buckets = (self.hashes >> self.shift).astype(np.int64)
+        self.starts = np.searchsorted(buckets, np.arange((1 << self.bits) + 1)).astype(
+            self.rows_by_hash.dtype
+        )
 
     def rows(self, keys: np.ndarray) -> np.ndarray:
         """int64 [len(keys)]: each key's row, -1 where absent. `keys`: unicode [m]."""
         m, n = int(keys.shape[0]), int(self.ids.shape[0])
+        rows = np.full(m, _EMPTY, dtype=np.int64)
         if m == 0 or n == 0:
-            return np.full(m, _EMPTY, dtype=np.int64)
+            return rows
         h = id_hashes(keys)
-        at = np.minimum(np.searchsorted(self.hashes, h), n - 1)
-        rows = self.rows_by_hash[at].astype(np.int64)
-        hit = (self.hashes[at] == h) & (self.ids[rows] == keys)
+        bucket = (h >> self.shift).astype(np.intp)
+        at = self.starts[bucket].astype(np.intp)
+        end = self.starts[bucket + 1].astype(np.intp)
+        pending = np.flatnonzero(at < end)
+        while pending.size:  # steps through a bucket's sorted hashes: one or two on average
+            here = self.hashes[at[pending]]
+            wanted = h[pending]
+            matched = pending[here == wanted]
+            rows[matched] = self.rows_by_hash[at[matched]]
+            onward = pending[here < wanted]
+            at[onward] += 1
+            pending = onward[at[onward] < end[onward]]
+        hit = rows >= 0
+        hit[hit] = self.ids[rows[hit]] == keys[hit]
         rows[~hit] = _EMPTY
         if self.colliding.size:
             shared = ~hit & np.isin(h, self.colliding)
             if shared.any():
-                at = np.minimum(np.searchsorted(self.ids, keys[shared]), n - 1)
-                rows[shared] = np.where(self.ids[at] == keys[shared], at, _EMPTY)
+                found = np.minimum(np.searchsorted(self.ids, keys[shared]), n - 1)
+                rows[shared] = np.where(self.ids[found] == keys[shared], found, _EMPTY)
         return rows

@@ -95,15 +95,25 @@ def _publish_demo(registry: Path) -> None:
         from app.artifacts.manifest import new_version_id
         from trainer.data.loader import load_dataset
         from trainer.engines import train_tree_model
+        from trainer.lambdamart.kernel_warmup import (
+            head,
+            start_objective_warmup,
+            warm_tree_learner,
+        )
         from trainer.lambdamart.params import LambdaMARTParams
 
+        params = LambdaMARTParams.model_validate(
+            {"num_trees": DEMO_TREES, "num_leaves": 31, "early_stopping_rounds": 20}
+        )
+        # With an empty numba cache, a second process compiles the gradient kernels while this
+        # one compiles the tree learner's (trainer.lambdamart.kernel_warmup).
+        second = start_objective_warmup(DEMO_DATA / "rank.train", params)
         train = load_dataset(DEMO_DATA / "rank.train")
         valid = load_dataset(
             DEMO_DATA / "rank.test", num_features=train.num_features, feature_names=train.names()
         )
-        params = LambdaMARTParams.model_validate(
-            {"num_trees": DEMO_TREES, "num_leaves": 31, "early_stopping_rounds": 20}
-        )
+        warm_tree_learner(head(train), params)
+        second.wait()
         version = new_version_id()
         with _DemoProgress(DEMO_TREES, compiled) as progress:
             summary = train_tree_model(

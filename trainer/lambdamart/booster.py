@@ -42,7 +42,7 @@ class TrainResult:
     train_scores: np.ndarray | None = None
 
 
-class _Sampler:
+class Sampler:
     """Per-tree rows (whole queries, bagging_fraction) and features (feature_fraction)."""
 
     def __init__(self, data: RankingDataset, params: LambdaMARTParams) -> None:
@@ -111,7 +111,7 @@ def train(
         params.min_sum_hessian_in_leaf,
         params.lambda_l2,
     )
-    sampler = _Sampler(train, params)
+    sampler = Sampler(train, params)
     scores = np.zeros(train.num_docs)
     valid_scores = None if valid is None else np.zeros(valid.num_docs)
     trees: list[Tree] = []

@@ -32,6 +32,8 @@ TREES, DEPTH = 300, 6
 ROUNDS = 1500
 WARMUP = 100
 MAIN_CHECKOUT = Path(os.environ.get("LTR_MAIN_CHECKOUT", "/work/main"))
+# Optionally an older checkout served interleaved too, to compare two versions of the hook.
+PREVIOUS_CHECKOUT = os.environ.get("LTR_PREVIOUS_CHECKOUT")
 
 
 def _registry(root: Path, mode: str | None) -> Path:
@@ -63,6 +65,9 @@ def run() -> dict[str, Any]:
     }
     if (MAIN_CHECKOUT / "app" / "main.py").is_file():
         configs["main"] = (_registry(tmp / "main", None), str(MAIN_CHECKOUT))
+    if PREVIOUS_CHECKOUT is not None:
+        previous = _registry(tmp / "previous", "interleave")
+        configs["interleave, previous code"] = (previous, PREVIOUS_CHECKOUT)
     servers: dict[str, UvicornServer] = {}
     rng = np.random.default_rng(0)
     bodies = []
@@ -112,6 +117,7 @@ def run() -> dict[str, Any]:
             server.stop()
     base = statistics.median(times["no experiment"])
     out: dict[str, Any] = {
+        "note": f"Load average {os.getloadavg()[0]:.1f} at the end of the run.",
         "candidates": CANDIDATES,
         "features": FEATURES,
         "trees": TREES,
@@ -137,8 +143,10 @@ def render(s: dict[str, Any]) -> list[str]:
         f"`POST /rerank` with {s['candidates']} candidates × {s['features']} features, tree "
         f"models of {s['trees']} trees of depth {s['depth']}, one uvicorn worker per server, "
         f"{s['rounds']} requests per server, alternating between servers (client and servers "
-        "on the same 2 cores). `main` is the code before this change, to show that a "
-        "service without an experiment pays nothing for the hook.",
+        "on the same 2 cores). `main` is the code before the experiment hook, to show that a "
+        "service without an experiment pays nothing for it; `interleave, previous code` is "
+        "the hook before candidate scoring followed the inline rule (it scored the candidate "
+        "in a worker thread at every size)." + (f" {s['note']}" if s.get("note") else ""),
         "",
         "| server | p50 ms | p90 ms | p99 ms | p50 ÷ no experiment |",
         "|---|---:|---:|---:|---:|",

@@ -81,10 +81,12 @@ async def rank_in_experiment(
         scores = await score(model, features, user, False)
         order = ranking_order(scores)[:top_k].tolist()
         return ExperimentRanking(model, scores, order, _experiment_log(spec, arm, None), None)
-    # The candidate scores in a worker thread while the control scores here: the native
-    # scorers release the GIL, so with a core free the second model costs little wall time.
+    # Both models follow the service's inline rule: a small request scores both on the loop,
+    # one after the other (a thread hop costs more than a few hundred rows take to score, and
+    # on a busy machine the thread waits for a core); a large one scores both in worker
+    # threads at once, where the native scorers release the GIL.
     own_features, own_user = await candidate_inputs(candidate)
-    candidate_task = asyncio.ensure_future(score(candidate, own_features, own_user, True))
+    candidate_task = asyncio.ensure_future(score(candidate, own_features, own_user, False))
     try:
         control_scores = await score(control, *control_inputs, False)
     finally:

@@ -13,7 +13,7 @@ import numpy as np
 from app.artifacts.tree_dump import Tree, TreeEnsemble
 from trainer.data.dataset import RankingDataset
 from trainer.lambdamart.binned_predict import add_leaf_values, add_tree
-from trainer.lambdamart.binning import fit_bins
+from trainer.lambdamart.binning import BinMapper, fit_bins
 from trainer.lambdamart.lambdas import LambdaObjective
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.lambdamart.tree_learner import TreeLearner
@@ -70,6 +70,30 @@ class Sampler:
         return np.sort(self.rng.choice(self.n_features, self.f_take, replace=False))
 
 
+def lambda_objective(data: RankingDataset, params: LambdaMARTParams) -> LambdaObjective:
+    """The LambdaRank gradients of `data`'s labels under `params`."""
+    return LambdaObjective(
+        data.labels,
+        data.group_offsets,
+        sigma=params.sigma,
+        ndcg_truncation=params.ndcg_truncation,
+        max_pairs_rank=params.max_pairs_rank,
+        eval_at=params.eval_at,
+        empty_value=params.empty_query_ndcg,
+    )
+
+
+def tree_learner(bins: np.ndarray, mapper: BinMapper, params: LambdaMARTParams) -> TreeLearner:
+    return TreeLearner(
+        bins,
+        mapper,
+        params.num_leaves,
+        params.min_data_in_leaf,
+        params.min_sum_hessian_in_leaf,
+        params.lambda_l2,
+    )
+
+
 def _set_threads(threads: int) -> None:
     limit = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     numba.set_num_threads(limit if threads == 0 else min(threads, limit))
@@ -94,23 +118,8 @@ def train(
     mapper = fit_bins(train.features, params.max_bin, params.seed)
     bins = mapper.transform(train.features)
     valid_bins = None if valid is None else mapper.transform(valid.features)
-    objective = objective or LambdaObjective(
-        train.labels,
-        train.group_offsets,
-        sigma=params.sigma,
-        ndcg_truncation=params.ndcg_truncation,
-        max_pairs_rank=params.max_pairs_rank,
-        eval_at=params.eval_at,
-        empty_value=params.empty_query_ndcg,
-    )
-    learner = TreeLearner(
-        bins,
-        mapper,
-        params.num_leaves,
-        params.min_data_in_leaf,
-        params.min_sum_hessian_in_leaf,
-        params.lambda_l2,
-    )
+    objective = objective or lambda_objective(train, params)
+    learner = tree_learner(bins, mapper, params)
     sampler = Sampler(train, params)
     scores = np.zeros(train.num_docs)
     valid_scores = None if valid is None else np.zeros(valid.num_docs)

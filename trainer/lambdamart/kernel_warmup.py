@@ -34,19 +34,11 @@ def warm_tree_learner(data: RankingDataset, params: LambdaMARTParams) -> None:
     binning, histogram, split-search and tree-scoring kernels."""
     from trainer.lambdamart.binned_predict import add_leaf_values, add_tree
     from trainer.lambdamart.binning import fit_bins
-    from trainer.lambdamart.booster import Sampler
-    from trainer.lambdamart.tree_learner import TreeLearner
+    from trainer.lambdamart.booster import Sampler, tree_learner
 
     mapper = fit_bins(data.features, params.max_bin, params.seed)
     bins = mapper.transform(data.features)
-    learner = TreeLearner(
-        bins,
-        mapper,
-        params.num_leaves,
-        params.min_data_in_leaf,
-        params.min_sum_hessian_in_leaf,
-        params.lambda_l2,
-    )
+    learner = tree_learner(bins, mapper, params)
     sampler = Sampler(data, params)
     rng = np.random.default_rng(0)
     gradients = rng.standard_normal(data.num_docs)
@@ -62,18 +54,10 @@ def warm_tree_learner(data: RankingDataset, params: LambdaMARTParams) -> None:
 
 def warm_objective(data: RankingDataset, params: LambdaMARTParams) -> None:
     """One lambda pass and the validation metric on `data`: compiles the gradient kernels."""
-    from trainer.lambdamart.lambdas import LambdaObjective
+    from trainer.lambdamart.booster import lambda_objective
     from trainer.metrics.ndcg import mean_ndcg
 
-    objective = LambdaObjective(
-        data.labels,
-        data.group_offsets,
-        sigma=params.sigma,
-        ndcg_truncation=params.ndcg_truncation,
-        max_pairs_rank=params.max_pairs_rank,
-        eval_at=params.eval_at,
-        empty_value=params.empty_query_ndcg,
-    )
+    objective = lambda_objective(data, params)
     scores = np.zeros(data.num_docs)
     objective.compute(scores)
     objective.compute(scores, with_lambdas=False)

@@ -71,7 +71,7 @@ def dnn_run(
     from trainer.dnn.engine import train_and_export
     from trainer.dnn.options import DNNOptions
 
-    path = train_and_export(train, valid, DNNOptions(**options), out)
+    path = train_and_export(train, valid, DNNOptions(**options), out).model_dir
     manifest = json.loads((path / "manifest.json").read_text())
     return path, manifest["training"]
 

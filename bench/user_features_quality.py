@@ -149,7 +149,7 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
     stay under `root/models` (the serving part publishes some of them)."""
     from trainer.dnn.engine import train_and_export
     from trainer.dnn.options import DNNOptions
-    from trainer.engines import train_tree_model
+    from trainer.engines.tree_model import train_tree_model
     from trainer.engines.user_embeddings import with_user_vectors
     from trainer.lambdamart.params import LambdaMARTParams
 
@@ -169,7 +169,7 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
         started = time.perf_counter()
         path = train_and_export(
             train, valid, DNNOptions(**DNN, seed=seed, **extra), models / name / "v1"
-        )
+        ).model_dir
         ndcg[name] = _ndcg(path, test, profiles)
         seconds[name] = time.perf_counter() - started
         print(
@@ -182,10 +182,9 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
     ) -> Path:
         started = time.perf_counter()
         params = LambdaMARTParams(**TREES, seed=seed, early_stopping_rounds=TREES_STOP)
-        summary = train_tree_model(
+        path = train_tree_model(
             "lightgbm", train, valid, params, models / name / "v1", name=name, **user
-        )
-        path = Path(summary["model_dir"])
+        ).model_dir
         ndcg[name] = _ndcg(path, test, profiles)
         seconds[name] = time.perf_counter() - started
         print(
@@ -248,7 +247,7 @@ def _same_size_trees(p: Prepared, models: Path) -> None:
     learned user vector, so that on/off differ by the user features only."""
     import shutil
 
-    from trainer.engines import train_tree_model
+    from trainer.engines.tree_model import train_tree_model
     from trainer.engines.user_embeddings import with_user_vectors
     from trainer.lambdamart.params import LambdaMARTParams
 

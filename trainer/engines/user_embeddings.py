@@ -112,7 +112,7 @@ def user_table(
         field_embeddings=options.field_embeddings,
     )
     with tempfile.TemporaryDirectory() as tmp:
-        path = train_and_export(train, valid, dnn, Path(tmp) / "embeddings" / "v1")
+        path = train_and_export(train, valid, dnn, Path(tmp) / "embeddings" / "v1").model_dir
         artifact = load_version(path)
     uc = artifact.manifest.user_clusters
     if uc is None:  # train_and_export always writes them with these options

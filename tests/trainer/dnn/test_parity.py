@@ -78,7 +78,7 @@ def test_duplicated_rows_one_ulp_apart_keep_the_version(duplicated, tmp_path, mo
     train, valid = duplicated
     monkeypatch.setattr(parity, "torch_scores", nudged_torch_scores(0.0))
     out = tmp_path / "dnn" / "v1"
-    assert train_and_export(train, valid, DNNOptions(**FAST), out) == out
+    assert train_and_export(train, valid, DNNOptions(**FAST), out).model_dir == out
     assert (out / "model.onnx").is_file()
 
 

@@ -551,15 +551,15 @@ def _train_dnn(
     from trainer.progress import TrainingProgress
 
     try:
-        from trainer.dnn.engine import train_and_export
         from trainer.dnn.user_clusters import ClusterConfigError
         from trainer.dnn.user_profiles import ProfileTableError
+        from trainer.engines.dnn_model import train_dnn_model
     except ImportError as exc:
         fail(f"--engine dnn needs the dnn extra (pip install 'ltr-rerank[dnn]'): {exc}")
     metric = f"ndcg@{options.eval_at}"
     with TrainingProgress(options.epochs, metric=metric, unit="epoch") as progress:
         try:
-            return train_and_export(train, valid, options, out, progress, name=name)
+            return train_dnn_model(train, valid, options, out, progress, name=name)
         except (ClusterConfigError, ProfileTableError) as exc:
             raise CommandError(str(exc)) from None
 

@@ -232,12 +232,12 @@ def train_candidate(
         return attach_sources(trained, out, data.sources), history
     model = config.model
     if model.engine == "dnn":
-        from trainer.dnn.engine import train_and_export
+        from trainer.engines.dnn_model import train_dnn_model
 
         options = model.dnn
         progress = _RecordingProgress(options.epochs, unit="epoch")
         with progress:
-            path = train_and_export(
+            path = train_dnn_model(
                 data.train, data.valid, options, out, progress, name=model.name
             ).model_dir
     else:

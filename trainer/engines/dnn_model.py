@@ -39,7 +39,7 @@ from trainer.export import check_out_dir, data_fingerprint, plain_json
 DEFAULT_MODEL_NAME = "lambdadnn"
 
 
-def train_and_export(
+def train_dnn_model(
     train: RankingDataset,
     valid: RankingDataset | None,
     options: DNNOptions,

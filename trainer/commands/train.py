@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from trainer.data.dataset import RankingDataset
     from trainer.dnn.options import DNNOptions
     from trainer.engines.training_result import TrainingResult
+    from trainer.engines.user_embeddings import TreeUserOptions, TreeUserTable
     from trainer.lambdamart.lambdas import LambdaObjective
     from trainer.lambdamart.params import LambdaMARTParams
 
@@ -369,11 +370,9 @@ def train_command(
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
             train, valid = _load(train_file, valid_file, spec, sourced)
-            user_settings = None
+            table = None
             if users.enabled:
-                user_settings = _tree_user_features(train, valid, users, params, network)
-            if user_settings is not None:
-                train, valid = user_settings.pop("train"), user_settings.pop("valid")
+                train, valid, table = _tree_user_features(train, valid, users, params, network)
             objective = None
             valid_metric = "ndcg"
             if unbiased or propensities is not None:
@@ -386,7 +385,7 @@ def train_command(
                 valid = _unbiased_valid(valid, propensities)
                 valid_metric = "ndcg" if valid is clicks_valid else "dcg"
             result = _train_trees(
-                chosen, train, valid, params, out, name, objective, valid_metric, user_settings
+                chosen, train, valid, params, out, name, objective, valid_metric, table
             )
         if sourced:
             from trainer.features.sources import attach_sources
@@ -487,7 +486,7 @@ def _train_trees(
     name: str,
     objective: LambdaObjective | None = None,
     valid_metric: str = "ndcg",
-    user_settings: dict[str, Any] | None = None,
+    table: TreeUserTable | None = None,
 ) -> TrainingResult:
     from trainer.engines.tree_model import train_tree_model
     from trainer.progress import TrainingProgress
@@ -506,32 +505,33 @@ def _train_trees(
             progress=progress,
             objective=objective,
             valid_metric=valid_metric,
-            **(user_settings or {}),
+            user_clusters=None if table is None else table.clusters,
+            user_files=None if table is None else table.files,
+            user_training=None if table is None else table.training,
         )
 
 
 def _tree_user_features(
     train: RankingDataset,
     valid: RankingDataset | None,
-    users: Any,
+    users: TreeUserOptions,
     params: LambdaMARTParams,
     network: dict[str, Any],
-) -> dict[str, Any]:
-    """The user table (learned or reused) and the data with each list's user vector appended:
-    keys train, valid, user_clusters, user_files, user_training."""
-    from trainer.engines.user_embeddings import user_table, with_user_vectors
+) -> tuple[RankingDataset, RankingDataset | None, TreeUserTable]:
+    """The data with each list's user vector appended, and the user table (learned or reused)
+    that goes into the version."""
+    from trainer.engines.user_embeddings import TreeUserTable, user_table, with_user_vectors
 
     uc, files, record = user_table(
         train, valid, users, seed=params.seed, threads=params.threads, dnn_params=network
     )
     profiles = users.user_profiles
-    return {
-        "train": with_user_vectors(train, uc, files, profiles),
-        "valid": None if valid is None else with_user_vectors(valid, uc, files, profiles),
-        "user_clusters": uc,
-        "user_files": files,
-        "user_training": {**record, "user_profiles": str(profiles)},
-    }
+    assert profiles is not None  # users.enabled
+    return (
+        with_user_vectors(train, uc, files, profiles),
+        None if valid is None else with_user_vectors(valid, uc, files, profiles),
+        TreeUserTable(uc, files, {**record, "user_profiles": str(profiles)}),
+    )
 
 
 def _int_list(text: str, flag: str) -> list[int]:

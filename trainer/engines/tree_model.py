@@ -32,7 +32,6 @@ def train_tree_model(
     *,
     name: str = "default",
     progress: TrainingProgress | None = None,
-    dask_scheduler: str | None = None,
     objective: LambdaObjective | None = None,
     valid_metric: str = "ndcg",
     user_clusters: UserClusters | None = None,

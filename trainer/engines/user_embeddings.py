@@ -6,6 +6,7 @@ networks (manifest `user_clusters.input = "features"`)."""
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ USER_FEATURE_KEYS = (
     "field_embeddings",
     "user_embeddings_from",
 )
+
+
+@dataclass(frozen=True)
+class TreeUserTable:
+    """The user table a tree version carries: its manifest entry, its files (clusters.json,
+    embeddings.npy) and the record of how it was made (manifest `training`)."""
+
+    clusters: UserClusters
+    files: dict[str, bytes]
+    training: dict[str, Any]
 
 
 class TreeUserOptions(BaseModel):

@@ -68,10 +68,10 @@ def lambdamart_scores(
 def dnn_run(
     train: RankingDataset, valid: RankingDataset, options: dict, out: Path
 ) -> tuple[Path, dict[str, Any]]:
-    from trainer.dnn.engine import train_and_export
     from trainer.dnn.options import DNNOptions
+    from trainer.engines.dnn_model import train_dnn_model
 
-    path = train_and_export(train, valid, DNNOptions(**options), out)
+    path = train_dnn_model(train, valid, DNNOptions(**options), out).model_dir
     manifest = json.loads((path / "manifest.json").read_text())
     return path, manifest["training"]
 

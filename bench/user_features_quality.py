@@ -2,7 +2,7 @@
 combination-effects generator (bench.generate_personal): the pieces of
 `bench.bench_user_features --part quality`.
 
-Every model is trained and scored with the product's own code paths: `train_and_export`
+Every model is trained and scored with the product's own code paths: `train_dnn_model`
 (`ltr train --engine dnn`), `train_tree_model` with `with_user_vectors` (`ltr train --engine
 lightgbm --user-profiles ...`), and the test set scored through the service's scorer with the
 vector the service computes for each user (`ltr evaluate --user-profiles`).
@@ -25,10 +25,10 @@ from app.features.embedding_table import EmbeddingTable
 from bench.generate_personal import ORDERS, generate
 from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
+from trainer.dataset_scoring import score_dataset
 from trainer.dnn.user_clusters import load_cluster_scheme, user_vectors
 from trainer.dnn.user_profiles import read_profiles
 from trainer.metrics.ndcg import mean_ndcg
-from trainer.scoring import score_dataset
 
 GENERATORS = ("simulate", "combo")
 # Same budget for every network: the user table is the only difference between rows.
@@ -147,9 +147,9 @@ def _ndcg(path: Path, test: RankingDataset, profiles: dict[str, Any] | None) -> 
 def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> dict[str, Any]:
     """Test NDCG@10 of every row of ROWS, and seconds per row, for one dataset. The versions
     stay under `root/models` (the serving part publishes some of them)."""
-    from trainer.dnn.engine import train_and_export
     from trainer.dnn.options import DNNOptions
-    from trainer.engines import train_tree_model
+    from trainer.engines.dnn_model import train_dnn_model
+    from trainer.engines.tree_model import train_tree_model
     from trainer.engines.user_embeddings import with_user_vectors
     from trainer.lambdamart.params import LambdaMARTParams
 
@@ -167,9 +167,9 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
         test: RankingDataset,
     ) -> Path:
         started = time.perf_counter()
-        path = train_and_export(
+        path = train_dnn_model(
             train, valid, DNNOptions(**DNN, seed=seed, **extra), models / name / "v1"
-        )
+        ).model_dir
         ndcg[name] = _ndcg(path, test, profiles)
         seconds[name] = time.perf_counter() - started
         print(
@@ -182,10 +182,9 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
     ) -> Path:
         started = time.perf_counter()
         params = LambdaMARTParams(**TREES, seed=seed, early_stopping_rounds=TREES_STOP)
-        summary = train_tree_model(
+        path = train_tree_model(
             "lightgbm", train, valid, params, models / name / "v1", name=name, **user
-        )
-        path = Path(summary["model_dir"])
+        ).model_dir
         ndcg[name] = _ndcg(path, test, profiles)
         seconds[name] = time.perf_counter() - started
         print(
@@ -248,7 +247,7 @@ def _same_size_trees(p: Prepared, models: Path) -> None:
     learned user vector, so that on/off differ by the user features only."""
     import shutil
 
-    from trainer.engines import train_tree_model
+    from trainer.engines.tree_model import train_tree_model
     from trainer.engines.user_embeddings import with_user_vectors
     from trainer.lambdamart.params import LambdaMARTParams
 

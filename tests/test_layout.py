@@ -48,3 +48,21 @@ def test_bundled_demo_data_is_present() -> None:
     data = ROOT / "trainer" / "demo_data"
     for name in ("rank.train", "rank.train.query", "rank.test", "rank.test.query"):
         assert (data / name).stat().st_size > 0
+
+
+def _where_things_are() -> str:
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    return text.split("## Where things are", 1)[1].split("\n## ", 1)[0]
+
+
+def test_architecture_table_names_every_package_and_only_real_paths() -> None:
+    table = _where_things_are()
+    for top in ("app", "trainer"):
+        for package in sorted((ROOT / top).iterdir()):
+            if package.is_dir() and any(package.glob("*.py")):
+                assert f"`{top}/{package.name}/`" in table, f"{top}/{package.name}/ is not listed"
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            place = line.split("|")[1]
+            for path in place.replace("`", "").replace(",", " ").split():
+                assert (ROOT / path).exists(), f"the table names {path}, which does not exist"

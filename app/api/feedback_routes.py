@@ -7,17 +7,18 @@ Include with `app.include_router(feedback_router)`; the lifespan puts an
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response
 
+from app.api.dependencies import ImpressionsDep
 from app.api.errors import json_error
 from app.api.request_matrix import decode_body
 from app.api.schemas import MessageResponse, ValidationErrorResponse
-from app.impressions.feedback import FeedbackError, FeedbackUnavailable, ImpressionLog
+from app.impressions.feedback import FeedbackError, FeedbackUnavailable
 
 feedback_router = APIRouter()
 
@@ -61,10 +62,6 @@ class FeedbackResponse(BaseModel):
     duplicates: int = Field(description="Events already recorded for this request (ignored).")
 
 
-def get_impressions(request: Request) -> ImpressionLog | None:
-    return getattr(request.app.state, "impressions", None)
-
-
 @feedback_router.post(
     "/feedback",
     status_code=202,
@@ -86,7 +83,7 @@ def get_impressions(request: Request) -> ImpressionLog | None:
 )
 async def feedback(
     request: Request,
-    impressions: Annotated[ImpressionLog | None, Depends(get_impressions)],
+    impressions: ImpressionsDep,
 ) -> Response:
     """Events for candidates of one earlier /rerank answer (by its `request_id`). The same
     request id + candidate + type counts once: repeats are answered 202 and ignored."""

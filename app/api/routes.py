@@ -1,11 +1,13 @@
-"""The HTTP routes. `/rerank`: body → matrix (request_matrix) → user vector (resolver) →
-scores (the model's scorer) → ranked JSON; everything else is a few lines."""
+"""The HTTP routes. `/rerank`: parse (body → matrix, request_matrix and assembly, with the
+user vector from the resolver) → rank (the model's scorer, or the experiment's) → respond
+(ranked JSON, explanations on request); everything else is a few lines."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -16,9 +18,11 @@ from starlette.responses import Response
 
 from app import metrics
 from app.api.admission import AdmissionDep, Slot
-from app.api.assembly import assemble, report_items
+from app.api.assembly import Assembled, assemble, report_items
 from app.api.dependencies import (
     AdminDep,
+    ImpressionsDep,
+    ItemStoreDep,
     RegistryDep,
     ResolverDep,
     ScoringLimiterDep,
@@ -41,10 +45,11 @@ from app.experiments.serving import (
     rank_in_experiment,
     served_experiment,
 )
-from app.features.user_features import UserFeatures
+from app.features.item_store import ItemFeatureStore
+from app.features.user_features import UserFeatureResolver, UserFeatures
 from app.health import liveness, readiness
 from app.impressions import log_impression
-from app.registry import LoadedModel
+from app.registry import LoadedModel, ModelRegistry
 from app.settings import Settings
 
 router = APIRouter()
@@ -91,29 +96,81 @@ async def rerank(
     settings: SettingsDep,
     limiter: ScoringLimiterDep,
     slot: AdmissionDep,
+    item_store: ItemStoreDep,
+    impressions: ImpressionsDep,
 ) -> Response:
     """Candidates come back sorted by score (highest first, ties in input order), cut to
     `top_k`. `features` is a list in the model's feature order (`GET /models`) or a name →
     value map; null or an absent name is a missing value. A request that cannot be scored
     within its latency budget comes back in its own order, `degraded` (docs/API.md)."""
+    parsed = await _parse(request, registry, resolver, settings, slot, item_store)
+    body = await _rank(parsed, registry, resolver, settings, limiter, slot)
+    rows, envelope = parsed.rows, parsed.envelope
+    user = envelope.user
+    log_impression(
+        impressions,
+        body,
+        envelope.query_id,
+        None if user is None else user.id,
+        None if rows.user is None else rows.user.cluster,
+        rows.ids,
+        rows.features,
+    )
+    return await _respond(parsed, body, settings, limiter, slot)
+
+
+@dataclass(frozen=True)
+class ParsedRerank:
+    """A /rerank request turned into what the model scores."""
+
+    doc: dict[str, Any]  # the body's JSON object, without its candidates
+    envelope: RerankEnvelope
+    model: LoadedModel
+    rows: Assembled  # candidate, query, item-store and user features in model column order
+    request_id: str
+    user_columns: int  # trailing columns of rows.features that are the user vector
+
+
+async def _parse(
+    request: Request,
+    registry: ModelRegistry,
+    resolver: UserFeatureResolver,
+    settings: Settings,
+    slot: Slot,
+    item_store: ItemFeatureStore,
+) -> ParsedRerank:
     started = time.perf_counter()
     raw = slot.body  # admitted within its latency budget (app.api.admission), else shed
     doc = await slot.decode(raw)
     candidates = doc.pop("candidates", None)
     envelope = RerankEnvelope.model_validate(doc)
     model = registry.get(envelope.model)
-    # Candidate, query, item-store and user features → one matrix in model column order.
-    state = request.app.state
-    rows = await assemble(
-        model, doc, candidates, raw, envelope, settings, resolver, state.item_store
-    )
+    rows = await assemble(model, doc, candidates, raw, envelope, settings, resolver, item_store)
     metrics.DECODE_SECONDS.observe(time.perf_counter() - started)
-    features, user_features, user_vector = rows.features, rows.user, rows.user_vector
     uc = model.manifest.user_clusters
-    extra = uc.embedding_dim if uc is not None and uc.input == "features" else 0
-    n = features.shape[0]
-    metrics.CANDIDATES.observe(n)
-    request_id = envelope.request_id or request.scope["state"]["request_id"]
+    metrics.CANDIDATES.observe(rows.features.shape[0])
+    return ParsedRerank(
+        doc=doc,
+        envelope=envelope,
+        model=model,
+        rows=rows,
+        request_id=envelope.request_id or request.scope["state"]["request_id"],
+        user_columns=uc.embedding_dim if uc is not None and uc.input == "features" else 0,
+    )
+
+
+async def _rank(
+    parsed: ParsedRerank,
+    registry: ModelRegistry,
+    resolver: UserFeatureResolver,
+    settings: Settings,
+    limiter: anyio.CapacityLimiter,
+    slot: Slot,
+) -> dict[str, Any]:
+    """The ranked answer, with `_order` (input index of each result) and, in an experiment,
+    `_experiment` (its log record): both removed before it is sent."""
+    doc, envelope, model, rows = parsed.doc, parsed.envelope, parsed.model, parsed.rows
+    features, user_vector = rows.features, rows.user_vector
     max_inline = settings.inline_scoring_max_rows
 
     async def score(
@@ -129,10 +186,10 @@ async def rerank(
                 active,
                 model,
                 getattr(envelope.user, "id", None),
-                request_id,
+                parsed.request_id,
                 (features, user_vector),
                 lambda m: candidate_inputs(
-                    resolver, m, doc.get("user"), features, user_vector, extra
+                    resolver, m, doc.get("user"), features, user_vector, parsed.user_columns
                 ),
                 score,
                 envelope.top_k,
@@ -140,30 +197,42 @@ async def rerank(
         )
     if trial is None:
         scores = await slot.bounded(score(model, features, user_vector))
-        body = _ranked(request_id, model, rows.ids, scores, envelope.top_k, user_features)
+        body = _ranked(parsed.request_id, model, rows.ids, scores, envelope.top_k, rows.user)
     else:
         body = _ranked(
-            request_id, trial.model, rows.ids, trial.scores, None, user_features, trial.order
+            parsed.request_id, trial.model, rows.ids, trial.scores, None, rows.user, trial.order
         )
         body["_experiment"] = trial.log
     if rows.items is not None:
         report_items(body, rows.items)
-    user = envelope.user
-    log_impression(state, body, envelope.query_id, user, rows.ids, features, user_features)
+    return body
+
+
+async def _respond(
+    parsed: ParsedRerank,
+    body: dict[str, Any],
+    settings: Settings,
+    limiter: anyio.CapacityLimiter,
+    slot: Slot,
+) -> Response:
+    """The answer as JSON, with explanations when the request asked for them."""
+    envelope, features, rows = parsed.envelope, parsed.rows.features, parsed.rows
     experiment = body.pop("_experiment", None)
     if envelope.explain:
+        extra = parsed.user_columns
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
         order = body.pop("_order")
         for item, i in zip(body["results"], order, strict=True):
             item["missing_features"] = missing[i]
-        body["user_cluster"] = user_features.cluster if user_features else None
+        body["user_cluster"] = rows.user.cluster if rows.user else None
         top = 5 if envelope.explain is True else envelope.explain.top
+        model, user_vector = parsed.model, rows.user_vector
         await _explain(body, model, features[order], user_vector, top, settings, limiter, slot)
         if experiment is not None:
             explain_experiment(body, experiment)
     else:
         del body["_order"]
-    return _json(body, headers={"x-request-id": request_id})
+    return _json(body, headers={"x-request-id": parsed.request_id})
 
 
 async def _score(

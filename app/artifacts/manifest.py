@@ -58,7 +58,7 @@ class BucketedField(_Strict):
 
 
 class ClusterScheme(_Strict):
-    """Profile → cluster id such as `US_lt1_pn3` (seed 002, after Airbnb KDD 2018).
+    """Profile → cluster id such as `US_lt1_pn3` (after Grbovic & Cheng, KDD 2018).
 
     A cluster id not in the embedding table falls back to coarser ids by dropping trailing
     tokens (`US_lt1_pn3` → `US_lt1` → `US`), then to `unknown`.

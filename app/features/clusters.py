@@ -1,4 +1,5 @@
-"""User profile → cluster id (seed 002, after Airbnb KDD 2018) and the fallback to coarser ids.
+"""User profile → cluster id and the fallback to coarser ids (after Grbovic & Cheng, KDD 2018,
+"Real-time Personalization using Embeddings for Search Ranking at Airbnb").
 
 Ids come from clients (profile values) and from Redis (`user:*` overrides), so their length is
 bounded before anything splits them: a categorical value longer than MAX_VALUE_LENGTH counts

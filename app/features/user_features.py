@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,12 @@ class UserFeatures:
 
 
 class UserFeatureResolver:
-    def __init__(self, settings: Settings, metrics: object | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: object | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         # `metrics`: anything with REDIS_HITS / REDIS_MISSES / REDIS_ERRORS counters (tests pass
         # their own); by default the service's Prometheus counters.
@@ -55,7 +61,8 @@ class UserFeatureResolver:
             "misses": getattr(source, "REDIS_MISSES", None),
             "errors": getattr(source, "REDIS_ERRORS", None),
         }
-        self.store = RedisStore(settings, counters=counters)
+        # `clock` times the cache TTLs and the breaker's reset (not the per-request deadline).
+        self.store = RedisStore(settings, counters=counters, clock=clock)
         self._tables: dict[str, OrderedDict[str, EmbeddingTable]] = {}
         self._lock = threading.Lock()  # the registry registers from a worker thread
 

@@ -199,19 +199,15 @@ class ImpressionLog:
 
 
 def log_impression(
-    state: Any,
+    impressions: ImpressionLog | None,
     body: dict[str, Any],
     query_id: str | int | None,
-    user: Any,
+    user_id: str | None,
+    user_cluster: str | None,
     ids: list[Any],
     features: np.ndarray,
-    user_features: Any,
 ) -> None:
-    """The /rerank hook: `state` is `request.app.state` (its `impressions`, if the lifespan set
-    one), `user` the request's UserInfo or None, `user_features` the resolved UserFeatures or
-    None. Never raises."""
-    impressions = getattr(state, "impressions", None)
-    if isinstance(impressions, ImpressionLog) and impressions.enabled:
-        user_id = getattr(user, "id", None)
-        cluster = getattr(user_features, "cluster", None)
-        impressions.log_rerank(body, query_id, user_id, cluster, ids, features)
+    """The /rerank hook: queue the impression when logging is on (`ImpressionLog.log_rerank`).
+    Never raises and never waits."""
+    if impressions is not None and impressions.enabled:
+        impressions.log_rerank(body, query_id, user_id, user_cluster, ids, features)

@@ -18,9 +18,9 @@ from tests.support.redis_server import RedisServer
 from tests.support.uvicorn_server import uvicorn_server
 from trainer.cli import app
 from trainer.data.loader import load_dataset
+from trainer.dataset_scoring import score_dataset
 from trainer.dnn.user_clusters import user_vectors
 from trainer.dnn.user_profiles import read_profiles
-from trainer.scoring import score_dataset
 
 
 def invoke(*args: object) -> str:

@@ -2,15 +2,8 @@ from __future__ import annotations
 
 import io
 
+from tests.support.manual_clock import ManualClock
 from trainer.progress import TrainingProgress
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class TtyStream(io.StringIO):
@@ -19,7 +12,7 @@ class TtyStream(io.StringIO):
 
 
 def test_plain_lines_format_and_schedule() -> None:
-    clock, stream = Clock(), io.StringIO()
+    clock, stream = ManualClock(), io.StringIO()
     with TrainingProgress(100, stream=stream, clock=clock) as progress:
         assert progress.mode == "lines"  # StringIO is not a terminal
         for it in range(1, 13):
@@ -33,7 +26,7 @@ def test_plain_lines_format_and_schedule() -> None:
 
 
 def test_missing_metrics_and_units() -> None:
-    clock, stream = Clock(), io.StringIO()
+    clock, stream = ManualClock(), io.StringIO()
     with TrainingProgress(4, stream=stream, clock=clock, unit="epoch", metric="ndcg@5") as p:
         clock.now += 2.0
         p.update(1, train_metric=0.5)
@@ -47,7 +40,7 @@ def test_missing_metrics_and_units() -> None:
 
 
 def test_slow_iterations_still_log_every_ten_seconds() -> None:
-    clock, stream = Clock(), io.StringIO()
+    clock, stream = ManualClock(), io.StringIO()
     with TrainingProgress(1000, stream=stream, clock=clock, every=100) as progress:
         for it in range(1, 6):
             clock.now += 4.0
@@ -91,7 +84,7 @@ def test_off_prints_nothing() -> None:
 
 
 def test_eta_extrapolates_average_iteration_time() -> None:
-    clock = Clock()
+    clock = ManualClock()
     progress = TrainingProgress(10, stream=io.StringIO(), clock=clock, mode="off")
     with progress:
         clock.now += 3.0

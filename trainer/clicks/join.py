@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.clicks.logs import ClickLogs, FeedbackEvent, Impression, read_logs
+from trainer.clicks.logs import ClickLogs, Impression, LoggedFeedbackEvent, read_logs
 from trainer.data.dataset import RankingDataset
 
 
@@ -29,7 +29,7 @@ class LabelRules:
     dwell: float = 1.0
     dwell_seconds: float = 30.0  # shorter dwells count as no signal
 
-    def label(self, event: FeedbackEvent) -> float:
+    def label(self, event: LoggedFeedbackEvent) -> float:
         if event.type == "click":
             return self.click
         if event.type == "purchase":
@@ -50,7 +50,7 @@ class JoinedLogs:
 
 
 def _labels(
-    feedback: list[FeedbackEvent], rules: LabelRules
+    feedback: list[LoggedFeedbackEvent], rules: LabelRules
 ) -> tuple[dict[str, dict[object, float]], int]:
     """request id → candidate id → label, and how many events were repeats."""
     seen: set[tuple[str, object, str]] = set()

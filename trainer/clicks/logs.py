@@ -41,7 +41,7 @@ class Impression:
 
 
 @dataclass(frozen=True)
-class FeedbackEvent:
+class LoggedFeedbackEvent:
     request_id: str
     ts: float
     id: Any
@@ -52,7 +52,7 @@ class FeedbackEvent:
 @dataclass(frozen=True)
 class ClickLogs:
     impressions: list[Impression]
-    feedback: list[FeedbackEvent]
+    feedback: list[LoggedFeedbackEvent]
 
 
 def decode_features(text: str, n_rows: int, n_features: int) -> np.ndarray:
@@ -97,14 +97,14 @@ def _experiment(field: Any, n: int) -> dict[str, Any] | None:
     return field
 
 
-def _events(doc: dict[str, Any]) -> list[FeedbackEvent]:
+def _events(doc: dict[str, Any]) -> list[LoggedFeedbackEvent]:
     out = []
     for event in doc["events"]:
         if event["type"] not in EVENT_TYPES:
             raise ValueError(f"event type {event['type']!r} is not one of {EVENT_TYPES}")
         value = event.get("value")
         out.append(
-            FeedbackEvent(
+            LoggedFeedbackEvent(
                 request_id=str(doc["request_id"]),
                 ts=float(doc["ts"]),
                 id=event["id"],

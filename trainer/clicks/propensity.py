@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trainer.clicks.relevance import AdditiveLogit, PairMeans
+from trainer.clicks.relevance_models import AdditiveLogit, PairMeans
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 

@@ -100,9 +100,9 @@ def _scores_with_users(
     (how many lists kept their full cluster id, fell back to a coarser one, or to unknown)."""
     from app.features.clusters import cluster_id
     from app.features.embedding_table import EmbeddingTable
+    from trainer.dataset_scoring import score_dataset
     from trainer.dnn.user_clusters import ClusterConfigError, user_vectors
     from trainer.dnn.user_profiles import read_profiles
-    from trainer.scoring import score_dataset
 
     if dataset.user_ids is None:
         raise ClusterConfigError(

@@ -94,7 +94,7 @@ def _publish_demo(registry: Path) -> None:
     with _heartbeat("compiling", started) as compiled:
         from app.artifacts.manifest import new_version_id
         from trainer.data.loader import load_dataset
-        from trainer.engines import train_tree_model
+        from trainer.engines.tree_model import train_tree_model
         from trainer.lambdamart.kernel_warmup import (
             head,
             start_objective_warmup,
@@ -126,9 +126,9 @@ def _publish_demo(registry: Path) -> None:
                 progress=progress,
             )
     set_current(registry, DEMO_NAME, version)
-    ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
+    ndcg = summary.metrics.get(f"ndcg@{params.eval_at}")
     echo_err(
-        f"published {DEMO_NAME}/{version} ({summary['trees']} trees, test NDCG@{params.eval_at} "
+        f"published {DEMO_NAME}/{version} ({summary.trees} trees, test NDCG@{params.eval_at} "
         f"{ndcg:.4f}) in {time.monotonic() - started:.0f} s; starting the server"
     )
     # The id-only example's model trains while the server starts: `demo` answers at once, and
@@ -155,7 +155,7 @@ def _publish_demo_items(registry: Path, train: Any, valid: Any, params: Any) -> 
         echo_err(f"demo-items was not published: {type(exc).__name__}: {exc}")
         return
     set_current(registry, demo.NAME, version)
-    ndcg = summary["metrics"].get(f"ndcg@{params.eval_at}")
+    ndcg = summary.metrics.get(f"ndcg@{params.eval_at}")
     echo_err(f"published {demo.NAME}/{version} (item features in-process, test NDCG: {ndcg})")
 
 

@@ -4,13 +4,14 @@ it as a verified version directory."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 
-from app.artifacts.store import ArtifactError, load_version
+from app.artifacts.store import ArtifactError
 from trainer.commands.errors import CommandError, clear_errors, fail
 from trainer.config import ConfigError, build_params, read_config
 from trainer.data.errors import DataFormatError
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     # trainer.lambdamart's package imports numba: keep `ltr --help` and `ltr serve` light.
     from trainer.data.dataset import RankingDataset
     from trainer.dnn.options import DNNOptions
+    from trainer.engines.training_result import TrainingResult
+    from trainer.engines.user_embeddings import TreeUserOptions, TreeUserTable
+    from trainer.lambdamart.lambdas import LambdaObjective
     from trainer.lambdamart.params import LambdaMARTParams
 
 ENGINES = ("native", "lightgbm", "lightgbm-dask", "dnn")
@@ -338,14 +342,14 @@ def train_command(
             from trainer.dnn.options import DNNOptions
 
             options = build_params(DNNOptions, file_values, flags, source=source, label=label)
-            summary = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
+            result = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
         elif chosen == "lightgbm-dask":
             from trainer.lambdamart.params import LambdaMARTParams
 
             params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
             if unbiased or propensities is not None:
                 fail("click-log debiasing (--unbiased, --propensities) trains with --engine native")
-            summary = _train_on_cluster(train_file, valid_file, params, out, name, dask_scheduler)
+            result = _train_on_cluster(train_file, valid_file, params, out, name, dask_scheduler)
         else:
             from trainer.engines.user_embeddings import USER_FEATURE_KEYS, TreeUserOptions
             from trainer.lambdamart.params import LambdaMARTParams
@@ -366,11 +370,9 @@ def train_command(
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
             train, valid = _load(train_file, valid_file, spec, sourced)
-            user_settings = None
+            table = None
             if users.enabled:
-                user_settings = _tree_user_features(train, valid, users, params, network)
-            if user_settings is not None:
-                train, valid = user_settings.pop("train"), user_settings.pop("valid")
+                train, valid, table = _tree_user_features(train, valid, users, params, network)
             objective = None
             valid_metric = "ndcg"
             if unbiased or propensities is not None:
@@ -382,24 +384,15 @@ def train_command(
                 clicks_valid = valid
                 valid = _unbiased_valid(valid, propensities)
                 valid_metric = "ndcg" if valid is clicks_valid else "dcg"
-            summary = _train_trees(
-                chosen,
-                train,
-                valid,
-                params,
-                out,
-                name,
-                dask_scheduler,
-                objective,
-                valid_metric,
-                user_settings or {},
+            result = _train_trees(
+                chosen, train, valid, params, out, name, objective, valid_metric, table
             )
         if sourced:
             from trainer.features.sources import attach_sources
 
-            path = attach_sources(Path(summary["model_dir"]), final_out, sourced[0].plan)
-            summary["model_dir"] = str(path)
-    _print_summary(summary, as_json)
+            path = attach_sources(result.model_dir, final_out, sourced[0].plan)
+            result = replace(result, model_dir=path)
+    _print_summary(result, as_json)
 
 
 def _staging(out: Path) -> Path:
@@ -421,7 +414,7 @@ def _train_on_cluster(
     out: Path,
     name: str,
     dask_scheduler: str | None,
-) -> dict[str, Any]:
+) -> TrainingResult:
     """The workers read the Parquet data and train; this process never holds it."""
     if not dask_scheduler:
         fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
@@ -491,12 +484,11 @@ def _train_trees(
     params: LambdaMARTParams,
     out: Path,
     name: str,
-    dask_scheduler: str | None = None,
-    objective: Any = None,
+    objective: LambdaObjective | None = None,
     valid_metric: str = "ndcg",
-    user_settings: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    from trainer.engines import train_tree_model
+    table: TreeUserTable | None = None,
+) -> TrainingResult:
+    from trainer.engines.tree_model import train_tree_model
     from trainer.progress import TrainingProgress
 
     metric = f"ndcg@{params.eval_at}"
@@ -511,35 +503,35 @@ def _train_trees(
             out,
             name=name,
             progress=progress,
-            dask_scheduler=dask_scheduler,
             objective=objective,
             valid_metric=valid_metric,
-            **(user_settings or {}),
+            user_clusters=None if table is None else table.clusters,
+            user_files=None if table is None else table.files,
+            user_training=None if table is None else table.training,
         )
 
 
 def _tree_user_features(
     train: RankingDataset,
     valid: RankingDataset | None,
-    users: Any,
+    users: TreeUserOptions,
     params: LambdaMARTParams,
     network: dict[str, Any],
-) -> dict[str, Any]:
-    """The user table (learned or reused) and the data with each list's user vector appended:
-    keys train, valid, user_clusters, user_files, user_training."""
-    from trainer.engines.user_embeddings import user_table, with_user_vectors
+) -> tuple[RankingDataset, RankingDataset | None, TreeUserTable]:
+    """The data with each list's user vector appended, and the user table (learned or reused)
+    that goes into the version."""
+    from trainer.engines.user_embeddings import TreeUserTable, user_table, with_user_vectors
 
     uc, files, record = user_table(
         train, valid, users, seed=params.seed, threads=params.threads, dnn_params=network
     )
     profiles = users.user_profiles
-    return {
-        "train": with_user_vectors(train, uc, files, profiles),
-        "valid": None if valid is None else with_user_vectors(valid, uc, files, profiles),
-        "user_clusters": uc,
-        "user_files": files,
-        "user_training": {**record, "user_profiles": str(profiles)},
-    }
+    assert profiles is not None  # users.enabled
+    return (
+        with_user_vectors(train, uc, files, profiles),
+        None if valid is None else with_user_vectors(valid, uc, files, profiles),
+        TreeUserTable(uc, files, {**record, "user_profiles": str(profiles)}),
+    )
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -555,52 +547,37 @@ def _train_dnn(
     options: DNNOptions,
     out: Path,
     name: str,
-) -> dict[str, Any]:
+) -> TrainingResult:
     from trainer.progress import TrainingProgress
 
     try:
-        from trainer.dnn.engine import train_and_export
         from trainer.dnn.user_clusters import ClusterConfigError
         from trainer.dnn.user_profiles import ProfileTableError
+        from trainer.engines.dnn_model import train_dnn_model
     except ImportError as exc:
         fail(f"--engine dnn needs the dnn extra (pip install 'ltr-rerank[dnn]'): {exc}")
     metric = f"ndcg@{options.eval_at}"
     with TrainingProgress(options.epochs, metric=metric, unit="epoch") as progress:
         try:
-            path = train_and_export(train, valid, options, out, progress, name=name)
+            return train_dnn_model(train, valid, options, out, progress, name=name)
         except (ClusterConfigError, ProfileTableError) as exc:
             raise CommandError(str(exc)) from None
-    manifest = load_version(path).manifest
-    return {
-        "model_dir": str(path),
-        "name": manifest.name,
-        "version": manifest.version,
-        "kind": manifest.kind,
-        "engine": "dnn",
-        "training": manifest.training,
-        "metrics": {
-            k: v["value"] if isinstance(v, dict) else v for k, v in manifest.metrics.items()
-        },
-    }
 
 
-def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+def _print_summary(result: TrainingResult, as_json: bool) -> None:
     if as_json:
-        typer.echo(orjson.dumps(summary).decode())
+        typer.echo(orjson.dumps(result.as_json()).decode())
         return
-    typer.echo(summary["model_dir"])
+    typer.echo(str(result.model_dir))
     metrics = " ".join(
-        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-        for k, v in summary["metrics"].items()
+        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
     )
     detail = ""
-    if "trees" in summary:
-        detail = f": {summary['trees']} trees (best iteration {summary['best_iteration']})"
-    typer.echo(
-        f"{summary['name']} {summary['version']} {summary['engine']} {summary['kind']}{detail}"
-    )
+    if result.trees is not None:
+        detail = f": {result.trees} trees (best iteration {result.best_iteration})"
+    typer.echo(f"{result.name} {result.version} {result.engine} {result.kind}{detail}")
     if metrics:
-        typer.echo(f"{summary.get('evaluated_on', 'valid')}: {metrics}")
+        typer.echo(f"{result.evaluated_on or 'valid'}: {metrics}")
 
 
 def register(app: typer.Typer) -> None:

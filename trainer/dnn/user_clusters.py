@@ -1,4 +1,4 @@
-"""User-cluster embeddings (seed 002, after Airbnb KDD 2018): each user's profile is bucketised
+"""User-cluster embeddings (after Grbovic & Cheng, KDD 2018): each user's profile is bucketised
 into a cluster id such as `US_lt1_pn3`; clusters with fewer than `min_count` training users fall
 back to coarser ids (`US_lt1`, `US`) and then to `unknown`; the network learns one embedding row
 per surviving id. The service resolves a request's user with the same fallback chain

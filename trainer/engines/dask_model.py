@@ -4,12 +4,14 @@ directory. Nothing is written unless every step succeeded."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from trainer.data.dask_parquet import PARTITION_ROWS, ClusterDataset, open_cluster_dataset
 from trainer.engines.dask_scoring import cluster_report
 from trainer.engines.lightgbm_dask import connect, train_lightgbm_dask
+from trainer.engines.training_result import IterationRecord, TrainingResult
 from trainer.export import export_tree_model
 from trainer.lambdamart.params import LambdaMARTParams
 
@@ -25,14 +27,14 @@ def train_cluster_model(
     scheduler: str,
     name: str = "default",
     partition_rows: int = PARTITION_ROWS,
-    on_iteration: Any = None,
+    on_iteration: Callable[[IterationRecord], None] | None = None,
     train_files: list[str] | None = None,
     valid_files: list[str] | None = None,
-) -> dict[str, Any]:
+) -> TrainingResult:
     """Train on the cluster at `scheduler` from Parquet files the workers read (a file,
     directory or glob; local path or fsspec URL; or the given file URLs, the locations then
-    only naming them), write the version directory `out`, and return the summary
-    `trainer.engines.train_tree_model` returns."""
+    only naming them), write the version directory `out`, and return it as
+    `trainer.engines.tree_model.train_tree_model` does."""
     from trainer.export import check_out_dir
 
     check_out_dir(out, name)  # fail before any cluster work
@@ -79,18 +81,8 @@ def train_cluster_model(
         training=training,
         verify_features=sample,
     )
-    return {
-        "model_dir": str(path),
-        "name": name,
-        "version": path.name,
-        "kind": "lambdamart",
-        "engine": ENGINE,
-        "trees": len(result.ensemble.trees),
-        "best_iteration": result.best_iteration,
-        "seconds": round(result.total_seconds, 3),
-        "evaluated_on": "valid" if valid is not None else "train",
-        "metrics": report,
-    }
+    evaluated_on = "valid" if valid is not None else "train"
+    return TrainingResult.of_trees(path, name, ENGINE, result, report, evaluated_on)
 
 
 def _cluster_summary(data: ClusterDataset) -> dict[str, Any]:

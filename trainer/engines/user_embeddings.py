@@ -6,6 +6,7 @@ networks (manifest `user_clusters.input = "features"`)."""
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ USER_FEATURE_KEYS = (
     "field_embeddings",
     "user_embeddings_from",
 )
+
+
+@dataclass(frozen=True)
+class TreeUserTable:
+    """The user table a tree version carries: its manifest entry, its files (clusters.json,
+    embeddings.npy) and the record of how it was made (manifest `training`)."""
+
+    clusters: UserClusters
+    files: dict[str, bytes]
+    training: dict[str, Any]
 
 
 class TreeUserOptions(BaseModel):
@@ -94,8 +105,8 @@ def user_table(
             "user features need --cluster-config (or --user-embeddings-from a version)"
         )
     try:
-        from trainer.dnn.engine import train_and_export
         from trainer.dnn.options import DNNOptions
+        from trainer.engines.dnn_model import train_dnn_model
     except ImportError as exc:
         raise ClusterConfigError(
             "learning user embeddings for a tree model needs the dnn extra "
@@ -112,10 +123,10 @@ def user_table(
         field_embeddings=options.field_embeddings,
     )
     with tempfile.TemporaryDirectory() as tmp:
-        path = train_and_export(train, valid, dnn, Path(tmp) / "embeddings" / "v1")
+        path = train_dnn_model(train, valid, dnn, Path(tmp) / "embeddings" / "v1").model_dir
         artifact = load_version(path)
     uc = artifact.manifest.user_clusters
-    if uc is None:  # train_and_export always writes them with these options
+    if uc is None:  # train_dnn_model always writes them with these options
         raise ArtifactError(f"{path}: the embedding network wrote no user clusters")
     files = {uc.clusters_file: artifact.files[uc.clusters_file]}
     files[uc.embeddings_file] = artifact.files[uc.embeddings_file]

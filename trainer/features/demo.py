@@ -10,12 +10,16 @@ as its in-process snapshot.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
+
+if TYPE_CHECKING:
+    from trainer.engines.training_result import TrainingResult
 
 NAME = "demo-items"
 SET = "demo-catalog"
@@ -57,9 +61,9 @@ def write_tables(train: RankingDataset, test: RankingDataset, out: Path) -> tupl
 
 def train_demo_items(
     train: RankingDataset, test: RankingDataset, out: Path, params: Any
-) -> dict[str, Any]:
+) -> TrainingResult:
     """Train `demo-items` into the version directory `out` (its item snapshot included)."""
-    from trainer.engines import train_tree_model
+    from trainer.engines.tree_model import train_tree_model
     from trainer.features.sources import FeatureSpec, attach_sources, load_sourced, staging_dir
 
     with tempfile.TemporaryDirectory(prefix="ltr-demo-items-") as tmp:
@@ -67,8 +71,5 @@ def train_demo_items(
         spec = FeatureSpec(query=[], items=items_path, item_set=SET, id_column="doc_id")
         sourced = load_sourced(spec, train_path, test_path)
         staged = staging_dir(out)
-        summary = train_tree_model(
-            "native", sourced.train, sourced.valid, params, staged, name=NAME
-        )
-        summary["model_dir"] = str(attach_sources(staged, out, sourced.plan))
-    return summary
+        result = train_tree_model("native", sourced.train, sourced.valid, params, staged, name=NAME)
+        return replace(result, model_dir=attach_sources(staged, out, sourced.plan))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainer.lambdamart.served_positions import served_positions
 from trainer.lambdamart.unbiased import UnbiasedObjective
 
 THETA_FLOOR = 1e-4  # a position never examined would divide the posterior by zero
@@ -50,11 +51,7 @@ class ClickLikelihoodObjective(UnbiasedObjective):
         empty_value: float = 1.0,
     ) -> None:
         super().__init__(labels, group_offsets, eval_at=eval_at, empty_value=empty_value)
-        pos = np.asarray(positions, dtype=np.int64)
-        if pos.shape != self.labels.shape:
-            raise ValueError("positions must have one entry per document")
-        if pos.size and pos.min() < 1:
-            raise ValueError("positions must be 1-based")
+        pos = served_positions(positions, self.labels)
         curve = np.asarray(theta, dtype=np.float64)
         if curve.ndim != 1 or curve.size == 0 or np.any(~(curve > 0)) or np.any(curve > 1):
             raise ValueError("theta must be a non-empty 1-D array of numbers in (0, 1]")

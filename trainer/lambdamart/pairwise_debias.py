@@ -24,6 +24,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from trainer.lambdamart.served_positions import served_positions
 from trainer.lambdamart.unbiased import UnbiasedObjective
 
 
@@ -174,11 +175,7 @@ class PairwiseDebiasObjective(UnbiasedObjective):
             eval_at,
             empty_value,
         )
-        pos = np.asarray(positions, dtype=np.int64)
-        if pos.shape != self.labels.shape:
-            raise ValueError("positions must have one entry per document")
-        if pos.size and pos.min() < 1:
-            raise ValueError("positions must be 1-based")
+        pos = served_positions(positions, self.labels)
         if not power > 0:
             raise ValueError(f"power must be positive, not {power}")
         n_pos = int(pos.max()) if max_position is None else int(max_position)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainer.lambdamart.served_positions import served_positions
 from trainer.lambdamart.unbiased import UnbiasedObjective
 
 NEWTON_EPSILON = 0.001  # LightGBM's guard against a position with no hessian mass
@@ -63,11 +64,7 @@ class PositionBiasObjective(UnbiasedObjective):
             empty_value,
             normalize,
         )
-        pos = np.asarray(positions, dtype=np.int64)
-        if pos.shape != self.labels.shape:
-            raise ValueError("positions must have one entry per document")
-        if pos.size and pos.min() < 1:
-            raise ValueError("positions must be 1-based")
+        pos = served_positions(positions, self.labels)
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, not {learning_rate}")
         if not regularization >= 0:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from trainer.lambdamart.lambdas import LambdaObjective
+from trainer.lambdamart.served_positions import served_positions
 
 
 def ipw_weights(
@@ -42,9 +43,7 @@ def ipw_weights(
     theta = np.asarray(propensities, dtype=np.float64)
     if theta.ndim != 1 or theta.size == 0 or np.any(~(theta > 0)):
         raise ValueError("propensities must be a non-empty 1-D array of positive numbers")
-    pos = np.asarray(positions, dtype=np.int64)
-    if pos.size and pos.min() < 1:
-        raise ValueError("positions must be 1-based")
+    pos = served_positions(positions)
     weights = 1.0 / theta[np.minimum(pos, theta.size) - 1]
     return weights if max_weight is None else np.minimum(weights, max_weight)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff, rank_by_score
+from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff
+from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
 def average_precision_of(
@@ -27,32 +28,6 @@ def average_precision_of(
     return apply_empty(ap, has_relevant, empty_value)
 
 
-def average_precision_per_query(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    relevance_threshold: float = 1.0,
-    empty_value: float = 1.0,
-) -> np.ndarray:
-    """Average precision of each query → float64 [n_queries] (scores, labels: [n_docs]).
-
-    A query with no relevant document gets `empty_value`.
-    """
-    ranked = rank_by_score(scores, labels, group_offsets)
-    return average_precision_of(ranked, k, relevance_threshold, empty_value)
-
-
-def mean_average_precision(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    relevance_threshold: float = 1.0,
-    empty_value: float = 1.0,
-) -> float:
-    """MAP: the mean over queries of `average_precision_per_query`."""
-    per_query = average_precision_per_query(
-        scores, labels, group_offsets, k, relevance_threshold, empty_value
-    )
-    return float(np.mean(per_query))
+# A query with no relevant document gets `empty_value`. MAP is the mean over queries.
+average_precision_per_query = per_query(average_precision_of)
+mean_average_precision = mean_over_queries(average_precision_of)

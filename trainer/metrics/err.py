@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff, rank_by_score
+from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff
+from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
 def err_of(
@@ -32,29 +33,6 @@ def err_of(
     return apply_empty(ranked.per_query_sum(contribution), has_relevant, empty_value)
 
 
-def err_per_query(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    max_grade: float | None = None,
-    empty_value: float = 1.0,
-) -> np.ndarray:
-    """ERR@k of each query → float64 [n_queries] (scores, labels: [n_docs]).
-
-    A query with no relevant document (all labels <= 0) gets `empty_value`.
-    """
-    ranked = rank_by_score(scores, labels, group_offsets)
-    return err_of(ranked, k, max_grade, empty_value)
-
-
-def mean_err(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    max_grade: float | None = None,
-    empty_value: float = 1.0,
-) -> float:
-    """Mean over queries of `err_per_query`."""
-    return float(np.mean(err_per_query(scores, labels, group_offsets, k, max_grade, empty_value)))
+# A query with no relevant document (all labels <= 0) gets `empty_value`.
+err_per_query = per_query(err_of)
+mean_err = mean_over_queries(err_of)

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.metrics.ordering import (
-    RankedLists,
-    apply_empty,
-    check_cutoff,
-    ideal_ranking,
-    rank_by_score,
-)
+from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff, ideal_ranking
+from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
 def dcg_of(ranked: RankedLists, k: int | None = None) -> np.ndarray:
     """DCG@k of every query → float64 [n_queries] (k None: the whole list)."""
+    check_cutoff(k)
     contribution = (np.exp2(ranked.labels) - 1.0) / np.log2(ranked.ranks + 1.0)
     if k is not None:
         contribution = np.where(ranked.ranks <= k, contribution, 0.0)
@@ -25,7 +21,6 @@ def ndcg_of(
     ranked: RankedLists, ideal: RankedLists, k: int | None = None, empty_value: float = 1.0
 ) -> np.ndarray:
     """NDCG@k per query from a ranking and the ideal ranking of the same lists."""
-    check_cutoff(k)
     dcg = dcg_of(ranked, k)
     best = dcg_of(ideal, k)
     has_relevant = best > 0
@@ -33,38 +28,16 @@ def ndcg_of(
     return apply_empty(ratio, has_relevant, empty_value)
 
 
-def ndcg_per_query(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    empty_value: float = 1.0,
+def ndcg_against_ideal(
+    ranked: RankedLists, k: int | None = None, empty_value: float = 1.0
 ) -> np.ndarray:
-    """NDCG@k of each query → float64 [n_queries].
-
-    scores, labels: [n_docs]; group_offsets: int [n_queries + 1]. Ties in score keep input
-    order. A query whose ideal DCG is 0 (no relevant document) gets `empty_value` (LightGBM: 1).
-    """
-    ranked = rank_by_score(scores, labels, group_offsets)
+    """NDCG@k per query, the ideal ranking taken from the lists' own labels. A query whose
+    ideal DCG is 0 (no relevant document) gets `empty_value` (LightGBM: 1)."""
     return ndcg_of(ranked, ideal_ranking(ranked.labels, ranked.group_offsets), k, empty_value)
 
 
-def mean_ndcg(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    empty_value: float = 1.0,
-) -> float:
-    """Mean over queries of `ndcg_per_query`."""
-    return float(np.mean(ndcg_per_query(scores, labels, group_offsets, k, empty_value)))
-
-
-def mean_dcg(
-    scores: np.ndarray, labels: np.ndarray, group_offsets: np.ndarray, k: int | None = None
-) -> float:
-    """Mean over queries of DCG@k, not normalised: with IPW labels (clicks.ipw_eval) an
-    unbiased estimate of the DCG of examined-click relevance, which a per-query ideal DCG of
-    the weighted labels would bias."""
-    check_cutoff(k)
-    return float(np.mean(dcg_of(rank_by_score(scores, labels, group_offsets), k)))
+ndcg_per_query = per_query(ndcg_against_ideal)
+mean_ndcg = mean_over_queries(ndcg_against_ideal)
+# Not normalised: with IPW labels (clicks.ipw_eval) an unbiased estimate of the DCG of
+# examined-click relevance, which a per-query ideal DCG of the weighted labels would bias.
+mean_dcg = mean_over_queries(dcg_of)

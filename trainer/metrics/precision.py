@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff, rank_by_score
+from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff
+from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
 def precision_of(
@@ -24,32 +25,6 @@ def precision_of(
     return apply_empty(precision, ranked.per_query_sum(relevant) > 0, empty_value)
 
 
-def precision_per_query(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    relevance_threshold: float = 1.0,
-    empty_value: float = 1.0,
-) -> np.ndarray:
-    """Precision@k of each query → float64 [n_queries] (scores, labels: [n_docs]).
-
-    A query with no relevant document gets `empty_value`.
-    """
-    ranked = rank_by_score(scores, labels, group_offsets)
-    return precision_of(ranked, k, relevance_threshold, empty_value)
-
-
-def mean_precision(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    relevance_threshold: float = 1.0,
-    empty_value: float = 1.0,
-) -> float:
-    """Mean over queries of `precision_per_query`."""
-    per_query = precision_per_query(
-        scores, labels, group_offsets, k, relevance_threshold, empty_value
-    )
-    return float(np.mean(per_query))
+# A query with no relevant document gets `empty_value`.
+precision_per_query = per_query(precision_of)
+mean_precision = mean_over_queries(precision_of)

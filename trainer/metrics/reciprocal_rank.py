@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff, rank_by_score
+from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff
+from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
 def reciprocal_rank_of(
@@ -23,32 +24,6 @@ def reciprocal_rank_of(
     return apply_empty(rr, first < beyond, empty_value)
 
 
-def reciprocal_rank_per_query(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    relevance_threshold: float = 1.0,
-    empty_value: float = 1.0,
-) -> np.ndarray:
-    """Reciprocal rank of each query → float64 [n_queries] (scores, labels: [n_docs]).
-
-    A query with no relevant document gets `empty_value`.
-    """
-    ranked = rank_by_score(scores, labels, group_offsets)
-    return reciprocal_rank_of(ranked, k, relevance_threshold, empty_value)
-
-
-def mean_reciprocal_rank(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    group_offsets: np.ndarray,
-    k: int | None = None,
-    relevance_threshold: float = 1.0,
-    empty_value: float = 1.0,
-) -> float:
-    """MRR: the mean over queries of `reciprocal_rank_per_query`."""
-    per_query = reciprocal_rank_per_query(
-        scores, labels, group_offsets, k, relevance_threshold, empty_value
-    )
-    return float(np.mean(per_query))
+# A query with no relevant document gets `empty_value`. MRR is the mean over queries.
+reciprocal_rank_per_query = per_query(reciprocal_rank_of)
+mean_reciprocal_rank = mean_over_queries(reciprocal_rank_of)

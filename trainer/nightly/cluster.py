@@ -60,7 +60,7 @@ def train_on_cluster(
     valid = training.pop() if len(training) >= 2 else None
     train_files = [f for _, files in training for f in files]
     try:
-        summary = train_cluster_model(
+        result = train_cluster_model(
             f"{url} ({', '.join(str(d) for d, _ in training)})",
             None if valid is None else f"{url} ({valid[0]})",
             config.model.lambdamart,
@@ -74,7 +74,7 @@ def train_on_cluster(
         )
     except EngineError as exc:
         raise CommandError(str(exc)) from None
-    model_dir = Path(summary["model_dir"])
+    model_dir = result.model_dir
     names = load_version(model_dir).manifest.feature_names
     holdout = _held_out(config, f"{url} ({held_date})", held_files, names)
     data = {

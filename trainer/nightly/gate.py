@@ -11,9 +11,9 @@ import numpy as np
 
 from app.artifacts.store import Artifact
 from trainer.data.dataset import RankingDataset
+from trainer.dataset_scoring import score_dataset
 from trainer.metrics.report import ranking_report
 from trainer.nightly.config import GateConfig
-from trainer.scoring import score_dataset
 
 
 @dataclass

@@ -232,14 +232,16 @@ def train_candidate(
         return attach_sources(trained, out, data.sources), history
     model = config.model
     if model.engine == "dnn":
-        from trainer.dnn.engine import train_and_export
+        from trainer.engines.dnn_model import train_dnn_model
 
         options = model.dnn
         progress = _RecordingProgress(options.epochs, unit="epoch")
         with progress:
-            path = train_and_export(data.train, data.valid, options, out, progress, name=model.name)
+            path = train_dnn_model(
+                data.train, data.valid, options, out, progress, name=model.name
+            ).model_dir
     else:
-        from trainer.engines import train_tree_model
+        from trainer.engines.tree_model import train_tree_model
 
         params = model.lambdamart
         objective = None
@@ -251,7 +253,7 @@ def train_candidate(
             objective = click_objective(data.train, params, data.propensities, debias=debias)
         progress = _RecordingProgress(params.num_trees)
         with progress:
-            summary = train_tree_model(
+            path = train_tree_model(
                 model.engine,
                 data.train,
                 data.valid,
@@ -261,8 +263,7 @@ def train_candidate(
                 progress=progress,
                 objective=objective,
                 valid_metric="ndcg" if objective is None else "dcg",  # IPW labels: see _debiased
-            )
-        path = Path(summary["model_dir"])
+            ).model_dir
     history = {"train": progress.train_history, "valid": progress.valid_history}
     return path, {k: v for k, v in history.items() if v}
 

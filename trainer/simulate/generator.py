@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from trainer.simulate.clicks import ClickModel
 from trainer.simulate.config import MAX_LABEL, SPLITS, SimulationConfig
 from trainer.simulate.documents import Catalog, DocumentBatch, draw_documents, feature_names
-from trainer.simulate.relevance import RelevanceModel, calibrate
+from trainer.simulate.relevance_labels import RelevanceModel, calibrate
 from trainer.simulate.users import Users, UserTypes, draw_user_types, draw_users
 from trainer.simulate.writer import (
     SplitBatch,

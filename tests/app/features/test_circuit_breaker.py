@@ -3,18 +3,11 @@ from __future__ import annotations
 import pytest
 
 from app.features.circuit_breaker import CircuitBreaker
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.manual_clock import ManualClock
 
 
 def test_opens_after_consecutive_failures_only() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     breaker = CircuitBreaker(3, 2.0, clock)
     breaker.record_failure()
     breaker.record_failure()
@@ -28,7 +21,7 @@ def test_opens_after_consecutive_failures_only() -> None:
 
 
 def test_half_open_lets_one_probe_through_and_closes_on_success() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     breaker = CircuitBreaker(1, 2.0, clock)
     breaker.record_failure()
     clock.now += 1.9
@@ -43,7 +36,7 @@ def test_half_open_lets_one_probe_through_and_closes_on_success() -> None:
 
 
 def test_failed_probe_reopens_for_a_full_period() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     breaker = CircuitBreaker(2, 2.0, clock)
     breaker.record_failure()
     breaker.record_failure()
@@ -58,7 +51,7 @@ def test_failed_probe_reopens_for_a_full_period() -> None:
 
 
 def test_a_lost_probe_does_not_wedge_the_breaker() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     breaker = CircuitBreaker(1, 2.0, clock)
     breaker.record_failure()
     clock.now += 2.0

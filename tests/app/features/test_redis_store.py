@@ -5,15 +5,8 @@ import time
 
 from app.features.redis_store import RedisStore, TTLCache
 from app.settings import Settings
+from tests.support.manual_clock import ManualClock
 from tests.support.redis_server import RedisServer, free_port
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Counter:
@@ -25,7 +18,7 @@ class Counter:
 
 
 def test_ttl_cache_expires_entries() -> None:
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     cache = TTLCache(ttl=1.0, max_entries=10, clock=clock)
     cache.put("a", b"1")
     cache.put("none", None)
@@ -39,7 +32,7 @@ def test_ttl_cache_expires_entries() -> None:
 
 
 def test_ttl_cache_is_bounded_and_evicts_least_recently_used() -> None:
-    cache = TTLCache(ttl=10.0, max_entries=3, clock=FakeClock())
+    cache = TTLCache(ttl=10.0, max_entries=3, clock=ManualClock(0.0))
     for key in "abc":
         cache.put(key, key)
     cache.get("a")
@@ -133,7 +126,7 @@ def test_store_with_a_bad_url_stays_off_instead_of_failing() -> None:
 
 
 def test_absent_keys_are_cached_briefly_and_announcements_clear_a_model() -> None:
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     cache = TTLCache(ttl=30.0, max_entries=10, clock=clock)
     cache.put("present", b"1")
     cache.put("absent", None, ttl=1.0)

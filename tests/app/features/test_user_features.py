@@ -14,6 +14,7 @@ from app.artifacts.manifest import Manifest
 from app.features.user_features import VERSIONS_KEPT, UserFeatureResolver, UserFeatures
 from app.settings import Settings
 from tests.app.features.conftest import CLUSTERS, DIM, make_files, make_manifest, table_vectors
+from tests.support.manual_clock import ManualClock
 from tests.support.redis_server import RedisServer, free_port, redis_binary
 from trainer.redis_publish import push_embeddings
 
@@ -40,9 +41,13 @@ def _with_resolver(
     manifest: Manifest,
     body: Callable[[UserFeatureResolver], Awaitable[T]],
     metrics: object | None = None,
+    clock: ManualClock | None = None,
 ) -> T:
     async def scenario() -> T:
-        resolver = UserFeatureResolver(settings, metrics)
+        if clock is None:
+            resolver = UserFeatureResolver(settings, metrics)
+        else:
+            resolver = UserFeatureResolver(settings, metrics, clock)
         resolver.register_model(manifest, make_files())
         await resolver.start()
         try:
@@ -176,18 +181,20 @@ def test_missing_or_malformed_embedding_falls_back_to_the_artifact(
 def test_cache_serves_until_the_ttl_expires(redis_server: RedisServer, manifest: Manifest) -> None:
     _push(redis_server, manifest)
     settings = _settings(redis_server.url, redis_cache_ttl_seconds=0.3)
+    clock = ManualClock()
 
     async def body(resolver: UserFeatureResolver) -> list[UserFeatures]:
         first = await resolver.resolve(manifest, US_USER)
         with redis.Redis.from_url(redis_server.url) as client:
             client.set(f"{PREFIX}user:u1", "FR")
             client.hset(f"{PREFIX}emb:m:v1", "US", np.full(DIM, 99, "<f4").tobytes())
+        clock.advance(0.29)
         cached = await resolver.resolve(manifest, US_USER)
-        await asyncio.sleep(0.35)
+        clock.advance(0.02)
         fresh = await resolver.resolve(manifest, US_USER)
         return [first, cached, fresh]
 
-    first, cached, fresh = _with_resolver(settings, manifest, body)
+    first, cached, fresh = _with_resolver(settings, manifest, body, clock=clock)
     assert first.cluster == cached.cluster == "US"
     np.testing.assert_array_equal(cached.vector, first.vector)
     assert fresh.cluster == "FR" and not fresh.degraded
@@ -204,6 +211,7 @@ def test_breaker_opens_skips_redis_then_recovers(
         breaker_reset_seconds=0.5,
     )
     anonymous = {"profile": US_USER["profile"]}  # one Redis call per request
+    clock = ManualClock()
 
     async def body(resolver: UserFeatureResolver) -> None:
         _push(redis_server, manifest)
@@ -223,13 +231,16 @@ def test_breaker_opens_skips_redis_then_recovers(
         with redis.Redis.from_url(redis_server.url) as client:
             # Only our own two INFO connections: the open breaker made no call at all.
             assert client.info("stats")["total_connections_received"] == before + 1
-        await asyncio.sleep(0.55)
+        clock.advance(0.45)
+        got = await resolver.resolve(manifest, anonymous)
+        assert got.reasons == ["circuit_open"]
+        clock.advance(0.1)
         got = await resolver.resolve(manifest, anonymous)  # the half-open probe succeeds
         assert (got.degraded, got.reasons) == (False, [])
         np.testing.assert_array_equal(got.vector, np.full(DIM, 11.0, np.float32))
         assert resolver.store.breaker.state == "closed"
 
-    _with_resolver(settings, manifest, body)
+    _with_resolver(settings, manifest, body, clock=clock)
 
 
 def test_paused_redis_never_holds_a_request_past_the_deadline(
@@ -272,19 +283,20 @@ def test_start_with_redis_down_then_it_comes_up(manifest: Manifest) -> None:
     settings = _settings(
         f"redis://127.0.0.1:{port}/0", redis_cache_ttl_seconds=0, breaker_reset_seconds=0.2
     )
+    clock = ManualClock()
 
     async def body(resolver: UserFeatureResolver) -> tuple[UserFeatures, UserFeatures]:
         down = await resolver.resolve(manifest, US_USER)
         server = RedisServer(redis_binary(), port=port).start()
         try:
             _push(server, manifest)
-            await asyncio.sleep(0.25)
+            clock.advance(0.25)
             up = await resolver.resolve(manifest, US_USER)
         finally:
             server.stop()
         return down, up
 
-    down, up = _with_resolver(settings, manifest, body)
+    down, up = _with_resolver(settings, manifest, body, clock=clock)
     assert down.degraded and down.reasons == ["redis_unavailable"]
     assert (up.degraded, up.reasons, up.cluster) == (False, [], "US")
     np.testing.assert_array_equal(up.vector, np.full(DIM, 11.0, np.float32))

@@ -14,10 +14,10 @@ from app.artifacts.store import load_version
 from app.features.embedding_table import EmbeddingTable
 from trainer.cli import app
 from trainer.data.loader import load_dataset
+from trainer.dataset_scoring import score_dataset
 from trainer.dnn.user_clusters import user_vectors
 from trainer.dnn.user_profiles import read_profiles
 from trainer.metrics.report import ranking_report
-from trainer.scoring import score_dataset
 
 from .conftest import one_error_line
 

@@ -8,9 +8,9 @@ pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
 from trainer.dnn import parity
-from trainer.dnn.engine import train_and_export
 from trainer.dnn.options import DNNOptions
 from trainer.dnn.parity import PARITY_MAX_ABS_DIFF, same_ranking
+from trainer.engines.dnn_model import train_dnn_model
 from trainer.export import ExportError
 
 DEMO = Path(__file__).parents[3] / "trainer" / "demo_data"
@@ -78,7 +78,7 @@ def test_duplicated_rows_one_ulp_apart_keep_the_version(duplicated, tmp_path, mo
     train, valid = duplicated
     monkeypatch.setattr(parity, "torch_scores", nudged_torch_scores(0.0))
     out = tmp_path / "dnn" / "v1"
-    assert train_and_export(train, valid, DNNOptions(**FAST), out) == out
+    assert train_dnn_model(train, valid, DNNOptions(**FAST), out).model_dir == out
     assert (out / "model.onnx").is_file()
 
 
@@ -87,5 +87,5 @@ def test_scores_beyond_the_tolerance_remove_the_version(duplicated, tmp_path, mo
     monkeypatch.setattr(parity, "torch_scores", nudged_torch_scores(3 * PARITY_MAX_ABS_DIFF))
     out = tmp_path / "dnn" / "v1"
     with pytest.raises(ExportError, match="onnxruntime scores list 0 differently"):
-        train_and_export(train, valid, DNNOptions(**FAST), out)
+        train_dnn_model(train, valid, DNNOptions(**FAST), out)
     assert not out.exists()

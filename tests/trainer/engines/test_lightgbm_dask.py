@@ -105,8 +105,8 @@ def test_the_client_never_holds_the_training_matrix(
     assert manifest.training["engine"] == "lightgbm-dask"
     assert manifest.training["cluster"]["files"] == 3
     assert manifest.training["cluster"]["documents"] == demo_train.num_docs
-    assert summary["evaluated_on"] == "valid"
-    assert summary["metrics"]["queries"] == demo_valid.num_queries
+    assert summary.evaluated_on == "valid"
+    assert summary.metrics["queries"] == demo_valid.num_queries
 
 
 def test_global_early_stopping_and_quality_beside_single_process(
@@ -217,7 +217,7 @@ def test_a_worker_dying_mid_training_is_named_and_nothing_is_written(
 
 
 def test_the_in_memory_path_refuses_the_cluster_engine(demo_train, tmp_path: Path) -> None:
-    from trainer.engines import train_tree_model
+    from trainer.engines.tree_model import train_tree_model
 
     with pytest.raises(ValueError, match="Parquet files the Dask workers read"):
         train_tree_model("lightgbm-dask", demo_train, None, PARAMS, tmp_path / "v1")

@@ -27,7 +27,7 @@ def test_demo_items_answers_id_only_requests(tmp_path: Path) -> None:
     registry = tmp_path / "registry"
     out = registry / demo.NAME / "v1"
     summary = demo.train_demo_items(train, test, out, params)
-    assert summary["model_dir"] == str(out)
+    assert summary.model_dir == out
     set_current(registry, demo.NAME, "v1")
     artifact = load_version(out)
     m = artifact.manifest

@@ -1,5 +1,6 @@
-"""LambdaDCN's network (seed 002; Wang et al. 2017, Deep & Cross Network): a cross network beside a
-deep network, both reading the same input, joined by a linear output layer.
+"""LambdaDCN's network (after Haldar et al. 2019; Wang et al. 2017, Deep & Cross Network): a
+cross network beside a deep network, both reading the same input, joined by a linear output
+layer.
 
 Each cross layer crosses its input with the first layer's input explicitly and learns the
 residual: x_{l+1} = x_0 * (x_l · w_l) + b_l + x_l.

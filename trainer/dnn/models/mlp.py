@@ -1,4 +1,5 @@
-"""LambdaDNN's network (seed 002): a plain multi-layer perceptron scoring one document."""
+"""LambdaDNN's network (Haldar et al. 2019, "Applying Deep Learning to Airbnb Search"): a plain
+multi-layer perceptron scoring one document."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ model version (model.onnx, plus clusters.json and embeddings.npy with user clust
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import io
 import re
 import shutil
@@ -34,12 +33,13 @@ from trainer.dnn.user_clusters import (
     load_cluster_scheme,
 )
 from trainer.dnn.user_profiles import read_profiles
-from trainer.export import ExportError, plain_json
+from trainer.engines.training_result import TrainingResult
+from trainer.export import check_out_dir, data_fingerprint, plain_json
 
 DEFAULT_MODEL_NAME = "lambdadnn"
 
 
-def train_and_export(
+def train_dnn_model(
     train: RankingDataset,
     valid: RankingDataset | None,
     options: DNNOptions,
@@ -47,9 +47,10 @@ def train_and_export(
     progress: object | None = None,
     *,
     name: str | None = None,
-) -> Path:
+) -> TrainingResult:
     """Train on `train` (early stopping on `valid`), write the version directory `out` and
     check that onnxruntime scores the held-out lists as PyTorch does (max abs diff <= 1e-5).
+    The result's metrics hold the best validation NDCG@eval_at (none without `valid`).
 
     `out`'s name is the version id; the model name is `name`, else `out`'s parent directory
     name when it is a valid name, else "lambdadnn". `progress` needs `update(iteration,
@@ -58,12 +59,7 @@ def train_and_export(
     out = Path(out)
     model_name = name or (out.parent.name if re.match(NAME_PATTERN, out.parent.name) else "")
     model_name = model_name or DEFAULT_MODEL_NAME
-    if not re.match(NAME_PATTERN, out.name):
-        raise ExportError(
-            f"{out}: the directory name is the version id and must match {NAME_PATTERN}"
-        )
-    if out.exists():
-        raise ExportError(f"{out} already exists (a version is never overwritten)")
+    check_out_dir(out, model_name)
     if valid is not None and valid.num_features != train.num_features:
         raise ValueError(
             f"{valid.source or 'validation data'} has {valid.num_features} features, "
@@ -160,15 +156,15 @@ def train_and_export(
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
-    return path
-
-
-def data_fingerprint(data: RankingDataset) -> str:
-    """sha256 (first 16 hex digits) of the features, labels and query boundaries."""
-    digest = hashlib.sha256()
-    for array in (data.features, data.labels, data.group_offsets):
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:16]
+    return TrainingResult(
+        model_dir=path,
+        name=manifest.name,
+        version=manifest.version,
+        kind=manifest.kind,
+        engine="dnn",
+        metrics={key: entry["value"] for key, entry in manifest.metrics.items()},
+        training=manifest.training,
+    )
 
 
 def _path(value: Path | None) -> Path:

@@ -11,11 +11,11 @@ from app.artifacts.store import load_version
 from app.features.embedding_table import EmbeddingTable
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
-from trainer.dnn.engine import train_and_export
 from trainer.dnn.onnx_export import onnx_scores, onnx_session
 from trainer.dnn.options import DNNOptions
 from trainer.dnn.user_clusters import ClusterConfigError, user_vectors
 from trainer.dnn.user_profiles import read_profiles
+from trainer.engines.dnn_model import train_dnn_model
 from trainer.export import ExportError
 from trainer.metrics.ndcg import mean_ndcg
 
@@ -44,7 +44,7 @@ def score_dataset(path, data, vectors=None):
 def test_short_training_run_beats_random_and_writes_a_verified_version(demo, tmp_path):
     train, test = demo
     out = tmp_path / "demo-dnn" / "v1"
-    path = train_and_export(train, test, DNNOptions(**FAST), out)
+    path = train_dnn_model(train, test, DNNOptions(**FAST), out).model_dir
     assert path == out
     manifest = load_version(path).manifest
     assert manifest.name == "demo-dnn"
@@ -94,7 +94,9 @@ def test_same_seed_same_model_other_seed_other_model(tmp_path):
     train = personalised_data(3, n_queries=120)
     options = {**FAST, "epochs": 3, "early_stopping_rounds": None, "arch": "dcn", "dropout": 0.2}
     runs = [
-        train_and_export(train, None, DNNOptions(**options, seed=s), tmp_path / "m" / f"v{i}")
+        train_dnn_model(
+            train, None, DNNOptions(**options, seed=s), tmp_path / "m" / f"v{i}"
+        ).model_dir
         for i, s in enumerate([7, 7, 8])
     ]
     a, b, c = (score_dataset(p, train) for p in runs)
@@ -119,9 +121,9 @@ def test_user_cluster_embeddings_are_exported_and_lift_ndcg(
 ):
     train, valid = personalised_data(1), personalised_data(2)
     base = {**FAST, "epochs": 15, "early_stopping_rounds": None, "learning_rate": 0.01}
-    plain = train_and_export(train, valid, DNNOptions(**base), tmp_path / "m" / "plain")
+    plain = train_dnn_model(train, valid, DNNOptions(**base), tmp_path / "m" / "plain").model_dir
     options = DNNOptions(**base, **cluster_files, field_embeddings=field_embeddings)
-    with_users = train_and_export(train, valid, options, tmp_path / "m" / "users")
+    with_users = train_dnn_model(train, valid, options, tmp_path / "m" / "users").model_dir
     artifact = load_version(with_users)
     uc = artifact.manifest.user_clusters
     assert uc is not None and uc.input == "onnx_input" and uc.embedding_dim == 2
@@ -150,11 +152,11 @@ def test_refuses_an_existing_version_and_incomplete_cluster_options(tmp_path, cl
     data = personalised_data(0, n_queries=10)
     (tmp_path / "m" / "v1").mkdir(parents=True)
     with pytest.raises(ExportError, match="already exists"):
-        train_and_export(data, None, DNNOptions(**FAST), tmp_path / "m" / "v1")
+        train_dnn_model(data, None, DNNOptions(**FAST), tmp_path / "m" / "v1")
     with pytest.raises(ClusterConfigError, match="both user_profiles and cluster_config"):
         options = DNNOptions(**FAST, cluster_config=cluster_files["cluster_config"])
-        train_and_export(data, None, options, tmp_path / "m" / "v2")
+        train_dnn_model(data, None, options, tmp_path / "m" / "v2")
     no_users = RankingDataset(data.features, data.labels, data.group_offsets, data.query_ids)
     with pytest.raises(ClusterConfigError, match="user of every query list"):
-        train_and_export(no_users, None, DNNOptions(**FAST, **cluster_files), tmp_path / "m" / "v3")
+        train_dnn_model(no_users, None, DNNOptions(**FAST, **cluster_files), tmp_path / "m" / "v3")
     assert not (tmp_path / "m" / "v2").exists() and not (tmp_path / "m" / "v3").exists()

@@ -285,6 +285,16 @@ class Slot:
     _held: bool = True
     done_at: float | None = None  # when the scoring finished
 
+    def lookup_time(self) -> float:
+        """Seconds the feature-store lookups (Redis) may take: what the budget leaves once the
+        request's estimated parse-and-score time is set aside; unbounded without admission
+        control. A lookup cut short answers without its values (degraded), in time."""
+        if not self.controller.enabled:
+            return math.inf
+        now = self.controller.clock()
+        left = self.budget.scoring_deadline - now - self.controller.estimate(self.rows)
+        return max(left, 0.0)
+
     async def decode(self, raw: bytes) -> dict[str, Any]:
         """The body's JSON object; large bodies are parsed in a worker thread so the event
         loop keeps answering probes and small requests."""
@@ -337,9 +347,9 @@ class Slot:
 
 
 def estimated_rows(body: bytes) -> int:
-    """Candidates in a raw /rerank body, counted without parsing (each has one `features`
-    key); at least 1."""
-    return max(body.count(b'"features"'), 1)
+    """Candidates in a raw /rerank body, counted without parsing (each has one `id` key, and
+    one `features` key unless the store supplies them); at least 1."""
+    return max(body.count(b'"id"'), body.count(b'"features"'), 1)
 
 
 async def admitted(request: Request) -> AsyncIterator[Slot]:

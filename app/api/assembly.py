@@ -11,6 +11,7 @@ column order: what is scored, what the impression log records, and so what `ltr 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,12 +97,18 @@ async def assemble(
     settings: Settings,
     resolver: UserFeatureResolver,
     item_store: ItemFeatureStore,
+    budget_left_s: float = math.inf,
 ) -> Assembled:
-    """The request's rows in model column order; RequestError (422) for bad content."""
+    """The request's rows in model column order; RequestError (422) for bad content. Store
+    lookups (Redis) wait at most `budget_left_s`, what the latency budget leaves them."""
     manifest = model.manifest
     layout = layout_of(manifest)
     uc = manifest.user_clusters
-    user_task = asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"))) if uc else None
+    user_task = (
+        asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"), budget_left_s))
+        if uc
+        else None
+    )
     try:
         query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)
@@ -125,7 +132,11 @@ async def assemble(
             features[:, layout.query_cols] = query
             if manifest.item_features is not None:
                 items = await item_store.fetch(
-                    manifest.item_features, layout.item, model.item_snapshot, matrix.ids
+                    manifest.item_features,
+                    layout.item,
+                    model.item_snapshot,
+                    matrix.ids,
+                    budget_left_s,
                 )
                 features[:, layout.item_cols] = items.matrix
         else:

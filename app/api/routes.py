@@ -145,7 +145,9 @@ async def _parse(
     candidates = doc.pop("candidates", None)
     envelope = RerankEnvelope.model_validate(doc)
     model = registry.get(envelope.model)
-    rows = await assemble(model, doc, candidates, raw, envelope, settings, resolver, item_store)
+    rows = await assemble(
+        model, doc, candidates, raw, envelope, settings, resolver, item_store, slot.lookup_time()
+    )
     metrics.DECODE_SECONDS.observe(time.perf_counter() - started)
     uc = model.manifest.user_clusters
     metrics.CANDIDATES.observe(rows.features.shape[0])

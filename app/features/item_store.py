@@ -11,6 +11,7 @@ the model carries one, else every item is missing; both are `degraded` with a re
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,11 +76,13 @@ class ItemFeatureStore:
         names: Sequence[str],
         snapshot: ItemSnapshot | None,
         ids: Sequence[Any],
+        budget_left_s: float = math.inf,
     ) -> ItemFeatures:
-        """The model's item features `names` (in that order) of the candidates `ids`."""
+        """The model's item features `names` (in that order) of the candidates `ids`; Redis is
+        not waited for past its deadline nor past `budget_left_s`."""
         started = time.perf_counter()
         try:
-            result = await self._fetch(items, tuple(names), snapshot, ids)
+            result = await self._fetch(items, tuple(names), snapshot, ids, budget_left_s)
         except Exception:  # the request must still be answered; the log keeps the bug visible
             log.exception("item features of set %s", items.set)
             result = _all_missing(len(ids), len(names), [ITEM_STORE_ERROR])
@@ -94,10 +97,12 @@ class ItemFeatureStore:
         names: tuple[str, ...],
         snapshot: ItemSnapshot | None,
         ids: Sequence[Any],
+        budget_left_s: float,
     ) -> ItemFeatures:
         if self.redis is None:
             return _from_snapshot(snapshot, names, ids, [])
-        got = await self.redis.fetch(items.set, ids, self._store.new_deadline())
+        deadline = self._store.new_deadline(budget_left_s)
+        got = await self.redis.fetch(items.set, ids, deadline)
         if got.error is not None or got.set_version is None or got.values is None:
             return _from_snapshot(snapshot, names, ids, [f"item_store_{got.error}"])
         columns = column_index(got.set_version.names, names)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -30,6 +31,8 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 REDIS_TIMEOUT = "redis_timeout"
+# The request's latency budget ran out before Redis answered (no verdict on Redis).
+REDIS_OVER_BUDGET = "redis_over_budget"
 REDIS_UNAVAILABLE = "redis_unavailable"
 CIRCUIT_OPEN = "circuit_open"
 REDIS_BAD_VALUE = "redis_bad_value"
@@ -149,9 +152,11 @@ class RedisStore:
             client, self._client = self._client, None
             await client.aclose()
 
-    def new_deadline(self) -> Deadline:
-        """One request's Redis budget, shared by its lookups, on Redis time."""
-        return Deadline(asyncio.get_running_loop().time(), self.loop_lag.total, self.deadline_s)
+    def new_deadline(self, budget_left_s: float = math.inf) -> Deadline:
+        """One request's Redis budget, shared by its lookups, on Redis time; never past
+        `budget_left_s` of wall time from now (what the request's own budget leaves)."""
+        now = asyncio.get_running_loop().time()
+        return Deadline(now, self.loop_lag.total, self.deadline_s, now + budget_left_s)
 
     async def get_override(self, user_id: str, deadline: Deadline) -> Fetch:
         key = f"{self.prefix}user:{user_id}"
@@ -215,6 +220,10 @@ class RedisStore:
             self.breaker.release_probe()  # the loop was late: no verdict on Redis
             self._count("errors")
             return None, REDIS_TIMEOUT
+        except BudgetTimeout:
+            self.breaker.release_probe()  # the request ran out of time: no verdict on Redis
+            self._count("errors")
+            return None, REDIS_OVER_BUDGET
         except (TimeoutError, RedisTimeoutError):
             return None, self._failed(REDIS_TIMEOUT).error
         except ResponseError as exc:
@@ -251,10 +260,15 @@ class Deadline:
     start: float
     lag_start: float
     seconds: float
+    stop: float = math.inf  # event-loop time the request's own budget allows, at most
 
 
 class LoopLagTimeout(LtrError, TimeoutError):
     """The wall-clock cap passed while the event loop, not Redis, was late."""
+
+
+class BudgetTimeout(LtrError, TimeoutError):
+    """The request's latency budget ran out before Redis's deadline did."""
 
 
 async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: LoopLag) -> Any:
@@ -267,7 +281,8 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     event-loop lag accrued meanwhile (LoopLag), and before it is declared missed the loop gets
     a turn to read what has arrived. On an idle loop the two clocks agree and a slow Redis
     times out at the deadline, as before; a saturated loop may stretch the wait to
-    WALL_CAP_FACTOR deadlines.
+    WALL_CAP_FACTOR deadlines. Nothing waits past `deadline.stop`, the request's own budget
+    (BudgetTimeout: the answer goes out without the value, and Redis gets no blame).
 
     A call that timed out is not cancelled: redis-py drops a connection whose reply was not
     read, and reconnecting on a busy machine misses the next deadline too, a vicious circle.
@@ -275,7 +290,7 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     goes back to the pool.
     """
     loop = asyncio.get_running_loop()
-    wall_stop = deadline.start + WALL_CAP_FACTOR * deadline.seconds
+    wall_stop = min(deadline.start + WALL_CAP_FACTOR * deadline.seconds, deadline.stop)
 
     def redis_time() -> float:
         return (loop.time() - deadline.start) - (lag.total - deadline.lag_start)
@@ -297,7 +312,9 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
             if used >= deadline.seconds or loop.time() >= wall_stop:
                 break
         task.add_done_callback(_discard_result)
-        raise TimeoutError if used >= deadline.seconds else LoopLagTimeout
+        if used >= deadline.seconds:
+            raise TimeoutError
+        raise BudgetTimeout if loop.time() >= deadline.stop else LoopLagTimeout
     except asyncio.CancelledError:
         task.cancel()  # the request itself was cancelled (client gone)
         raise

@@ -9,6 +9,7 @@ does, `resolve` answers within the deadline with a vector, and says `degraded` a
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -96,8 +97,14 @@ class UserFeatureResolver:
                 versions.move_to_end(manifest.version)
             return table
 
-    async def resolve(self, manifest: Manifest, user: Mapping[str, Any] | None) -> UserFeatures:
-        """The user's cluster and vector; never raises, never waits past the Redis deadline."""
+    async def resolve(
+        self,
+        manifest: Manifest,
+        user: Mapping[str, Any] | None,
+        budget_left_s: float = math.inf,
+    ) -> UserFeatures:
+        """The user's cluster and vector; never raises, never waits past the Redis deadline
+        nor past `budget_left_s` (what the request's latency budget leaves)."""
         uc = manifest.user_clusters
         if uc is None:
             return UserFeatures(None, None, False, [])
@@ -107,7 +114,7 @@ class UserFeatureResolver:
             zeros = np.zeros(uc.embedding_dim, dtype=np.float32)
             return UserFeatures(zeros, uc.scheme.unknown, True, [EMBEDDING_TABLE_MISSING])
         try:
-            return await self._resolve(manifest, uc, table, user)
+            return await self._resolve(manifest, uc, table, user, budget_left_s)
         except Exception:  # the request must still be answered; the log keeps the bug visible
             log.exception("resolving user features for %s/%s", manifest.name, manifest.version)
             return UserFeatures(table.vector(table.unknown), table.unknown, True, [INTERNAL_ERROR])
@@ -118,11 +125,12 @@ class UserFeatureResolver:
         uc: UserClusters,
         table: EmbeddingTable,
         user: Mapping[str, Any] | None,
+        budget_left_s: float,
     ) -> UserFeatures:
         user_id, profile = _parse_user(user)
         reasons: list[str] = []
         redis_ok = self.store.enabled
-        deadline = self.store.new_deadline()
+        deadline = self.store.new_deadline(budget_left_s)
 
         raw_cid: str | None = None
         if redis_ok and user_id is not None:

@@ -47,6 +47,8 @@ def test_rows_are_counted_from_the_raw_body() -> None:
     body = b'{"candidates": [{"id": 1, "features": [1]}, {"id": 2, "features": {"a": 1}}]}'
     assert estimated_rows(body) == 2
     assert estimated_rows(b"{}") == 1
+    # Candidates by id alone (features from the item store) count too.
+    assert estimated_rows(b'{"candidates": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}') == 3
 
 
 def test_an_idle_worker_admits_even_a_request_above_the_limit() -> None:
@@ -238,3 +240,20 @@ def test_a_lagging_event_loop_counts_against_the_budget() -> None:
     assert info.value.reason == SHED
     adm.loop_lag.recent = 0.002
     asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+
+
+def test_lookups_get_what_the_budget_leaves_after_the_estimated_scoring() -> None:
+    from app.api.admission import Slot
+
+    ctl, clock = controller()
+    for _ in range(20):
+        ctl.service.observe(1000, 0.030)  # 1,000 rows take 30 ms here
+    slot = Slot(ctl, b"", Budget(clock.now, 0.1), 1000, clock.now)
+    left = slot.lookup_time()
+    assert 0.05 < left < 0.07  # 100 ms - the fallback reserve - ~30 ms of scoring
+    clock.now += 0.09
+    assert slot.lookup_time() == 0.0
+    off, _ = controller(admission_enabled=False)
+    assert Slot(off, b"", Budget(clock.now, 0.1), 1000, None, _held=False).lookup_time() == (
+        float("inf")
+    )

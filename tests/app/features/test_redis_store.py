@@ -174,3 +174,28 @@ def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
         await lag.stop()
 
     asyncio.run(scenario())
+
+
+def test_the_request_budget_caps_the_wait_and_blames_nobody(redis_server: RedisServer) -> None:
+    """A lookup the request's budget cuts short answers `redis_over_budget` at the budget,
+    and the breaker counts no failure: Redis was not late, the request was."""
+    from app.features.redis_store import REDIS_OVER_BUDGET
+
+    store = RedisStore(_settings(redis_server.url, redis_deadline_ms=500))
+
+    async def scenario() -> None:
+        await store.start()
+        try:
+            redis_server.pause()  # Redis takes the call but does not answer
+            loop = asyncio.get_running_loop()
+            for _ in range(3 * store.breaker.failure_threshold):
+                start = loop.time()
+                fetch = await store.get_override("u1", store.new_deadline(0.03))
+                assert fetch.error == REDIS_OVER_BUDGET
+                assert loop.time() - start < 0.25  # the budget, not the 500 ms deadline
+            assert store.breaker.allow()  # never opened
+        finally:
+            redis_server.resume()
+            await store.close()
+
+    asyncio.run(scenario())

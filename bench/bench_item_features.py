@@ -248,8 +248,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ltr-bench-items-"))
     registry = work / "registry"
     table = item_set(n_items)
+    ensemble = model(args.random_trees)  # trained (or read from the cache) before the clock
     t0 = time.perf_counter()
-    publish(registry, table, model(args.random_trees))
+    publish(registry, table, ensemble)
     publish_s = time.perf_counter() - t0
     server = RedisServer(shutil.which("redis-server") or "redis-server").start()
     latencies: dict[int, dict[str, np.ndarray]] = {}
@@ -365,8 +366,8 @@ def render(
         f"| push of {n_items:,} items x 100 features (write, read back and compare every "
         f"value, switch) | {push.seconds:.1f} s |",
         f"| Redis memory after two such sets | {redis_mb:.0f} MB |",
-        f"| model version with a {n_items:,}-item snapshot: write (copy + sha256) "
-        f"| {publish_s:.1f} s |",
+        f"| two model versions written, one with a {n_items:,}-item snapshot (sort, write, "
+        f"sha256, fsync; the model trained beforehand) | {publish_s:.1f} s |",
         f"| snapshot: verify sha256 of the version's files at load "
         f"| {snapshot['verify_s']:.2f} s |",
         f"| snapshot: open (memory-map, check ids sorted) | {snapshot['load_s']:.2f} s |",

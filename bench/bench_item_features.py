@@ -370,7 +370,8 @@ def render(
         f"sha256, fsync; the model trained beforehand) | {publish_s:.1f} s |",
         f"| snapshot: verify sha256 of the version's files at load "
         f"| {snapshot['verify_s']:.2f} s |",
-        f"| snapshot: open (memory-map, check ids sorted, build the id hash index) | {snapshot['load_s']:.2f} s |",
+        "| snapshot: open (memory-map, check ids sorted, build the id hash index) "
+        f"| {snapshot['load_s']:.2f} s |",
         f"| snapshot: RSS added by opening it | {snapshot['rss_load_mb']:.0f} MB |",
         f"| snapshot: RSS added after 200 lookups of 1,000 random items "
         f"| {snapshot['rss_used_mb']:.0f} MB |",

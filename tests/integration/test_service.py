@@ -165,11 +165,17 @@ def test_a_chunked_body_over_the_limit_is_413_before_it_ends(tmp_path: Path) -> 
                 b"Transfer-Encoding: chunked\r\n\r\n"
             )
             chunk = b"x" * 10_000
-            for _ in range(25):  # 250 kB > 200 kB; the stream is never finished
-                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            try:
+                for _ in range(21):  # 210 kB > 200 kB; the stream is never finished
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server answered and closed before the last chunks: the point
             response = b""
             while b"\r\n\r\n" not in response:
-                data = sock.recv(65536)
+                try:
+                    data = sock.recv(65536)
+                except ConnectionResetError:
+                    break
                 if not data:
                     break
                 response += data

@@ -60,21 +60,28 @@ class TreeShapExplainer:
         x = np.ascontiguousarray(x, dtype=np.float64)
         out = np.zeros((x.shape[0], self.num_features + 1), dtype=np.float64)
         out[:, -1] = t.expected_value
-        if t.node_offset.shape[0] > 1:
+        if t.vertex_offset.shape[0] > 1:
             shap_values(
                 x,
-                t.split_feature,
+                t.parent,
+                t.child_left,
+                t.child_right,
+                t.is_left,
+                t.feature,
                 t.threshold,
-                t.left,
-                t.right,
                 t.default_left,
                 t.missing_zero,
-                t.cover,
-                t.leaf_cover,
-                t.leaf_value,
-                t.node_offset,
-                t.leaf_offset,
-                t.max_depth,
+                t.edge_feature,
+                t.ancestor,
+                t.edge_cover,
+                t.value,
+                t.mult_hot,
+                t.mult_cold,
+                t.coef_hot,
+                t.coef_cold,
+                t.vertex_offset,
+                t.q_offset,
+                t.quad_points,
                 out,
             )
         return out

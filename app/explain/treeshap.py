@@ -5,9 +5,9 @@ respect to the training distribution the node covers record, then the expected v
 sums to the model's score (up to rounding). On converted models this equals LightGBM's
 `predict(pred_contrib=True)` and XGBoost's `predict(pred_contribs=True)`.
 
-The kernel (numba) is imported and compiled on the first explanation, never at model load:
-users who do not explain pay nothing. numba caches the machine code on disk after the first
-compile in a process.
+The kernel (numba) is imported and compiled on the first explanation, never at model load;
+the service runs that first explanation in the background once a model serves
+(app/explain/warm.py). numba caches the machine code on disk after the first compile.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class TreeShapExplainer:
         self.num_features = ensemble.num_features
         self._tables: TreeTables | None = None
         self._lock = threading.Lock()
+        self.ready = False  # tables built and the kernel run once (compiled or loaded)
 
     @property
     def available(self) -> bool:
@@ -84,6 +85,7 @@ class TreeShapExplainer:
                 t.quad_points,
                 out,
             )
+        self.ready = True
         return out
 
 

@@ -75,14 +75,13 @@ class TreeShapExplainer:
                 t.edge_feature,
                 t.ancestor,
                 t.edge_cover,
+                t.big_z,
+                t.big_z_above,
                 t.value,
-                t.mult_hot,
-                t.mult_cold,
-                t.coef_hot,
-                t.coef_cold,
                 t.vertex_offset,
-                t.q_offset,
                 t.quad_points,
+                t.quad_nodes,
+                t.quad_weights,
                 out,
             )
         self.ready = True

@@ -24,9 +24,10 @@ is integrated exactly.
 o is 0 or 1, so at each edge x is in one of three states: it follows every split on the
 feature so far (hot), it left the feature's path at this edge (cold: the previous edge on the
 feature was hot or there is none), or earlier (cold-cold: coefficient 0, factor z). The
-per-edge factors and coefficients of the first two states, weights folded in, are row-free and
-computed once per model (app/explain/tree_tables.py); per row the kernel follows splits,
-multiplies (down the tree) and adds (up it).
+factors and coefficients of the first two states are row-free: computed per edge and point
+from the edge's z and Z and its ancestor's Z (app/explain/tree_tables.py) once per block of
+rows, which is cheaper than reading them from precomputed tables four times the size. Per row
+the kernel follows splits, multiplies (down the tree) and adds (up it).
 
 Splits follow the tree dump's rule exactly (app/scoring/reference.py): NaN, and |x| <= 1e-35 on
 `missing_zero` nodes, take the default direction; otherwise `x <= threshold` goes left.
@@ -66,14 +67,13 @@ def shap_values(  # type: ignore[no-untyped-def]
     edge_feature,
     ancestor,
     edge_cover,
+    big_z,
+    big_z_above,
     value,
-    mult_hot,
-    mult_cold,
-    coef_hot,
-    coef_cold,
     vertex_offset,
-    q_offset,
     quad_points,
+    quad_nodes,
+    quad_weights,
     out,  # float64 [n_rows, n_features + 1]; contributions are added to it
 ):
     """Adds each row's per-feature contributions of every tree to out[:, :n_features]."""
@@ -89,6 +89,8 @@ def shap_values(  # type: ignore[no-untyped-def]
     points = quad_points.max()
     g = np.empty((most, points, lanes), np.float64)  # prod of the path's factors
     s = np.empty((most, points, lanes), np.float64)  # sum of v * g over the leaves below
+    coef_hot = np.empty((most, points), np.float64)  # this tree's, weight folded in
+    coef_cold = np.empty((most, points), np.float64)
     hot = np.zeros((most, lanes), np.float64)  # 1.0 where the row's edge state is hot
     cold = np.zeros((most, lanes), np.float64)  # 1.0 where it is cold
     goes_left = np.empty((most, lanes), np.bool_)
@@ -103,7 +105,6 @@ def shap_values(  # type: ignore[no-untyped-def]
             vb = vertex_offset[t]
             nv = vertex_offset[t + 1] - vb
             nq = quad_points[t]
-            qb = q_offset[t]
             for r in range(lanes):
                 hot[0, r] = 1.0
                 cold[0, r] = 0.0
@@ -122,10 +123,19 @@ def shap_values(  # type: ignore[no-untyped-def]
                         hot[v, r] = 1.0 if open_path and follows else 0.0
                         cold[v, r] = 1.0 if open_path and not follows else 0.0
                     z = edge_cover[k]
-                    base = qb + v * nq
+                    ze = big_z[k]
+                    za = big_z_above[k]
                     for q in range(nq):
-                        mh = mult_hot[base + q] - z
-                        mc = mult_cold[base + q] - z
+                        # f(Z) = Z + t (1 - Z), the merged feature's factor while x follows
+                        # it; cold, Z (1 - t). The ancestor's factor is divided out.
+                        tq = quad_nodes[nq, q]
+                        fe = ze + tq * (1.0 - ze)
+                        inv_fa = 1.0 / (za + tq * (1.0 - za))
+                        above = (1.0 - za) * inv_fa
+                        coef_hot[v, q] = quad_weights[nq, q] * ((1.0 - ze) / fe - above)
+                        coef_cold[v, q] = quad_weights[nq, q] * (-1.0 / (1.0 - tq) - above)
+                        mh = fe * inv_fa - z
+                        mc = ze * (1.0 - tq) * inv_fa - z
                         for r in range(lanes):
                             g[v, q, r] = g[p, q, r] * (z + hot[v, r] * mh + cold[v, r] * mc)
                 if child_left[k] >= 0:
@@ -152,12 +162,11 @@ def shap_values(  # type: ignore[no-untyped-def]
                     live += hot[v, r] + cold[v, r]
                 if live == 0.0:  # cold-cold everywhere: coefficient 0
                     continue
-                base = qb + v * nq
                 for r in range(lanes):
                     acc[r] = 0.0
                 for q in range(nq):
-                    ch = coef_hot[base + q]
-                    cc = coef_cold[base + q]
+                    ch = coef_hot[v, q]
+                    cc = coef_cold[v, q]
                     for r in range(lanes):
                         acc[r] += s[v, q, r] * (hot[v, r] * ch + cold[v, r] * cc)
                 f = edge_feature[k]

@@ -62,7 +62,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         resolver = UserFeatureResolver(settings)
         await resolver.start()
-        registry = ModelRegistry(settings, on_load=resolver.register_model)
+        from app.explain.warm import warm_later
+
+        registry = ModelRegistry(
+            settings,
+            on_load=resolver.register_model,
+            on_serve=warm_later if settings.explain_warm else None,
+        )
         app.state.resolver = resolver
         app.state.item_store = ItemFeatureStore(settings, resolver.store)  # shares its Redis
         app.state.registry = registry

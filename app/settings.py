@@ -76,8 +76,13 @@ class Settings(BaseSettings):
     inline_scoring_max_rows: Annotated[int, Field(ge=0)] = 1000
     scoring_concurrency: Annotated[int, Field(ge=1)] = 4
     # `explain`: contributions are computed for at most this many returned results (the top
-    # ones); TreeSHAP costs ~1-3 ms per result for 500 trees (bench/results/explain.md).
+    # ones); TreeSHAP costs ~1 ms per result for 500 trees (bench/results/explain.md).
     explain_max_results: Annotated[int, Field(ge=1)] = 100
+    # Build each served tree model's explainer and load the TreeSHAP kernel in a background
+    # thread once the model serves (never delaying /readyz), so no request pays those one-off
+    # costs (~0.3 s tables for 500 trees; numba's import and compile, ~3 s, or its disk cache,
+    # ~0.5 s). Off: the first explanation of each model pays them.
+    explain_warm: bool = True
 
     # Redis (a soft dependency)
     redis_url: str | None = None

@@ -48,6 +48,13 @@ def tree_explainer(model: LoadedModel) -> TreeShapExplainer:
     return found
 
 
+def is_ready(model: LoadedModel) -> bool:
+    """The model's explainer is built and has explained once (nothing left to warm)."""
+    with _lock:
+        found = _explainers.get(model.scorer)
+    return isinstance(found, TreeShapExplainer) and found.ready
+
+
 def _build(model: LoadedModel) -> TreeShapExplainer:
     name = model.manifest.model_file
     try:
@@ -113,5 +120,6 @@ __all__ = [
     "TREESHAP",
     "ExplainUnavailable",
     "explain_rows",
+    "is_ready",
     "tree_explainer",
 ]

@@ -5,9 +5,9 @@ respect to the training distribution the node covers record, then the expected v
 sums to the model's score (up to rounding). On converted models this equals LightGBM's
 `predict(pred_contrib=True)` and XGBoost's `predict(pred_contribs=True)`.
 
-The kernel (numba) is imported and compiled on the first explanation, never at model load:
-users who do not explain pay nothing. numba caches the machine code on disk after the first
-compile in a process.
+The kernel (numba) is imported and compiled on the first explanation, never at model load;
+the service runs that first explanation in the background once a model serves
+(app/explain/warm.py). numba caches the machine code on disk after the first compile.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class TreeShapExplainer:
         self.num_features = ensemble.num_features
         self._tables: TreeTables | None = None
         self._lock = threading.Lock()
+        self.ready = False  # tables built and the kernel run once (compiled or loaded)
 
     @property
     def available(self) -> bool:
@@ -60,23 +61,30 @@ class TreeShapExplainer:
         x = np.ascontiguousarray(x, dtype=np.float64)
         out = np.zeros((x.shape[0], self.num_features + 1), dtype=np.float64)
         out[:, -1] = t.expected_value
-        if t.node_offset.shape[0] > 1:
+        if t.vertex_offset.shape[0] > 1:
             shap_values(
                 x,
-                t.split_feature,
+                t.parent,
+                t.child_left,
+                t.child_right,
+                t.is_left,
+                t.feature,
                 t.threshold,
-                t.left,
-                t.right,
                 t.default_left,
                 t.missing_zero,
-                t.cover,
-                t.leaf_cover,
-                t.leaf_value,
-                t.node_offset,
-                t.leaf_offset,
-                t.max_depth,
+                t.edge_feature,
+                t.ancestor,
+                t.edge_cover,
+                t.big_z,
+                t.big_z_above,
+                t.value,
+                t.vertex_offset,
+                t.quad_points,
+                t.quad_nodes,
+                t.quad_weights,
                 out,
             )
+        self.ready = True
         return out
 
 

@@ -55,6 +55,7 @@ MAX_WARMUP_ROWS = 4096
 
 ScorerLoader = Callable[[Artifact], Scorer]
 ModelHook = Callable[[Manifest, dict[str, bytes]], None]
+ServeHook = Callable[["LoadedModel"], None]
 
 
 class ModelNotAvailable(LtrError, LookupError):
@@ -116,11 +117,13 @@ class ModelRegistry:
         *,
         scorer_loader: ScorerLoader | None = None,
         on_load: ModelHook | None = None,
+        on_serve: ServeHook | None = None,
     ) -> None:
         self.settings = settings
         self.root = Path(settings.registry)
         self._scorer_loader = scorer_loader or default_scorer_loader(settings)
         self._on_load = on_load
+        self._on_serve = on_serve  # called on the event loop once a version serves: be quick
         self._models: Mapping[str, LoadedModel] = {}
         self._refused: dict[str, str] = {}  # name -> version the poll must not retry
         self._errors: dict[str, str] = {}  # name -> last load error
@@ -280,6 +283,8 @@ class ModelRegistry:
         log.info(
             "serving %s/%s (was %s)", loaded.name, loaded.version, old.version if old else None
         )
+        if self._on_serve is not None:
+            self._on_serve(loaded)
 
     def _refuse(self, name: str, version: str, exc: Exception, report: ReloadReport) -> None:
         full = f"{type(exc).__name__}: {exc}"

@@ -159,7 +159,7 @@ def test_a_version_pruned_from_disk_still_ranks(
 
     publish(registry_dir, _covered(random_ensemble(NF, seed=8)), name="gone", version="v1")
     rows = random_rows(3).astype(np.float32)
-    with make_client(**LONG_BUDGET) as client:
+    with make_client(explain_warm=False, **LONG_BUDGET) as client:  # warmed: already read
         shutil.rmtree(registry_dir / "gone" / "v1")
         body = {"model": "gone", "candidates": _candidates(rows), "explain": True}
         got = client.post("/rerank", json=body)
@@ -189,3 +189,43 @@ def test_explanations_past_the_budget_leave_the_ranking_intact(
     assert "latency budget" in got["explanation_error"]
     assert len(got["results"]) == 5 and not got["degraded"]
     assert all("explanation" not in r for r in got["results"])
+
+
+def _wait_until_ready(model, seconds: float) -> bool:
+    import time
+
+    from app.explain.ranked import is_ready
+
+    end = time.monotonic() + seconds
+    while not is_ready(model) and time.monotonic() < end:
+        time.sleep(0.02)
+    return is_ready(model)
+
+
+def test_a_served_tree_model_is_warmed_before_anyone_explains(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    """The explainer is built and the kernel loaded in the background once the model serves,
+    so the first explained request fits the default latency budget."""
+    publish(registry_dir, _covered(random_ensemble(NF, seed=12)), name="shap", version="v1")
+    rows = random_rows(6).astype(np.float32)
+    with make_client() as client:
+        model = client.app.state.registry.get("shap")  # type: ignore[attr-defined]
+        assert _wait_until_ready(model, 120.0)
+        body = {"model": "shap", "candidates": _candidates(rows), "explain": True}
+        got = client.post("/rerank", json=body).json()
+    assert "explanation_error" not in got
+    assert all("explanation" in r for r in got["results"])
+
+
+def test_without_warm_up_the_explainer_waits_for_the_first_explanation(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    publish(registry_dir, _covered(random_ensemble(NF, seed=13)), name="shap", version="v1")
+    rows = random_rows(3).astype(np.float32)
+    with make_client(explain_warm=False, **LONG_BUDGET) as client:
+        model = client.app.state.registry.get("shap")  # type: ignore[attr-defined]
+        assert not _wait_until_ready(model, 0.5)
+        body = {"model": "shap", "candidates": _candidates(rows), "explain": True}
+        assert "explanation" in client.post("/rerank", json=body).json()["results"][0]
+        assert _wait_until_ready(model, 0.0)

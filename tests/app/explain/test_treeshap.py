@@ -100,6 +100,31 @@ def test_contributions_sum_to_the_score(case: tuple[TreeEnsemble, np.ndarray]) -
     np.testing.assert_allclose(got.sum(axis=1), scores, rtol=0, atol=1e-9 * scale)
 
 
+@pytest.mark.parametrize("zero_leaf", [0, 1, 2])
+def test_a_leaf_no_training_row_reached_keeps_the_values_exact(
+    ensemble: TreeEnsemble, zero_leaf: int
+) -> None:
+    """Cover 0 on an edge (Z = 0: the factors vanish or become t) is still the definition,
+    with the feature split on twice along a path (f1 at the root and below it)."""
+    deep = ensemble.trees[1]
+    twice = Tree(
+        split_feature=np.array([1, 0, 1], dtype=np.int32),
+        threshold=np.array([0.5, 0.25, 0.1]),
+        left=np.array([1, 2, ~0], dtype=np.int32),
+        right=np.array([~3, ~2, ~1], dtype=np.int32),
+        default_left=np.array([False, True, True]),
+        leaf_value=np.array([-1.0, 0.5, 2.0, 0.75]),
+    )
+    covers = np.array([3.0, 5.0, 2.0, 7.0])
+    covers[zero_leaf] = 0.0
+    trees = [twice.with_leaf_covers(covers), deep.with_leaf_covers(np.array([4.0, 1.0, 6.0]))]
+    model = TreeEnsemble(2, trees, ensemble.base_score)
+    rows = np.array([[0.1, 0.05], [0.3, 0.2], [np.nan, 0.9], [0.2, np.nan], [1.0, 0.3]])
+    got = TreeShapExplainer(model).contributions(rows)
+    expected = np.array([_shapley(model, row) for row in rows])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
 def test_features_no_tree_splits_on_get_zero(ensemble: TreeEnsemble) -> None:
     trees = [t.with_leaf_covers(np.arange(1.0, t.num_leaves + 1)) for t in ensemble.trees]
     covered_model = TreeEnsemble(3, trees, ensemble.base_score)  # feature 2 is never split on

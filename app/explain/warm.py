@@ -1,0 +1,72 @@
+"""Explainers made ready in the background as tree models start serving, so that no request
+pays the one-off costs of a first explanation: the explainer's tables, and the TreeSHAP
+kernel (numba's import and a compile, or a load from numba's on-disk cache).
+
+One daemon thread, niced where the OS allows it, works through the served models in turn; the
+registry only queues them (`LTR_EXPLAIN_WARM`), so /readyz never waits. A request that explains
+while the warm-up is still running waits on the same locks (tables, numba's compile lock), so
+the work is never done twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+
+import numpy as np
+
+from app.registry import LoadedModel
+
+log = logging.getLogger(__name__)
+
+_pending: queue.SimpleQueue[LoadedModel] = queue.SimpleQueue()
+_worker: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def warm_later(model: LoadedModel) -> None:
+    """Queues a served tree model for warming (networks need nothing: occlusion scores)."""
+    global _worker
+    if model.manifest.kind != "lambdamart":
+        return
+    with _lock:
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_work, name="explain-warm-up", daemon=True)
+            _worker.start()
+    _pending.put(model)
+
+
+def warm(model: LoadedModel) -> bool:
+    """Builds the model's explainer and explains one row; False if it cannot be explained."""
+    from app.explain.ranked import ExplainUnavailable, tree_explainer
+
+    try:
+        explainer = tree_explainer(model)
+    except ExplainUnavailable:
+        return False
+    explainer.contributions(np.zeros((1, explainer.num_features)))
+    return True
+
+
+def _work() -> None:
+    _lower_priority()
+    while True:
+        model = _pending.get()
+        started = time.perf_counter()
+        try:
+            if warm(model):
+                seconds = time.perf_counter() - started
+                log.info("explainer of %s/%s ready in %.2f s", model.name, model.version, seconds)
+        except Exception:  # the next model, and the requests, must not depend on this one
+            log.exception("warming the explainer of %s/%s failed", model.name, model.version)
+        del model  # not kept alive until the next one arrives
+
+
+def _lower_priority() -> None:
+    """Linux nices single threads: the warm-up leaves the CPU to requests when both want it."""
+    with contextlib.suppress(AttributeError, OSError):  # elsewhere: whole processes, or refused
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)

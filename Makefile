@@ -28,9 +28,11 @@ $(BIN)/python:
 	@echo "== creating the virtualenv $(VENV) ($(PYTHON))"
 	$(PYTHON) -m venv $(VENV)
 
+# --no-compile: Python compiles what it imports on first use; byte-compiling every installed
+# module up front cost a first run about 6 s more (bench/results/first_run.md).
 $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 	@echo "== installing ltr-rerank[$(subst -,$(comma),$*)] and its dependencies into $(VENV)"
-	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on \
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on --no-compile \
 	  -e ".[$(subst -,$(comma),$*)]"
 	@touch $@
 

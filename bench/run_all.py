@@ -33,6 +33,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("dask.md", ["bench.bench_dask"]),
     ("explain.md", ["bench.bench_explain", "--write"]),
     ("interleaving.md", ["bench.bench_interleaving"]),
+    ("first_run.md", ["bench.bench_first_run", "HEAD"]),
 ]
 
 

@@ -22,16 +22,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import platform
 import statistics
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
 
+from app.artifacts.manifest import Manifest
 from app.features.user_features import UserFeatureResolver, UserFeatures
 from app.settings import Settings
 from tests.app.features.conftest import CLUSTERS, DIM, make_files, make_manifest
@@ -66,6 +69,34 @@ def _row(name: str, timed: tuple[list[float], str], base: float) -> str:
     return f"| {name} | {p50:.1f} | {p99:.1f} | {p50 / base:.2f} | {marks or '-'} |"
 
 
+def _combination_model() -> tuple[Manifest, dict[str, bytes], dict[str, Any]]:
+    """A DNN-style table over bench.generate_personal's four fields with every field row and
+    every hashed combination row (4 field + 10 combination rows added per request: the most
+    this scheme can add), and a user whose full cluster id is in the table."""
+    import tomllib
+
+    from app.artifacts.manifest import ClusterScheme
+    from app.features.clusters import cluster_id
+    from app.features.embedding_table import field_keys
+    from app.features.field_combinations import combination_buckets, combination_row_key
+    from bench.generate_personal import ORDERS, scheme_toml
+
+    scheme = ClusterScheme.model_validate(tomllib.loads(scheme_toml(ORDERS["cdpa"])))
+    profile = {"country": "US", "device": "mobile", "price_level": 3, "age": 41}
+    full = cluster_id(scheme, profile)
+    fields = field_keys(scheme, full)
+    buckets = sorted(set(combination_buckets(fields, 3, 65536)))
+    keys = ["unknown", full.split("_")[0], full, *fields, *map(combination_row_key, buckets)]
+    manifest = make_manifest(dim=32)
+    assert manifest.user_clusters is not None
+    uc = manifest.user_clusters.model_copy(
+        update={"scheme": scheme, "field_embeddings": True, "combination_buckets": 65536}
+    )
+    vectors = np.random.default_rng(0).normal(size=(len(keys), 32)).astype(np.float32)
+    manifest = manifest.model_copy(update={"user_clusters": uc})
+    return manifest, make_files(keys, vectors), {"id": "u1", "profile": profile}
+
+
 async def _resolver(settings: Settings) -> UserFeatureResolver:
     resolver = UserFeatureResolver(settings, metrics=object())
     resolver.register_model(make_manifest(), make_files())
@@ -86,6 +117,16 @@ async def main(server: RedisServer) -> list[str]:
 
     local = await _resolver(Settings(redis_url=None))
     rows.append(("resolve, in-process only", await _time(N, lambda: local.resolve(manifest, USER))))
+    combo_manifest, combo_files, combo_user = _combination_model()
+    combos = UserFeatureResolver(Settings(redis_url=None), metrics=object())
+    combos.register_model(combo_manifest, combo_files)
+    await combos.start()
+    rows.append(
+        (
+            "resolve, in-process, + 4 field and 10 combination rows",
+            await _time(N, lambda: combos.resolve(combo_manifest, combo_user)),
+        )
+    )
     cached = await _resolver(Settings(redis_url=server.url))
     rows.append(
         ("resolve, Redis, cache warm", await _time(N, lambda: cached.resolve(manifest, USER)))
@@ -119,7 +160,7 @@ async def main(server: RedisServer) -> list[str]:
         )
     finally:
         server.resume()
-    for r in (local, cached, cold, paused, opened):
+    for r in (local, combos, cached, cold, paused, opened):
         await r.close()
     base = statistics.median(rows[0][1][0])
     return [_row(name, us, base) for name, us in rows]
@@ -147,18 +188,39 @@ def run() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=uq.DEFAULT_ROWS)
     parser.add_argument("--users", type=int, default=uq.DEFAULT_USERS)
+    parser.add_argument(
+        "--models",
+        help="comma-separated quality rows to measure (e.g. dnn_user_A,dnn_user_B); the other "
+        "rows' figures are carried over from the existing quality_<generator>.json",
+    )
+    parser.add_argument(
+        "--label",
+        help="quality figures of other --rows/--users go to quality_<generator>-<label>.json "
+        "(their own section), the models to their own work directory",
+    )
     args = parser.parse_args()
+    only = None if args.models is None else frozenset(args.models.split(","))
+    unknown = set(only or ()) - {key for key, _ in uq.ROWS}
+    if unknown:
+        parser.error(f"unknown --models {sorted(unknown)}")
     FIGURES.mkdir(parents=True, exist_ok=True)
     if args.part in ("all", "quality"):
         generators = uq.GENERATORS if args.generator == "both" else (args.generator,)
         for generator in generators:
-            figures = uq.quality(generator, args.seeds, args.rows, args.users)
-            (FIGURES / f"quality_{generator}.json").write_text(json.dumps(figures, indent=1))
+            suffix = f"-{args.label}" if args.label else ""
+            path = FIGURES / f"quality_{generator}{suffix}.json"
+            previous = json.loads(path.read_text()) if only and path.exists() else None
+            work = uq.WORK / args.label if args.label else uq.WORK
+            figures = uq.quality(generator, args.seeds, args.rows, args.users, only, previous, work)
+            path.write_text(json.dumps(figures, indent=1))
     if args.part in ("all", "serving"):
         serving = uq.serving(args.rows, args.users)
         (FIGURES / "serving.json").write_text(json.dumps(serving, indent=1))
     if args.part in ("all", "resolver"):
-        (FIGURES / "resolver.json").write_text(json.dumps(resolver_rows(), indent=1))
+        before = os.getloadavg()[0]
+        rows = resolver_rows()
+        loads = {"load_average_before": before, "load_average_after": os.getloadavg()[0]}
+        (FIGURES / "resolver.json").write_text(json.dumps({"rows": rows, **loads}, indent=1))
     text = render(FIGURES, platform.processor() or platform.machine())
     OUT.write_text(text)
     print(text)

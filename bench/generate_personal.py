@@ -81,7 +81,7 @@ def generate(out: Path, *, rows: int = 40_000, users: int = 2_000, seed: int = 0
     for name, order in ORDERS.items():
         (out / f"scheme_{name}.toml").write_text(scheme_toml(order))
 
-    sizes = []
+    sizes: list[int] = []
     while sum(sizes) < rows:
         sizes.append(int(rng.integers(20, 41)))
     sizes_a = np.array(sizes)

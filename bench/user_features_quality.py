@@ -10,6 +10,8 @@ vector the service computes for each user (`ltr evaluate --user-profiles`).
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ DNN = {"hidden": [128, 64], "epochs": 40, "early_stopping_rounds": 8, "threads":
 USER = {"embedding_dim": 32, "min_cluster_count": 20}
 TREES = {"num_trees": 300, "num_leaves": 31, "learning_rate": 0.05, "threads": 1}
 TREES_STOP = 30
+RESEED = 1000  # added to the seed for the noise-floor row's training
 # `ltr simulate`'s shipped scheme is country, age, price_level; the other order reverses it.
 SIM_ORDER_B = ("price_level", "age", "country")
 ROWS = (
@@ -43,8 +46,11 @@ ROWS = (
     ("dnn", "DNN, no user information"),
     ("dnn_clusters_A", "DNN + cluster embedding only (before), order A"),
     ("dnn_clusters_B", "DNN + cluster embedding only (before), order B"),
-    ("dnn_user_A", "DNN + user features (cluster + field rows), order A"),
-    ("dnn_user_B", "DNN + user features (cluster + field rows), order B"),
+    ("dnn_fields_A", "DNN + cluster + field rows (before), order A"),
+    ("dnn_fields_B", "DNN + cluster + field rows (before), order B"),
+    ("dnn_user_A", "DNN + user features (cluster + field + combination rows), order A"),
+    ("dnn_user_B", "DNN + user features (cluster + field + combination rows), order B"),
+    ("dnn_user_A_reseeded", "same as order A, another training seed (the noise floor)"),
     ("lambdamart_user_A", "LambdaMART + user features (learned table), order A"),
     ("lambdamart_onehot", "LambdaMART + profile fields one-hot"),
     ("dnn_onehot", "DNN + profile fields one-hot"),
@@ -144,9 +150,16 @@ def _ndcg(path: Path, test: RankingDataset, profiles: dict[str, Any] | None) -> 
     return float(mean_ndcg(scores, test.labels, test.group_offsets, 10, empty_value=1.0))
 
 
-def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> dict[str, Any]:
-    """Test NDCG@10 of every row of ROWS, and seconds per row, for one dataset. The versions
-    stay under `root/models` (the serving part publishes some of them)."""
+def run_seed(
+    generator: str,
+    seed: int,
+    rows: int,
+    users: int,
+    root: Path,
+    only: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """Test NDCG@10 of every row of ROWS (or of those in `only`), and seconds per row, for one
+    dataset. The versions stay under `root/models` (the serving part publishes some of them)."""
     from trainer.dnn.options import DNNOptions
     from trainer.engines.dnn_model import train_dnn_model
     from trainer.engines.tree_model import train_tree_model
@@ -159,6 +172,9 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
     ndcg: dict[str, float] = {}
     seconds: dict[str, float] = {}
 
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
     def dnn(
         name: str,
         extra: dict[str, Any],
@@ -166,10 +182,12 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
         valid: RankingDataset,
         test: RankingDataset,
     ) -> Path:
+        if not wanted(name) and (models / name / "v1").exists():
+            return models / name / "v1"
+        shutil.rmtree(models / name, ignore_errors=True)  # an earlier run's version
         started = time.perf_counter()
-        path = train_dnn_model(
-            train, valid, DNNOptions(**DNN, seed=seed, **extra), models / name / "v1"
-        ).model_dir
+        options = DNNOptions(**{**DNN, "seed": seed, **extra})
+        path = train_dnn_model(train, valid, options, models / name / "v1").model_dir
         ndcg[name] = _ndcg(path, test, profiles)
         seconds[name] = time.perf_counter() - started
         print(
@@ -180,6 +198,7 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
     def trees(
         name: str, train: RankingDataset, valid: RankingDataset, test: RankingDataset, **user: Any
     ) -> Path:
+        shutil.rmtree(models / name, ignore_errors=True)
         started = time.perf_counter()
         params = LambdaMARTParams(**TREES, seed=seed, early_stopping_rounds=TREES_STOP)
         path = train_tree_model(
@@ -192,19 +211,25 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
         )
         return path
 
-    trees("lambdamart", p.train, p.valid, p.test)
-    dnn("dnn", {}, p.train, p.valid, p.test)
+    if wanted("lambdamart"):
+        trees("lambdamart", p.train, p.valid, p.test)
+    if wanted("dnn"):
+        dnn("dnn", {}, p.train, p.valid, p.test)
     for order in ("A", "B"):
         users_opts = {**USER, "user_profiles": p.profiles, "cluster_config": p.schemes[order]}
-        dnn(
-            f"dnn_clusters_{order}",
-            {**users_opts, "field_embeddings": False},
-            p.train,
-            p.valid,
-            p.test,
-        )
+        if wanted(f"dnn_clusters_{order}"):
+            no_fields = {**users_opts, "field_embeddings": False}
+            dnn(f"dnn_clusters_{order}", no_fields, p.train, p.valid, p.test)
+        if wanted(f"dnn_fields_{order}"):
+            no_combinations = {**users_opts, "combination_buckets": 0}
+            dnn(f"dnn_fields_{order}", no_combinations, p.train, p.valid, p.test)
         net = dnn(f"dnn_user_{order}", users_opts, p.train, p.valid, p.test)
-        if order == "A":
+        if order == "A" and wanted("dnn_user_A_reseeded"):
+            # Same data and field order, other initial weights, dropout and batch order: how
+            # far two trainings of one model apart are, to read the field-order gap against.
+            reseeded = {**users_opts, "seed": seed + RESEED}
+            dnn("dnn_user_A_reseeded", reseeded, p.train, p.valid, p.test)
+        if order == "A" and wanted("lambdamart_user_A"):
             artifact = load_version(net)
             uc = artifact.manifest.user_clusters
             assert uc is not None
@@ -215,8 +240,10 @@ def run_seed(generator: str, seed: int, rows: int, users: int, root: Path) -> di
             trees("lambdamart_user_A", tr, va, te, user_clusters=uc, user_files=files)
     scheme = load_cluster_scheme(p.schemes["A"])
     tr, va, te = (one_hot(d, scheme, profiles) for d in (p.train, p.valid, p.test))
-    trees("lambdamart_onehot", tr, va, te)
-    dnn("dnn_onehot", {}, tr, va, te)
+    if wanted("lambdamart_onehot"):
+        trees("lambdamart_onehot", tr, va, te)
+    if wanted("dnn_onehot"):
+        dnn("dnn_onehot", {}, tr, va, te)
     return {
         "ndcg": ndcg,
         "seconds": seconds,
@@ -228,7 +255,7 @@ DEFAULT_ROWS = 24_000
 DEFAULT_USERS = 1_500
 WORK = Path(tempfile.gettempdir()) / "ltr-bench-user-features"
 SERVING_CANDIDATES = 300
-SERVING_REQUESTS = 300
+SERVING_REQUESTS = 1000
 SERVING_TREES = 200
 
 
@@ -236,17 +263,34 @@ def settings(rows: int, users: int) -> dict[str, Any]:
     return {"rows": rows, "users": users, "dnn": DNN, "user": USER, "trees": TREES}
 
 
-def quality(generator: str, seeds: int, rows: int, users: int) -> dict[str, Any]:
-    """run_seed for seeds 0..seeds-1; versions stay under WORK for the serving part."""
-    runs = [run_seed(generator, seed, rows, users, WORK) for seed in range(seeds)]
+def quality(
+    generator: str,
+    seeds: int,
+    rows: int,
+    users: int,
+    only: frozenset[str] | None = None,
+    previous: dict[str, Any] | None = None,
+    work: Path = WORK,
+) -> dict[str, Any]:
+    """run_seed for seeds 0..seeds-1; versions stay under `work` (WORK: for the serving part).
+
+    With `only`, just those rows are measured and the other rows' figures are carried over
+    from `previous` (the same settings' earlier figures), each run listing what it carried."""
+    runs = [run_seed(generator, seed, rows, users, work, only) for seed in range(seeds)]
+    if only is not None and previous is not None:
+        if previous["settings"] != settings(rows, users):
+            raise ValueError("the earlier figures were measured with other settings")
+        for run, old in zip(runs, previous["runs"], strict=True):
+            carried = sorted(set(old["ndcg"]) - set(run["ndcg"]))
+            for kind in ("ndcg", "seconds"):
+                run[kind] = {**{k: old[kind][k] for k in carried}, **run[kind]}
+            run["carried_over"] = sorted({*carried, *old.get("carried_over", [])} - set(only))
     return {"generator": generator, "settings": settings(rows, users), "runs": runs}
 
 
 def _same_size_trees(p: Prepared, models: Path) -> None:
     """Two tree models of SERVING_TREES trees each (no early stopping), without and with the
     learned user vector, so that on/off differ by the user features only."""
-    import shutil
-
     from trainer.engines.tree_model import train_tree_model
     from trainer.engines.user_embeddings import with_user_vectors
     from trainer.lambdamart.params import LambdaMARTParams
@@ -271,8 +315,6 @@ def serving(rows: int, users: int) -> dict[str, Any]:
     """p50/p99 ms of POST /rerank, 300 candidates, on the real service: user features on vs
     off for the network and for the trees of the combination generator's seed 0 (trained by
     the quality part, or here when missing), requests alternating between the two."""
-    import shutil
-
     import httpx
     import orjson
 
@@ -309,6 +351,7 @@ def serving(rows: int, users: int) -> dict[str, Any]:
         )
 
     out: dict[str, Any] = {"candidates": SERVING_CANDIDATES, "requests": SERVING_REQUESTS}
+    out["load_average_before"] = os.getloadavg()[0]
     env = {"LTR_REGISTRY": str(registry), "LTR_RELOAD_POLL_SECONDS": "0"}
     server = UvicornServer(env).start().wait_ready()
     try:
@@ -334,4 +377,5 @@ def serving(rows: int, users: int) -> dict[str, Any]:
                 print(engine, out[engine], flush=True)
     finally:
         server.stop()
+    out["load_average_after"] = os.getloadavg()[0]
     return out

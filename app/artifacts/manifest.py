@@ -82,6 +82,18 @@ class UserClusters(_Strict):
     # finest cluster id that the table holds, so a user whose full cluster is rare still
     # contributes every field (app.features.embedding_table.EmbeddingTable.user_vector).
     field_embeddings: bool = False
+    # > 0: clusters_file also lists rows `combo:<bucket>` (after the field rows), and the user's
+    # vector also adds the row of every combination of 2..combination_max_fields of their field
+    # tokens, hashed into `combination_buckets` buckets, that the table holds
+    # (app.features.field_combinations). Needs field_embeddings.
+    combination_buckets: int = Field(0, ge=0)
+    combination_max_fields: int = Field(3, ge=2)
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> UserClusters:
+        if self.combination_buckets and not self.field_embeddings:
+            raise ValueError("combination_buckets needs field_embeddings")
+        return self
 
 
 FeatureSource = Literal["candidate", "query", "item", "user"]

@@ -9,6 +9,10 @@ vector is their resolved cluster's row plus the rows of the tokens of their fine
 (absent tokens add nothing). The coarse-to-fine cluster id keeps the field combinations that
 are common enough (Grbovic & Cheng, KDD 2018); the field rows keep what dropping trailing
 tokens throws away, whatever the field order.
+
+With `combination_buckets` the list also holds rows `combo:<bucket>`: the user's vector adds the
+row of every hashed combination of their field tokens the table holds
+(app.features.field_combinations), for tastes that no single field carries.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import numpy as np
 
 from app.artifacts.manifest import ClusterScheme, Manifest, UserClusters
 from app.features.clusters import resolve_cluster
+from app.features.field_combinations import combination_buckets, parse_combination_row_key
 
 FIELD_ROW_PREFIX = "field:"
+EXTRA_VECTORS_CACHED = 16384
 
 
 def field_key(field_name: str, token: str) -> str:
@@ -46,6 +52,11 @@ class EmbeddingTable:
     vectors: np.ndarray  # float32 [n_rows, embedding_dim], read-only
     index: dict[str, int]  # cluster id → row
     field_index: dict[str, int] = field(default_factory=dict)  # field key → row
+    combination_index: dict[int, int] = field(default_factory=dict)  # bucket → row
+    # raw cluster id → the sum of its field and combination rows (per request: one add)
+    _extra_vectors: dict[str, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def dim(self) -> int:
@@ -64,18 +75,35 @@ class EmbeddingTable:
         row = self.index.get(cid)
         return self.vectors[self.index[self.unknown] if row is None else row]
 
+    def extra_rows(self, raw_cid: str) -> list[int]:
+        """The field rows, then the combination rows, that `raw_cid`'s tokens have in this
+        table (the training inputs' columns after the cluster row, absent ones left out)."""
+        if not self.field_index:
+            return []
+        uc = self.user_clusters
+        keys = field_keys(uc.scheme, raw_cid)
+        rows = [self.field_index[k] for k in keys if k in self.field_index]
+        if self.combination_index:
+            buckets = combination_buckets(keys, uc.combination_max_fields, uc.combination_buckets)
+            rows += [self.combination_index[b] for b in buckets if b in self.combination_index]
+        return rows
+
     def user_vector(self, cluster_vector: np.ndarray, raw_cid: str) -> np.ndarray:
         """float32 [embedding_dim]: the resolved cluster's vector (from Redis or this table)
-        plus the field rows of `raw_cid`, the user's finest id before any fallback."""
-        if not self.field_index:
-            return cluster_vector
-        keys = field_keys(self.user_clusters.scheme, raw_cid)
-        rows = [self.field_index[k] for k in keys if k in self.field_index]
-        if not rows:
-            return cluster_vector
-        total = np.asarray(cluster_vector, dtype=np.float32).copy()
-        for row in rows:  # one add per row, in field order, as the trainer's check does
-            total += self.vectors[row]
+        plus the field and combination rows of `raw_cid`, the user's finest id before any
+        fallback."""
+        extra = self._extra_vectors.get(raw_cid)
+        if extra is None:
+            rows = self.extra_rows(raw_cid)
+            if not rows:
+                return cluster_vector
+            # Row after row, in column order: the order the trainer's check adds them in.
+            extra = np.add.reduce(self.vectors[rows], axis=0, dtype=np.float32)
+            extra.setflags(write=False)
+            if len(self._extra_vectors) >= EXTRA_VECTORS_CACHED:
+                self._extra_vectors.clear()  # ids come from clients: the cache stays bounded
+            self._extra_vectors[raw_cid] = extra
+        total = np.add(cluster_vector, extra, dtype=np.float32)
         total.setflags(write=False)
         return total
 
@@ -108,15 +136,23 @@ class EmbeddingTable:
         vectors.setflags(write=False)
         index = {c: i for i, c in enumerate(clusters)}
         fields: dict[str, int] = {}
+        combinations: dict[int, int] = {}
         if uc.field_embeddings:
             fields = {c: i for c, i in index.items() if c.startswith(FIELD_ROW_PREFIX)}
             index = {c: i for c, i in index.items() if c not in fields}
+        if uc.combination_buckets:
+            for key, row in list(index.items()):
+                bucket = parse_combination_row_key(key, uc.combination_buckets)
+                if bucket is not None:
+                    combinations[bucket] = row
+                    del index[key]
         return cls(
             user_clusters=uc,
             clusters=tuple(clusters),
             vectors=vectors,
             index=index,
             field_index=fields,
+            combination_index=combinations,
         )
 
 

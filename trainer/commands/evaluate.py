@@ -134,6 +134,7 @@ def _scores_with_users(
         "lists_with_profile": with_profile,
         "resolved_to": resolved,
         "field_embeddings": table.user_clusters.field_embeddings,
+        "combination_buckets": table.user_clusters.combination_buckets,
     }
     return score_dataset(artifact, dataset, vectors).astype(np.float64), users
 

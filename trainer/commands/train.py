@@ -189,7 +189,7 @@ def train_command(
     embedding_dim: Annotated[
         int | None,
         Opt(
-            help="Width of the user vector (cluster row + field rows).",
+            help="Width of the user vector (the sum of its cluster, field and combination rows).",
             rich_help_panel=USERS,
             show_default="32",
         ),
@@ -211,6 +211,26 @@ def train_command(
             "cluster is rare keeps every field.",
             rich_help_panel=USERS,
             show_default="on",
+        ),
+    ] = None,
+    combination_buckets: Annotated[
+        int | None,
+        Opt(
+            help="Hash buckets of the field-combination rows: each combination of 2 to "
+            "--combination-max-fields of a user's field values that at least --min-cluster-count "
+            "users share gets a row, added to the user's vector whatever the field order. "
+            "0 turns them off; needs --field-embeddings.",
+            rich_help_panel=USERS,
+            show_default="65536",
+        ),
+    ] = None,
+    combination_max_fields: Annotated[
+        int | None,
+        Opt(
+            help="Most profile fields one combination row joins (2 = pairs, 3 = pairs and "
+            "triples).",
+            rich_help_panel=USERS,
+            show_default="3",
         ),
     ] = None,
     user_embeddings_from: Annotated[
@@ -310,6 +330,8 @@ def train_command(
         "embedding_dim": embedding_dim,
         "min_cluster_count": min_cluster_count,
         "field_embeddings": field_embeddings,
+        "combination_buckets": combination_buckets,
+        "combination_max_fields": combination_max_fields,
         "user_embeddings_from": user_embeddings_from,
     }
     from trainer.dnn.user_clusters import ClusterConfigError

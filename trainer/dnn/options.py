@@ -35,3 +35,7 @@ class DNNOptions(BaseModel):
     min_cluster_count: int = Field(20, ge=1)
     # Per-field rows summed with the cluster's row (trainer.dnn.user_clusters).
     field_embeddings: bool = True
+    # Hashed field-combination rows (app.features.field_combinations), with field embeddings
+    # only: buckets of the hash (0 = none) and the most fields a combination joins.
+    combination_buckets: int = Field(65536, ge=0)
+    combination_max_fields: int = Field(3, ge=2)

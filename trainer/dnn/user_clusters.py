@@ -7,10 +7,17 @@ per surviving id. The service resolves a request's user with the same fallback c
 With field embeddings the table also holds one row per profile-field token that at least
 `min_count` training users share (`field:country=US`), and a user's vector is the sum of their
 cluster's row and their tokens' rows (app.features.embedding_table.EmbeddingTable.user_vector):
-a user whose full cluster is rare still contributes every field, whatever the field order."""
+a user whose full cluster is rare still contributes every field, whatever the field order.
+
+With combination rows the table also holds one row per hash bucket (`combo:<bucket>`) that a
+combination of 2..max_fields field tokens shared by at least `min_count` training users hits
+(app.features.field_combinations); the user's vector adds the rows of their combinations too.
+Field and combination keys are sorted, so these rows do not depend on the scheme's field order;
+only the coarse-to-fine cluster id does."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from collections import Counter
@@ -26,6 +33,13 @@ from app.artifacts.manifest import ClusterScheme
 from app.errors import LtrError
 from app.features.clusters import cluster_id, coarser_ids, resolve_cluster
 from app.features.embedding_table import EmbeddingTable, field_keys
+from app.features.field_combinations import (
+    bucket_of,
+    combination_buckets,
+    combination_count,
+    combination_keys,
+    combination_row_key,
+)
 from trainer.data.dataset import RankingDataset
 
 EMBEDDING_FEATURE_PREFIX = "user_emb_"
@@ -116,25 +130,78 @@ def field_rows(
 
 
 @dataclass(frozen=True)
+class Combinations:
+    """How field combinations are hashed: `buckets` buckets, 2..max_fields fields each."""
+
+    buckets: int
+    max_fields: int
+
+
+def surviving_buckets(
+    scheme: ClusterScheme, fine_ids: Sequence[str], min_count: int, combos: Combinations
+) -> list[int]:
+    """The combination rows' buckets: every bucket hit by a combination that at least
+    `min_count` distinct users share, sorted. fine_ids: one per distinct training user."""
+    counts: Counter[str] = Counter()
+    for fine in fine_ids:
+        counts.update(combination_keys(field_keys(scheme, fine), combos.max_fields))
+    return sorted({bucket_of(k, combos.buckets) for k, n in counts.items() if n >= min_count})
+
+
+def combination_rows(
+    scheme: ClusterScheme,
+    buckets: Sequence[int],
+    first_row: int,
+    fine_ids: Sequence[str],
+    combos: Combinations,
+) -> np.ndarray:
+    """int64 [n, n_combinations]: the table row of each fine id's combinations (in
+    `combination_keys` order), -1 where the bucket has no row or the id lacks the fields.
+    buckets: the surviving buckets, whose rows start at `first_row`."""
+    index = {b: first_row + i for i, b in enumerate(buckets)}
+    width = combination_count(len(scheme.fields), combos.max_fields)
+    out = np.full((len(fine_ids), width), -1, dtype=np.int64)
+    for i, fine in enumerate(fine_ids):
+        hashed = combination_buckets(field_keys(scheme, fine), combos.max_fields, combos.buckets)
+        for j, bucket in enumerate(hashed):
+            out[i, j] = index.get(bucket, -1)
+    return out
+
+
+@dataclass(frozen=True)
 class UserClusterAssignment:
-    """The embedding table of a training run and the rows of every query list's user."""
+    """The embedding table of a training run and the rows of every query list's user.
+
+    The table's rows: cluster ids (`clusters`), then field keys (`fields`), then combination
+    buckets (`buckets`); a user's "extra" rows are their field rows then their combination rows
+    (-1 where the table has none)."""
 
     scheme: ClusterScheme
     clusters: list[str]  # cluster rows of the table; clusters[0] == scheme.unknown
     train_rows: np.ndarray  # int64 [n_train_queries], the cluster row of each list's user
     user_counts: dict[str, int]  # training users per kept cluster
     fields: list[str] = field(default_factory=list)  # field rows' keys, after the clusters
-    train_field_rows: np.ndarray | None = None  # int64 [n_train_queries, n_fields], -1 = none
-    user_rows: np.ndarray | None = None  # int64 [n_users, 1 + n_fields], each training user
+    # int64 [n_train_queries, n_fields + n_combinations], -1 = none; None: clusters only
+    train_extra_rows: np.ndarray | None = None
+    # int64 [n_users, 1 + n_fields + n_combinations], each distinct training user's rows
+    user_rows: np.ndarray | None = None
+    combinations: Combinations | None = None
+    buckets: list[int] = field(default_factory=list)  # combination rows' buckets, after fields
 
     @property
     def field_embeddings(self) -> bool:
-        return self.train_field_rows is not None
+        return self.train_extra_rows is not None
 
     @property
     def keys(self) -> list[str]:
-        """`clusters.json`'s list: cluster ids, then field keys; index = table row."""
-        return [*self.clusters, *self.fields]
+        """`clusters.json`'s list: cluster ids, field keys, `combo:<bucket>`; index = row."""
+        return [*self.clusters, *self.fields, *map(combination_row_key, self.buckets)]
+
+    @property
+    def shared_rows(self) -> int:
+        """Rows after the cluster rows (field and combination rows): the same set of keys
+        whatever the scheme's field order."""
+        return len(self.fields) + len(self.buckets)
 
     def rows_for(
         self, profiles: Mapping[str, Mapping[str, Any]], user_ids: np.ndarray
@@ -145,6 +212,17 @@ class UserClusterAssignment:
             self.scheme, self.clusters, fine_cluster_ids(self.scheme, profiles, users)
         )
 
+    def extra_rows(self, fine_ids: Sequence[str]) -> np.ndarray:
+        """int64 [n, n_fields + n_combinations]: the field then combination rows of each fine
+        id, -1 where the table has none."""
+        first = len(self.clusters)
+        out = field_rows(self.scheme, self.fields, first, fine_ids)
+        if self.combinations is None:
+            return out
+        first += len(self.fields)
+        combos = combination_rows(self.scheme, self.buckets, first, fine_ids, self.combinations)
+        return np.concatenate([out, combos], axis=1)
+
     def inputs_for(
         self, profiles: Mapping[str, Mapping[str, Any]], user_ids: np.ndarray
     ) -> np.ndarray:
@@ -153,19 +231,19 @@ class UserClusterAssignment:
         rows = cluster_rows(self.scheme, self.clusters, fine)
         if not self.field_embeddings:
             return rows
-        return self.inputs(rows, field_rows(self.scheme, self.fields, len(self.clusters), fine))
+        return self.inputs(rows, self.extra_rows(fine))
 
     def train_inputs(self) -> np.ndarray:
-        return self.inputs(self.train_rows, self.train_field_rows)
+        return self.inputs(self.train_rows, self.train_extra_rows)
 
-    def inputs(self, rows: np.ndarray, fields: np.ndarray | None) -> np.ndarray:
-        """int64 [n] cluster rows, or [n, 1 + n_fields] with field embeddings: the rows whose
-        sum is each user's vector, an absent field pointing at the all-zero padding row
-        len(keys) (trainer.dnn.models.ranker.Ranker)."""
-        if fields is None:
+    def inputs(self, rows: np.ndarray, extra: np.ndarray | None) -> np.ndarray:
+        """int64 [n] cluster rows, or [n, 1 + n_fields + n_combinations] with field (and
+        combination) rows: the rows whose sum is each user's vector, an absent one pointing at
+        the all-zero padding row len(keys) (trainer.dnn.models.ranker.Ranker)."""
+        if extra is None:
             return rows
-        pad = len(self.clusters) + len(self.fields)
-        return np.concatenate([rows[:, None], np.where(fields < 0, pad, fields)], axis=1)
+        pad = len(self.clusters) + self.shared_rows
+        return np.concatenate([rows[:, None], np.where(extra < 0, pad, extra)], axis=1)
 
     def clusters_json(self) -> bytes:
         """`clusters.json`: the JSON list of table keys, index = embedding row."""
@@ -178,9 +256,13 @@ def assign_user_clusters(
     train_user_ids: np.ndarray,
     min_count: int,
     field_embeddings: bool = False,
+    combinations: Combinations | None = None,
 ) -> UserClusterAssignment:
     """Build the cluster table from the distinct users of the training lists and give each
-    training list its row(s). train_user_ids: [n_train_queries]."""
+    training list its row(s). train_user_ids: [n_train_queries]. `combinations` (hashed field
+    combinations) needs `field_embeddings`."""
+    if combinations is not None and not field_embeddings:
+        raise ClusterConfigError("combination rows need field embeddings")
     users = [str(u) for u in train_user_ids]
     distinct = sorted(set(users))
     fine_of = dict(zip(distinct, fine_cluster_ids(scheme, profiles, distinct), strict=True))
@@ -191,17 +273,27 @@ def assign_user_clusters(
     counts = {c: int(n) for c, n in zip(clusters, per_row, strict=True)}
     if not field_embeddings:
         return UserClusterAssignment(scheme, clusters, rows, counts)
-    fields = surviving_field_keys(scheme, list(fine_of.values()), min_count)
-    train_fields = field_rows(scheme, fields, len(clusters), [fine_of[u] for u in users])
-    per_user = field_rows(scheme, fields, len(clusters), list(fine_of.values()))
-    return UserClusterAssignment(
+    fine_users = list(fine_of.values())
+    assignment = UserClusterAssignment(
         scheme,
         clusters,
         rows,
         counts,
-        fields,
-        train_fields,
-        np.concatenate([user_rows[:, None], per_user], axis=1),
+        surviving_field_keys(scheme, fine_users, min_count),
+        combinations=combinations,
+        buckets=(
+            []
+            if combinations is None
+            else surviving_buckets(scheme, fine_users, min_count, combinations)
+        ),
+    )
+    per_user = assignment.extra_rows(fine_users)  # [n_distinct, n_fields + n_combinations]
+    position = {u: i for i, u in enumerate(distinct)}
+    train_extra = per_user[np.array([position[u] for u in users], dtype=np.int64)]
+    return dataclasses.replace(
+        assignment,
+        train_extra_rows=train_extra,
+        user_rows=np.concatenate([user_rows[:, None], per_user], axis=1),
     )
 
 

@@ -26,6 +26,7 @@ from trainer.dnn.parity import verify_parity
 from trainer.dnn.trainer_loop import ProgressSink, deterministic, train_ranker
 from trainer.dnn.user_clusters import (
     ClusterConfigError,
+    Combinations,
     UserClusterAssignment,
     assign_user_clusters,
     fill_untrained_rows,
@@ -82,6 +83,7 @@ def train_dnn_model(
             options,
             fit_standardiser(train.features),
             None if clusters is None else len(clusters.keys),
+            0 if clusters is None else clusters.shared_rows,
         )
         result = train_ranker(
             ranker,
@@ -109,6 +111,7 @@ def train_dnn_model(
             embedding_dim=options.embedding_dim,
             input="onnx_input",
             field_embeddings=clusters.field_embeddings,
+            **_combination_settings(clusters),
         )
     metrics: dict[str, Any] = {}
     if result.best_valid_ndcg is not None and valid is not None:
@@ -187,9 +190,27 @@ def _user_clusters(train: RankingDataset, options: DNNOptions) -> UserClusterAss
         return None
     scheme = load_cluster_scheme(_path(options.cluster_config))
     profiles = read_profiles(_path(options.user_profiles))
+    combinations = None
+    if options.field_embeddings and options.combination_buckets:
+        combinations = Combinations(options.combination_buckets, options.combination_max_fields)
     return assign_user_clusters(
-        scheme, profiles, _users(train), options.min_cluster_count, options.field_embeddings
+        scheme,
+        profiles,
+        _users(train),
+        options.min_cluster_count,
+        options.field_embeddings,
+        combinations,
     )
+
+
+def _combination_settings(clusters: UserClusterAssignment) -> dict[str, int]:
+    """The manifest's `combination_*` settings (none when the table has no combinations)."""
+    if clusters.combinations is None:
+        return {}
+    return {
+        "combination_buckets": clusters.combinations.buckets,
+        "combination_max_fields": clusters.combinations.max_fields,
+    }
 
 
 def _embedding_table(ranker: Ranker, clusters: UserClusterAssignment) -> np.ndarray:

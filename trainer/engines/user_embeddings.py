@@ -32,6 +32,8 @@ USER_FEATURE_KEYS = (
     "embedding_dim",
     "min_cluster_count",
     "field_embeddings",
+    "combination_buckets",
+    "combination_max_fields",
     "user_embeddings_from",
 )
 
@@ -56,6 +58,8 @@ class TreeUserOptions(BaseModel):
     embedding_dim: int = Field(32, ge=1)
     min_cluster_count: int = Field(20, ge=1)
     field_embeddings: bool = True
+    combination_buckets: int = Field(65536, ge=0)
+    combination_max_fields: int = Field(3, ge=2)
     # A version directory with user clusters whose table is reused instead of learning one.
     user_embeddings_from: Path | None = None
 
@@ -121,6 +125,8 @@ def user_table(
         embedding_dim=options.embedding_dim,
         min_cluster_count=options.min_cluster_count,
         field_embeddings=options.field_embeddings,
+        combination_buckets=options.combination_buckets,
+        combination_max_fields=options.combination_max_fields,
     )
     with tempfile.TemporaryDirectory() as tmp:
         path = train_dnn_model(train, valid, dnn, Path(tmp) / "embeddings" / "v1").model_dir

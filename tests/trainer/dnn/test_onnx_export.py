@@ -6,7 +6,13 @@ torch = pytest.importorskip("torch", reason="the dnn extra (torch) is not instal
 
 from trainer.dnn.models import build_ranker
 from trainer.dnn.normalisation import fit_standardiser
-from trainer.dnn.onnx_export import export_onnx, onnx_scores, onnx_session, torch_scores
+from trainer.dnn.onnx_export import (
+    export_onnx,
+    onnx_scores,
+    onnx_session,
+    torch_list_scores,
+    torch_scores,
+)
 from trainer.dnn.options import DNNOptions
 
 N_FEATURES = 12
@@ -85,3 +91,24 @@ def test_user_embedding_changes_the_scores():
     a = onnx_scores(session, x, np.zeros(4, np.float32))
     b = onnx_scores(session, x, np.ones(4, np.float32))
     assert not np.allclose(a, b)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "dcn"])
+def test_rows_summed_in_pytorch_score_as_the_summed_vector_in_onnxruntime(arch):
+    # Cluster, field and combination rows (7 of them: 2 cluster rows, 5 shared), padding = 7:
+    # training sums the rows inside the network, the service sums them before the ONNX input.
+    rng = np.random.default_rng(2)
+    torch.manual_seed(0)
+    options = DNNOptions(arch=arch, hidden=[16, 8], embedding_dim=4, cross_layers=2)
+    ranker = build_ranker(options, fit_standardiser(raw_features(rng, 300)), 7, 5).eval()
+    session = onnx_session(export_onnx(ranker))
+    table = ranker.table.detach().numpy()
+    for rows in ([1, 2, 4, 5, 6], [0, 7, 3, 7, 7], [1, 7, 7, 7, 7]):
+        x = raw_features(rng, 20)
+        present = [r for r in rows if r < len(table)]
+        vector = np.zeros(4, np.float32)
+        for r in present:  # in column order, as EmbeddingTable.user_vector adds them
+            vector += table[r]
+        expected = torch_list_scores(ranker, x, np.array(rows))
+        actual = onnx_scores(session, x, vector)
+        assert np.max(np.abs(actual - expected)) <= 1e-5

@@ -6,9 +6,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.features.clusters import resolve_cluster
+from app.features.field_combinations import bucket_of
 from trainer.data.dataset import RankingDataset
 from trainer.dnn.user_clusters import (
     ClusterConfigError,
+    Combinations,
     append_user_embeddings,
     assign_user_clusters,
     fill_untrained_rows,
@@ -191,3 +193,77 @@ def test_untrained_unknown_row_is_the_mean_whole_user_vector(scheme, profiles):
     assert assignment.clusters[1:3] == ["US", "US_a0"]  # US: its users' mean, i.e. US_a0's row
     np.testing.assert_array_equal(filled[1], table[2])
     np.testing.assert_array_equal(filled[2:], table[2:])
+
+
+COMBO_SCHEME_TOML = (
+    SCHEME_TOML
+    + """
+[[fields]]
+name = "device"
+kind = "categorical"
+values = ["mobile", "desktop"]
+"""
+)
+
+
+def combo_profiles() -> dict[str, dict[str, object]]:
+    countries, devices, ages = ["US", "GB", "FR"], ["mobile", "desktop"], [20, 40, 60]
+    return {
+        f"u{i}": {"country": countries[i % 3], "device": devices[i % 2], "age": ages[i % 5 % 3]}
+        for i in range(60)
+    }
+
+
+def combo_scheme(tmp_path, order):
+    scheme = load_cluster_scheme(_write(tmp_path, COMBO_SCHEME_TOML))
+    by_name = {f.name: f for f in scheme.fields}
+    return scheme.model_copy(update={"fields": [by_name[n] for n in order]})
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "combo.toml"
+    path.write_text(text)
+    return path
+
+
+def test_combination_rows_do_not_depend_on_the_field_order(tmp_path):
+    profiles = combo_profiles()
+    users = np.array([f"u{i % 60}" for i in range(150)])
+    combos = Combinations(buckets=4096, max_fields=3)
+    by_order = {}
+    for order in (("country", "device", "age"), ("age", "device", "country")):
+        scheme = combo_scheme(tmp_path, order)
+        by_order[order] = assign_user_clusters(
+            scheme, profiles, users, min_count=5, field_embeddings=True, combinations=combos
+        )
+    first, second = by_order.values()
+    # The cluster ids differ with the order; the field and combination rows do not.
+    assert first.clusters != second.clusters
+    assert first.fields == second.fields and first.buckets == second.buckets
+    assert first.shared_rows == second.shared_rows == len(first.fields) + len(first.buckets)
+    assert first.keys[len(first.clusters) :] == second.keys[len(second.clusters) :]
+    # [n_queries, 1 + 3 fields + (3 pairs + 1 triple)]; each list's shared rows, as keys.
+    for assignment in (first, second):
+        assert assignment.train_inputs().shape == (150, 1 + 3 + 4)
+        assert assignment.user_rows is not None and assignment.user_rows.shape == (60, 8)
+
+    def shared_keys(assignment):
+        pad = len(assignment.keys)
+        return [
+            sorted(assignment.keys[r] for r in row[1:] if r != pad)
+            for row in assignment.train_inputs()
+        ]
+
+    assert shared_keys(first) == shared_keys(second)
+    # Pairs shared by 5+ users have rows: every (country, device) pair has 10 users.
+    for country in ("US", "GB", "FR"):
+        for device in ("mobile", "desktop"):
+            key = f"field:country={country}&field:device={device}"
+            assert bucket_of(key, 4096) in first.buckets
+
+
+def test_combination_rows_need_field_rows(scheme, profiles):
+    with pytest.raises(ClusterConfigError, match="need field embeddings"):
+        assign_user_clusters(
+            scheme, profiles, np.array(["u1"]), 1, combinations=Combinations(64, 2)
+        )

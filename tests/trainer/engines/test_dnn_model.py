@@ -9,6 +9,7 @@ pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
 from app.artifacts.store import load_version
 from app.features.embedding_table import EmbeddingTable
+from app.features.field_combinations import bucket_of
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
 from trainer.dnn.onnx_export import onnx_scores, onnx_session
@@ -160,3 +161,51 @@ def test_refuses_an_existing_version_and_incomplete_cluster_options(tmp_path, cl
     with pytest.raises(ClusterConfigError, match="user of every query list"):
         train_dnn_model(no_users, None, DNNOptions(**FAST, **cluster_files), tmp_path / "m" / "v3")
     assert not (tmp_path / "m" / "v2").exists() and not (tmp_path / "m" / "v3").exists()
+
+
+@pytest.mark.slow
+def test_combination_rows_are_exported_and_the_service_vector_matches_pytorch(tmp_path):
+    scheme = tmp_path / "scheme.toml"
+    scheme.write_text(
+        '[[fields]]\nname = "kind"\nkind = "categorical"\nvalues = ["a", "b"]\n\n'
+        '[[fields]]\nname = "tone"\nkind = "categorical"\nvalues = ["x", "y"]\n'
+    )
+    profiles = tmp_path / "profiles.csv"
+    rows = [f"u{u},{'ab'[u % 2]},{'xy'[u // 2 % 2]}" for u in range(60)]
+    profiles.write_text("user_id,kind,tone\n" + "\n".join(rows) + "\n")
+    train = personalised_data(1)
+    options = DNNOptions(
+        **FAST,
+        cluster_config=scheme,
+        user_profiles=profiles,
+        embedding_dim=3,
+        min_cluster_count=5,
+        combination_buckets=64,
+    )
+    path = train_dnn_model(train, None, options, tmp_path / "m" / "v1").model_dir  # parity
+    artifact = load_version(path)
+    uc = artifact.manifest.user_clusters
+    assert uc is not None and uc.combination_buckets == 64 and uc.combination_max_fields == 3
+    keys = json.loads(artifact.files["clusters.json"])
+    combos = [f"field:kind={k}&field:tone={t}" for k in "ab" for t in "xy"]
+    buckets = sorted({bucket_of(c, 64) for c in combos})
+    assert keys[-len(buckets) :] == [f"combo:{b}" for b in buckets]
+    table = EmbeddingTable.from_files(artifact.manifest, artifact.files)
+    assert sorted(table.combination_index) == buckets
+    # u1 (b, x): its cluster b_x, fields b and x, combination b&x, summed.
+    vector = user_vectors(table, read_profiles(profiles), ["u1"])[0]
+    expected = (
+        table.vectors[
+            [keys.index("b_x"), keys.index("field:kind=b"), keys.index("field:tone=x")]
+        ].sum(axis=0)
+        + table.vectors[table.combination_index[bucket_of("field:kind=b&field:tone=x", 64)]]
+    )
+    np.testing.assert_allclose(vector, expected, rtol=1e-6)
+    # train_dnn_model checked that onnxruntime, fed such vectors, scores as PyTorch does
+    # from the rows (trainer.dnn.parity); the scores depend on the combination row.
+    session = onnx_session(artifact.files["model.onnx"])
+    without = vector - table.vectors[table.combination_index[bucket_of(combos[2], 64)]]
+    features = train.features[:8]
+    assert not np.allclose(
+        onnx_scores(session, features, vector), onnx_scores(session, features, without)
+    )

@@ -15,10 +15,14 @@ __all__ = ["Ranker", "build_ranker"]
 
 
 def build_ranker(
-    options: DNNOptions, standardiser: Standardiser, num_clusters: int | None = None
+    options: DNNOptions,
+    standardiser: Standardiser,
+    num_clusters: int | None = None,
+    shared_rows: int = 0,
 ) -> Ranker:
     """The architecture `options.arch` for the standardiser's features, with an embedding table
-    of `num_clusters` rows of `options.embedding_dim` when clusters are used.
+    of `num_clusters` rows of `options.embedding_dim` when clusters are used, the last
+    `shared_rows` of them field and combination rows (see Ranker).
 
     Call `torch.manual_seed` first: the initial weights come from torch's global generator.
     """
@@ -29,4 +33,4 @@ def build_ranker(
     else:
         body = mlp(dim, options.hidden, options.dropout)
     embedding_dim = options.embedding_dim if num_clusters else 0
-    return Ranker(standardiser, body, num_clusters or None, embedding_dim)
+    return Ranker(standardiser, body, num_clusters or None, embedding_dim, shared_rows)

@@ -15,9 +15,15 @@ class Ranker(nn.Module):
     """scores = body([standardise(features), user embedding]).
 
     `body` maps float [..., input_dim] to [..., 1], input_dim = n_features (+ embedding_dim).
-    With `num_clusters` (rows of the user table: cluster rows, then any per-field rows), the
-    ranker owns an embedding table float [num_clusters + 1, embedding_dim] whose last row is an
-    all-zero padding row (an absent field); `table` is the table without it.
+    With `num_clusters` (rows of the user table: cluster rows, then any field and combination
+    rows), the ranker owns an embedding table float [num_clusters + 1, embedding_dim] whose
+    last row is an all-zero padding row (an absent field); `table` is the table without it.
+
+    The last `shared_rows` rows before the padding (field and combination rows: the same keys
+    whatever the order of the scheme's fields) are initialised first, from a generator of their
+    own seeded from torch's global one, so they start alike and the global generator (dropout)
+    runs alike whatever the number of cluster rows: two field orders differ by the cluster ids
+    only, not by initial weights.
     """
 
     def __init__(
@@ -26,6 +32,7 @@ class Ranker(nn.Module):
         body: nn.Module,
         num_clusters: int | None = None,
         embedding_dim: int = 0,
+        shared_rows: int = 0,
     ) -> None:
         super().__init__()
         self.standardiser = standardiser
@@ -34,10 +41,13 @@ class Ranker(nn.Module):
         if num_clusters is not None:
             if embedding_dim < 1:
                 raise ValueError("a ranker with user clusters needs embedding_dim >= 1")
-            self.embedding = nn.Embedding(num_clusters + 1, embedding_dim, padding_idx=num_clusters)
-            nn.init.normal_(self.embedding.weight, std=EMBEDDING_INIT_STD)
-            with torch.no_grad():
-                self.embedding.weight[num_clusters].zero_()
+            if not 0 <= shared_rows < num_clusters:
+                raise ValueError("shared_rows must leave at least the unknown cluster's row")
+            self.embedding = nn.Embedding.from_pretrained(
+                _initial_table(num_clusters, shared_rows, embedding_dim),
+                freeze=False,
+                padding_idx=num_clusters,
+            )
 
     @property
     def num_features(self) -> int:
@@ -81,3 +91,14 @@ class Ranker(nn.Module):
                 raise ValueError("this ranker needs the user's cluster embedding")
             x = torch.cat([x, user.expand(x.shape[0], user.shape[1])], dim=1)
         return self.body(x).squeeze(-1)
+
+
+def _initial_table(num_clusters: int, shared_rows: int, dim: int) -> torch.Tensor:
+    """float [num_clusters + 1, dim]: N(0, EMBEDDING_INIT_STD) rows, the shared rows (the last
+    `shared_rows` before the zero padding row) drawn first, from a generator seeded by one draw
+    of torch's global generator, which thus advances alike whatever num_clusters is."""
+    seed = int(torch.randint(0, 2**62, (1,)).item())
+    generator = torch.Generator().manual_seed(seed)
+    shared = torch.randn(shared_rows, dim, generator=generator)
+    clusters = torch.randn(num_clusters - shared_rows, dim, generator=generator)
+    return torch.cat([clusters, shared, torch.zeros(1, dim)]) * EMBEDDING_INIT_STD

@@ -31,6 +31,7 @@ from app import metrics
 from app.api.request_matrix import RequestError, decode_body
 from app.api.service_time import ServiceTime
 from app.errors import LtrError
+from app.features.redis_store import LookupTime
 from app.loop_lag import LoopLag
 from app.settings import Settings
 
@@ -285,15 +286,16 @@ class Slot:
     _held: bool = True
     done_at: float | None = None  # when the scoring finished
 
-    def lookup_time(self) -> float:
-        """Seconds the feature-store lookups (Redis) may take at most: until the budget's
-        scoring deadline; unbounded without admission control. Redis keeps its own, shorter
-        deadline; this only stops a lookup outliving the request (a saturated loop stretches
-        the Redis wait, app.features.redis_store). Scoring that no longer fits is shed as
-        usual, answered in time."""
+    def lookup_time(self) -> LookupTime:
+        """What the budget allows the feature-store lookups (Redis): until the scoring
+        deadline at most, of which what the estimated scoring does not need may absorb a
+        saturated loop's delays (app.features.redis_store); unbounded without admission
+        control. Scoring that no longer fits is shed as usual, answered in time."""
         if not self.controller.enabled:
-            return math.inf
-        return max(self.budget.scoring_deadline - self.controller.clock(), 0.0)
+            return LookupTime()
+        left = max(self.budget.scoring_deadline - self.controller.clock(), 0.0)
+        spare = max(left - self.controller.estimate(self.rows), 0.0)
+        return LookupTime(left, spare)
 
     async def decode(self, raw: bytes) -> dict[str, Any]:
         """The body's JSON object; large bodies are parsed in a worker thread so the event

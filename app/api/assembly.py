@@ -11,7 +11,6 @@ column order: what is scored, what the impression log records, and so what `ltr 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from app.api.request_matrix import RequestError, build_matrix, token_budget
 from app.api.schemas import QueryInfo, RerankEnvelope
 from app.artifacts.manifest import Manifest
 from app.features.item_store import ItemFeatures, ItemFeatureStore
+from app.features.redis_store import LookupTime
 from app.features.user_features import UserFeatureResolver, UserFeatures
 from app.registry import LoadedModel
 from app.settings import Settings
@@ -97,17 +97,15 @@ async def assemble(
     settings: Settings,
     resolver: UserFeatureResolver,
     item_store: ItemFeatureStore,
-    budget_left_s: float = math.inf,
+    lookup: LookupTime | None = None,
 ) -> Assembled:
     """The request's rows in model column order; RequestError (422) for bad content. Store
-    lookups (Redis) wait at most `budget_left_s`, what the latency budget leaves them."""
+    lookups (Redis) stay within the request's budget (`lookup`)."""
     manifest = model.manifest
     layout = layout_of(manifest)
     uc = manifest.user_clusters
     user_task = (
-        asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"), budget_left_s))
-        if uc
-        else None
+        asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"), lookup)) if uc else None
     )
     try:
         query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
@@ -136,7 +134,7 @@ async def assemble(
                     layout.item,
                     model.item_snapshot,
                     matrix.ids,
-                    budget_left_s,
+                    lookup,
                 )
                 features[:, layout.item_cols] = items.matrix
         else:

@@ -11,7 +11,6 @@ the model carries one, else every item is missing; both are `degraded` with a re
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from prometheus_client import Counter, Histogram
 from app.artifacts.manifest import ItemFeatureSet
 from app.features.item_redis import RedisItemBackend, decode_rows
 from app.features.item_snapshot import ItemSnapshot, is_identity
-from app.features.redis_store import RedisStore
+from app.features.redis_store import LookupTime, RedisStore
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,13 +75,13 @@ class ItemFeatureStore:
         names: Sequence[str],
         snapshot: ItemSnapshot | None,
         ids: Sequence[Any],
-        budget_left_s: float = math.inf,
+        lookup: LookupTime | None = None,
     ) -> ItemFeatures:
         """The model's item features `names` (in that order) of the candidates `ids`; Redis is
-        not waited for past its deadline nor past `budget_left_s`."""
+        not waited for past its deadline nor past the request's budget (`lookup`)."""
         started = time.perf_counter()
         try:
-            result = await self._fetch(items, tuple(names), snapshot, ids, budget_left_s)
+            result = await self._fetch(items, tuple(names), snapshot, ids, lookup)
         except Exception:  # the request must still be answered; the log keeps the bug visible
             log.exception("item features of set %s", items.set)
             result = _all_missing(len(ids), len(names), [ITEM_STORE_ERROR])
@@ -97,11 +96,11 @@ class ItemFeatureStore:
         names: tuple[str, ...],
         snapshot: ItemSnapshot | None,
         ids: Sequence[Any],
-        budget_left_s: float,
+        lookup: LookupTime | None,
     ) -> ItemFeatures:
         if self.redis is None:
             return _from_snapshot(snapshot, names, ids, [])
-        deadline = self._store.new_deadline(budget_left_s)
+        deadline = self._store.new_deadline(lookup)
         got = await self.redis.fetch(items.set, ids, deadline)
         if got.error is not None or got.set_version is None or got.values is None:
             return _from_snapshot(snapshot, names, ids, [f"item_store_{got.error}"])

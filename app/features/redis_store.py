@@ -152,11 +152,16 @@ class RedisStore:
             client, self._client = self._client, None
             await client.aclose()
 
-    def new_deadline(self, budget_left_s: float = math.inf) -> Deadline:
-        """One request's Redis budget, shared by its lookups, on Redis time; never past
-        `budget_left_s` of wall time from now (what the request's own budget leaves)."""
+    def new_deadline(self, lookup: LookupTime | None = None) -> Deadline:
+        """One request's Redis budget, shared by its lookups, on Redis time. A saturated event
+        loop may stretch the wall-clock wait to WALL_CAP_FACTOR deadlines or to what the
+        request can spare before its scoring, whichever is longer, but never past its own
+        budget (`lookup`; unbounded by default)."""
+        lookup = lookup or UNBOUNDED
         now = asyncio.get_running_loop().time()
-        return Deadline(now, self.loop_lag.total, self.deadline_s, now + budget_left_s)
+        stretch = now + max(WALL_CAP_FACTOR * self.deadline_s, lookup.spare_s)
+        stop = now + lookup.stop_s
+        return Deadline(now, self.loop_lag.total, self.deadline_s, min(stretch, stop), stop)
 
     async def get_override(self, user_id: str, deadline: Deadline) -> Fetch:
         key = f"{self.prefix}user:{user_id}"
@@ -249,7 +254,21 @@ class RedisStore:
 
 
 SETTLE_TURNS = 2  # event-loop turns that let a reply already in the socket be read
+# The loop lagged during a wait when the lag it accrued reaches this share of the deadline.
+LAGGING_SHARE = 0.5
 WALL_CAP_FACTOR = 3.0  # a saturated loop may stretch the lookups to this many deadlines, no more
+
+
+@dataclass(frozen=True)
+class LookupTime:
+    """What a request's latency budget allows its store lookups, in seconds from now:
+    `stop_s` at most, of which `spare_s` is not needed for its scoring (estimated)."""
+
+    stop_s: float = math.inf
+    spare_s: float = 0.0
+
+
+UNBOUNDED = LookupTime()
 
 
 @dataclass(frozen=True)
@@ -260,6 +279,7 @@ class Deadline:
     start: float
     lag_start: float
     seconds: float
+    wall_stop: float = math.inf  # event-loop time a late loop may stretch the wait to
     stop: float = math.inf  # event-loop time the request's own budget allows, at most
 
 
@@ -281,8 +301,9 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     event-loop lag accrued meanwhile (LoopLag), and before it is declared missed the loop gets
     a turn to read what has arrived. On an idle loop the two clocks agree and a slow Redis
     times out at the deadline, as before; a saturated loop may stretch the wait to
-    WALL_CAP_FACTOR deadlines. Nothing waits past `deadline.stop`, the request's own budget
-    (BudgetTimeout: the answer goes out without the value, and Redis gets no blame).
+    `deadline.wall_stop` (WALL_CAP_FACTOR deadlines, or longer when the request's budget can
+    spare it). Nothing waits past `deadline.stop`, the request's own budget (BudgetTimeout:
+    the answer goes out without the value, and Redis gets no blame).
 
     A call that timed out is not cancelled: redis-py drops a connection whose reply was not
     read, and reconnecting on a busy machine misses the next deadline too, a vicious circle.
@@ -290,17 +311,28 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     goes back to the pool.
     """
     loop = asyncio.get_running_loop()
-    wall_stop = min(deadline.start + WALL_CAP_FACTOR * deadline.seconds, deadline.stop)
+    wall_stop = deadline.wall_stop
+    if not math.isfinite(wall_stop):
+        wall_stop = deadline.start + WALL_CAP_FACTOR * deadline.seconds
 
     def redis_time() -> float:
         return (loop.time() - deadline.start) - (lag.total - deadline.lag_start)
 
+    def redis_late() -> bool:
+        # Past the deadline on Redis time, and not on a loop that lagged meanwhile: the lag
+        # sampler sees only part of a saturated loop's backlog, so there the verdict waits
+        # for the wall-clock cap (the request's spare time), and comes as LoopLagTimeout.
+        lagged = lag.total - deadline.lag_start >= LAGGING_SHARE * deadline.seconds
+        return redis_time() >= deadline.seconds and not lagged
+
     task = asyncio.ensure_future(work)
     try:
         while True:
-            used = redis_time()
-            if used < deadline.seconds and loop.time() < wall_stop:
-                timeout = min(deadline.seconds - used, wall_stop - loop.time())
+            if not redis_late() and loop.time() < wall_stop:
+                left = deadline.seconds - redis_time()
+                if left <= 0:  # lagging: look again a deadline later
+                    left = deadline.seconds
+                timeout = min(left, wall_stop - loop.time())
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if done:
                     return task.result()
@@ -308,11 +340,10 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
                 await asyncio.sleep(0)
                 if task.done():
                     return task.result()
-            used = redis_time()
-            if used >= deadline.seconds or loop.time() >= wall_stop:
+            if redis_late() or loop.time() >= wall_stop:
                 break
         task.add_done_callback(_discard_result)
-        if used >= deadline.seconds:
+        if redis_late():
             raise TimeoutError
         raise BudgetTimeout if loop.time() >= deadline.stop else LoopLagTimeout
     except asyncio.CancelledError:

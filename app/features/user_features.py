@@ -9,7 +9,6 @@ does, `resolve` answers within the deadline with a vector, and says `degraded` a
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -23,7 +22,7 @@ from app import metrics as app_metrics
 from app.artifacts.manifest import Manifest, UserClusters
 from app.features.clusters import MAX_CLUSTER_ID_LENGTH, cluster_id
 from app.features.embedding_table import EmbeddingTable
-from app.features.redis_store import REDIS_BAD_VALUE, RedisStore
+from app.features.redis_store import REDIS_BAD_VALUE, LookupTime, RedisStore
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -101,10 +100,10 @@ class UserFeatureResolver:
         self,
         manifest: Manifest,
         user: Mapping[str, Any] | None,
-        budget_left_s: float = math.inf,
+        lookup: LookupTime | None = None,
     ) -> UserFeatures:
         """The user's cluster and vector; never raises, never waits past the Redis deadline
-        nor past `budget_left_s` (what the request's latency budget leaves)."""
+        nor past the request's budget (`lookup`)."""
         uc = manifest.user_clusters
         if uc is None:
             return UserFeatures(None, None, False, [])
@@ -114,7 +113,7 @@ class UserFeatureResolver:
             zeros = np.zeros(uc.embedding_dim, dtype=np.float32)
             return UserFeatures(zeros, uc.scheme.unknown, True, [EMBEDDING_TABLE_MISSING])
         try:
-            return await self._resolve(manifest, uc, table, user, budget_left_s)
+            return await self._resolve(manifest, uc, table, user, lookup)
         except Exception:  # the request must still be answered; the log keeps the bug visible
             log.exception("resolving user features for %s/%s", manifest.name, manifest.version)
             return UserFeatures(table.vector(table.unknown), table.unknown, True, [INTERNAL_ERROR])
@@ -125,12 +124,12 @@ class UserFeatureResolver:
         uc: UserClusters,
         table: EmbeddingTable,
         user: Mapping[str, Any] | None,
-        budget_left_s: float,
+        lookup: LookupTime | None,
     ) -> UserFeatures:
         user_id, profile = _parse_user(user)
         reasons: list[str] = []
         redis_ok = self.store.enabled
-        deadline = self.store.new_deadline(budget_left_s)
+        deadline = self.store.new_deadline(lookup)
 
         raw_cid: str | None = None
         if redis_ok and user_id is not None:

@@ -242,15 +242,19 @@ def test_a_lagging_event_loop_counts_against_the_budget() -> None:
     asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
 
 
-def test_lookups_never_outlive_the_budget() -> None:
+def test_lookups_never_outlive_the_budget_and_stretch_into_its_spare_time() -> None:
     from app.api.admission import Slot
+    from app.features.redis_store import LookupTime
 
     ctl, clock = controller()
+    for _ in range(20):
+        ctl.service.observe(1000, 0.030)  # 1,000 rows take 30 ms here
     slot = Slot(ctl, b"", Budget(clock.now, 0.1), 1000, clock.now)
-    assert 0.09 < slot.lookup_time() <= 0.1  # the budget less the fallback reserve
+    lookup = slot.lookup_time()
+    assert 0.09 < lookup.stop_s <= 0.1  # the budget less the fallback reserve
+    assert 0.05 < lookup.spare_s < 0.07  # ... less ~30 ms of scoring
     clock.now += 0.099
-    assert slot.lookup_time() == 0.0
+    assert slot.lookup_time() == LookupTime(0.0, 0.0)
     off, _ = controller(admission_enabled=False)
-    assert Slot(off, b"", Budget(clock.now, 0.1), 1000, None, _held=False).lookup_time() == (
-        float("inf")
-    )
+    unbounded = Slot(off, b"", Budget(clock.now, 0.1), 1000, None, _held=False).lookup_time()
+    assert unbounded == LookupTime()

@@ -179,7 +179,7 @@ def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
 def test_the_request_budget_caps_the_wait_and_blames_nobody(redis_server: RedisServer) -> None:
     """A lookup the request's budget cuts short answers `redis_over_budget` at the budget,
     and the breaker counts no failure: Redis was not late, the request was."""
-    from app.features.redis_store import REDIS_OVER_BUDGET
+    from app.features.redis_store import REDIS_OVER_BUDGET, LookupTime
 
     store = RedisStore(_settings(redis_server.url, redis_deadline_ms=500))
 
@@ -190,12 +190,52 @@ def test_the_request_budget_caps_the_wait_and_blames_nobody(redis_server: RedisS
             loop = asyncio.get_running_loop()
             for _ in range(3 * store.breaker.failure_threshold):
                 start = loop.time()
-                fetch = await store.get_override("u1", store.new_deadline(0.03))
+                fetch = await store.get_override("u1", store.new_deadline(LookupTime(0.03)))
                 assert fetch.error == REDIS_OVER_BUDGET
                 assert loop.time() - start < 0.25  # the budget, not the 500 ms deadline
             assert store.breaker.allow()  # never opened
         finally:
             redis_server.resume()
             await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_spare_budget_lets_a_saturated_loop_stretch_the_wait() -> None:
+    """Every loop turn blocked for 10 ms and a reply that needs several turns to be read: past
+    WALL_CAP_FACTOR deadlines the lookup gives up (LoopLagTimeout) unless the request's
+    budget has time to spare, when the reply is used."""
+    from app.features.redis_store import Deadline, LoopLagTimeout, _within_redis_deadline
+    from app.loop_lag import LoopLag
+
+    async def reply_after_turns(turns: int) -> str:
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        return "ok"
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        lag = LoopLag()
+        lag.start()
+        await asyncio.sleep(0.02)
+        busy_until = 0.0
+
+        def blocker() -> None:  # another request's work on every turn
+            if loop.time() < busy_until:
+                time.sleep(0.01)
+                loop.call_soon(blocker)
+
+        for spare, expect_reply in ((0.0, False), (0.5, True)):
+            busy_until = loop.time() + 0.3
+            loop.call_soon(blocker)
+            now = loop.time()
+            deadline = Deadline(now, lag.total, 0.01, now + max(0.03, spare), now + 1.0)
+            try:
+                got = await _within_redis_deadline(reply_after_turns(8), deadline, lag)
+            except LoopLagTimeout:
+                got = None
+            assert (got == "ok") is expect_reply, (spare, got)
+            await asyncio.sleep(0.35)
+        await lag.stop()
 
     asyncio.run(scenario())

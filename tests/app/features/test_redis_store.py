@@ -3,7 +3,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from app.features.redis_store import RedisStore, TTLCache
+from app.features.redis_store import (
+    Deadline,
+    LoopLagTimeout,
+    RedisStore,
+    TTLCache,
+    _within_redis_deadline,
+)
+from app.loop_lag import LoopLag
 from app.settings import Settings
 from tests.support.manual_clock import ManualClock
 from tests.support.redis_server import RedisServer, free_port
@@ -140,19 +147,22 @@ def test_absent_keys_are_cached_briefly_and_announcements_clear_a_model() -> Non
     assert len(store.cache) == 2 and store.cache.get(("emb", "m", "v1", "US")) == (False, None)
 
 
+async def running_lag() -> tuple[asyncio.AbstractEventLoop, LoopLag]:
+    """The running loop and a LoopLag sampling it for a few periods already."""
+    lag = LoopLag()
+    lag.start()
+    await asyncio.sleep(0.02)
+    return asyncio.get_running_loop(), lag
+
+
 def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
-    from app.features.redis_store import Deadline, LoopLagTimeout, _within_redis_deadline
-    from app.loop_lag import LoopLag
 
     async def reply_after(seconds: float) -> str:
         await asyncio.sleep(seconds)
         return "ok"
 
     async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        lag = LoopLag()
-        lag.start()
-        await asyncio.sleep(0.02)
+        loop, lag = await running_lag()
         # The reply is ready in 5 ms, but the loop is blocked twice for 30 ms around a 10 ms
         # deadline: that is the loop's backlog, not Redis time, so the answer is used.
         work = asyncio.ensure_future(reply_after(0.005))
@@ -205,8 +215,6 @@ def test_spare_budget_lets_a_saturated_loop_stretch_the_wait() -> None:
     """Every loop turn blocked for 10 ms and a reply that needs several turns to be read: past
     WALL_CAP_FACTOR deadlines the lookup gives up (LoopLagTimeout) unless the request's
     budget has time to spare, when the reply is used."""
-    from app.features.redis_store import Deadline, LoopLagTimeout, _within_redis_deadline
-    from app.loop_lag import LoopLag
 
     async def reply_after_turns(turns: int) -> str:
         for _ in range(turns):
@@ -214,10 +222,7 @@ def test_spare_budget_lets_a_saturated_loop_stretch_the_wait() -> None:
         return "ok"
 
     async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        lag = LoopLag()
-        lag.start()
-        await asyncio.sleep(0.02)
+        loop, lag = await running_lag()
         busy_until = 0.0
 
         def blocker() -> None:  # another request's work on every turn

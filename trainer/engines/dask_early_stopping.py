@@ -59,7 +59,7 @@ class GlobalEarlyStopping:
             client.set_metadata([self.run_key, "workers", address], True)
             joined = _wait_for_all(client, [self.run_key, "workers"], workers, "start")
             mine = assign_partitions(self.plan, sorted(joined))[address]
-            self._validation = WorkerValidation(self.plan, mine)
+            self._validation = WorkerValidation.on_worker(self.plan, mine)
         threads = int(env.params.get("num_threads", 1))
         total, count = self._validation.after_round(env.model, env.iteration, threads)
         key = [self.run_key, "rounds", str(env.iteration)]

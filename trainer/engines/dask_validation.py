@@ -103,10 +103,16 @@ class _Part:
 class WorkerValidation:
     """One worker's share of the validation set and its model scores, round by round."""
 
-    def __init__(self, plan: ValidationPlan, mine: list[int]) -> None:
+    def __init__(self, plan: ValidationPlan, blocks: list[tuple[Any, Any, Any]]) -> None:
+        """blocks: (features, labels, query sizes) of each partition this worker scores."""
         self.plan = plan
-        self.parts = [_part(*blocks) for blocks in _load([plan.keys[i] for i in mine])]
+        self.parts = [_part(*partition) for partition in blocks]
         self.rounds_scored = 0
+
+    @classmethod
+    def on_worker(cls, plan: ValidationPlan, mine: list[int]) -> WorkerValidation:
+        """The partitions `mine` (indices into `plan`), run inside a task on a worker."""
+        return cls(plan, _load([plan.keys[i] for i in mine]))
 
     def after_round(self, booster: Any, iteration: int, threads: int) -> tuple[float, int]:
         """(sum over this worker's queries of NDCG@k after `iteration` (0-based), their

@@ -2,8 +2,10 @@
 
 The workers hold the data (`trainer.data.dask_parquet`: partitions of whole queries, as
 LightGBM's ranking objective needs) and train on what they hold; validation NDCG@k and early
-stopping are agreed across workers (`dask_early_stopping`). The model is converted to the tree
-dump and checked against `Booster.predict` on a sample the workers score.
+stopping are computed by the workers on the validation partitions they hold and agreed across
+them (`dask_validation`, `dask_early_stopping`); no data passes through the client. The model
+is converted to the tree dump and checked against `Booster.predict` on a sample the workers
+score.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from trainer.engines.dask_early_stopping import (
     global_history,
 )
 from trainer.engines.dask_scoring import sample_scores
+from trainer.engines.dask_validation import plan_validation
 from trainer.engines.lightgbm_ranker import (
     CONVERSION_RTOL,
     EngineError,
@@ -92,16 +95,11 @@ def train_lightgbm_dask(
     lgb_params.pop("num_threads", None)  # each worker uses its own threads
     fit: dict[str, Any] = {"group": train.query_sizes}
     run_key = f"ltr-lightgbm-dask-{uuid.uuid4().hex}"
+    lgb_params["metric"] = "None"  # validation is ours (no eval_set: see dask_validation)
     if valid is not None:
-        lgb_params["metric"] = "ndcg"
-        fit |= {
-            "eval_X": (valid.features,),
-            "eval_y": (valid.labels,),
-            "eval_group": [valid.query_sizes],
-            "eval_names": ["valid"],
-            "eval_at": [params.eval_at],
-            "callbacks": [GlobalEarlyStopping(run_key, metric, params.early_stopping_rounds or 0)],
-        }
+        plan = plan_validation(client, valid, params.eval_at, params.empty_query_ndcg)
+        rounds = params.early_stopping_rounds or 0
+        fit["callbacks"] = [GlobalEarlyStopping(run_key, metric, plan, rounds)]
     ranker = lgb.DaskLGBMRanker(client=client, n_estimators=params.num_trees, **lgb_params)
     try:
         _fit_watching_workers(client, lambda: ranker.fit(train.features, train.labels, **fit))
@@ -139,8 +137,6 @@ def _fit_watching_workers(client: Client, fit: Any) -> None:
             with warnings.catch_warnings():
                 # The sklearn wrapper always passes n_jobs; Dask replaces it per worker.
                 warnings.filterwarnings("ignore", "Parameter n_jobs will be ignored")
-                # Workers given no validation part still take part in the global metric.
-                warnings.filterwarnings("ignore", ".*was not allocated eval_set data")
                 fit()
         except BaseException as exc:
             failure.append(exc)

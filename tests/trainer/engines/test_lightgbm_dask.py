@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -64,13 +65,34 @@ def _parquet_bytes(data: RankingDataset, tmp_path: Path, files: int) -> list[byt
     return [p.read_bytes() for p in write_query_contiguous(data, tmp_path, files)]
 
 
-def test_the_client_never_holds_the_training_matrix(
+def _record_gathers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, int]]:
+    """(key, bytes) of every value this process's Dask clients receive from the cluster: task
+    results reach a client only through `Client._gather_remote` (`Future.result`, `gather`,
+    `compute(...).result()`), directly from the workers or through the scheduler."""
+    from dask.sizeof import sizeof
+    from distributed import Client
+
+    received: list[tuple[Any, int]] = []
+    original = Client._gather_remote
+
+    async def recording(self: Client, direct: bool, local_worker: bool) -> dict[str, Any]:
+        response = await original(self, direct, local_worker)
+        if response["status"] == "OK":
+            received.extend((key, sizeof(value)) for key, value in response["data"].items())
+        return response
+
+    monkeypatch.setattr(Client, "_gather_remote", recording)
+    return received
+
+
+def test_the_client_never_holds_the_training_or_validation_matrix(
     client, dask_cluster, demo_train, demo_valid, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import fsspec
+    from distributed import futures_of
 
+    import trainer.engines.dask_model as model
     import trainer.engines.lightgbm_dask as engine
-    from trainer.engines.dask_model import train_cluster_model
 
     run = f"ltr-test-{time.monotonic_ns()}"
     files = {
@@ -80,17 +102,19 @@ def test_the_client_never_holds_the_training_matrix(
     files[f"/{run}/valid/0.parquet"] = _parquet_bytes(demo_valid, tmp_path / "v", 1)[0]
     _in_worker_memory(client, files)
     assert not fsspec.filesystem("memory").exists(f"/{run}")  # this process cannot read them
-    received: list[tuple[int, int]] = []
-    sample_scores = engine.sample_scores
+    data_keys: set[Any] = set()
+    open_cluster_dataset = model.open_cluster_dataset
 
-    def recorded(*args, **kwargs):
-        sample, scores = sample_scores(*args, **kwargs)
-        received.append(sample.shape)
-        return sample, scores
+    def opened(*args: Any, **kwargs: Any) -> Any:
+        data = open_cluster_dataset(*args, **kwargs)
+        collections = [data.features, data.labels, data.query_sizes, data.query_ids]
+        data_keys.update(future.key for future in futures_of(collections))
+        return data
 
-    monkeypatch.setattr(engine, "sample_scores", recorded)
-    monkeypatch.setattr(engine, "VERIFY_SAMPLE_ROWS", 300)
-    summary = train_cluster_model(
+    monkeypatch.setattr(model, "open_cluster_dataset", opened)
+    monkeypatch.setattr(engine, "VERIFY_SAMPLE_ROWS", 40)
+    received = _record_gathers(monkeypatch)
+    summary = model.train_cluster_model(
         f"memory://{run}/train",
         f"memory://{run}/valid",
         PARAMS,
@@ -98,15 +122,23 @@ def test_the_client_never_holds_the_training_matrix(
         scheduler=dask_cluster.address,
         partition_rows=400,
     )
-    # The only rows that reached this process: the verification sample the workers scored.
-    assert received and all(rows <= 300 + 16 for rows, _ in received)
-    assert received[0][0] < demo_train.num_docs / 5
+    assert data_keys and received
+    assert not data_keys & {key for key, _ in received}  # no partition was gathered
+    # Nor any copy of one: besides a few KB of file surveys, metric sums and digests, the only
+    # rows that reached this process are the verification sample (40 rows plus at most one
+    # per partition) the workers scored.
+    row_bytes = 4 * demo_train.num_features
+    sample_bytes = (40 + len(data_keys)) * (row_bytes + 8)
+    total = sum(size for _, size in received)
+    assert total < sample_bytes + 64_000 < demo_valid.num_docs * row_bytes
+    assert max(size for _, size in received) < 100 * row_bytes
     manifest = load_version(tmp_path / "v1").manifest
     assert manifest.training["engine"] == "lightgbm-dask"
     assert manifest.training["cluster"]["files"] == 3
     assert manifest.training["cluster"]["documents"] == demo_train.num_docs
     assert summary.evaluated_on == "valid"
     assert summary.metrics["queries"] == demo_valid.num_queries
+    assert manifest.training["best_iteration"] >= 1
 
 
 def test_global_early_stopping_and_quality_beside_single_process(

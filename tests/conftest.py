@@ -1,3 +1,7 @@
 """Fixtures every test package may use, registered once."""
 
-pytest_plugins = ["tests.support.redis_server", "tests.support.dask_cluster"]
+pytest_plugins = [
+    "tests.support.redis_server",
+    "tests.support.dask_cluster",
+    "tests.support.gc_pauses",
+]

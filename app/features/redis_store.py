@@ -114,6 +114,7 @@ class RedisStore:
         self._counters = counters or {}
         self._client: aioredis.Redis | None = None
         self.loop_lag = LoopLag()
+        self.liveness = Liveness()
 
     @property
     def enabled(self) -> bool:
@@ -153,14 +154,14 @@ class RedisStore:
             await client.aclose()
 
     def new_deadline(self, lookup: LookupTime | None = None) -> Deadline:
-        """One request's Redis budget, shared by its lookups, on Redis time. A saturated event
-        loop may stretch the wall-clock wait to WALL_CAP_FACTOR deadlines or to what the
-        request can spare before its scoring, whichever is longer, but never past its own
-        budget (`lookup`; unbounded by default)."""
+        """One request's Redis budget, shared by its lookups, on Redis time. While Redis is
+        seen answering, a saturated event loop may stretch the wall-clock wait to
+        WALL_CAP_FACTOR deadlines or to what the request can spare before its scoring; never
+        past that (`lookup`: the scoring must still fit; unbounded by default)."""
         lookup = lookup or UNBOUNDED
         now = asyncio.get_running_loop().time()
+        stop = now + lookup.spare_s if math.isfinite(lookup.stop_s) else math.inf
         stretch = now + max(WALL_CAP_FACTOR * self.deadline_s, lookup.spare_s)
-        stop = now + lookup.stop_s
         return Deadline(now, self.loop_lag.total, self.deadline_s, min(stretch, stop), stop)
 
     async def get_override(self, user_id: str, deadline: Deadline) -> Fetch:
@@ -220,7 +221,9 @@ class RedisStore:
             self._count("errors")
             return None, CIRCUIT_OPEN
         try:
-            raw = await _within_redis_deadline(call(self._client), deadline, self.loop_lag)
+            raw = await _within_redis_deadline(
+                call(self._client), deadline, self.loop_lag, self.liveness
+            )
         except LoopLagTimeout:
             self.breaker.release_probe()  # the loop was late: no verdict on Redis
             self._count("errors")
@@ -240,6 +243,7 @@ class RedisStore:
         except (RedisError, OSError):
             return None, self._failed(REDIS_UNAVAILABLE).error
         self.breaker.record_success()
+        self.liveness.replied()
         return raw, None
 
     def _failed(self, reason: str) -> Fetch:
@@ -259,10 +263,30 @@ LAGGING_SHARE = 0.5
 WALL_CAP_FACTOR = 3.0  # a saturated loop may stretch the lookups to this many deadlines, no more
 
 
+class Liveness:
+    """When Redis last answered a call (event-loop time), late replies included: the proof
+    that Redis is alive while a saturated loop leaves replies unread past their deadline."""
+
+    def __init__(self) -> None:
+        self.last_reply = -math.inf
+
+    def replied(self) -> None:
+        self.last_reply = asyncio.get_running_loop().time()
+
+    def since(self, moment: float) -> bool:
+        return self.last_reply >= moment
+
+    def note_late(self, task: asyncio.Future[Any]) -> None:
+        """Done callback of a call nobody waits for any more."""
+        if not task.cancelled() and task.exception() is None:
+            self.replied()
+
+
 @dataclass(frozen=True)
 class LookupTime:
-    """What a request's latency budget allows its store lookups, in seconds from now:
-    `stop_s` at most, of which `spare_s` is not needed for its scoring (estimated)."""
+    """What a request's latency budget allows its store lookups, in seconds from now: its
+    scoring deadline is `stop_s` away, and `spare_s` of that is not needed for the scoring
+    (estimated), so the lookups must end within it."""
 
     stop_s: float = math.inf
     spare_s: float = 0.0
@@ -280,7 +304,7 @@ class Deadline:
     lag_start: float
     seconds: float
     wall_stop: float = math.inf  # event-loop time a late loop may stretch the wait to
-    stop: float = math.inf  # event-loop time the request's own budget allows, at most
+    stop: float = math.inf  # event-loop time by which the request's scoring must start
 
 
 class LoopLagTimeout(LtrError, TimeoutError):
@@ -291,7 +315,9 @@ class BudgetTimeout(LtrError, TimeoutError):
     """The request's latency budget ran out before Redis's deadline did."""
 
 
-async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: LoopLag) -> Any:
+async def _within_redis_deadline(
+    work: Awaitable[Any], deadline: Deadline, lag: LoopLag, liveness: Liveness
+) -> Any:
     """`work`'s result, or TimeoutError when Redis missed the deadline (LoopLagTimeout when
     the event loop's backlog, not Redis, made the wait too long).
 
@@ -300,15 +326,18 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     deadline is on Redis time, the wall time since the request's lookups began minus the
     event-loop lag accrued meanwhile (LoopLag), and before it is declared missed the loop gets
     a turn to read what has arrived. On an idle loop the two clocks agree and a slow Redis
-    times out at the deadline, as before; a saturated loop may stretch the wait to
-    `deadline.wall_stop` (WALL_CAP_FACTOR deadlines, or longer when the request's budget can
-    spare it). Nothing waits past `deadline.stop`, the request's own budget (BudgetTimeout:
-    the answer goes out without the value, and Redis gets no blame).
+    times out at the deadline, as before. The lag sampler sees only part of a saturated
+    loop's backlog, so when the loop lagged and Redis answered some call since this wait
+    began (`liveness`), the verdict waits until `deadline.wall_stop` and blames the loop
+    (LoopLagTimeout); a Redis that answers nothing gets the blame at its deadline, so the
+    breaker still opens on a hung Redis under load. Nothing waits past `deadline.stop`, when
+    the request's scoring must start (BudgetTimeout: the answer goes out without the value,
+    and Redis gets no blame).
 
     A call that timed out is not cancelled: redis-py drops a connection whose reply was not
     read, and reconnecting on a busy machine misses the next deadline too, a vicious circle.
     It finishes in the background (bounded by the client's socket timeout) and its connection
-    goes back to the pool.
+    goes back to the pool; its late reply still counts as a sign of life.
     """
     loop = asyncio.get_running_loop()
     wall_stop = deadline.wall_stop
@@ -318,21 +347,24 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
     def redis_time() -> float:
         return (loop.time() - deadline.start) - (lag.total - deadline.lag_start)
 
-    def redis_late() -> bool:
-        # Past the deadline on Redis time, and not on a loop that lagged meanwhile: the lag
-        # sampler sees only part of a saturated loop's backlog, so there the verdict waits
-        # for the wall-clock cap (the request's spare time), and comes as LoopLagTimeout.
+    def forgiven() -> bool:
         lagged = lag.total - deadline.lag_start >= LAGGING_SHARE * deadline.seconds
-        return redis_time() >= deadline.seconds and not lagged
+        return lagged and liveness.since(deadline.start)
+
+    def redis_late() -> bool:
+        return redis_time() >= deadline.seconds and not forgiven()
+
+    def over() -> bool:
+        return loop.time() >= min(wall_stop, deadline.stop)
 
     task = asyncio.ensure_future(work)
     try:
         while True:
-            if not redis_late() and loop.time() < wall_stop:
+            if not redis_late() and not over():
                 left = deadline.seconds - redis_time()
-                if left <= 0:  # lagging: look again a deadline later
+                if left <= 0:  # forgiven: look again a deadline later
                     left = deadline.seconds
-                timeout = min(left, wall_stop - loop.time())
+                timeout = min(left, min(wall_stop, deadline.stop) - loop.time())
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if done:
                     return task.result()
@@ -340,17 +372,14 @@ async def _within_redis_deadline(work: Awaitable[Any], deadline: Deadline, lag: 
                 await asyncio.sleep(0)
                 if task.done():
                     return task.result()
-            if redis_late() or loop.time() >= wall_stop:
+            if redis_late() or over():
                 break
-        task.add_done_callback(_discard_result)
+        task.add_done_callback(liveness.note_late)
+        if loop.time() >= deadline.stop:
+            raise BudgetTimeout
         if redis_late():
             raise TimeoutError
-        raise BudgetTimeout if loop.time() >= deadline.stop else LoopLagTimeout
+        raise LoopLagTimeout
     except asyncio.CancelledError:
         task.cancel()  # the request itself was cancelled (client gone)
         raise
-
-
-def _discard_result(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved, so asyncio does not log it as never retrieved

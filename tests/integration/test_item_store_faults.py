@@ -40,7 +40,12 @@ SOURCES: dict[str, Any] = {"price": "item", "ctr": "item"}
 ITEMS = ["price", "ctr"]
 IDS = [f"d{i}" for i in range(20)]
 ENSEMBLE = random_ensemble(len(NAMES), num_trees=30, depth=3, seed=3)
-OUTAGE = {"item_store_redis_unavailable", "item_store_redis_timeout", "item_store_circuit_open"}
+OUTAGE = {
+    "item_store_redis_unavailable",
+    "item_store_redis_timeout",
+    "item_store_circuit_open",
+    "item_store_redis_over_budget",  # the request's budget ended the wait first
+}
 
 
 def scores_with(table: ItemTable | None) -> dict[str, float]:
@@ -170,14 +175,19 @@ def test_redis_killed_under_load_no_5xx(live: Stack) -> None:
     assert all(scored(a) == pytest.approx(scores_with(live.snapshot)) for a in degraded)
 
 
+@pytest.mark.usefixtures("no_gc_pauses")
 def test_redis_paused_under_load_answers_within_the_deadline(live: Stack) -> None:
     answers, failures, times = _load(live, live.redis.pause)
     live.redis.resume()
     assert failures == []
     degraded = [a for a in answers if a["degraded"]]
-    assert degraded and all(set(a["reasons"]) & OUTAGE for a in degraded)
+    assert degraded and all(set(a["reasons"]) & OUTAGE for a in degraded), [
+        a["reasons"] for a in degraded if not set(a["reasons"]) & OUTAGE
+    ]
     # Two clients on a shared 2-core machine: the deadline plus queueing for the CPU.
-    assert max(times) < (DEADLINE_MS + 200.0) / 1000.0, f"slowest {max(times) * 1000:.0f} ms"
+    timed = zip(times, answers, strict=True)
+    slow = [(round(t * 1000), a["reasons"]) for t, a in timed if t > 0.25]
+    assert max(times) < (DEADLINE_MS + 200.0) / 1000.0, f"slow answers (ms, reasons): {slow}"
 
 
 def test_a_push_killed_half_way_changes_nothing_served(live: Stack, tmp_path: Path) -> None:

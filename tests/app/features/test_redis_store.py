@@ -3,8 +3,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from app.features.redis_store import (
     Deadline,
+    Liveness,
     LoopLagTimeout,
     RedisStore,
     TTLCache,
@@ -155,6 +158,22 @@ async def running_lag() -> tuple[asyncio.AbstractEventLoop, LoopLag]:
     return asyncio.get_running_loop(), lag
 
 
+class Answering(Liveness):
+    """Redis seen answering other requests' calls all along."""
+
+    def since(self, moment: float) -> bool:
+        return True
+
+
+def answering() -> Liveness:
+    return Answering()
+
+
+async def never_replies() -> str:
+    await asyncio.sleep(3600)
+    return "never"
+
+
 def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
 
     async def reply_after(seconds: float) -> str:
@@ -169,12 +188,12 @@ def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
         loop.call_soon(time.sleep, 0.03)
         loop.call_later(0.012, time.sleep, 0.03)
         deadline = Deadline(loop.time(), lag.total, 0.01)
-        assert await _within_redis_deadline(work, deadline, lag) == "ok"
+        assert await _within_redis_deadline(work, deadline, lag, answering()) == "ok"
         # An idle loop and a slow reply: a real timeout, at the deadline.
         start = loop.time()
         try:
             deadline = Deadline(loop.time(), lag.total, 0.01)
-            await _within_redis_deadline(reply_after(0.2), deadline, lag)
+            await _within_redis_deadline(reply_after(0.2), deadline, lag, answering())
         except LoopLagTimeout:
             raise AssertionError("an idle loop is not to blame") from None
         except TimeoutError:
@@ -200,7 +219,8 @@ def test_the_request_budget_caps_the_wait_and_blames_nobody(redis_server: RedisS
             loop = asyncio.get_running_loop()
             for _ in range(3 * store.breaker.failure_threshold):
                 start = loop.time()
-                fetch = await store.get_override("u1", store.new_deadline(LookupTime(0.03)))
+                lookup = LookupTime(stop_s=0.05, spare_s=0.03)
+                fetch = await store.get_override("u1", store.new_deadline(lookup))
                 assert fetch.error == REDIS_OVER_BUDGET
                 assert loop.time() - start < 0.25  # the budget, not the 500 ms deadline
             assert store.breaker.allow()  # never opened
@@ -236,11 +256,67 @@ def test_spare_budget_lets_a_saturated_loop_stretch_the_wait() -> None:
             now = loop.time()
             deadline = Deadline(now, lag.total, 0.01, now + max(0.03, spare), now + 1.0)
             try:
-                got = await _within_redis_deadline(reply_after_turns(8), deadline, lag)
+                got = await _within_redis_deadline(reply_after_turns(8), deadline, lag, answering())
             except LoopLagTimeout:
                 got = None
             assert (got == "ok") is expect_reply, (spare, got)
             await asyncio.sleep(0.35)
+        await lag.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_silent_redis_is_blamed_on_a_lagging_loop_and_a_live_one_is_not() -> None:
+    """The loop lags (every turn blocked for 10 ms) and the call never replies. If Redis has
+    answered nothing since the wait began it is hung: TimeoutError (the breaker counts it)
+    long before the stretch ends. If it answered other calls meanwhile, the loop is to blame:
+    LoopLagTimeout at the end of the stretch."""
+
+    async def scenario() -> None:
+        loop, lag = await running_lag()
+        busy_until = 0.0
+
+        def blocker() -> None:
+            if loop.time() < busy_until:
+                time.sleep(0.01)
+                loop.call_soon(blocker)
+
+        for liveness, expected in ((Liveness(), TimeoutError), (answering(), LoopLagTimeout)):
+            busy_until = loop.time() + 0.5
+            loop.call_soon(blocker)
+            now = loop.time()
+            deadline = Deadline(now, lag.total, 0.01, now + 0.3, now + 1.0)
+            with pytest.raises(TimeoutError) as raised:
+                await _within_redis_deadline(never_replies(), deadline, lag, liveness)
+            waited = loop.time() - now
+            assert type(raised.value) is expected, waited
+            if expected is TimeoutError:
+                assert waited < 0.2  # well before the 300 ms stretch
+            else:
+                assert waited >= 0.3
+            await asyncio.sleep(0.55)
+        await lag.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_late_reply_counts_as_a_sign_of_life() -> None:
+    async def scenario() -> None:
+        loop, lag = await running_lag()
+        liveness = Liveness()
+        start = loop.time()
+
+        async def reply_after(seconds: float) -> str:
+            await asyncio.sleep(seconds)
+            return "ok"
+
+        with pytest.raises(TimeoutError):
+            await _within_redis_deadline(
+                reply_after(0.05), Deadline(start, lag.total, 0.01), lag, liveness
+            )
+        assert not liveness.since(start)
+        await asyncio.sleep(0.08)
+        assert liveness.since(start)
         await lag.stop()
 
     asyncio.run(scenario())

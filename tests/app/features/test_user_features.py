@@ -243,6 +243,7 @@ def test_breaker_opens_skips_redis_then_recovers(
     _with_resolver(settings, manifest, body, clock=clock)
 
 
+@pytest.mark.usefixtures("no_gc_pauses")
 def test_paused_redis_never_holds_a_request_past_the_deadline(
     redis_server: RedisServer, manifest: Manifest
 ) -> None:

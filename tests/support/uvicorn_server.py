@@ -9,11 +9,13 @@ only if it does not exit in time.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +46,8 @@ class UvicornServer:
         )
         self.command = list(command) if command is not None else self._uvicorn_command()
         self.workdir = Path(tempfile.mkdtemp(prefix="ltr-uvicorn-"))
+        # Removed when the server object goes (its log stays readable after stop()).
+        weakref.finalize(self, shutil.rmtree, self.workdir, ignore_errors=True)
         self.log_path = self.workdir / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -29,6 +30,7 @@ from app.api.routes import router
 from app.api.schemas import RerankRequest
 from app.health import liveness, readiness
 from app.impressions import ImpressionLog
+from app.long_lived import freeze_long_lived
 from app.probe_server import ProbeServer
 from app.registry import ModelRegistry
 from app.settings import Settings
@@ -67,7 +69,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry = ModelRegistry(
             settings,
             on_load=resolver.register_model,
-            on_serve=warm_later if settings.explain_warm else None,
+            on_serve=partial(warm_later, freeze=settings.gc_freeze)
+            if settings.explain_warm
+            else None,
         )
         app.state.resolver = resolver
         app.state.item_store = ItemFeatureStore(settings, resolver.store)  # shares its Redis
@@ -83,7 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             resolver.store.forget_model(model)  # embeddings may have been re-pushed
             await registry.reload(model, force=True)
 
-        tasks = [asyncio.create_task(_load_then_poll(registry, settings.reload_poll_seconds))]
+        first_load = _load_then_poll(registry, settings.reload_poll_seconds, settings.gc_freeze)
+        tasks = [asyncio.create_task(first_load)]
         if settings.redis_url:
             tasks.append(asyncio.create_task(listen_for_reloads(settings, on_event)))
         try:
@@ -138,11 +143,13 @@ def _probe_server(settings: Settings, app: FastAPI) -> ProbeServer:
     ).start()
 
 
-async def _load_then_poll(registry: ModelRegistry, poll_seconds: float) -> None:
+async def _load_then_poll(registry: ModelRegistry, poll_seconds: float, freeze: bool) -> None:
     try:
         await registry.reload()
     except Exception:  # an unreadable registry at start: the poll may still find models later
         log.exception("initial model load failed")
+    if freeze:
+        freeze_long_lived()
     if poll_seconds > 0:
         await registry.watch(poll_seconds)
 

@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     # costs (~0.3 s tables for 500 trees; numba's import and compile, ~3 s, or its disk cache,
     # ~0.5 s). Off: the first explanation of each model pays them.
     explain_warm: bool = True
+    # Once the models (and their explainers) are loaded, move every object alive to a
+    # generation the garbage collector never scans (gc.freeze): its full collections then
+    # skip the models' hundreds of thousands of objects (30-80 ms pauses of served requests
+    # with a 500-tree model otherwise). Off for processes that build many apps (tests).
+    gc_freeze: bool = True
 
     # Redis (a soft dependency)
     redis_url: str | None = None

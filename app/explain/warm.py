@@ -19,17 +19,19 @@ import time
 
 import numpy as np
 
+from app.long_lived import freeze_long_lived
 from app.registry import LoadedModel
 
 log = logging.getLogger(__name__)
 
-_pending: queue.SimpleQueue[LoadedModel] = queue.SimpleQueue()
+_pending: queue.SimpleQueue[tuple[LoadedModel, bool]] = queue.SimpleQueue()
 _worker: threading.Thread | None = None
 _lock = threading.Lock()
 
 
-def warm_later(model: LoadedModel) -> None:
-    """Queues a served tree model for warming (networks need nothing: occlusion scores)."""
+def warm_later(model: LoadedModel, freeze: bool = False) -> None:
+    """Queues a served tree model for warming (networks need nothing: occlusion scores);
+    `freeze`: its explainer's tables then leave the garbage collector's scans (gc.freeze)."""
     global _worker
     if model.manifest.kind != "lambdamart":
         return
@@ -37,7 +39,7 @@ def warm_later(model: LoadedModel) -> None:
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_work, name="explain-warm-up", daemon=True)
             _worker.start()
-    _pending.put(model)
+    _pending.put((model, freeze))
 
 
 def warm(model: LoadedModel) -> bool:
@@ -55,12 +57,14 @@ def warm(model: LoadedModel) -> bool:
 def _work() -> None:
     _lower_priority()
     while True:
-        model = _pending.get()
+        model, freeze = _pending.get()
         started = time.perf_counter()
         try:
             if warm(model):
                 seconds = time.perf_counter() - started
                 log.info("explainer of %s/%s ready in %.2f s", model.name, model.version, seconds)
+                if freeze and _pending.empty():
+                    freeze_long_lived()  # its tables stay as long as the model
         except Exception:  # the next model, and the requests, must not depend on this one
             log.exception("warming the explainer of %s/%s failed", model.name, model.version)
         del model  # not kept alive until the next one arrives

@@ -44,6 +44,7 @@ def app_settings(**overrides: Any) -> Settings:
         # loaded CI machine) can stall a request past the 100 ms default and shed it: tests
         # of the budget set their own.
         "request_budget_ms": 10_000.0,
+        "gc_freeze": False,  # the pytest process builds many apps: nothing may stay frozen
     }
     options.update(overrides)
     return Settings(**options)

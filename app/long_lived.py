@@ -18,9 +18,12 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def freeze_long_lived() -> None:
-    """Collect what is garbage now, then freeze the rest (call once something long-lived,
-    such as a model or an explainer, has been built)."""
-    gc.collect()
+def freeze_long_lived(collect: bool = True) -> None:
+    """Freeze what is alive now (call once something long-lived, such as a model or an
+    explainer, has been built), after collecting what is garbage. `collect=False` where a
+    full collection would itself pause served requests (a thread beside a serving loop):
+    freezing alone only moves the collector's lists."""
+    if collect:
+        gc.collect()
     gc.freeze()
     log.debug("%d objects frozen out of the collector's scans", gc.get_freeze_count())

@@ -64,7 +64,9 @@ def _work() -> None:
                 seconds = time.perf_counter() - started
                 log.info("explainer of %s/%s ready in %.2f s", model.name, model.version, seconds)
                 if freeze and _pending.empty():
-                    freeze_long_lived()  # its tables stay as long as the model
+                    # Its tables stay as long as the model; requests are being served, so no
+                    # full collection first (that would be the very pause this avoids).
+                    freeze_long_lived(collect=False)
         except Exception:  # the next model, and the requests, must not depend on this one
             log.exception("warming the explainer of %s/%s failed", model.name, model.version)
         del model  # not kept alive until the next one arrives

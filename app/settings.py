@@ -45,9 +45,12 @@ class Settings(BaseSettings):
     request_budget_ms: Annotated[float, Field(gt=0)] = 100.0
     max_request_budget_ms: Annotated[float, Field(gt=0)] = 10_000.0
     overload_response: Literal["fallback", "503"] = "fallback"
-    # Candidate rows scored at once per worker: adaptive (AIMD on service time) between the
-    # bounds, or fixed at `admission_initial_rows`. One request is always let in when idle.
+    # Candidate rows scored at once per worker: adaptive between the bounds (`gradient`: by how
+    # much requests served together are slower than alone; `aimd`: additive increase until a
+    # request takes half its budget), or fixed at `admission_initial_rows`. One request is
+    # always let in when idle.
     admission_adaptive: bool = True
+    admission_algorithm: Literal["gradient", "aimd"] = "gradient"
     admission_initial_rows: Annotated[int, Field(ge=1)] = 2000
     admission_min_rows: Annotated[int, Field(ge=1)] = 1000
     admission_max_rows: Annotated[int, Field(ge=1)] = 50_000

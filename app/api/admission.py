@@ -2,9 +2,14 @@
 
 Every request is due `LTR_REQUEST_BUDGET_MS` after it arrived (`x-request-timeout-ms` asks for
 another budget). Parsing and scoring are admitted by candidate rows, not by request count: at
-most `limit` rows are in flight per worker, the limit adapting to the service time (additive
-increase while requests are served in well under their budget, multiplicative decrease when
-one takes more than half of it: the AIMD limit of Netflix's concurrency-limits). A request
+most `limit` rows are in flight per worker, the limit adapting to the service time. The default
+(`gradient`, after the gradient and Vegas limits of Netflix's concurrency-limits) compares each
+service time with what the same rows took when served alone: requests that slow each other
+down (one event loop, one GIL: on a CPU-bound worker two at once take twice as long each) shrink
+the limit by that inflation, and requests served as fast together as alone let it grow by a
+fraction of a request. `aimd` grows additively until one request takes more than half of its
+budget, then shrinks by 10 % (Netflix's AIMDLimit); it cannot see that concurrency bought
+nothing until the budget is half gone. A request
 that does not fit waits in a FIFO queue, but only as long as its budget leaves time to be
 scored (service times are measured: app.api.service_time); when the work already waiting
 cannot be done in time it is shed at once (the SRE book's "shed early, cheaply").
@@ -45,6 +50,10 @@ TIMEOUT_HEADER = "x-request-timeout-ms"
 FALLBACK_RESERVE_S = 0.003
 DECREASE = 0.9
 SLOW_SHARE = 0.5  # service time above this share of the budget: congestion
+# gradient: service time over the time alone above which concurrency is judged to cost more
+# than it gives (alone includes the loop's other work, such as shedding, hence not 1.1).
+CROWDED = 1.5
+GROWTH = 0.1  # gradient: at most this share of a request's rows added per fast completion
 PROBE_INTERVAL_S = 0.5
 EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is this recent
 
@@ -116,6 +125,10 @@ class AdmissionController:
     in_flight: int = field(default=0, init=False)
     queued_rows: int = field(default=0, init=False)
     service: ServiceTime = field(default_factory=ServiceTime, init=False)
+    # Service times of requests that had the worker to themselves (gradient's baseline).
+    alone: ServiceTime = field(default_factory=ServiceTime, init=False)
+    # The last time two or more requests were in flight together.
+    _last_shared: float = field(default=-math.inf, init=False)
     queued_seconds: float = field(default=0.0, init=False)
     last_shed: float = field(default=-math.inf, init=False)
     _last_probe: float = field(default=-math.inf, init=False)
@@ -221,14 +234,18 @@ class AdmissionController:
     ) -> None:
         """Give back `rows`; `admitted_at` (None: not run) and `done_at` (default: now) give
         the service time the model and the limit learn from."""
+        if self.in_flight > rows:
+            self._last_shared = self.clock()
         self.in_flight -= rows
         if admitted_at is not None and rows > 0:
             end = self.clock() if done_at is None else done_at
-            self._learn(rows, end - admitted_at, budget_s)
+            self._learn(rows, end - admitted_at, budget_s, self._last_shared < admitted_at)
         self._grant()
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
 
     def _take(self, rows: int) -> None:
+        if self.in_flight > 0:
+            self._last_shared = self.clock()
         self.in_flight += rows
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
 
@@ -255,18 +272,33 @@ class AdmissionController:
         self.queued_rows -= waiter.rows
         self.queued_seconds = max(self.queued_seconds - waiter.seconds, 0.0)
 
-    def _learn(self, rows: int, seconds: float, budget_s: float) -> None:
+    def _learn(self, rows: int, seconds: float, budget_s: float, alone: bool) -> None:
+        """`alone`: no other request was in flight at any time during this one's service."""
         self.service.observe(rows, seconds)
-        if not self.settings.admission_adaptive:
-            return
-        # AIMD (Netflix concurrency-limits' AIMDLimit, with rows for requests): a request whose
-        # service took more than SLOW_SHARE of its budget is a sign of congestion; otherwise,
-        # when the limit was in use, probe upwards by one request's rows per limit's worth.
+        if alone:
+            self.alone.observe(rows, seconds)
         s = self.settings
-        if seconds > SLOW_SHARE * budget_s:
-            self.limit = max(self.limit * DECREASE, float(s.admission_min_rows))
-        elif self.in_flight + rows >= self.limit / 2:
-            self.limit = min(self.limit + rows * rows / self.limit, float(s.admission_max_rows))
+        if not s.admission_adaptive:
+            return
+        slow = seconds > SLOW_SHARE * budget_s
+        in_use = self.in_flight + rows >= self.limit / 2
+        if s.admission_algorithm == "gradient" and self.alone.measured:
+            inflation = seconds / max(self.alone.estimate(rows), 1e-6)
+            if slow or inflation > CROWDED:
+                # Shrink to what would have been served as fast as alone (Gradient2's
+                # limit x minRTT / RTT), by at least AIMD's step.
+                self.limit *= min(DECREASE, 1.0 / inflation)
+            elif in_use:
+                self.limit += min(GROWTH * rows, rows * rows / self.limit)
+        elif slow:
+            # AIMD (Netflix concurrency-limits' AIMDLimit, with rows for requests): a request
+            # whose service took more than SLOW_SHARE of its budget is a sign of congestion;
+            # otherwise, when the limit was in use, probe upwards by one request's rows per
+            # limit's worth.
+            self.limit *= DECREASE
+        elif in_use:
+            self.limit += rows * rows / self.limit
+        self.limit = min(max(self.limit, float(s.admission_min_rows)), float(s.admission_max_rows))
         metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
 
     def _shed(self, reason: str, body: bytes) -> Shed:

@@ -26,6 +26,11 @@ class ServiceTime:
     _nt: float = field(default=0.0, init=False)
     _seen: bool = field(default=False, init=False)
 
+    @property
+    def measured(self) -> bool:
+        """Whether any request was observed (else the estimate is the initial guess)."""
+        return self._seen
+
     def estimate(self, rows: int) -> float:
         return self.intercept + self.slope * rows
 

@@ -182,6 +182,51 @@ def test_the_limit_grows_while_fast_and_shrinks_when_service_time_grows() -> Non
     assert adm.limit >= 500  # never below the floor
 
 
+def serve_pair(adm: AdmissionController, clock: Clock, rows: int, seconds: float) -> None:
+    """Two requests served at once, each taking `seconds`."""
+
+    async def both() -> None:
+        await adm.acquire(rows, Budget(clock.now, 10.0), b"")
+        await adm.acquire(rows, Budget(clock.now, 10.0), b"")
+
+    start = clock.now
+    asyncio.run(both())
+    clock.now += seconds
+    adm.release(rows, start, 0.1)
+    adm.release(rows, start, 0.1)
+
+
+def test_gradient_shrinks_when_requests_together_are_slower_than_alone() -> None:
+    adm, clock = controller(admission_initial_rows=2000, admission_min_rows=1000)
+    for _ in range(5):  # alone: 20 ms per 1,000 rows, the baseline
+        serve_one(adm, clock, 1000, 0.02)
+    grown = adm.limit
+    assert 2000 < grown <= 2000 + 5 * 100  # a tenth of a request per fast completion at most
+    # On a CPU-bound worker two at once take twice as long each: still well under half the
+    # budget (AIMD would keep growing), but they bought nothing, so the limit halves.
+    serve_pair(adm, clock, 1000, 0.04)
+    assert adm.limit == pytest.approx(max(grown / 4, 1000))
+    assert adm.alone.estimate(1000) == pytest.approx(0.02, rel=0.01)  # pairs are not "alone"
+
+
+def test_gradient_keeps_concurrency_that_costs_nothing() -> None:
+    adm, clock = controller(admission_initial_rows=2000, admission_min_rows=1000)
+    serve_one(adm, clock, 1000, 0.02)
+    for _ in range(10):  # two at once as fast as one alone (spare cores): grow
+        serve_pair(adm, clock, 1000, 0.021)
+    assert adm.limit > 2500
+
+
+def test_aimd_grows_until_the_budget_is_half_gone() -> None:
+    adm, clock = controller(
+        admission_algorithm="aimd", admission_initial_rows=2000, admission_min_rows=1000
+    )
+    serve_one(adm, clock, 1000, 0.02)
+    before = adm.limit
+    serve_pair(adm, clock, 1000, 0.04)
+    assert adm.limit > before
+
+
 def test_service_time_learns_a_line_and_small_requests_do_not_inflate_large_ones() -> None:
     model = ServiceTime()
     for _ in range(50):

@@ -104,3 +104,15 @@ def test_scan_is_right_or_declines(
     got = split_candidates(raw)
     if got is not None:
         assert got == full_parse(raw)
+
+
+def test_compact_string_ids_take_the_vectorised_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.api import retrieval_order
+
+    def no_slow_path(*args: Any) -> None:
+        raise AssertionError("the per-id loop ran for a compact body of string ids")
+
+    monkeypatch.setattr(retrieval_order, "_id_values", no_slow_path)
+    cands = [{"id": i, "features": [1, None]} for i in ["a,b", "ü}", "", "x:y", "[1]"]]
+    raw = orjson.dumps({"model": "m", "candidates": cands})
+    assert split_candidates(raw) == full_parse(raw)

@@ -32,6 +32,8 @@ _QUOTE, _COMMA, _COLON = 34, 44, 58
 _OPEN = (123, 91)  # { [
 _CLOSE = (125, 93)  # } ]
 _SPACE = b" \t\r\n"
+_BRACKETS = np.array([*_OPEN, *_CLOSE], dtype=np.uint8)
+_BRACKET_MASK, _BRACKET_BITS = 0xD9, 0x59
 
 
 def split_candidates(raw: bytes) -> tuple[dict[str, Any], list[Any]] | None:
@@ -40,17 +42,20 @@ def split_candidates(raw: bytes) -> tuple[dict[str, Any], list[Any]] | None:
     if b"\\" in raw:
         return None
     data = np.frombuffer(raw, dtype=np.uint8)
-    # One pass finds quotes and brackets together; a bracket is outside every string when an
-    # even number of quotes precede it (no escapes, so quotes pair up).
-    special = np.flatnonzero(
-        (data == _QUOTE)
-        | (data == _OPEN[0])
-        | (data == _OPEN[1])
-        | (data == _CLOSE[0])
-        | (data == _CLOSE[1])
-    )
+    # One pass finds quotes and brackets together: [ ] { } are the bytes equal to 0x59 under
+    # the mask 0xD9 (with Y _ y and DEL, dropped next), two operations instead of four. A
+    # bracket is outside every string when an even number of quotes precede it (no escapes,
+    # so quotes pair up).
+    special = np.flatnonzero(((data & _BRACKET_MASK) == _BRACKET_BITS) | (data == _QUOTE))
     special_kinds = data[special]
     is_quote = special_kinds == _QUOTE
+    structural = is_quote | np.isin(special_kinds, _BRACKETS)
+    if not structural.all():
+        special, special_kinds, is_quote = (
+            special[structural],
+            special_kinds[structural],
+            is_quote[structural],
+        )
     quotes = special[is_quote]
     if quotes.size % 2:
         return None

@@ -33,6 +33,8 @@ def full_parse(raw: bytes) -> tuple[dict[str, Any], list[Any]]:
         },
         {"candidates": [{"id": "ü-ß", "features": [[1], {"k": "}]"}]}], "model": "m"},
         {"candidates": [], "query_id": "candidates"},
+        # Bytes that share the brackets' bit pattern (Y _ y DEL), inside and outside strings.
+        {"candidates": [{"id": "Y_y\x7f", "features": {"_Y": 1, "y": [2]}}], "top_k": 1},
         {"top_k": 3, "candidates": [{"id": -12, "features": []}, {"id": "c", "features": [1e300]}]},
     ],
 )

@@ -64,6 +64,7 @@ class Answer:
     status: int
     scored: bool  # 200 and not degraded
     breaker: bool = False  # degraded because the Redis circuit breaker was open
+    over_budget: bool = False  # degraded, `over_budget`: the budget could not cover its scoring
 
 
 async def _exchange(
@@ -94,6 +95,10 @@ def _scored(status: int, answer: bytes) -> bool:
     return status == 200 and b'"degraded":false' in answer
 
 
+def _late(answer: bytes) -> bool:
+    return b'"over_budget"' in answer
+
+
 async def closed_loop(port: int, body: bytes, clients: int, seconds: float) -> list[Answer]:
     request = _rerank_request(port, body)
     out: list[Answer] = []
@@ -110,7 +115,9 @@ async def closed_loop(port: int, body: bytes, clients: int, seconds: float) -> l
                     status, answer, keep = 0, b"", False
                 breaker = b"circuit_open" in answer
                 elapsed = time.perf_counter() - sent
-                out.append(Answer(sent, elapsed, status, _scored(status, answer), breaker))
+                out.append(
+                    Answer(sent, elapsed, status, _scored(status, answer), breaker, _late(answer))
+                )
                 if not keep:
                     writer.close()
                     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -145,7 +152,9 @@ async def open_loop(port: int, body: bytes, rate: float, seconds: float) -> list
             status, answer, keep = await _exchange(*conn, request)
         except (OSError, asyncio.IncompleteReadError):
             status, answer, keep = 0, b"", False
-        out.append(Answer(sent, time.perf_counter() - sent, status, _scored(status, answer)))
+        elapsed = time.perf_counter() - sent
+        scored = _scored(status, answer)
+        out.append(Answer(sent, elapsed, status, scored, over_budget=_late(answer)))
         if keep:
             idle.append((*conn, time.perf_counter()))
         else:
@@ -263,12 +272,14 @@ class Phase:
         refused = statuses.get(503, 0)
         n = len(self.answers)
         unscored = sum(1 for a in self.answers if a.status == 200 and not a.scored)
+        late = sum(1 for a in self.answers if a.over_budget)
         probes = np.array(self.probes) * 1000 if self.probes else np.array([np.nan])
         pct = (lambda a, q: float(np.percentile(a, q))) if lat.size else (lambda a, q: np.nan)
         good = self.goodput()
         ratio_text = f"{good / sustainable:.0%}" if sustainable else "n/a"
         return (
-            f"| {self.name} | {n} | {fivexx} ({refused} are 503) | {unscored / max(n, 1):.0%} | "
+            f"| {self.name} | {n} | {fivexx} ({refused} are 503) | "
+            f"{unscored / max(n, 1):.0%} ({late / max(n, 1):.0%}) | "
             f"{pct(lat, 50):.0f} / {pct(lat, 99):.0f} / {lat.max() if lat.size else np.nan:.0f} | "
             f"{good:.1f} ({ratio_text}) | "
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
@@ -604,7 +615,7 @@ def render(
         lines.append(f"- {name}: **{rate:.0f} req/s** ({'; '.join(notes)})")
     lines += [
         "",
-        "| phase | answers | 5xx / no answer | unscored (shed, over budget) | "
+        "| phase | answers | 5xx / no answer | unscored: shed or over budget (over budget) | "
         "latency p50 / p99 / max ms | goodput req/s (of sustainable) | "
         "/livez p50 / p99 / max ms | /livez on the probe port p50 / p99 / max ms | "
         "RSS MB before / peak / after |",

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from app.experiments.assignment import assign
-from app.experiments.spec import ARM_NAMES, CANDIDATE, TEAM_NAMES, ExperimentSpec
-from app.experiments.team_draft import coin_flips, team_draft
+from app.experiments.spec import ARM_NAMES, CANDIDATE, CONTROL, TEAM_NAMES, ExperimentSpec
+from app.experiments.team_draft import coin_flips, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
 
 # (model, features, user vector, in a worker thread?) -> float64 [n] scores; routes' scoring.
@@ -93,18 +93,21 @@ async def rank_in_experiment(
         candidate_scores = await candidate_task
     n = control_scores.shape[0]
     length = n if top_k is None else min(top_k, n)
-    merged, teams = team_draft(
+    merged, teams = team_draft_arrays(
         ranking_order(control_scores),
         ranking_order(candidate_scores),
         coin_flips(f"{spec.salt}\x1f{request_id}".encode(), (length + 1) // 2 + 1),
         length,
     )
-    # Each result shows the score of the version whose team placed it.
+    # Each result shows the score of the version whose team placed it; the common prefix
+    # (team BOTH, where both versions agree) shows the candidate's, as it always has.
     shown = control_scores.copy()
-    picked = np.asarray(merged, dtype=np.int64)
-    from_candidate = picked[np.asarray(teams, dtype=bool)]
+    from_candidate = np.asarray(merged, dtype=np.int64)[teams != CONTROL]
     shown[from_candidate] = candidate_scores[from_candidate]
-    return ExperimentRanking(control, shown, merged, _experiment_log(spec, None, teams), teams)
+    team_list = teams.tolist()
+    return ExperimentRanking(
+        control, shown, merged, _experiment_log(spec, None, team_list), team_list
+    )
 
 
 async def candidate_inputs(

@@ -23,6 +23,9 @@ import numpy as np
 
 from app.experiments.spec import BOTH, CANDIDATE, CONTROL
 
+# pick_teams writes the coins themselves as team codes.
+assert (CONTROL, CANDIDATE) == (0, 1)
+
 
 def coin_flips(seed: bytes | int, n: int) -> np.ndarray:
     """`n` fair bits (bool [n]) from a seed (SHAKE-128 output), so a request's interleaving is
@@ -39,9 +42,16 @@ def team_draft(
     (merged item indices, team of each: CONTROL, CANDIDATE or BOTH for the common prefix),
     `length` items long (all by default). `coins` (bool [>= ceil(length / 2)]) decides rounds
     where the teams are even: True = the candidate picks first."""
-    merged, teams = draft(control, candidate, coins, length)
-    prefix = common_prefix(control, candidate, len(merged))
-    teams[:prefix] = [BOTH] * prefix
+    merged, teams = team_draft_arrays(control, candidate, coins, length)
+    return merged, teams.tolist()
+
+
+def team_draft_arrays(
+    control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
+) -> tuple[list[int], np.ndarray]:
+    """`team_draft` with the teams as an array (int8 [k]), the serving path's form."""
+    merged, teams = _draft(control, candidate, coins, length)
+    teams[: common_prefix(control, candidate, len(merged))] = BOTH
     return merged, teams
 
 
@@ -55,34 +65,57 @@ def draft(
     control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Team draft proper: every result's team is the one that picked it."""
-    a = control.tolist()
-    b = candidate.tolist()
-    n = len(a)
+    merged, teams = _draft(control, candidate, coins, length)
+    return merged, teams.tolist()
+
+
+def pick_teams(coins: np.ndarray, k: int) -> np.ndarray:
+    """The team of each of the first `k` picks (int8 [k]), which the coins alone decide.
+
+    Teams are even at the start of every round (each picks once per round), so the "fewer
+    picks first, a coin when equal" rule is a round of two picks: the coin's team, then the
+    other. Which items they pick depends on the rankings; who picks when does not."""
+    rounds = (k + 1) // 2
+    if coins.size < rounds:
+        raise ValueError(f"team draft needs {rounds} coins, got {coins.size}")
+    first = np.asarray(coins[:rounds], dtype=np.int8)
+    teams = np.empty(2 * rounds, dtype=np.int8)
+    teams[0::2] = first  # CANDIDATE is 1, CONTROL 0 (asserted below the imports)
+    teams[1::2] = 1 - first
+    return teams[:k]
+
+
+def _draft(
+    control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
+) -> tuple[list[int], np.ndarray]:
+    """(merged items, teams int8 [k]). The schedule of picks comes from `pick_teams` in one
+    numpy step, so the Python loop does only what is sequential by nature: each pick passes
+    over what the other team already took. Only the first k items of either ranking are
+    read: before a team's j-th pick it has made j - 1 picks and the other team at most
+    k - j, so it passes over at most k - 1 items."""
+    n = int(control.size)
     k = n if length is None else min(length, n)
-    taken = bytearray(max(n, max(a, default=-1) + 1, max(b, default=-1) + 1))
+    teams = pick_teams(coins, k)
+    a = control[:k].tolist()
+    b = candidate[:k].tolist()
+    taken: set[int] = set()
+    take = taken.add
     merged: list[int] = []
-    teams: list[int] = []
+    append = merged.append
     ia = ib = 0
-    flips = coins.tolist()
-    # Teams are even at the start of every round (each picks once per round), so a round is
-    # the coin's team first, then the other: the "fewer picks first" rule in pairs.
-    for first in flips:
-        for team in (CANDIDATE, CONTROL) if first else (CONTROL, CANDIDATE):
-            if len(merged) >= k:
-                return merged, teams
-            if team == CANDIDATE:
-                while taken[b[ib]]:
-                    ib += 1
+    for team in teams.tolist():
+        if team == CANDIDATE:
+            item = b[ib]
+            while item in taken:
+                ib += 1
                 item = b[ib]
-            else:
-                while taken[a[ia]]:
-                    ia += 1
+        else:
+            item = a[ia]
+            while item in taken:
+                ia += 1
                 item = a[ia]
-            taken[item] = 1
-            merged.append(item)
-            teams.append(team)
-    if len(merged) < k:
-        raise ValueError(f"team draft needs {(k + 1) // 2} coins, got {len(flips)}")
+        take(item)
+        append(item)
     return merged, teams
 
 

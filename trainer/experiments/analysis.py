@@ -49,7 +49,9 @@ def analyse(credit: ExperimentCredit) -> ExperimentAnalysis:
     m = credit.impressions
     if credit.spec.mode == "interleave":
         clicked = credit.outcomes[credit.clicked]
-        result = interleaving_result(clicked, impressions=m)
+        result = interleaving_result(
+            clicked, impressions=m, differences=credit.differences[credit.clicked]
+        )
         series = []
         if m:
             s = np.where(credit.clicked, credit.outcomes, 0).astype(np.float64)

@@ -2,8 +2,9 @@
 
 Interleaving (team-draft credit, Radlinski et al. 2008): an impression is a win for the
 candidate when results of its team got more clicks than the control's, a loss when fewer, a tie
-when equal. A/B: clicks and click DCG (sum over clicked results of 1 / log2(1 + position)) per
-impression, summed per assignment unit (the user, else the request) of each arm.
+when equal; the difference of the two teams' clicks is kept too (what decisions test). A/B:
+clicks and click DCG (sum over clicked results of 1 / log2(1 + position)) per impression,
+summed per assignment unit (the user, else the request) of each arm.
 
 The array functions here are also what the simulator benchmark feeds, so the offline
 experiment and the served one are credited by the same code.
@@ -62,6 +63,7 @@ class ExperimentCredit:
     spec: ExperimentSpec
     ts: np.ndarray  # float64 [m] unix seconds, sorted
     outcomes: np.ndarray  # int8 [m] (interleave; 0 without clicks)
+    differences: np.ndarray  # float64 [m] (interleave): candidate-team minus control-team clicks
     clicked: np.ndarray  # bool [m]: the impression got any click
     arms: np.ndarray  # int8 [m] (ab)
     units: np.ndarray  # int64 [m] (ab), index of the assignment unit
@@ -82,7 +84,7 @@ def credit_from_logs(logs: ClickLogs, spec: ExperimentSpec) -> ExperimentCredit:
         if event.type == "click":
             clicked_ids[event.request_id].add(_key(event.id))
     unit_index: dict[str, int] = {}
-    rows: list[tuple[float, int, int, int, int, float]] = []
+    rows: list[tuple[float, int, int, int, int, float, int]] = []
     skipped = 0
     seen: set[str] = set()
     for imp in logs.impressions:
@@ -102,22 +104,21 @@ def credit_from_logs(logs: ClickLogs, spec: ExperimentSpec) -> ExperimentCredit:
                 skipped += 1
                 continue
             t = np.asarray(teams, dtype=np.int64)
-            outcome = int(
-                np.sign((flags & (t == CANDIDATE)).sum() - (flags & (t == CONTROL)).sum())
-            )
-            rows.append((imp.ts, outcome, 0, index, n_clicks, dcg))
+            diff = int((flags & (t == CANDIDATE)).sum() - (flags & (t == CONTROL)).sum())
+            rows.append((imp.ts, int(np.sign(diff)), 0, index, n_clicks, dcg, diff))
         else:
             arm = exp.get("arm")
             if arm not in ("control", "candidate"):
                 skipped += 1
                 continue
-            rows.append((imp.ts, 0, int(arm == "candidate"), index, n_clicks, dcg))
+            rows.append((imp.ts, 0, int(arm == "candidate"), index, n_clicks, dcg, 0))
     rows.sort(key=lambda r: r[0])
-    table = np.asarray(rows, dtype=np.float64).reshape(-1, 6)
+    table = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
     return ExperimentCredit(
         spec=spec,
         ts=table[:, 0],
         outcomes=table[:, 1].astype(np.int8),
+        differences=table[:, 6],
         clicked=table[:, 4] > 0,
         arms=table[:, 2].astype(np.int8),
         units=table[:, 3].astype(np.int64),

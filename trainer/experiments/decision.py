@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -35,22 +36,27 @@ class Decision:
 def decide(analysis: ExperimentAnalysis, policy: DecisionPolicy) -> Decision:
     n = analysis.impressions
     if analysis.interleaving is not None:
-        effect = analysis.interleaving.preference
-        p = analysis.interleaving.p_always_valid
-        what = "preference"
+        il = analysis.interleaving
+        effect, p, what = il.preference, il.p_always_valid, "preference"
+        # The direction is the tested statistic's: the click difference, when known.
+        direction = il.direction
+        if not math.isnan(il.click_difference):
+            cd = il.click_difference
+            what = f"click difference {cd:+.4f} per clicked impression, preference"
     else:
         assert analysis.ab is not None
         effect = analysis.ab[policy.ab_metric].difference
         p = analysis.ab[policy.ab_metric].p_always_valid
         what = f"{policy.ab_metric} per impression difference"
+        direction = effect
     if n < policy.min_impressions:
         reason = f"{n} impressions, fewer than the minimum {policy.min_impressions}"
         return Decision("continue", reason, n, effect, p)
     if p >= policy.alpha:
         reason = f"not significant yet ({what} {effect:+.4f}, always-valid p = {p:.3g})"
         return Decision("continue", reason, n, effect, p)
-    action: Action = "promote" if effect > 0 else "rollback"
-    verdict = "wins" if effect > 0 else "loses"
+    action: Action = "promote" if direction > 0 else "rollback"
+    verdict = "wins" if direction > 0 else "loses"
     reason = (
         f"candidate {verdict}: {what} {effect:+.4f}, always-valid p = {p:.3g} "
         f"< {policy.alpha} after {n} impressions"

@@ -26,7 +26,9 @@ def summary_lines(record: ExperimentRecord, analysis: ExperimentAnalysis) -> lis
         lines += [
             f"clicked: {il.clicked}  wins: {il.wins}  losses: {il.losses}  ties: {il.ties}",
             f"preference: {il.preference:+.4f} (95 % CI {il.ci_low:+.4f} .. {il.ci_high:+.4f})",
-            f"p (sign test): {il.p_value:.3g}  always-valid p (mSPRT): {il.p_always_valid:.3g}",
+            f"click difference per clicked impression: {il.click_difference:+.4f}",
+            f"p (sign test): {il.p_value:.3g}  always-valid p (mSPRT on click differences): "
+            f"{il.p_always_valid:.3g}",
         ]
     if analysis.ab is not None and analysis.arm_impressions is not None:
         arms = analysis.arm_impressions

@@ -66,14 +66,35 @@ class InterleavingResult:
     ci_high: float
     p_value: float  # sign test, one look
     p_always_valid: float  # mSPRT, any number of looks: what decisions use
+    # Mean of the candidate's team clicks minus the control's per clicked impression (the
+    # statistic p_always_valid tests when the clicks per team are known; else NaN).
+    click_difference: float = math.nan
+
+    @property
+    def direction(self) -> float:
+        """The sign of the tested statistic: > 0 favours the candidate."""
+        return self.preference if math.isnan(self.click_difference) else self.click_difference
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if math.isnan(self.click_difference):
+            out["click_difference"] = None
+        return out
 
 
-def interleaving_result(outcomes: np.ndarray, impressions: int | None = None) -> InterleavingResult:
+def interleaving_result(
+    outcomes: np.ndarray, impressions: int | None = None, differences: np.ndarray | None = None
+) -> InterleavingResult:
     """Statistics of per-impression outcomes (int [m]: +1 candidate won, -1 lost, 0 tie or no
-    click; only impressions with clicks are passed, or pass all and they count as ties)."""
+    click; only impressions with clicks are passed, or pass all and they count as ties).
+
+    With `differences` (the same impressions' candidate-team minus control-team clicks), the
+    always-valid p tests their mean (`click_difference_result`) instead of the outcomes':
+    the count keeps what the sign drops (an impression where the candidate's team got two
+    clicks to none says more than one to none). On our simulator it reached significance
+    with 10-25 % fewer impressions than the sign at every error correlation, with A/A
+    false-positive rates of 0-1.5 % over 2 x 200 experiments looked at 29 times
+    (bench/results/interleaving.md)."""
     s = np.asarray(outcomes, dtype=np.float64)
     wins, losses = int((s > 0).sum()), int((s < 0).sum())
     n = int(s.size)
@@ -84,8 +105,11 @@ def interleaving_result(outcomes: np.ndarray, impressions: int | None = None) ->
     second = float((s**2).mean())
     variance = max(second - mean**2, 0.0) / n
     half = Z_95 * math.sqrt(variance) / 2 if variance > 0 else 0.5
-    # The null is "no preference": scale the mixture by the null-centred sd of one outcome.
-    p_av = msprt_p(mean, second / n, math.sqrt(second))
+    if differences is None:
+        # The null is "no preference": scale the mixture by the null-centred sd of one outcome.
+        difference, p_av = math.nan, msprt_p(mean, second / n, math.sqrt(second))
+    else:
+        difference, p_av = click_difference_result(differences)
     return InterleavingResult(
         impressions=total,
         clicked=n,
@@ -97,6 +121,7 @@ def interleaving_result(outcomes: np.ndarray, impressions: int | None = None) ->
         ci_high=min(mean / 2 + half, 0.5),
         p_value=sign_test_p(wins, losses),
         p_always_valid=p_av,
+        click_difference=difference,
     )
 
 
@@ -159,3 +184,17 @@ def ab_result(metric: str, control: ArmTotals, candidate: ArmTotals) -> ABMetric
         p_value=normal_two_sided_p(diff / se) if se > 0 else 1.0,
         p_always_valid=msprt_p(diff, variance, unit_sd),
     )
+
+
+def click_difference_result(differences: np.ndarray) -> tuple[float, float]:
+    """(mean, always-valid p) of per-impression click differences (candidate's team clicks
+    minus the control's, int [m]), the alternative to the sign of that difference: it keeps
+    how many clicks each team got, which the sign drops (Chapelle et al., TOIS 2012, compare
+    such credit rules). The null, no preference, makes the difference symmetric around 0."""
+    d = np.asarray(differences, dtype=np.float64)
+    n = int(d.size)
+    if n == 0:
+        return 0.0, 1.0
+    mean = float(d.mean())
+    second = float((d**2).mean())
+    return mean, msprt_p(mean, second / n, math.sqrt(second))

@@ -310,13 +310,16 @@ def render(s: dict[str, Any]) -> list[str]:
         "to JSONL, simulated users of the same world clicking by the position-based model over "
         "HTTP (`/rerank`, `/feedback`), and `ltr experiment decide`.",
         "",
-        "| experiment | impressions served | decision | preference | always-valid p |",
+        "| experiment | impressions served | decision | preference | always-valid p (click "
+        "difference test) |",
         "|---|---:|---|---:|---:|",
         f"| better candidate ({s['strong']}) | {better['impressions']:,} | "
         f"**{better['action']}** | "
         f"{better['effect']:+.3f} | {better['p_always_valid']:.2g} |",
         f"| worse candidate ({s['weak']}, vs the promoted one) | {worse['impressions']:,} | "
         f"**{worse['action']}** | {worse['effect']:+.3f} | {worse['p_always_valid']:.2g} |",
+        "",
+        f"`decide` said: {better['reason']}; then: {worse['reason']}.",
         "",
         f"{offline}After both decisions the service serves {s['served_after']} with no "
         "experiment. "

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import orjson
 
-from app.experiments.spec import ExperimentSpec
+from app.experiments.spec import ExperimentSpec, Mode
 from app.registry.experiments import write_active
 from tests.support import publish, random_ensemble
 from tests.support.uvicorn_server import UvicornServer
@@ -31,12 +31,13 @@ FEATURES = 20
 TREES, DEPTH = 300, 6
 ROUNDS = 1500
 WARMUP = 100
-MAIN_CHECKOUT = Path(os.environ.get("LTR_MAIN_CHECKOUT", "/work/main"))
+# Optionally a checkout without the experiment hook, served with no experiment (`main`).
+MAIN_CHECKOUT = os.environ.get("LTR_MAIN_CHECKOUT")
 # Optionally an older checkout served interleaved too, to compare two versions of the hook.
 PREVIOUS_CHECKOUT = os.environ.get("LTR_PREVIOUS_CHECKOUT")
 
 
-def _registry(root: Path, mode: str | None) -> Path:
+def _registry(root: Path, mode: Mode | None) -> Path:
     publish(root, random_ensemble(FEATURES, TREES, DEPTH, seed=1), version="v1")
     publish(root, random_ensemble(FEATURES, TREES, DEPTH, seed=2), version="v2", current=False)
     if mode is not None:
@@ -47,7 +48,7 @@ def _registry(root: Path, mode: str | None) -> Path:
                 model="m",
                 control="v1",
                 candidate="v2",
-                mode=mode,  # type: ignore[arg-type]
+                mode=mode,
                 traffic=1.0,
                 salt="bench",
                 started_at=dt.datetime.now(dt.UTC),
@@ -57,14 +58,15 @@ def _registry(root: Path, mode: str | None) -> Path:
 
 
 def run() -> dict[str, Any]:
+    load_start = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="bench-interleave-"))
     configs: dict[str, tuple[Path, str | None]] = {
         "no experiment": (_registry(tmp / "plain", None), None),
         "interleave": (_registry(tmp / "interleave", "interleave"), None),
         "ab": (_registry(tmp / "ab", "ab"), None),
     }
-    if (MAIN_CHECKOUT / "app" / "main.py").is_file():
-        configs["main"] = (_registry(tmp / "main", None), str(MAIN_CHECKOUT))
+    if MAIN_CHECKOUT is not None and (Path(MAIN_CHECKOUT) / "app" / "main.py").is_file():
+        configs["main"] = (_registry(tmp / "main", None), MAIN_CHECKOUT)
     if PREVIOUS_CHECKOUT is not None:
         previous = _registry(tmp / "previous", "interleave")
         configs["interleave, previous code"] = (previous, PREVIOUS_CHECKOUT)
@@ -117,7 +119,9 @@ def run() -> dict[str, Any]:
             server.stop()
     base = statistics.median(times["no experiment"])
     out: dict[str, Any] = {
-        "note": f"Load average {os.getloadavg()[0]:.1f} at the end of the run.",
+        "note": f"Load average {load_start:.1f} at the start of the run, "
+        f"{os.getloadavg()[0]:.1f} at the end.",
+        "previous_commit": os.environ.get("LTR_PREVIOUS_COMMIT", "the previous commit"),
         "candidates": CANDIDATES,
         "features": FEATURES,
         "trees": TREES,
@@ -137,21 +141,33 @@ def run() -> dict[str, Any]:
 
 
 def render(s: dict[str, Any]) -> list[str]:
+    configs = s["configs"]
+    notes = []
+    if "main" in configs:
+        notes.append(
+            "`main` is the code before the experiment hook, to show that a service without an "
+            "experiment pays nothing for it."
+        )
+    if "interleave, previous code" in configs:
+        notes.append(
+            "`interleave, previous code` is the same checkout with the merge as it was "
+            "before the pick schedule was taken from the coins in one step and the score "
+            "bookkeeping moved to arrays (app/experiments/team_draft.py and serving.py at "
+            f"{s.get('previous_commit', 'the previous commit')})."
+        )
     lines = [
         "## Serving overhead",
         "",
-        f"`POST /rerank` with {s['candidates']} candidates × {s['features']} features, tree "
-        f"models of {s['trees']} trees of depth {s['depth']}, one uvicorn worker per server, "
-        f"{s['rounds']} requests per server, alternating between servers (client and servers "
-        "on the same 2 cores). `main` is the code before the experiment hook, to show that a "
-        "service without an experiment pays nothing for it; `interleave, previous code` is "
-        "the hook before candidate scoring followed the inline rule (it scored the candidate "
-        "in a worker thread at every size)." + (f" {s['note']}" if s.get("note") else ""),
+        f"`POST /rerank` with {s['candidates']} candidates × {s['features']} features (no "
+        f"`top_k`, so the whole list is merged), tree models of {s['trees']} trees of depth "
+        f"{s['depth']}, one uvicorn worker per server, {s['rounds']} requests per server, "
+        "alternating between servers (client and servers on the same 2 cores, shared with "
+        "other jobs). " + " ".join(notes) + (f" {s['note']}" if s.get("note") else ""),
         "",
         "| server | p50 ms | p90 ms | p99 ms | p50 ÷ no experiment |",
         "|---|---:|---:|---:|---:|",
     ]
-    for name, c in s["configs"].items():
+    for name, c in configs.items():
         lines.append(
             f"| {name} | {c['p50_ms']:.2f} | {c['p90_ms']:.2f} | {c['p99_ms']:.2f} | "
             f"**{c['p50_vs_no_experiment']:.3f}** |"

@@ -1,16 +1,22 @@
 """Online experiments on the simulator (known truth), without HTTP: the simulator's users,
-documents, graded relevance and position-based click model, ranked by two rankers of known
-true NDCG@10, credited and tested by the same team-draft, credit and statistics code that the
-service and `ltr experiment` use.
+documents, graded relevance and position-based click model, ranked by two model versions of
+known true NDCG@10, credited and tested by the same team-draft, credit and statistics code that
+the service and `ltr experiment` use.
 
-A ranker here is the user-blind expected relevance plus Gaussian noise of a given sd, drawn
-afresh for every impression: its quality is set by the noise and its true NDCG@10 is measured
-on a large sample, so "better by 0.02 NDCG@10" is exact up to sampling error.
+A model version here is a deterministic function, as a real one is: the user-blind expected
+relevance plus an error that is fixed per (version, query, candidate), so a query that comes
+back is ranked the same way every time. Versions of one model share part of their errors (the
+same features and much the same training data make them wrong about the same documents): a
+version's error is `noise * (sqrt(rho) * common + sqrt(1 - rho) * own)`, with `common` drawn
+once per world and `own` from the version's seed, so two versions' errors have correlation
+`rho` whatever their noise. Quality is set by the noise, and each version's true NDCG@10 is
+measured exactly on the query pool the experiment draws from.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,12 +31,30 @@ from trainer.simulate.config import SimulationConfig
 from trainer.simulate.documents import draw_documents
 from trainer.simulate.generator import World
 
+# The interleaving tests the simulator follows side by side (first time each is significant):
+# `click_difference`, what `ltr experiment decide` uses, tests the candidate's team clicks minus
+# the control's per clicked impression; `sign` tests the sign of that difference (+1 win, -1
+# loss, 0 tie), what decisions used before; `wins_losses` the sign on non-tied impressions.
+DECIDE_TEST = "click_difference"
+INTERLEAVING_TESTS = ("sign", "wins_losses", "click_difference")
+
 
 @dataclass(frozen=True)
 class QueryBatch:
+    rows: np.ndarray  # int64 [m], the queries' rows in the pool
     user_index: np.ndarray  # int64 [m]
     labels: np.ndarray  # int64 [m, L]
     base: np.ndarray  # float64 [m, L], user-blind expected relevance score
+
+
+@dataclass(frozen=True)
+class Ranker:
+    """A model version: its error sd, the seed of its own errors, and how much of its error
+    it shares with every other version of the world (the correlation of two versions')."""
+
+    noise: float
+    seed: int
+    correlation: float = 0.0
 
 
 class OnlineWorld:
@@ -38,8 +62,9 @@ class OnlineWorld:
 
     Drawing documents is the slow part of the simulator (~35 us a query), so a world draws a
     pool of `pool_queries` queries (user, candidates, graded labels) once, and experiments
-    replay queries sampled from it, as a query log repeats its queries; rankings and clicks are
-    drawn afresh for every impression. True NDCG is measured on the same pool."""
+    replay queries sampled from it, as a query log repeats its queries: a query served twice
+    gets the same ranking from a version, and fresh clicks. True NDCG is measured on the same
+    pool."""
 
     def __init__(
         self,
@@ -60,6 +85,11 @@ class OnlineWorld:
         sd = click_propensity_sd
         rng = np.random.default_rng(seed + 1)
         self.propensity = np.exp(rng.normal(-(sd**2) / 2, sd, self.user_ids.size)) if sd else None
+        # The part of the error every version of the model shares.
+        self.common = np.random.default_rng(seed + 2).standard_normal(self.pool.base.shape)
+        discount = 1.0 / np.log2(np.arange(2, list_length + 2))
+        self._discount = discount
+        self._ideal = (2.0 ** np.sort(self.pool.labels, axis=1)[:, ::-1] - 1.0) @ discount
 
     def _draw(self, m: int, rng: np.random.Generator) -> QueryBatch:
         w, length = self.world, self.length
@@ -75,18 +105,27 @@ class OnlineWorld:
         rel = w.relevance
         labels = rel.draw_labels(docs.match, docs.quality, docs.category, docs.price_z, types, rng)
         base = rel.expected_score(docs.match, docs.quality, docs.category, docs.price_z, None)
-        return QueryBatch(users, labels.reshape(m, length), base.reshape(m, length))
+        return QueryBatch(
+            np.arange(m, dtype=np.int64), users, labels.reshape(m, length), base.reshape(m, length)
+        )
 
     def queries(self, m: int, rng: np.random.Generator) -> QueryBatch:
-        """`m` queries sampled from the pool."""
+        """`m` queries sampled from the pool (uniformly, with repeats)."""
         rows = rng.integers(0, self.pool.user_index.size, m)
         p = self.pool
-        return QueryBatch(p.user_index[rows], p.labels[rows], p.base[rows])
+        return QueryBatch(rows, p.user_index[rows], p.labels[rows], p.base[rows])
 
-    def rank(self, batch: QueryBatch, noise: float, rng: np.random.Generator) -> np.ndarray:
-        """Item indices best first (int64 [m, L]) of a ranker with the given noise sd."""
-        scores = batch.base + noise * rng.standard_normal(batch.base.shape)
-        return np.argsort(-scores, axis=1, kind="stable")
+    def scores(self, ranker: Ranker) -> np.ndarray:
+        """The version's score of every pool query's candidates (float64 [Q, L]): fixed per
+        (version, query, candidate), as a deployed model's are."""
+        rho = ranker.correlation
+        own = np.random.default_rng([ranker.seed, 7919]).standard_normal(self.pool.base.shape)
+        error = math.sqrt(rho) * self.common + math.sqrt(1.0 - rho) * own
+        return self.pool.base + ranker.noise * error
+
+    def order(self, ranker: Ranker) -> np.ndarray:
+        """The version's ranking of every pool query: item indices best first (int64 [Q, L])."""
+        return np.argsort(-self.scores(ranker), axis=1, kind="stable")
 
     def click(
         self, labels_served: np.ndarray, users: np.ndarray, rng: np.random.Generator
@@ -103,24 +142,22 @@ class OnlineWorld:
         p = np.minimum(p * self.propensity[users][:, None], 1.0)
         return (rng.random(p.shape) < p).astype(np.int8)
 
-    def true_ndcg(self, noise: float, rng: np.random.Generator, repeats: int = 1) -> float:
-        """Expected NDCG@L over the pool (gain 2^l - 1, log2 discount; a list without
-        relevant documents scores 1)."""
-        discount = 1.0 / np.log2(np.arange(2, self.length + 2))
-        labels = self.pool.labels
-        ideal = (2.0 ** np.sort(labels, axis=1)[:, ::-1] - 1.0) @ discount
-        total = 0.0
-        for _ in range(repeats):
-            served = np.take_along_axis(labels, self.rank(self.pool, noise, rng), axis=1)
-            dcg = (2.0**served - 1.0) @ discount
-            total += float(np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), 1.0).mean())
-        return total / repeats
+    def true_ndcg(self, order: np.ndarray) -> float:
+        """NDCG@L of a ranking of the pool (gain 2^l - 1, log2 discount; a list without
+        relevant documents scores 1), averaged over the pool's queries."""
+        served = np.take_along_axis(self.pool.labels, order, axis=1)
+        dcg = (2.0**served - 1.0) @ self._discount
+        ideal = self._ideal
+        return float(np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), 1.0).mean())
 
-    def noise_for(self, target: float, seed: int, lo: float = 0.0, hi: float = 20.0) -> float:
-        """The ranker noise whose true NDCG is `target` (bisection; NDCG falls with noise)."""
+    def noise_for(
+        self, target: float, seed: int, correlation: float, lo: float = 0.0, hi: float = 20.0
+    ) -> float:
+        """The noise whose version (seed, correlation) has true NDCG `target` (bisection on
+        the same errors throughout, so NDCG falls steadily with the noise)."""
         for _ in range(25):
             mid = (lo + hi) / 2
-            value = self.true_ndcg(mid, np.random.default_rng(seed))
+            value = self.true_ndcg(self.order(Ranker(mid, seed, correlation)))
             lo, hi = (mid, hi) if value > target else (lo, mid)
         return (lo + hi) / 2
 
@@ -129,7 +166,7 @@ class OnlineWorld:
 class Trace:
     """When each method first reached significance (impressions; None = not within budget)."""
 
-    interleave_valid: int | None = None  # always-valid p < alpha (what `decide` uses)
+    interleave_valid: int | None = None  # always-valid p < alpha, DECIDE_TEST
     interleave_fixed: int | None = None  # fixed-horizon sign test p < alpha at a look
     ab_valid: int | None = None
     ab_fixed: int | None = None
@@ -138,13 +175,36 @@ class Trace:
     final_fixed_interleave: float = 1.0  # the fixed-horizon p at the last look
     final_fixed_ab: float = 1.0
     impressions: int = 0
+    # Every interleaving test in INTERLEAVING_TESTS: first always-valid p < alpha, its sign.
+    tests_valid: dict[str, int | None] = field(default_factory=dict)
+    tests_sign: dict[str, int] = field(default_factory=dict)
+    control_ndcg: float = 0.0  # the two versions' true NDCG@10 on the pool
+    candidate_ndcg: float = 0.0
+    top_agreement: float = 0.0  # share of served queries whose two top results are the same
     looks: list[int] = field(default_factory=list)
+
+
+def _interleaving_tests(
+    outcomes: np.ndarray, difference: np.ndarray, clicked: np.ndarray, impressions: int
+) -> dict[str, tuple[float, float]]:
+    """(always-valid p, effect) of each interleaving test."""
+    sign = interleaving_result(outcomes[clicked], impressions=impressions)
+    wl = interleaving_result(outcomes[outcomes != 0], impressions=impressions)
+    # As trainer.experiments.analysis calls it for `decide`.
+    diff = interleaving_result(
+        outcomes[clicked], impressions=impressions, differences=difference[clicked]
+    )
+    return {
+        "sign": (sign.p_always_valid, sign.preference),
+        "wins_losses": (wl.p_always_valid, wl.preference),
+        "click_difference": (diff.p_always_valid, diff.direction),
+    }
 
 
 def simulate_experiment(
     world: OnlineWorld,
-    control_noise: float,
-    candidate_noise: float,
+    control: Ranker,
+    candidate: Ranker,
     seed: int,
     *,
     max_impressions: int,
@@ -154,8 +214,8 @@ def simulate_experiment(
 ) -> Trace:
     """One simulated experiment: the same stream of queries is served by team-draft
     interleaving and by an A/B split (users hashed into arms as the service does), looked at
-    after every chunk (chunks grow by 10 %), until each method is significant or the budget
-    is spent."""
+    after every chunk (chunks grow by 10 %), until each method is significant (interleaving:
+    every test in INTERLEAVING_TESTS) or the budget is spent."""
     rng = np.random.default_rng(seed)
     spec = ExperimentSpec(
         name="sim",
@@ -168,39 +228,54 @@ def simulate_experiment(
         started_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     )
     n_users = world.user_ids.size
+    order_c_pool, order_t_pool = world.order(control), world.order(candidate)
+    trace = Trace(
+        control_ndcg=world.true_ndcg(order_c_pool), candidate_ndcg=world.true_ndcg(order_t_pool)
+    )
     arm_of_user = np.fromiter(
         (assign(spec, uid, "") for uid in world.user_ids), dtype=np.int8, count=n_users
     )
     user_imps = np.zeros(n_users)
     user_clicks = np.zeros(n_users)
     outcomes: list[np.ndarray] = []
-    trace = Trace()
+    differences: list[np.ndarray] = []
+    clicked_any: list[np.ndarray] = []
     want_il, want_ab = "interleave" in methods, "ab" in methods
+    pending = set(INTERLEAVING_TESTS) if want_il else set()
+    agree = 0
     done = 0
-    while done < max_impressions and (want_il or want_ab):
+    while done < max_impressions and (pending or want_ab):
         m = int(min(max(500, done // 10), max_impressions - done))
         batch = world.queries(m, rng)
-        order_c = world.rank(batch, control_noise, rng)
-        order_t = world.rank(batch, candidate_noise, rng)
+        order_c = order_c_pool[batch.rows]
+        order_t = order_t_pool[batch.rows]
+        agree += int((order_c[:, 0] == order_t[:, 0]).sum())
         done += m
         trace.looks.append(done)
-        if want_il:
+        if pending:
             coins = rng.random(order_c.shape) < 0.5
             merged, teams = team_draft_batch(order_c, order_t, coins)
             clicks = world.click(
                 np.take_along_axis(batch.labels, merged, axis=1), batch.user_index, rng
             )
-            outcomes.append(interleaving_outcomes(*team_clicks(clicks, teams)))
-            s = np.concatenate(outcomes)
-            r = interleaving_result(s[s != 0], impressions=done)
+            ctrl, cand = team_clicks(clicks, teams)
+            outcomes.append(interleaving_outcomes(ctrl, cand))
+            differences.append(cand - ctrl)
+            clicked_any.append(np.asarray(clicks.sum(axis=1) > 0))
+            s, d, c = (np.concatenate(x) for x in (outcomes, differences, clicked_any))
+            r = interleaving_result(s[c], impressions=done)
             trace.final_fixed_interleave = r.p_value
             if done >= min_impressions:
                 if trace.interleave_fixed is None and r.p_value < alpha:
                     trace.interleave_fixed = done
-                if r.p_always_valid < alpha:
-                    trace.interleave_valid = done
-                    trace.interleave_sign = int(np.sign(r.preference))
-                    want_il = False
+                for name, (p, effect) in _interleaving_tests(s, d, c, done).items():
+                    if name in pending and p < alpha:
+                        pending.discard(name)
+                        trace.tests_valid[name] = done
+                        trace.tests_sign[name] = int(np.sign(effect))
+            if DECIDE_TEST in trace.tests_valid and trace.interleave_valid is None:
+                trace.interleave_valid = trace.tests_valid[DECIDE_TEST]
+                trace.interleave_sign = trace.tests_sign[DECIDE_TEST]
         if want_ab:
             arm = arm_of_user[batch.user_index]
             served = np.where((arm == CANDIDATE)[:, None], order_t, order_c)
@@ -210,13 +285,13 @@ def simulate_experiment(
             user_imps += np.bincount(batch.user_index, minlength=n_users)
             user_clicks += np.bincount(batch.user_index, clicks.sum(axis=1), minlength=n_users)
             seen = user_imps > 0
-            control = ArmTotals(
+            control_totals = ArmTotals(
                 user_imps[seen & (arm_of_user == 0)], user_clicks[seen & (arm_of_user == 0)]
             )
-            cand = ArmTotals(
+            cand_totals = ArmTotals(
                 user_imps[seen & (arm_of_user == 1)], user_clicks[seen & (arm_of_user == 1)]
             )
-            r_ab = ab_result("clicks", control, cand)
+            r_ab = ab_result("clicks", control_totals, cand_totals)
             trace.final_fixed_ab = r_ab.p_value
             if done >= min_impressions:
                 if trace.ab_fixed is None and r_ab.p_value < alpha:
@@ -225,5 +300,9 @@ def simulate_experiment(
                     trace.ab_valid = done
                     trace.ab_sign = int(np.sign(r_ab.difference))
                     want_ab = False
+    for name in INTERLEAVING_TESTS:
+        trace.tests_valid.setdefault(name, None)
+        trace.tests_sign.setdefault(name, 0)
     trace.impressions = done
+    trace.top_agreement = agree / max(done, 1)
     return trace

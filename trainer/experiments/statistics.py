@@ -92,8 +92,8 @@ def interleaving_result(
     always-valid p tests their mean (`click_difference_result`) instead of the outcomes':
     the count keeps what the sign drops (an impression where the candidate's team got two
     clicks to none says more than one to none). On our simulator it reached significance
-    with 10-25 % fewer impressions than the sign at every error correlation, with A/A
-    false-positive rates of 0-1.5 % over 2 x 200 experiments looked at 29 times
+    with up to 25 % fewer impressions than the sign (never more), with A/A false-positive
+    rates of 0.5-1.5 % over 2 x 200 experiments looked at 29 times
     (bench/results/interleaving.md)."""
     s = np.asarray(outcomes, dtype=np.float64)
     wins, losses = int((s > 0).sum()), int((s < 0).sum())

@@ -192,6 +192,18 @@ def rss_mb(pid: int) -> float:
         return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (the workers)."""
+    total = 0.0
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
+    return total
+
+
 class RssSampler:
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -254,6 +266,8 @@ class Phase:
     probes: list[float] = field(default_factory=list)
     rss: tuple[float, float, float] = (float("nan"),) * 3
     port_probes: list[float] = field(default_factory=list)  # /livez on LTR_PROBE_PORT
+    # CPU seconds used during the phase by the server's processes and by this load generator.
+    cpu: tuple[float, float] = (float("nan"),) * 2
 
     def latencies(self) -> np.ndarray:
         return np.array([a.latency for a in self.answers if a.status]) * 1000
@@ -284,7 +298,8 @@ class Phase:
             f"{good:.1f} ({ratio_text}) | "
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
             f"{probes.max():.1f} | {_spread(self.port_probes)} | "
-            f"{self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} |"
+            f"{self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} | "
+            f"{self.cpu[0]:.1f} / {self.cpu[1]:.1f} |"
         )
 
 
@@ -304,13 +319,15 @@ async def measured(name: str, server: UvicornServer, seconds: float, load: Any) 
     port_probe = (
         None if probe_port is None else start_probe(f"http://127.0.0.1:{probe_port}", seconds)
     )
+    server_cpu, client_cpu = cpu_seconds(pid), time.process_time()
     with RssSampler(pid) as sampler:
         answers = await load
+    cpu = (cpu_seconds(pid) - server_cpu, time.process_time() - client_cpu)
     probes = probe_result(probe)
     port_probes = [] if port_probe is None else probe_result(port_probe)
     await asyncio.sleep(1.0)
     rss = (before, sampler.peak, rss_mb(pid))
-    return Phase(name, seconds, answers, probes, rss, port_probes)
+    return Phase(name, seconds, answers, probes, rss, port_probes, cpu)
 
 
 async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[float, list[str]]:
@@ -618,8 +635,8 @@ def render(
         "| phase | answers | 5xx / no answer | unscored: shed or over budget (over budget) | "
         "latency p50 / p99 / max ms | goodput req/s (of sustainable) | "
         "/livez p50 / p99 / max ms | /livez on the probe port p50 / p99 / max ms | "
-        "RSS MB before / peak / after |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "RSS MB before / peak / after | CPU s: server / load generator |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, rate, _, phases in configs:
         for phase in phases:

@@ -65,6 +65,7 @@ class Answer:
     scored: bool  # 200 and not degraded
     breaker: bool = False  # degraded because the Redis circuit breaker was open
     over_budget: bool = False  # degraded, `over_budget`: the budget could not cover its scoring
+    reasons: tuple[str, ...] = ()  # a degraded answer's reasons
 
 
 async def _exchange(
@@ -99,6 +100,13 @@ def _late(answer: bytes) -> bool:
     return b'"over_budget"' in answer
 
 
+def _reasons(answer: bytes) -> tuple[str, ...]:
+    try:
+        return tuple(orjson.loads(answer).get("reasons") or ())
+    except (orjson.JSONDecodeError, AttributeError):
+        return ("unreadable answer",)
+
+
 async def closed_loop(port: int, body: bytes, clients: int, seconds: float) -> list[Answer]:
     request = _rerank_request(port, body)
     out: list[Answer] = []
@@ -115,9 +123,9 @@ async def closed_loop(port: int, body: bytes, clients: int, seconds: float) -> l
                     status, answer, keep = 0, b"", False
                 breaker = b"circuit_open" in answer
                 elapsed = time.perf_counter() - sent
-                out.append(
-                    Answer(sent, elapsed, status, _scored(status, answer), breaker, _late(answer))
-                )
+                scored = _scored(status, answer)
+                why = () if scored or status != 200 else _reasons(answer)
+                out.append(Answer(sent, elapsed, status, scored, breaker, _late(answer), why))
                 if not keep:
                     writer.close()
                     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -586,10 +594,15 @@ async def redis_phase(root: Path, plain: Any, quick: bool) -> list[str]:
     n = len(answers)
     degraded = sum(1 for a in answers if a.status == 200 and not a.scored)
     breaker = sum(a.breaker for a in answers)
+    reasons: dict[str, int] = {}
+    for a in answers:
+        for reason in a.reasons:
+            reasons[reason] = reasons.get(reason, 0) + 1
     return [
         f"{n} answers in {seconds:.0f} s from 8 closed-loop clients (user-cluster model, "
         f"Redis on the same machine): **{degraded / max(n, 1):.1%} degraded** (target < 5 %), "
-        f"{breaker / max(n, 1):.1%} of them with the breaker open (`circuit_open`)."
+        f"{breaker / max(n, 1):.1%} of them with the breaker open (`circuit_open`); "
+        f"reasons given: {reasons or 'none'}."
     ]
 
 

@@ -4,7 +4,6 @@ array) against a straightforward team draft: same inputs and seed, same merged l
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.experiments.serving import rank_in_experiment, ranking_order
-from app.experiments.spec import BOTH, CANDIDATE, CONTROL, ExperimentSpec
+from app.experiments.spec import BOTH, CANDIDATE, CONTROL
 from app.experiments.team_draft import coin_flips, draft, team_draft, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
+from tests.support.experiments import interleave_spec
 
 
 def reference_team_draft(
@@ -75,16 +75,7 @@ def test_fast_draft_equals_the_reference(
 
 
 def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> Any:
-    spec = ExperimentSpec(
-        name="fast",
-        model="m",
-        control="v1",
-        candidate="v2",
-        mode="interleave",
-        traffic=1.0,
-        salt="salt",
-        started_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-    )
+    spec = interleave_spec(name="fast")
     control, candidate = (
         SimpleNamespace(manifest=SimpleNamespace(user_clusters=None)) for _ in "ab"
     )

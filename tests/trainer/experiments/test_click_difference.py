@@ -3,7 +3,6 @@ each team's clicks, the statistics test their difference, the direction follows 
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from pathlib import Path
 from typing import Any
@@ -11,8 +10,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.experiments.spec import ExperimentSpec
 from app.impressions.sink import feedback_record, impression_record, to_json
+from tests.support.experiments import interleave_spec
 from tests.trainer.experiments.conftest import NF
 from trainer.clicks.logs import read_logs
 from trainer.experiments.analysis import analyse
@@ -20,16 +19,7 @@ from trainer.experiments.credit import credit_from_logs
 from trainer.experiments.decision import DecisionPolicy, decide
 from trainer.experiments.statistics import click_difference_result, interleaving_result
 
-SPEC = ExperimentSpec(
-    name="cd",
-    model="m",
-    control="v1",
-    candidate="v2",
-    mode="interleave",
-    traffic=1.0,
-    salt="s",
-    started_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-)
+SPEC = interleave_spec(name="cd", salt="s")
 
 
 def _logs(path: Path, clicks: list[list[int]], teams: list[int]) -> Path:

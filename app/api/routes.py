@@ -173,13 +173,7 @@ async def _rank(
     `_experiment` (its log record): both removed before it is sent."""
     doc, envelope, model, rows = parsed.doc, parsed.envelope, parsed.model, parsed.rows
     features, user_vector = rows.features, rows.user_vector
-    max_inline = settings.inline_scoring_max_rows
-
-    async def score(
-        m: LoadedModel, x: np.ndarray, u: np.ndarray | None, threaded: bool = False
-    ) -> np.ndarray:
-        return await _score(m, x, u, -1 if threaded else max_inline, limiter)
-
+    score = ModelScoring(settings.inline_scoring_max_rows, limiter)
     active = registry.experiment(model.name)
     trial = None
     if active is not None:  # the experiment hook (app.experiments.serving)
@@ -237,21 +231,29 @@ async def _respond(
     return _json(body, headers={"x-request-id": parsed.request_id})
 
 
-async def _score(
-    model: LoadedModel,
-    features: np.ndarray,
-    user: np.ndarray | None,
-    inline_max_rows: int,
-    limiter: anyio.CapacityLimiter,
-) -> np.ndarray:
-    """float64 [n]; large requests in a worker thread so the event loop keeps answering."""
-    started = time.perf_counter()
-    if features.shape[0] <= inline_max_rows:
+@dataclass(frozen=True)
+class ModelScoring:
+    """A model's scores, float64 [n]; large requests in a worker thread so the event loop
+    keeps answering (app.experiments.serving.Scoring)."""
+
+    inline_max_rows: int
+    limiter: anyio.CapacityLimiter
+
+    def inline(self, rows: int) -> bool:
+        return rows <= self.inline_max_rows
+
+    def now(self, model: LoadedModel, features: np.ndarray, user: np.ndarray | None) -> np.ndarray:
+        started = time.perf_counter()
         scores = model.scorer.score(features, user)
-    else:
-        scores = await anyio.to_thread.run_sync(model.scorer.score, features, user, limiter=limiter)
-    metrics.SCORING_SECONDS.labels(model.name).observe(time.perf_counter() - started)
-    return np.asarray(scores, dtype=np.float64)
+        metrics.SCORING_SECONDS.labels(model.name).observe(time.perf_counter() - started)
+        return np.asarray(scores, dtype=np.float64)
+
+    async def __call__(
+        self, model: LoadedModel, features: np.ndarray, user: np.ndarray | None
+    ) -> np.ndarray:
+        if self.inline(features.shape[0]):
+            return self.now(model, features, user)
+        return await anyio.to_thread.run_sync(self.now, model, features, user, limiter=self.limiter)
 
 
 async def _explain(

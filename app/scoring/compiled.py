@@ -139,8 +139,11 @@ class CompiledTreeScorer:
         n = x.shape[0]
         if self._constant:
             return np.full(n, self.base_score, dtype=np.float64)
+        # os.cpu_count() reads /sys (~7 us): only asked when threads could help.
+        if self.threads < 2 or n < self.parallel_min_rows:
+            return self._score_rows(x)
         parts = min(self.threads, os.cpu_count() or 1)
-        if parts < 2 or n < self.parallel_min_rows:
+        if parts < 2:
             return self._score_rows(x)
         # Split on block boundaries so no thread packs a padded block in the middle.
         step = -(-n // (parts * LANES)) * LANES

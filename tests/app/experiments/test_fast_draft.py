@@ -82,8 +82,15 @@ def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> 
     by_model = {id(control): scores[0], id(candidate): scores[1]}
     features = np.zeros((scores[0].size, 2))
 
-    async def score(m: Any, x: np.ndarray, u: np.ndarray | None, threaded: bool) -> np.ndarray:
-        return by_model[id(m)]
+    class Score:
+        def inline(self, rows: int) -> bool:
+            return rows % 2 == 0  # both paths: beside a thread and awaited
+
+        def now(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
+            return by_model[id(m)]
+
+        async def __call__(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
+            return by_model[id(m)]
 
     async def inputs(m: Any) -> tuple[np.ndarray, np.ndarray | None]:
         return features, None
@@ -91,7 +98,7 @@ def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> 
     active = ActiveExperiment(spec, candidate)
     return asyncio.run(
         rank_in_experiment(
-            active, control, None, request_id, (features, None), inputs, score, top_k
+            active, control, None, request_id, (features, None), inputs, Score(), top_k
         )
     )
 

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     # From this many rows a request is split over `scoring_threads` (the compiled scorer's own
     # default, app.scoring.compiled.DEFAULT_PARALLEL_MIN_ROWS).
     parallel_min_rows: Annotated[int, Field(ge=1)] = 2000
+    # ... and from this many while a core sat idle lately (app.scoring.cpu_headroom): a spare
+    # core shortens a large request; a busy one would only add a hand-off.
+    spare_core_min_rows: Annotated[int, Field(ge=1)] = 512
     onnx_intra_op_threads: Annotated[int, Field(ge=1)] = 1
     # Requests with more candidates than this are scored in a worker thread (at most
     # `scoring_concurrency` at once) so the event loop keeps serving; smaller ones inline.

@@ -104,6 +104,7 @@ def default_scorer_loader(settings: Settings) -> ScorerLoader:
             threads=settings.scoring_threads,
             onnx_intra_op_threads=settings.onnx_intra_op_threads,
             parallel_min_rows=settings.parallel_min_rows,
+            spare_core_min_rows=settings.spare_core_min_rows,
             cache_dir=settings.compiled_cache_dir,
         )
 

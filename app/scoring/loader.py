@@ -6,7 +6,11 @@ from pathlib import Path
 
 from app.artifacts.store import Artifact, ArtifactError
 from app.artifacts.tree_dump import TreeDumpError, TreeEnsemble
-from app.scoring.compiled import DEFAULT_PARALLEL_MIN_ROWS, CompiledTreeScorer
+from app.scoring.compiled import (
+    DEFAULT_PARALLEL_MIN_ROWS,
+    DEFAULT_SPARE_CORE_MIN_ROWS,
+    CompiledTreeScorer,
+)
 from app.scoring.onnx_scorer import OnnxModelError, OnnxScorer
 from app.scoring.protocol import Scorer
 
@@ -17,12 +21,14 @@ def load_scorer(
     threads: int = 1,
     onnx_intra_op_threads: int = 1,
     parallel_min_rows: int = DEFAULT_PARALLEL_MIN_ROWS,
+    spare_core_min_rows: int = DEFAULT_SPARE_CORE_MIN_ROWS,
     cache_dir: Path | None = None,
 ) -> Scorer:
     """The scorer for a verified artifact; raises ArtifactError saying what is wrong.
 
-    `threads` and `parallel_min_rows`: compiled trees use up to `threads` threads for requests
-    of at least `parallel_min_rows` rows. `onnx_intra_op_threads`: onnxruntime's intra-op pool.
+    `threads`, `parallel_min_rows` and `spare_core_min_rows`: compiled trees use up to `threads`
+    threads for requests of at least `parallel_min_rows` rows, or `spare_core_min_rows` while a
+    core is idle. `onnx_intra_op_threads`: onnxruntime's intra-op pool.
     `cache_dir`: compiled tree code is kept there (keyed by model sha256 and CPU) when given.
     """
     manifest = artifact.manifest
@@ -48,6 +54,7 @@ def load_scorer(
             cache_dir=cache_dir,
             threads=threads,
             parallel_min_rows=parallel_min_rows,
+            spare_core_min_rows=spare_core_min_rows,
         )
     else:
         uc = manifest.user_clusters

@@ -12,6 +12,7 @@ from app.scoring import compiled, reference
 from app.scoring.compiled import LANES, CompiledTreeScorer
 from app.scoring.compiler import jit
 from app.scoring.compiler.nodes import ZERO32, floor_float32
+from app.scoring.cpu_headroom import CpuHeadroom
 from tests.app.scoring.ensembles import ensemble_and_rows
 
 HYPOTHESIS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,3 +178,32 @@ def test_an_ensemble_without_trees_scores_its_base_score() -> None:
     scorer = CompiledTreeScorer(TreeEnsemble(num_features=3, trees=[], base_score=0.5))
     x = np.array([[np.nan, 1.0, 2.0], [0.0, 0.0, 0.0]], dtype=np.float32)
     np.testing.assert_array_equal(scorer.score(x), [0.5, 0.5])
+
+
+class _Headroom(CpuHeadroom):
+    def __init__(self, spare: float) -> None:
+        super().__init__()
+        self.spare = spare
+
+    def spare_cores(self, now: float | None = None) -> float:
+        return self.spare
+
+
+@pytest.mark.parametrize(
+    ("rows", "spare", "split"),
+    [(100, 2.0, True), (100, 0.5, False), (40, 2.0, False), (300, 0.0, True)],
+)
+def test_a_spare_core_splits_smaller_requests(rows: int, spare: float, split: bool) -> None:
+    ensemble = _random_ensemble()
+    scorer = CompiledTreeScorer(
+        ensemble,
+        threads=2,
+        parallel_min_rows=300,
+        spare_core_min_rows=64,
+        headroom=_Headroom(spare),
+    )
+    assert scorer._split(rows) is split
+    x = np.random.default_rng(3).normal(size=(rows, 5)).astype(np.float32)
+    np.testing.assert_array_equal(scorer.score(x), reference.predict(ensemble, x))
+    one_thread = CompiledTreeScorer(ensemble, threads=1, headroom=_Headroom(2.0))
+    assert not one_thread._split(10_000)

@@ -129,6 +129,8 @@ class AdmissionController:
     alone: ServiceTime = field(default_factory=ServiceTime, init=False)
     # The last time two or more requests were in flight together.
     _last_shared: float = field(default=-math.inf, init=False)
+    # When the requests in flight should be done, served one after another (estimated).
+    _busy_until: float = field(default=-math.inf, init=False)
     queued_seconds: float = field(default=0.0, init=False)
     last_shed: float = field(default=-math.inf, init=False)
     _last_probe: float = field(default=-math.inf, init=False)
@@ -179,6 +181,18 @@ class AdmissionController:
             return True
         return False
 
+    def _expected(self, rows: int, service: float) -> float:
+        """The service time to expect for `rows` admitted now. On an idle worker, what the
+        rows took alone if that is less: the estimate also holds the time that overload's
+        shedding took from the loop while requests were served, and refusing on it while idle
+        would leave the worker shedding with nothing admitted, the estimate never measured
+        again (it is, once admitted: a request that still cannot finish is cut at the
+        scoring deadline, answered in time)."""
+        idle = self.in_flight == 0 and not self._waiters
+        if idle and self.alone.measured:
+            return min(service, self.alone.estimate(rows))
+        return service
+
     def _fits(self, rows: int) -> bool:
         return self.in_flight == 0 or self.in_flight + rows <= self.limit
 
@@ -190,15 +204,18 @@ class AdmissionController:
         # in the loop's queue): that hidden wait counts against the budget too, which is what
         # makes shedding start while it still helps.
         hidden = self.loop_lag.recent
-        if now + hidden + service > budget.scoring_deadline and not self._probe(now, budget):
+        if now + hidden + self._expected(rows, service) > budget.scoring_deadline and not (
+            self._probe(now, budget)
+        ):
             raise self._shed(OVER_BUDGET if hidden < service else SHED, body)
         if not self._waiters and self._fits(rows):
-            self._take(rows)
+            self._take(rows, service)
             return now
-        # The work ahead, done one request after another (the event loop parses serially).
+        # The work ahead, done one request after another (the event loop parses serially):
+        # what is left of the requests in flight, then the queue.
         ahead = self.queued_seconds
         if not self._fits(rows):
-            ahead += self.estimate(self.in_flight)
+            ahead += max(self._busy_until - now, 0.0)
         max_wait = budget.scoring_deadline - now - service
         if ahead + hidden > max_wait:
             raise self._shed(SHED, body)
@@ -237,15 +254,19 @@ class AdmissionController:
         if self.in_flight > rows:
             self._last_shared = self.clock()
         self.in_flight -= rows
+        if self.in_flight == 0:
+            self._busy_until = -math.inf
         if admitted_at is not None and rows > 0:
             end = self.clock() if done_at is None else done_at
             self._learn(rows, end - admitted_at, budget_s, self._last_shared < admitted_at)
         self._grant()
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
 
-    def _take(self, rows: int) -> None:
+    def _take(self, rows: int, seconds: float) -> None:
+        now = self.clock()
         if self.in_flight > 0:
-            self._last_shared = self.clock()
+            self._last_shared = now
+        self._busy_until = max(self._busy_until, now) + seconds
         self.in_flight += rows
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
 
@@ -264,7 +285,7 @@ class AdmissionController:
             self._dequeued(waiter)
             if waiter.future.done():
                 continue
-            self._take(waiter.rows)
+            self._take(waiter.rows, waiter.seconds)
             waiter.future.set_result(None)
         metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
 

@@ -104,6 +104,7 @@ def test_an_estimate_that_only_refuses_is_probed_again_when_idle() -> None:
     assert adm.estimate(1000) < 0.05
     with pytest.raises(Shed):  # a client asking for less than the default is never a probe
         adm.service = ServiceTime(intercept=0.0, slope=1e-3)
+        adm.alone = ServiceTime(intercept=0.0, slope=1e-3)
         clock.now += 10
         asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b""))
 
@@ -144,6 +145,34 @@ def test_a_queue_that_cannot_drain_in_time_sheds_at_once() -> None:
         assert info.value.reason == SHED and adm.queued_rows == 0
 
     asyncio.run(scenario())
+
+
+def test_the_wait_counts_what_is_left_of_the_request_in_flight() -> None:
+    async def scenario() -> None:
+        adm, clock = controller()
+        adm.service = ServiceTime(intercept=0.0, slope=4e-5)  # 1,000 rows: 40 ms
+        await adm.acquire(1000, Budget(clock.now, 10.0), b"")
+        clock.now += 0.035  # 5 ms of it left
+        # Arrived 30 ms ago (its body took that long): 97 - 30 - 40 = 27 ms it may wait,
+        # more than the 5 ms left, though less than a whole request's 40.
+        waiter = asyncio.create_task(adm.acquire(1000, Budget(clock.now - 0.03, 0.1), b""))
+        await settle()
+        assert adm.queued_rows == 1000 and not waiter.done()
+        clock.now += 0.005
+        adm.release(1000, clock.now - 0.04, 0.1)
+        await settle()
+        assert waiter.done() and adm.in_flight == 1000
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_worker_trusts_what_requests_took_alone() -> None:
+    adm, clock = controller(request_budget_ms=1000)  # a 50 ms client budget: never a probe
+    adm.alone.observe(1000, 0.025)  # 1,000 rows alone: 25 ms
+    adm.service.observe(1000, 0.08)  # ... and while overload's shedding took the loop: 80 ms
+    asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b""))  # idle: 25 ms fits
+    with pytest.raises(Shed):  # busy: the next would be served as slowly as under load
+        asyncio.run(adm.acquire(1, Budget(clock.now, 0.05), b""))
 
 
 def test_a_waiter_whose_budget_runs_out_is_shed_and_forgotten() -> None:

@@ -11,8 +11,9 @@ fraction of a request. `aimd` grows additively until one request takes more than
 budget, then shrinks by 10 % (Netflix's AIMDLimit); it cannot see that concurrency bought
 nothing until the budget is half gone. A request
 that does not fit waits in a FIFO queue, but only as long as its budget leaves time to be
-scored (service times are measured: app.api.service_time); when the work already waiting
-cannot be done in time it is shed at once (the SRE book's "shed early, cheaply").
+scored (service times are measured: app.api.service_time); when the work ahead of it (the
+queue and what is left of the requests in flight) cannot be done in time it is shed at once
+(the SRE book's "shed early, cheaply").
 
 A shed request never pays for the full parse: `app.api.retrieval_order` finds its candidate
 ids with a scan of the raw bytes, and it is answered in the order the retrieval step sent

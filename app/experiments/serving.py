@@ -49,7 +49,8 @@ _beside: ThreadPoolExecutor | None = None
 
 def _beside_pool() -> ThreadPoolExecutor:
     """One thread for the candidate's scoring while the loop's thread scores the control:
-    inline scoring blocks the loop, so one interleaved request at a time uses it."""
+    inline scoring blocks the loop, so one interleaved request at a time uses it. Not the
+    compiled scorer's pool: a candidate scored there could wait on its own split's half."""
     global _beside
     if _beside is None:
         _beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ltr-experiment")

@@ -16,7 +16,7 @@ def _stat(path: Path, user: int, system: int, idle: int, iowait: int, steal: int
 def test_spare_cores_is_the_idle_share_of_the_last_interval(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     _stat(stat, user=100, system=100, idle=700, iowait=100)
-    headroom = CpuHeadroom(str(stat))
+    headroom = CpuHeadroom(str(stat), str(tmp_path))
     headroom.cores = 2
     assert headroom.spare_cores(now=0.0) == 0.0  # one reading: no interval yet
     # 800 jiffies later: 100 user, 100 system, 500 idle, 100 iowait -> 3/4 idle of 2 cores.
@@ -31,7 +31,7 @@ def test_spare_cores_is_the_idle_share_of_the_last_interval(tmp_path: Path) -> N
 def test_stolen_time_is_not_spare(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     _stat(stat, user=0, system=0, idle=0, iowait=0)
-    headroom = CpuHeadroom(str(stat))
+    headroom = CpuHeadroom(str(stat), str(tmp_path))
     headroom.cores = 2
     headroom.spare_cores(now=0.0)
     _stat(stat, user=0, system=0, idle=100, iowait=0, steal=300)  # the hypervisor took most
@@ -43,6 +43,40 @@ def test_no_readable_stat_means_no_spare_core(tmp_path: Path, content: str | Non
     stat = tmp_path / "stat"
     if content is not None:
         stat.write_text(content)
-    headroom = CpuHeadroom(str(stat))
+    headroom = CpuHeadroom(str(stat), str(tmp_path))
     assert headroom.spare_cores(now=0.0) == 0.0
     assert headroom.spare_cores(now=1.0) == 0.0
+
+
+def _container(path: Path, limit: str, used_us: int) -> None:
+    (path / "cpu.max").write_text(f"{limit} 100000\n")
+    (path / "cpu.stat").write_text(f"usage_usec {used_us}\nuser_usec 1\nsystem_usec 2\n")
+
+
+def test_a_container_limit_caps_the_idle_cores_of_the_machine(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    _stat(stat, user=0, system=0, idle=0, iowait=0)
+    _container(tmp_path, "200000", used_us=0)  # a 2-core limit on a machine of 64
+    headroom = CpuHeadroom(str(stat), str(tmp_path))
+    headroom.cores = 64
+    headroom.spare_cores(now=0.0)
+    # The machine is 7/8 idle (56 cores), the container used 1.5 cores of its 2 for 1 s.
+    _stat(stat, user=100, system=0, idle=700, iowait=0)
+    _container(tmp_path, "200000", used_us=1_500_000)
+    assert headroom.spare_cores(now=1.0) == pytest.approx(0.5)
+    # Its limit used up: nothing spare, however idle the machine.
+    _stat(stat, user=200, system=0, idle=1400, iowait=0)
+    _container(tmp_path, "200000", used_us=3_600_000)
+    assert headroom.spare_cores(now=2.0) == 0.0
+
+
+def test_no_container_limit_leaves_the_machine_reading(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    _stat(stat, user=0, system=0, idle=0, iowait=0)
+    _container(tmp_path, "max", used_us=0)
+    headroom = CpuHeadroom(str(stat), str(tmp_path))
+    headroom.cores = 4
+    headroom.spare_cores(now=0.0)
+    _stat(stat, user=100, system=0, idle=300, iowait=0)
+    _container(tmp_path, "max", used_us=9_000_000)
+    assert headroom.spare_cores(now=1.0) == pytest.approx(3.0)

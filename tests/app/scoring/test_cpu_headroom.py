@@ -53,13 +53,18 @@ def _container(path: Path, limit: str, used_us: int) -> None:
     (path / "cpu.stat").write_text(f"usage_usec {used_us}\nuser_usec 1\nsystem_usec 2\n")
 
 
-def test_a_container_limit_caps_the_idle_cores_of_the_machine(tmp_path: Path) -> None:
+def _sampled_once(tmp_path: Path, cores: int, limit: str) -> tuple[CpuHeadroom, Path]:
     stat = tmp_path / "stat"
     _stat(stat, user=0, system=0, idle=0, iowait=0)
-    _container(tmp_path, "200000", used_us=0)  # a 2-core limit on a machine of 64
+    _container(tmp_path, limit, used_us=0)
     headroom = CpuHeadroom(str(stat), str(tmp_path))
-    headroom.cores = 64
+    headroom.cores = cores
     headroom.spare_cores(now=0.0)
+    return headroom, stat
+
+
+def test_a_container_limit_caps_the_idle_cores_of_the_machine(tmp_path: Path) -> None:
+    headroom, stat = _sampled_once(tmp_path, cores=64, limit="200000")  # 2 cores of 64
     # The machine is 7/8 idle (56 cores), the container used 1.5 cores of its 2 for 1 s.
     _stat(stat, user=100, system=0, idle=700, iowait=0)
     _container(tmp_path, "200000", used_us=1_500_000)
@@ -71,12 +76,7 @@ def test_a_container_limit_caps_the_idle_cores_of_the_machine(tmp_path: Path) ->
 
 
 def test_no_container_limit_leaves_the_machine_reading(tmp_path: Path) -> None:
-    stat = tmp_path / "stat"
-    _stat(stat, user=0, system=0, idle=0, iowait=0)
-    _container(tmp_path, "max", used_us=0)
-    headroom = CpuHeadroom(str(stat), str(tmp_path))
-    headroom.cores = 4
-    headroom.spare_cores(now=0.0)
+    headroom, stat = _sampled_once(tmp_path, cores=4, limit="max")
     _stat(stat, user=100, system=0, idle=300, iowait=0)
     _container(tmp_path, "max", used_us=9_000_000)
     assert headroom.spare_cores(now=1.0) == pytest.approx(3.0)

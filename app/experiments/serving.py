@@ -16,9 +16,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.experiments import draft_kernel
 from app.experiments.assignment import assign
 from app.experiments.spec import ARM_NAMES, CANDIDATE, CONTROL, TEAM_NAMES, ExperimentSpec
-from app.experiments.team_draft import coin_flips, team_draft_arrays
+from app.experiments.team_draft import coin_flips, pick_teams, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
 
 # (model) -> (features, user vector) that model takes for this request.
@@ -129,23 +130,42 @@ async def rank_in_experiment(
             control_scores = await score(control, *control_inputs)
         finally:
             candidate_scores = await candidate_task
-    n = control_scores.shape[0]
-    length = n if top_k is None else min(top_k, n)
-    merged, teams = team_draft_arrays(
-        ranking_order(control_scores),
-        ranking_order(candidate_scores),
-        coin_flips(f"{spec.salt}\x1f{request_id}".encode(), (length + 1) // 2 + 1),
-        length,
+    merged, teams, shown = merge_rankings(
+        control_scores, candidate_scores, f"{spec.salt}\x1f{request_id}".encode(), top_k
     )
-    # Each result shows the score of the version whose team placed it; the common prefix
-    # (team BOTH, where both versions agree) shows the candidate's, as it always has.
-    shown = control_scores.copy()
-    from_candidate = np.asarray(merged, dtype=np.int64)[teams != CONTROL]
-    shown[from_candidate] = candidate_scores[from_candidate]
     team_list = teams.tolist()
     return ExperimentRanking(
         control, shown, merged, _experiment_log(spec, None, team_list), team_list
     )
+
+
+def merge_rankings(
+    control_scores: np.ndarray, candidate_scores: np.ndarray, seed: bytes, top_k: int | None
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Team draft of the two versions' rankings: (merged input indices, cut to top_k; team of
+    each, int8; the score shown for each input row, float64 [n]). Each result shows the score
+    of the version whose team placed it; the common prefix (team BOTH, where both versions
+    agree) shows the candidate's, as it always has."""
+    n = control_scores.shape[0]
+    length = n if top_k is None else min(top_k, n)
+    control_order = ranking_order(control_scores)
+    candidate_order = ranking_order(candidate_scores)
+    coins = coin_flips(seed, (length + 1) // 2 + 1)
+    kernel = draft_kernel.ready()
+    if kernel is not None:
+        return draft_kernel.merge(
+            kernel,
+            control_order,
+            candidate_order,
+            pick_teams(coins, length),
+            control_scores,
+            candidate_scores,
+        )
+    merged, teams = team_draft_arrays(control_order, candidate_order, coins, length)
+    shown = control_scores.copy()
+    from_candidate = np.asarray(merged, dtype=np.int64)[teams != CONTROL]
+    shown[from_candidate] = candidate_scores[from_candidate]
+    return merged, teams, shown
 
 
 async def candidate_inputs(

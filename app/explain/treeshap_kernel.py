@@ -35,8 +35,9 @@ Splits follow the tree dump's rule exactly (app/scoring/reference.py): NaN, and 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from app.numba_jit import nogil_jit
 
 # LightGBM's kZeroThreshold as the dump defines it (1e-35f widened to double). A literal, not an
 # import: numba freezes globals into its on-disk cache, which only this file's changes refresh.
@@ -44,16 +45,7 @@ ZERO_THRESHOLD = 1.0000000180025095e-35
 MAX_LANES = 16  # rows walked together: enough to fill vector registers, few enough for L1
 
 
-def _jit(fn):  # type: ignore[no-untyped-def]
-    """Compiled without the GIL, cached on disk when a cache directory is writable (numba
-    refuses caching outright when none is, e.g. a read-only install without NUMBA_CACHE_DIR)."""
-    try:
-        return numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
-    except RuntimeError:
-        return numba.njit(nogil=True, error_model="numpy")(fn)
-
-
-@_jit
+@nogil_jit
 def shap_values(  # type: ignore[no-untyped-def]
     x,  # float64 [n_rows, n_features]
     parent,

@@ -24,6 +24,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.errors import LtrError
+from app.experiments.draft_kernel import compile_later
 from app.experiments.spec import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -225,6 +226,8 @@ class ExperimentSlots:
             return
         self._active = {**self._active, model: ActiveExperiment(spec, candidate)}
         self.errors.pop(model, None)
+        if spec.mode == "interleave":
+            compile_later()  # the merge's compiled kernel, in the background
         log.info(
             "experiment %s: %s vs %s (%s, %.0f %% of traffic)",
             spec.name,

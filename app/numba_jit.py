@@ -1,0 +1,19 @@
+"""numba compilation as the service's kernels want it: without the GIL, NumPy's error model,
+and cached on disk where a cache directory is writable (numba refuses caching outright when
+none is, e.g. a read-only install without NUMBA_CACHE_DIR: such a process compiles each
+time). numba is imported by the caller, never at the service's start."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numba
+
+
+def nogil_jit(fn: Callable[..., Any], signature: str | None = None) -> Any:
+    """`fn` compiled: lazily per argument types, or at once for an explicit `signature`."""
+    try:
+        return numba.njit(signature, cache=True, nogil=True, error_model="numpy")(fn)
+    except RuntimeError:
+        return numba.njit(signature, nogil=True, error_model="numpy")(fn)

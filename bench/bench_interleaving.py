@@ -12,8 +12,8 @@ processes, and the serving overhead.
 
 Each part stores its figures in bench/results/interleaving/<part>.json; the Markdown report
 bench/results/interleaving.md is rebuilt from whichever parts exist. For the serving part,
-LTR_PREVIOUS_CHECKOUT (and LTR_PREVIOUS_COMMIT, its name in the report) adds a server running
-another copy of the code, interleaved too.
+LTR_PREVIOUS_CHECKOUT (and LTR_PREVIOUS_COMMIT, its name in the report, and LTR_PREVIOUS_NOTE,
+what differs) adds a server running another copy of the code, interleaved too.
 """
 
 from __future__ import annotations

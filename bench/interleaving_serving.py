@@ -122,6 +122,8 @@ def run() -> dict[str, Any]:
         "note": f"Load average {load_start:.1f} at the start of the run, "
         f"{os.getloadavg()[0]:.1f} at the end.",
         "previous_commit": os.environ.get("LTR_PREVIOUS_COMMIT", "the previous commit"),
+        # What differs in the older checkout, in a few words (LTR_PREVIOUS_NOTE).
+        "previous_note": os.environ.get("LTR_PREVIOUS_NOTE"),
         "candidates": CANDIDATES,
         "features": FEATURES,
         "trees": TREES,
@@ -150,10 +152,10 @@ def render(s: dict[str, Any]) -> list[str]:
         )
     if "interleave, previous code" in configs:
         notes.append(
-            "`interleave, previous code` is the same checkout with the merge as it was "
-            "before the pick schedule was taken from the coins in one step and the score "
-            "bookkeeping moved to arrays (app/experiments/team_draft.py and serving.py at "
-            f"{s.get('previous_commit', 'the previous commit')})."
+            "`interleave, previous code` is an older checkout served interleaved in the same "
+            f"run ({s.get('previous_commit', 'the previous commit')}"
+            + (f": {s['previous_note']}" if s.get("previous_note") else "")
+            + ")."
         )
     lines = [
         "## Serving overhead",

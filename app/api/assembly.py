@@ -28,6 +28,10 @@ from app.registry import LoadedModel
 from app.settings import Settings
 
 Columns = slice | np.ndarray
+# Loop turns the item fetch gets before the candidates' features are parsed: it reaches its
+# Redis write on the third (the fetch's task, then the deadline's inner task, then the send),
+# one to spare. 1,000 ids: 1.0-1.1 ms less per request than fetching after the parse.
+SEND_TURNS = 4
 _LAYOUTS_MAX = 64
 
 
@@ -107,6 +111,22 @@ async def assemble(
     user_task = (
         asyncio.ensure_future(resolver.resolve(manifest, doc.get("user"), lookup)) if uc else None
     )
+    item_task = None
+    early_ids = None
+    if manifest.item_features is not None and item_store.redis is not None:
+        # The Redis round trip goes out before the candidates' features are parsed, and
+        # its reply waits in the socket meanwhile (the ids are known before the values are).
+        early_ids = _plain_ids(candidates)
+        if early_ids is not None:
+            item_task = asyncio.ensure_future(
+                item_store.fetch(
+                    manifest.item_features, layout.item, model.item_snapshot, early_ids, lookup
+                )
+            )
+            for _ in range(SEND_TURNS):
+                if item_task.done():
+                    break
+                await asyncio.sleep(0)
     try:
         query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)
@@ -129,19 +149,28 @@ async def assemble(
             features[:, layout.candidate_cols] = matrix.features
             features[:, layout.query_cols] = query
             if manifest.item_features is not None:
-                items = await item_store.fetch(
-                    manifest.item_features,
-                    layout.item,
-                    model.item_snapshot,
-                    matrix.ids,
-                    lookup,
-                )
+                if item_task is not None and matrix.ids == early_ids:
+                    items = await item_task
+                else:
+                    if item_task is not None:
+                        item_task.add_done_callback(_discard)
+                    items = await item_store.fetch(
+                        manifest.item_features,
+                        layout.item,
+                        model.item_snapshot,
+                        matrix.ids,
+                        lookup,
+                    )
                 features[:, layout.item_cols] = items.matrix
         else:
             features = matrix.features
     except BaseException:
         if user_task is not None:
             user_task.cancel()
+        if item_task is not None and not item_task.done():
+            # Left to finish (within its deadline): a Redis call cancelled mid-reply costs
+            # its connection, and a client sending bad bodies must not churn connections.
+            item_task.add_done_callback(_discard)
         raise
     user = await user_task if user_task is not None else None
     user_vector = None
@@ -151,6 +180,23 @@ async def assemble(
         else:
             user_vector = user.vector
     return Assembled(matrix.ids, features, user_vector, user, items)
+
+
+def _plain_ids(candidates: object) -> list[Any] | None:
+    """The candidate ids when every candidate is an object with a string or integer id (what
+    build_matrix takes), else None."""
+    if type(candidates) is not list:
+        return None
+    try:
+        ids = [c["id"] for c in candidates]
+    except (TypeError, KeyError, IndexError):
+        return None
+    return ids if set(map(type, ids)) <= {str, int} else None
+
+
+def _discard(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" warning
 
 
 def query_vector(

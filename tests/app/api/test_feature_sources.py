@@ -9,16 +9,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
+from app.api import assembly
 from app.artifacts.tree_dump import TreeEnsemble
 from app.main import create_app
 from app.scoring.reference import predict
 from tests.app.api.conftest import app_settings, wait_ready
 from tests.support import random_ensemble
+from tests.support.redis_server import RedisServer
 from tests.support.sourced_model import item_table, publish_sourced
 from trainer.clicks.join import join_logs
 from trainer.clicks.logs import read_logs
+from trainer.features.redis_sets import push_item_set
 
 # Sources interleaved on purpose: the service must put each value in its model column.
 NAMES = ["bm25", "price", "qlen", "ctr", "title", "pop", "hour", "rating"]
@@ -251,3 +255,40 @@ def test_served_logged_and_reread_rows_are_bit_identical(
     assert logged.tobytes() == scored[order].tobytes()
     reread = join_logs(read_logs(log_file)).dataset.features
     assert reread.tobytes() == scored[order].tobytes()
+
+
+def test_the_redis_fetch_goes_out_before_the_features_are_parsed(
+    registry: Path, model, table, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The item fetch's round trip overlaps the parse of the candidates' own features: Redis
+    has the MGET before build_matrix starts, and the answer is what the rows say."""
+    push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
+    probe = redis.Redis.from_url(redis_server.url)
+    seen: list[int] = []
+    build = assembly.build_matrix
+
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        seen.append(_mget_calls(probe))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(assembly, "build_matrix", observed)
+    settings = app_settings(registry=registry, redis_url=redis_server.url, redis_deadline_ms=2000)
+    ids = ["d3", "d17", "d0", "nope"]
+    cand = {"bm25": [1.0, 2.0, None, 4.0], "title": [0.5, None, 1.5, 2.5]}
+    cands = [{"id": i, "features": [cand["bm25"][r], cand["title"][r]]} for r, i in enumerate(ids)]
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        c.post("/rerank", json={"candidates": cands})  # learns the set's live version
+        before = _mget_calls(probe)
+        resp = c.post("/rerank", json={"query": {"features": [2.0, 9.0]}, "candidates": cands})
+    out = resp.json()
+    assert resp.status_code == 200 and out["reasons"] == ["item_features_missing"]
+    assert seen[-1] == before + 1  # sent before the parse began
+    rows = expected_rows(table, ids, cand, {"qlen": 2.0, "hour": 9.0})
+    assert scores_of(out) == pytest.approx(
+        dict(zip(ids, predict(model, rows).tolist(), strict=True)), rel=1e-9
+    )
+
+
+def _mget_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))

@@ -70,3 +70,5 @@ def test_requests_merge_in_python_until_the_kernel_is_ready(
     control = np.array([3.0, 1.0, 2.0])
     merged, teams, shown = merge_rankings(control, -control, b"seed", None)
     assert sorted(merged) == [0, 1, 2] and len(teams) == 3
+    for item, team in zip(merged, teams.tolist(), strict=True):
+        assert shown[item] == (control[item] if team == 0 else -control[item])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uvicorn
 
 from app.api.http_protocol import uvicorn_options
+from app.log_config import log_config
 from app.metrics import shared_across_workers
 from app.settings import Settings
 
@@ -18,6 +19,7 @@ def main() -> None:
             host=settings.host,
             port=settings.port,
             workers=settings.workers,
+            log_config=log_config(),
             **uvicorn_options(settings),
         )
 

@@ -62,5 +62,9 @@ def test_counters_and_histograms_sum_over_two_workers(
             assert sample(text, "ltr_http_request_duration_seconds_count", **requests) == SENT
             assert sample(text, "ltr_candidates_per_request_count") == SENT
             assert len(loaded_pids(text)) == 2, text
+        # The service's own log lines reach the server's stderr from both workers.
+        serving = [line for line in server.log().splitlines() if "serving demo/" in line]
+        assert len(serving) >= 2, server.log()
+        assert all("INFO" in line and "app.registry.model_registry" in line for line in serving)
     finally:
         server.stop()

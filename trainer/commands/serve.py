@@ -27,6 +27,7 @@ DEMO_NAME = "demo"
 DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
 DEMO_TREES = 100
 DEMO_EVAL_AT = 10  # LambdaMARTParams' default eval_at: the NDCG@k the progress lines show
+LOG_LEVEL_NAMES = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 
 
 def serve_command(
@@ -41,9 +42,13 @@ def serve_command(
     demo: Annotated[
         bool, Opt("--demo", help="Train and publish a demo model first if none is deployed.")
     ] = False,
-    log_level: Annotated[str, Opt(help="uvicorn log level")] = "info",
+    log_level: Annotated[
+        str, Opt(help=f"Log level of uvicorn and the service: {', '.join(LOG_LEVEL_NAMES)}")
+    ] = "info",
 ) -> None:
     """Serve POST /rerank with the CURRENT version of every model in the registry."""
+    if log_level.lower() not in LOG_LEVEL_NAMES:
+        fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVEL_NAMES)}")
     overrides = {"LTR_HOST": host, "LTR_PORT": port, "LTR_WORKERS": workers}
     overrides["LTR_REGISTRY"] = None if registry is None else str(registry.resolve())
     for key, value in overrides.items():
@@ -64,6 +69,7 @@ def serve_command(
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options
+    from app.log_config import log_config
     from app.metrics import shared_across_workers
 
     with shared_across_workers(settings.workers):
@@ -73,7 +79,8 @@ def serve_command(
             host=settings.host,
             port=settings.port,
             workers=settings.workers,
-            log_level=log_level,
+            log_level=log_level.lower(),
+            log_config=log_config(log_level),
             **uvicorn_options(settings),
         )
 

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from app.artifacts.manifest import ItemFeatureSet
+from app.features.item_redis import decode_rows
 from app.features.item_snapshot import ItemSnapshot, write_snapshot
 from app.features.item_store import ItemFeatureStore
 from app.features.redis_store import RedisStore
@@ -149,3 +150,22 @@ def test_malformed_values_are_missing_and_reported(
     client.set(f"ltr:item:s:{result.version}:d1", b"\x00\x01")  # 2 bytes, not 12
     got = asyncio.run(fetch(settings(redis_server.url), ids))
     assert np.isnan(got.matrix[0]).all() and "item_features_malformed" in got.reasons
+
+
+@pytest.mark.parametrize("absent, short", [(0.0, 0.0), (0.2, 0.0), (0.0, 0.1), (0.3, 0.2)])
+def test_decode_rows_equals_a_row_by_row_decode(absent: float, short: float) -> None:
+    """The all-present fast path and the general path agree with decoding row by row."""
+    rng = np.random.default_rng(int(absent * 10 + short * 100))
+    width = 7
+    values: list[bytes | None] = []
+    for _ in range(300):
+        row = rng.standard_normal(width).astype("<f4").tobytes()
+        u = rng.random()
+        values.append(None if u < absent else row[:-4] if u < absent + short else row)
+    rows, found, malformed = decode_rows(values, width)
+    for r, v in enumerate(values):
+        ok = v is not None and len(v) == 4 * width
+        assert found[r] == ok
+        want = np.frombuffer(v, "<f4") if ok and v is not None else np.full(width, np.nan)
+        np.testing.assert_array_equal(rows[r], want)
+    assert malformed == sum(v is not None and len(v) != 4 * width for v in values)

@@ -117,6 +117,10 @@ async def assemble(
         # The Redis round trip goes out before the candidates' features are parsed, and
         # its reply waits in the socket meanwhile (the ids are known before the values are).
         early_ids = _plain_ids(candidates)
+        if early_ids is not None and not (
+            settings.min_candidates <= len(early_ids) <= settings.max_candidates
+        ):
+            early_ids = None  # refused below (422): Redis is not asked for them
         if early_ids is not None:
             item_task = asyncio.ensure_future(
                 item_store.fetch(

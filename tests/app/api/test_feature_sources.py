@@ -292,3 +292,19 @@ def test_the_redis_fetch_goes_out_before_the_features_are_parsed(
 
 def _mget_calls(client: redis.Redis) -> int:
     return int(client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
+
+
+def test_too_many_candidates_are_refused_without_asking_redis(
+    registry: Path, table, redis_server: RedisServer
+) -> None:
+    push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
+    probe = redis.Redis.from_url(redis_server.url)
+    settings = app_settings(registry=registry, redis_url=redis_server.url, max_candidates=5)
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        before = _mget_calls(probe)
+        resp = c.post("/rerank", json={"candidates": [{"id": f"d{i}"} for i in range(6)]})
+        assert resp.status_code == 422, resp.text
+        assert _mget_calls(probe) == before
+        ok = c.post("/rerank", json={"candidates": [{"id": f"d{i}"} for i in range(5)]})
+        assert ok.status_code == 200 and _mget_calls(probe) > before

@@ -171,7 +171,7 @@ async def assemble(
     except BaseException:
         if user_task is not None:
             user_task.cancel()
-        if item_task is not None and not item_task.done():
+        if item_task is not None:
             # Left to finish (within its deadline): a Redis call cancelled mid-reply costs
             # its connection, and a client sending bad bodies must not churn connections.
             item_task.add_done_callback(_discard)

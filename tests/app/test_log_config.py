@@ -7,9 +7,11 @@ import logging.config
 
 import pytest
 from typer.testing import CliRunner
+from uvicorn.config import LOG_LEVELS
 
 from app.log_config import log_config
 from trainer.cli import app as cli_app
+from trainer.commands.serve import LOG_LEVEL_NAMES
 
 
 @pytest.fixture
@@ -42,6 +44,7 @@ def test_app_lines_are_emitted_with_level_and_logger(
 
 
 def test_levels_follow_uvicorns_names() -> None:
+    assert set(LOG_LEVEL_NAMES) == set(LOG_LEVELS)  # what `ltr serve --log-level` accepts
     assert log_config("warning")["loggers"]["app"]["level"] == logging.WARNING
     assert log_config("TRACE")["loggers"]["app"]["level"] == 5  # uvicorn's trace level
 

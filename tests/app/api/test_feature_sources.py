@@ -308,3 +308,22 @@ def test_too_many_candidates_are_refused_without_asking_redis(
         assert _mget_calls(probe) == before
         ok = c.post("/rerank", json={"candidates": [{"id": f"d{i}"} for i in range(5)]})
         assert ok.status_code == 200 and _mget_calls(probe) > before
+
+
+def test_duplicate_ids_are_refused_after_an_early_fetch_and_redis_keeps_serving(
+    registry: Path, model, table, redis_server: RedisServer
+) -> None:
+    """The fetch went out before the parse found the duplicate: the answer is the 422, the
+    fetch finishes on its own, and the next request is served from Redis as usual."""
+    push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
+    settings = app_settings(registry=registry, redis_url=redis_server.url, redis_deadline_ms=2000)
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        for _ in range(3):
+            dup = c.post("/rerank", json={"candidates": [{"id": "d1"}, {"id": "d2"}, {"id": "d1"}]})
+            assert dup.status_code == 422, dup.text
+            assert "d1" in dup.text
+        ok = c.post("/rerank", json={"candidates": [{"id": "d1"}, {"id": "d2"}, {"id": 7}]})
+    out = ok.json()
+    assert ok.status_code == 200 and out["degraded"] is False, out
+    assert out["item_features_missing"] == 1  # 7 is no item of the table (d0..d49)

@@ -80,6 +80,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.impressions = ImpressionLog(settings)
         await app.state.impressions.start()
         app.state.admission.loop_lag.start()
+        if settings.body_scan:
+            from app.api.body_scan import KERNEL as BODY_SCAN
+
+            BODY_SCAN.compile_later()
         probes = _probe_server(settings, app) if settings.probe_port else None
 
         async def on_event(model: str, version: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import numba
 
 
-def nogil_jit(fn: Callable[..., Any], signature: str | None = None) -> Any:
+def nogil_jit(fn: Callable[..., Any], signature: Any = None) -> Any:
     """`fn` compiled: lazily per argument types, or at once for an explicit `signature`."""
     try:
         return numba.njit(signature, cache=True, nogil=True, error_model="numpy")(fn)

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     max_candidates: Annotated[int, Field(ge=1)] = 10_000
     min_candidates: Annotated[int, Field(ge=0)] = 1
     ignore_unknown_features: bool = False
+    # Read the usual /rerank body's feature values straight into float32 with a compiled scan
+    # (app.api.body_scan), compiled in the background at start; off: orjson decodes it all.
+    body_scan: bool = True
 
     # Latency budget and admission control (app.api.admission): every /rerank answer is due
     # `request_budget_ms` after arrival (a client may ask for less or more, up to

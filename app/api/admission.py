@@ -35,6 +35,7 @@ import numpy as np
 from fastapi import Depends, Request
 
 from app import metrics
+from app.api.body_scan import scan_body
 from app.api.request_matrix import RequestError, decode_body
 from app.api.service_time import ServiceTime
 from app.errors import LtrError
@@ -352,13 +353,14 @@ class Slot:
         spare = max(left - self.controller.estimate(self.rows), 0.0)
         return LookupTime(left, spare)
 
-    async def decode(self, raw: bytes) -> dict[str, Any]:
-        """The body's JSON object; large bodies are parsed in a worker thread so the event
-        loop keeps answering probes and small requests."""
-        threshold = self.controller.settings.parse_off_loop_min_bytes
-        if len(raw) < threshold:
-            return decode_body(raw)
-        return await anyio.to_thread.run_sync(decode_body, raw)
+    async def decode(self, raw: bytes) -> tuple[dict[str, Any], object]:
+        """(the body's JSON object without `candidates`, the candidates: a JSON value, or
+        ScannedCandidates); large bodies are parsed in a worker thread so the event loop
+        keeps answering probes and small requests (the scan runs without the GIL)."""
+        settings = self.controller.settings
+        if len(raw) < settings.parse_off_loop_min_bytes:
+            return decode_request(raw, settings)
+        return await anyio.to_thread.run_sync(decode_request, raw, settings)
 
     async def bounded(self, work: Awaitable[T]) -> T:
         """`work` (the scoring) if it ends before the budget's scoring deadline; else Shed.
@@ -401,6 +403,16 @@ class Slot:
             self._held = False
             admitted = self.admitted_at if self.done_at is not None else None
             self.controller.release(self.rows, admitted, self.budget.seconds, self.done_at)
+
+
+def decode_request(raw: bytes, settings: Settings) -> tuple[dict[str, Any], object]:
+    """Slot.decode's result, on this thread."""
+    if settings.body_scan:
+        scanned = scan_body(raw, settings.max_candidates)
+        if scanned is not None:
+            return scanned
+    doc = decode_body(raw)
+    return doc, doc.pop("candidates", None)
 
 
 def estimated_rows(body: bytes) -> int:

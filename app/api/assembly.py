@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from app import metrics
-from app.api.request_matrix import RequestError, build_matrix, token_budget
+from app.api.body_scan import ScannedCandidates
+from app.api.request_matrix import (
+    CandidateMatrix,
+    RequestError,
+    build_matrix,
+    decode_body,
+    scanned_matrix,
+    token_budget,
+)
 from app.api.schemas import QueryInfo, RerankEnvelope
 from app.artifacts.manifest import Manifest
 from app.features.item_store import ItemFeatures, ItemFeatureStore
@@ -135,16 +143,7 @@ async def assemble(
         query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)
         try:
-            matrix = build_matrix(
-                candidates,
-                layout.candidate,
-                min_candidates=settings.min_candidates,
-                max_candidates=settings.max_candidates,
-                ignore_unknown=settings.ignore_unknown_features,
-                extra_columns=extra,
-                budget=token_budget(raw, doc),
-                features_optional=layout.sourced,
-            )
+            matrix = _candidate_matrix(candidates, raw, doc, layout, settings, extra)
         except RequestError as exc:
             raise _explained(exc, manifest) from None
         items = None
@@ -186,9 +185,41 @@ async def assemble(
     return Assembled(matrix.ids, features, user_vector, user, items)
 
 
+def _candidate_matrix(
+    candidates: object,
+    raw: bytes,
+    doc: dict[str, Any],
+    layout: FeatureLayout,
+    settings: Settings,
+    extra: int,
+) -> CandidateMatrix:
+    """The candidates' own features (and `extra` NaN columns); RequestError if bad."""
+    options: dict[str, Any] = {
+        "min_candidates": settings.min_candidates,
+        "max_candidates": settings.max_candidates,
+        "extra_columns": extra,
+        "features_optional": layout.sourced,
+    }
+    if isinstance(candidates, ScannedCandidates):
+        matrix = scanned_matrix(candidates, len(layout.candidate), **options)
+        if matrix is not None:
+            return matrix
+        # Features the model does not take: the whole body decoded names the problem.
+        candidates = decode_body(raw).get("candidates")
+    return build_matrix(
+        candidates,
+        layout.candidate,
+        ignore_unknown=settings.ignore_unknown_features,
+        budget=token_budget(raw, doc),
+        **options,
+    )
+
+
 def _plain_ids(candidates: object) -> list[Any] | None:
     """The candidate ids when every candidate is an object with a string or integer id (what
     build_matrix takes), else None."""
+    if isinstance(candidates, ScannedCandidates):
+        return candidates.ids
     if type(candidates) is not list:
         return None
     try:

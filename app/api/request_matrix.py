@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.api.body_scan import ABSENT, NULL, ScannedCandidates
 from app.errors import LtrError
 
 Loc = tuple[str | int, ...]
@@ -137,11 +138,7 @@ def build_matrix(
             raise RequestError(where, "field required", "missing")
         raise RequestError(where, "must be a list of candidates", "list_type")
     n = len(candidates)
-    if n < min_candidates or n == 0:
-        needed = max(min_candidates, 1)
-        raise RequestError(where, f"at least {needed} candidate(s) needed", "too_short")
-    if n > max_candidates:
-        raise RequestError(where, f"{n} candidates; at most {max_candidates} allowed", "too_long")
+    _check_count(n, min_candidates, max_candidates, where)
     width = len(feature_names)
     plain = _plain_lists(candidates, width)
     if plain is not None:
@@ -216,6 +213,44 @@ def build_matrix(
     return CandidateMatrix(ids, matrix)
 
 
+def scanned_matrix(
+    scanned: ScannedCandidates,
+    width: int,
+    *,
+    min_candidates: int = 1,
+    max_candidates: int = 10_000,
+    extra_columns: int = 0,
+    features_optional: bool = False,
+) -> CandidateMatrix | None:
+    """build_matrix's result for candidates the body scan read (app.api.body_scan), the same
+    RequestError for their count or a duplicate id; None when a candidate's features are not
+    what the model takes (the caller then decodes the body and build_matrix names it)."""
+    where: Loc = ("body", "candidates")
+    ids, counts = scanned.ids, scanned.counts
+    n = len(ids)
+    _check_count(n, min_candidates, max_candidates, where)
+    full = counts == width
+    if full.all():
+        values = scanned.values.reshape(n, width)
+    elif features_optional and np.all(full | (counts == NULL) | (counts == ABSENT)):
+        values = np.full((n, width), np.nan, dtype=np.float32)
+        if width:
+            values[full] = scanned.values.reshape(-1, width)
+    else:
+        return None
+    if len(set(ids)) != n:
+        _duplicate_id(ids, where)
+    return _with_extra(ids, values, extra_columns)
+
+
+def _check_count(n: int, min_candidates: int, max_candidates: int, where: Loc) -> None:
+    if n < min_candidates or n == 0:
+        needed = max(min_candidates, 1)
+        raise RequestError(where, f"at least {needed} candidate(s) needed", "too_short")
+    if n > max_candidates:
+        raise RequestError(where, f"{n} candidates; at most {max_candidates} allowed", "too_long")
+
+
 def _plain_lists(candidates: list[Any], width: int) -> tuple[list[Any], list[Any], int] | None:
     """(ids, feature lists, JSON strings outside the values) when every candidate is exactly
     `{"id": str | int, "features": [width values]}`, the usual request: checked with a few
@@ -266,12 +301,17 @@ def _plain_matrix(
     if len(set(ids)) != n:
         _duplicate_id(ids, where)
     numbers = budget is not None and budget.bools == 0 and budget.strings == strings
-    values = _to_float32(rows, range(n), where, numbers)
+    return _with_extra(ids, _to_float32(rows, range(n), where, numbers), extra_columns)
+
+
+def _with_extra(ids: list[Any], values: np.ndarray, extra_columns: int) -> CandidateMatrix:
+    """`values` (float32 [n, width]) with `extra_columns` NaN columns appended."""
     if not extra_columns:
         return CandidateMatrix(ids, values)
-    matrix = np.empty((n, values.shape[1] + extra_columns), dtype=np.float32)
-    matrix[:, : values.shape[1]] = values
-    matrix[:, values.shape[1] :] = np.nan
+    width = values.shape[1]
+    matrix = np.empty((len(ids), width + extra_columns), dtype=np.float32)
+    matrix[:, :width] = values
+    matrix[:, width:] = np.nan
     return CandidateMatrix(ids, matrix)
 
 

@@ -141,8 +141,7 @@ async def _parse(
 ) -> ParsedRerank:
     started = time.perf_counter()
     raw = slot.body  # admitted within its latency budget (app.api.admission), else shed
-    doc = await slot.decode(raw)
-    candidates = doc.pop("candidates", None)
+    doc, candidates = await slot.decode(raw)
     envelope = RerankEnvelope.model_validate(doc)
     model = registry.get(envelope.model)
     rows = await assemble(

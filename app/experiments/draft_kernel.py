@@ -11,15 +11,11 @@ with identical results.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import threading
-import time
 from collections.abc import Callable
 
 import numpy as np
 
+from app.background_kernel import BackgroundKernel
 from app.experiments.spec import BOTH, CANDIDATE, CONTROL
 
 # numba freezes these globals into its on-disk cache, which only this file's changes refresh:
@@ -27,16 +23,10 @@ from app.experiments.spec import BOTH, CANDIDATE, CONTROL
 assert (CONTROL, CANDIDATE, BOTH) == (0, 1, 2)
 _CANDIDATE, _BOTH, _CONTROL = 1, 2, 0
 
-log = logging.getLogger(__name__)
-
 # (control order, candidate order, teams, merged, taken, control scores, candidate scores, shown)
 SIGNATURE = (
     "void(int64[::1], int64[::1], int8[::1], int64[::1], uint8[::1], f8[::1], f8[::1], f8[::1])"
 )
-
-_kernel: Callable[..., None] | None = None
-_started = False
-_lock = threading.Lock()
 
 
 def _merge(  # type: ignore[no-untyped-def]
@@ -74,41 +64,17 @@ def _merge(  # type: ignore[no-untyped-def]
             shown[merged[t]] = candidate_scores[merged[t]]
 
 
-def ready() -> Callable[..., None] | None:
-    """The compiled kernel, or None while it is not (yet) available."""
-    return _kernel
+def _load() -> Callable[..., None]:
+    from app.numba_jit import nogil_jit
+
+    kernel: Callable[..., None] = nogil_jit(_merge, SIGNATURE)
+    return kernel
 
 
-def compile_now() -> Callable[..., None]:
-    """Compiles (or loads from numba's cache) the kernel on this thread."""
-    global _kernel
-    if _kernel is None:
-        from app.numba_jit import nogil_jit
-
-        _kernel = nogil_jit(_merge, SIGNATURE)
-    return _kernel
-
-
-def compile_later() -> None:
-    """Starts the background compile once per process (a no-op after the first call)."""
-    global _started
-    with _lock:
-        if _started:
-            return
-        _started = True
-    threading.Thread(target=_compile, name="draft-kernel", daemon=True).start()
-
-
-def _compile() -> None:
-    with contextlib.suppress(AttributeError, OSError):  # Linux nices single threads
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-    started = time.perf_counter()
-    try:
-        compile_now()
-    except Exception:  # the Python merge serves on; the requests must not depend on this
-        log.exception("compiling the team-draft kernel failed; merging in Python")
-        return
-    log.info("team-draft kernel ready in %.2f s", time.perf_counter() - started)
+KERNEL = BackgroundKernel("team-draft", _load)
+ready = KERNEL.ready
+compile_now = KERNEL.compile_now
+compile_later = KERNEL.compile_later
 
 
 def merge(

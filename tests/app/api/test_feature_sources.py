@@ -261,17 +261,18 @@ def test_the_redis_fetch_goes_out_before_the_features_are_parsed(
     registry: Path, model, table, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The item fetch's round trip overlaps the parse of the candidates' own features: Redis
-    has the MGET before build_matrix starts, and the answer is what the rows say."""
+    has the MGET before the candidates' features are read (by the body scan's matrix or
+    build_matrix), and the answer is what the rows say."""
     push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
     probe = redis.Redis.from_url(redis_server.url)
     seen: list[int] = []
-    build = assembly.build_matrix
+    build = assembly._candidate_matrix
 
     def observed(*args: Any, **kwargs: Any) -> Any:
         seen.append(_mget_calls(probe))
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(assembly, "build_matrix", observed)
+    monkeypatch.setattr(assembly, "_candidate_matrix", observed)
     settings = app_settings(registry=registry, redis_url=redis_server.url, redis_deadline_ms=2000)
     ids = ["d3", "d17", "d0", "nope"]
     cand = {"bm25": [1.0, 2.0, None, 4.0], "title": [0.5, None, 1.5, 2.5]}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -129,3 +130,50 @@ def test_no_model_gives_503(make_client: ClientFactory, tmp_path: Path) -> None:
         assert "no model" in resp.json()["detail"]
         assert client.get("/readyz").status_code == 503
         assert client.get("/livez").status_code == 200
+
+
+BODIES_FOR_BOTH_PATHS: list[bytes] = [
+    b'{"candidates":[{"id":"a","features":[1,2,3,4,5]},{"id":"b","features":[5,4,3,2,1]}]}',
+    b'{"top_k":1,"candidates":[{"features":[0.5,null,1e39,-0.0,3],"id":7},'
+    b' {"id":8,"features":[1,1,1,1,1]}]}',
+    b'{"candidates":[{"id":"a","features":[1,2,3,4]}]}',  # wrong width
+    b'{"candidates":[{"id":"a","features":[1,2,3,4,5]},{"id":"a","features":[1,2,3,4,5]}]}',
+    b'{"candidates":[{"id":"a","features":null}]}',
+    b'{"candidates":[{"id":"a"}]}',
+    b'{"candidates":[]}',
+    b'{"candidates":[{"id":"a","features":[1,2,3,4,"5"]}]}',
+    b'{"candidates":[{"id":"a","features":[1,2,3,4,5]}],"model":"nope"}',
+    b'{"candidates":[{"id":"a","features":[1,2,3,4,5]}],"top_k":0}',
+    b'{"candidates":[{"id":"a","features":[1,2,3,4,5]}],"top_k":"x",}',
+]
+
+
+@pytest.mark.parametrize("raw", BODIES_FOR_BOTH_PATHS)
+def test_the_body_scan_answers_as_the_full_decode(
+    make_client: ClientFactory, raw: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled body scan (on by default) and orjson's full decode give the same answer,
+    scores and errors alike."""
+    from app.api import admission, body_scan
+
+    body_scan.KERNEL.compile_now()
+    scanned: list[bool] = []
+
+    def spy(body: bytes, max_candidates: int) -> Any:
+        got = body_scan.scan_body(body, max_candidates)
+        scanned.append(got is not None)
+        return got
+
+    monkeypatch.setattr(admission, "scan_body", spy)
+    answers = []
+    for scan in (True, False):
+        with make_client(body_scan=scan) as client:
+            resp = client.post(
+                "/rerank",
+                content=raw,
+                headers={"content-type": "application/json", "x-request-id": "r"},
+            )
+            answers.append((resp.status_code, resp.json()))
+    assert answers[0] == answers[1]
+    # Only the first app scans; it gives up on a string value and on bad JSON.
+    assert scanned == [b'"5"' not in raw and b",}" not in raw]

@@ -21,11 +21,11 @@ def kernel() -> object:
 def _python_merge(
     control: np.ndarray, candidate: np.ndarray, seed: bytes, top_k: int | None
 ) -> tuple[list[int], np.ndarray, np.ndarray]:
-    compiled, draft_kernel._kernel = draft_kernel._kernel, None
+    compiled, draft_kernel.KERNEL._kernel = draft_kernel.KERNEL._kernel, None
     try:
         return merge_rankings(control, candidate, seed, top_k)
     finally:
-        draft_kernel._kernel = compiled
+        draft_kernel.KERNEL._kernel = compiled
 
 
 @settings(max_examples=300, deadline=None)
@@ -63,8 +63,8 @@ def test_identical_rankings_are_all_common_prefix(kernel: object) -> None:
 def test_requests_merge_in_python_until_the_kernel_is_ready(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(draft_kernel, "_kernel", None)
-    monkeypatch.setattr(draft_kernel, "_started", True)  # a compile "in progress"
+    monkeypatch.setattr(draft_kernel.KERNEL, "_kernel", None)
+    monkeypatch.setattr(draft_kernel.KERNEL, "_started", True)  # a compile "in progress"
     draft_kernel.compile_later()  # no second thread
     assert draft_kernel.ready() is None
     control = np.array([3.0, 1.0, 2.0])

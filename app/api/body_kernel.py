@@ -1,0 +1,438 @@
+"""The /rerank body's candidates read straight from the raw bytes into float32, compiled (numba).
+
+orjson decodes a 1,000 x 136 body into 136,000 Python floats and their lists, and those are
+then copied into float32: together most of what an all-in-request /rerank costs. `_scan` walks
+the bytes once instead, writing each feature value into a flat float32 buffer and each id's
+JSON text into a list to decode at once, and it runs without the GIL. It reads only the usual
+shape, strictly: a top-level object whose `candidates` is an array of objects with an `id`
+(a string, or an integer) and `features` (a list of numbers and nulls, or null, or absent).
+Anything else (feature name maps, a number it cannot convert exactly, an unknown key, bad
+JSON) gives up with a status, and the caller decodes the body with orjson as before, which also
+reports what is wrong: the fast path never decides an error.
+
+Numbers: the value float32(correctly rounded float64) is what orjson followed by NumPy's cast
+gives. Up to 18 significant digits and |exponent| <= 22 below 2^53 the float64 is exact
+(Clinger 1990: one correctly rounded product or quotient of exact operands). Otherwise the
+product with a table power of ten is within 3 float64 ulps of the true value, which rounds to
+the same float32 unless the value lies within those ulps of a float32 rounding midpoint (the
+29 dropped bits near 0x10000000); such a value, like a float32 subnormal, gives up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, types
+
+from app.numba_jit import nogil_jit
+
+OK, GIVE_UP, TOO_MANY = 0, 1, 2  # the scan's status
+NULL, ABSENT = -1, -2  # counts[i] when candidate i has `features: null`, or no `features`
+# (raw, values, counts, ids, out); out: [n candidates, candidates' start and end, values,
+# id bytes]
+SIGNATURE = types.int64(
+    types.Array(types.uint8, 1, "C", readonly=True),  # the body, as np.frombuffer gives it
+    types.float32[::1],
+    types.int64[::1],
+    types.uint8[::1],
+    types.int64[::1],
+)
+POW10_MIN, POW10_MAX = -345, 310
+POW10 = np.array([float(f"1e{q}") for q in range(POW10_MIN, POW10_MAX + 1)], dtype=np.float64)
+
+EXACT10 = np.array([10.0**q for q in range(23)], dtype=np.float64)  # exact in float64
+KEY_CANDIDATES = np.frombuffer(b"candidates", dtype=np.uint8)
+KEY_ID = np.frombuffer(b"id", dtype=np.uint8)
+KEY_FEATURES = np.frombuffer(b"features", dtype=np.uint8)
+_MANTISSA_SCALE = 2.0**53
+_MIDPOINT, _LOW_MASK, _SLACK = 0x10000000, 0x1FFFFFFF, 16
+_F32_MIN_NORMAL = 2.0**-126
+_EXACT_MAX = 2**53
+_MAX_DIGITS = 18
+
+
+@njit(cache=True, nogil=True)
+def _skip_ws(raw, i):  # type: ignore[no-untyped-def]
+    n = raw.shape[0]
+    while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _string_end(raw, i):  # type: ignore[no-untyped-def]
+    """raw[i] is an opening quote: the index after its closing quote, or -1."""
+    n = raw.shape[0]
+    i += 1
+    while i < n:
+        c = raw[i]
+        if c == 34:
+            return i + 1
+        if c == 92:
+            i += 2
+            continue
+        if c < 32:
+            return -1
+        i += 1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _value_end(raw, i):  # type: ignore[no-untyped-def]
+    """The index after the JSON value at raw[i], found without checking it (orjson checks
+    the envelope), or -1."""
+    n = raw.shape[0]
+    if i >= n:
+        return -1
+    c = raw[i]
+    if c == 34:
+        return _string_end(raw, i)
+    if c == 123 or c == 91:
+        depth = 0
+        while i < n:
+            c = raw[i]
+            if c == 34:
+                i = _string_end(raw, i)
+                if i < 0:
+                    return -1
+                continue
+            if c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return -1
+    while i < n:
+        c = raw[i]
+        if c == 44 or c == 125 or c == 93 or c == 32 or c == 10 or c == 13 or c == 9:
+            return i
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _plain_key(raw, i):  # type: ignore[no-untyped-def]
+    """raw[i] is a key's opening quote: the index of its closing quote when the key has no
+    escape, else -1."""
+    n = raw.shape[0]
+    j = i + 1
+    while j < n and raw[j] != 34:
+        if raw[j] == 92 or raw[j] < 32:
+            return -1
+        j += 1
+    return j if j < n else -1
+
+
+@njit(cache=True, nogil=True)
+def _equals(raw, start, stop, word):  # type: ignore[no-untyped-def]
+    """Whether raw[start:stop] is `word` (uint8 [length])."""
+    if stop - start != word.shape[0]:
+        return False
+    for t in range(word.shape[0]):  # noqa: SIM110 (numba compiles no generator here)
+        if raw[start + t] != word[t]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _decimal(neg, w, exp10, is_float):  # type: ignore[no-untyped-def]
+    """(float32 of the number +-w x 10^exp10, True), or (0, False) for one this path does not
+    convert (see the module's docstring). Scalars only: a call passing arrays costs their
+    reference counts, which per value was most of the scan."""
+    if w == 0:
+        return (np.float32(-0.0) if (neg and is_float) else np.float32(0.0)), True
+    if w < _EXACT_MAX and -22 <= exp10 <= 22:
+        w64 = np.float64(w)
+        d64 = w64 * EXACT10[exp10] if exp10 >= 0 else w64 / EXACT10[-exp10]
+    else:
+        if exp10 < POW10_MIN or exp10 > POW10_MAX:
+            return np.float32(0.0), False
+        d64 = np.float64(w) * POW10[exp10 - POW10_MIN]
+        a = abs(d64)
+        if not (a >= _F32_MIN_NORMAL and a < np.inf):
+            return np.float32(0.0), False
+        mantissa = np.int64(math.frexp(a)[0] * _MANTISSA_SCALE)
+        if abs((mantissa & _LOW_MASK) - _MIDPOINT) <= _SLACK:
+            return np.float32(0.0), False
+    return np.float32(-d64 if neg else d64), True
+
+
+@njit(cache=True, nogil=True)
+def _int_end(raw, i):  # type: ignore[no-untyped-def]
+    """raw[i] starts an id: the index after the JSON integer there, or -1 (a fraction or an
+    exponent is not an integer id: the full path reports it)."""
+    n = raw.shape[0]
+    if raw[i] == 45:
+        i += 1
+    if i >= n or raw[i] < 48 or raw[i] > 57:
+        return -1
+    if raw[i] == 48:
+        i += 1
+    else:
+        while i < n and 48 <= raw[i] <= 57:
+            i += 1
+    if i < n and (raw[i] == 46 or raw[i] == 101 or raw[i] == 69 or 48 <= raw[i] <= 57):
+        return -1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _null_end(raw, i):  # type: ignore[no-untyped-def]
+    """raw[i] is `n`: the index after `null`, or -1."""
+    if i + 4 > raw.shape[0] or raw[i + 1] != 117 or raw[i + 2] != 108 or raw[i + 3] != 108:
+        return -1
+    return i + 4
+
+
+@njit(cache=True, nogil=True)
+def _features(raw, i, values, nv):  # type: ignore[no-untyped-def]
+    """raw[i] is the `[` of a feature list: (the index after its `]` or -1, values written).
+    The hot loop of the scan, so everything it does per value is written out here."""
+    n = raw.shape[0]
+    i += 1
+    while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
+        i += 1
+    if i < n and raw[i] == 93:
+        return i + 1, 0
+    count = 0
+    cap = values.shape[0]
+    while i < n:
+        if nv + count >= cap:
+            return -1, count
+        c = raw[i]
+        if c == 110:  # null: a missing value
+            if i + 4 > n or raw[i + 1] != 117 or raw[i + 2] != 108 or raw[i + 3] != 108:
+                return -1, count
+            values[nv + count] = np.nan
+            i += 4
+        else:
+            # A JSON number, strictly: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+            neg = c == 45
+            if neg:
+                i += 1
+            if i >= n or raw[i] < 48 or raw[i] > 57:
+                return -1, count
+            w = np.int64(0)
+            digits = 0
+            exp10 = 0
+            is_float = False
+            dropped = False
+            if raw[i] == 48:
+                i += 1
+                if i < n and 48 <= raw[i] <= 57:
+                    return -1, count  # a leading zero
+            else:
+                while i < n and 48 <= raw[i] <= 57:
+                    if digits < _MAX_DIGITS:
+                        w = w * 10 + (raw[i] - 48)
+                        digits += 1
+                    else:
+                        exp10 += 1  # past the 18th digit: only zeros are exact
+                        dropped = dropped or raw[i] != 48
+                    i += 1
+            if i < n and raw[i] == 46:
+                is_float = True
+                i += 1
+                if i >= n or raw[i] < 48 or raw[i] > 57:
+                    return -1, count
+                while i < n and 48 <= raw[i] <= 57:
+                    if w == 0 and raw[i] == 48:
+                        exp10 -= 1
+                    elif digits < _MAX_DIGITS:
+                        w = w * 10 + (raw[i] - 48)
+                        digits += 1
+                        exp10 -= 1
+                    else:
+                        dropped = dropped or raw[i] != 48
+                    i += 1
+            if i < n and (raw[i] == 101 or raw[i] == 69):
+                is_float = True
+                i += 1
+                exp_neg = False
+                if i < n and (raw[i] == 43 or raw[i] == 45):
+                    exp_neg = raw[i] == 45
+                    i += 1
+                if i >= n or raw[i] < 48 or raw[i] > 57:
+                    return -1, count
+                e = 0
+                while i < n and 48 <= raw[i] <= 57:
+                    if e < 100000:
+                        e = e * 10 + (raw[i] - 48)
+                    i += 1
+                exp10 += -e if exp_neg else e
+            if dropped:
+                return -1, count
+            value, ok = _decimal(neg, w, exp10, is_float)
+            if not ok:
+                return -1, count
+            values[nv + count] = value
+        count += 1
+        while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
+            i += 1
+        if i >= n:
+            return -1, count
+        if raw[i] == 44:
+            i += 1
+            while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
+                i += 1
+        elif raw[i] == 93:
+            return i + 1, count
+        else:
+            return -1, count
+    return -1, count
+
+
+@njit(cache=True, nogil=True)
+def _separator(raw, i, close):  # type: ignore[no-untyped-def]
+    """After a value at raw[i:]: (the next member's index, False) after a comma, (the index
+    after `close`, True), or (-1, False)."""
+    i = _skip_ws(raw, i)
+    if i >= raw.shape[0]:
+        return -1, False
+    if raw[i] == 44:
+        return _skip_ws(raw, i + 1), False
+    if raw[i] == close:
+        return i + 1, True
+    return -1, False
+
+
+@njit(cache=True, nogil=True)
+def _candidates(raw, i, values, counts, ids, out):  # type: ignore[no-untyped-def]
+    """raw[i] is the `[` of `candidates`: the index after its `]`, -1 to give up, or -2 when
+    there are more candidates than `counts` has room for."""
+    n = raw.shape[0]
+    rows = 0
+    nv = 0
+    nid = 0
+    i = _skip_ws(raw, i + 1)
+    if i < n and raw[i] == 93:
+        out[0] = 0
+        out[3] = 0
+        out[4] = 0
+        return i + 1
+    while True:
+        if i >= n or raw[i] != 123:
+            return -1
+        if rows >= counts.shape[0]:
+            return -2
+        counts[rows] = ABSENT
+        has_id = False
+        has_features = False
+        i = _skip_ws(raw, i + 1)
+        while True:
+            if i >= n or raw[i] != 34:
+                return -1
+            key_end = _plain_key(raw, i)
+            if key_end < 0:
+                return -1
+            is_id = _equals(raw, i + 1, key_end, KEY_ID)
+            if is_id:
+                if has_id:
+                    return -1
+                has_id = True
+            elif _equals(raw, i + 1, key_end, KEY_FEATURES):
+                if has_features:
+                    return -1
+                has_features = True
+            else:
+                return -1
+            i = _skip_ws(raw, key_end + 1)
+            if i >= n or raw[i] != 58:
+                return -1
+            i = _skip_ws(raw, i + 1)
+            if i >= n:
+                return -1
+            c = raw[i]
+            if is_id:
+                if c == 34:
+                    end = _string_end(raw, i)
+                elif c == 45 or 48 <= c <= 57:
+                    end = _int_end(raw, i)
+                else:
+                    return -1
+                if end < 0:
+                    return -1
+                for t in range(i, end):
+                    ids[nid] = raw[t]
+                    nid += 1
+                ids[nid] = 44
+                nid += 1
+                i = end
+            elif c == 110:
+                i = _null_end(raw, i)
+                counts[rows] = NULL
+            elif c == 91:
+                i, count = _features(raw, i, values, nv)
+                nv += count
+                counts[rows] = count
+            else:
+                return -1
+            if i < 0:
+                return -1
+            i, closed = _separator(raw, i, 125)
+            if i < 0:
+                return -1
+            if closed:
+                break
+        if not has_id:
+            return -1
+        rows += 1
+        i, closed = _separator(raw, i, 93)
+        if i < 0:
+            return -1
+        if closed:
+            out[0] = rows
+            out[3] = nv
+            out[4] = nid
+            return i
+
+
+def _scan(raw, values, counts, ids, out):  # type: ignore[no-untyped-def]
+    """OK with out = [candidates, the candidates array's start and end offsets, values
+    written, id bytes written]; GIVE_UP or TOO_MANY. Fills values (float32 [>= every feature
+    value]: each candidate's list in turn), counts (int64 [>= candidates]: its list's length,
+    NULL or ABSENT) and ids (uint8 [>= len(raw) + 1]: each id's JSON text and a comma)."""
+    n = raw.shape[0]
+    i = _skip_ws(raw, 0)
+    if i >= n or raw[i] != 123:
+        return GIVE_UP
+    i = _skip_ws(raw, i + 1)
+    found = False
+    while True:
+        if i >= n or raw[i] != 34:
+            return GIVE_UP
+        key_end = _plain_key(raw, i)
+        if key_end < 0:
+            return GIVE_UP
+        is_candidates = _equals(raw, i + 1, key_end, KEY_CANDIDATES)
+        i = _skip_ws(raw, key_end + 1)
+        if i >= n or raw[i] != 58:
+            return GIVE_UP
+        i = _skip_ws(raw, i + 1)
+        if is_candidates:
+            if found or i >= n or raw[i] != 91:
+                return GIVE_UP
+            found = True
+            out[1] = i
+            i = _candidates(raw, i, values, counts, ids, out)
+            if i == -2:
+                return TOO_MANY
+            out[2] = i
+        else:
+            i = _value_end(raw, i)
+        if i < 0:
+            return GIVE_UP
+        i, closed = _separator(raw, i, 125)
+        if i < 0:
+            return GIVE_UP
+        if closed:
+            break
+    if _skip_ws(raw, i) != n or not found:
+        return GIVE_UP
+    return OK
+
+
+scan = nogil_jit(_scan, SIGNATURE)

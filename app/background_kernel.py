@@ -1,0 +1,59 @@
+"""A compiled kernel that no request waits for.
+
+numba's import and a compile take seconds (or a fraction of one from numba's disk cache), so
+a kernel is compiled once per process in a daemon thread, niced, and until it is ready its
+callers take their Python path, which gives the same results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundKernel:
+    """`load` compiles (or loads from numba's cache) and returns the kernel; `name` is what
+    the log lines call it."""
+
+    def __init__(self, name: str, load: Callable[[], Callable[..., Any]]) -> None:
+        self.name = name
+        self._load = load
+        self._kernel: Callable[..., Any] | None = None
+        self._started = False
+        self._lock = threading.Lock()
+
+    def ready(self) -> Callable[..., Any] | None:
+        """The compiled kernel, or None while it is not (yet) available."""
+        return self._kernel
+
+    def compile_now(self) -> Callable[..., Any]:
+        """Compiles (or loads from numba's cache) the kernel on this thread."""
+        if self._kernel is None:
+            self._kernel = self._load()
+        return self._kernel
+
+    def compile_later(self) -> None:
+        """Starts the background compile once per process (a no-op after the first call)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        threading.Thread(target=self._compile, name=self.name, daemon=True).start()
+
+    def _compile(self) -> None:
+        with contextlib.suppress(AttributeError, OSError):  # Linux nices single threads
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        started = time.perf_counter()
+        try:
+            self.compile_now()
+        except Exception:  # the Python path serves on; requests must not depend on this
+            log.exception("compiling the %s kernel failed; using the Python path", self.name)
+            return
+        log.info("%s kernel ready in %.2f s", self.name, time.perf_counter() - started)

@@ -1,0 +1,337 @@
+"""The compiled body scan (app.api.body_scan) against orjson and the float32 cast it stands in
+for: the same envelope, ids and bits for every value it reads, NaN, infinities and signed
+zeros included, in any JSON layout; and it never reads a body orjson refuses."""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from app.api import body_scan
+from app.api.body_scan import ABSENT, NULL, ScannedCandidates, scan_body
+from app.api.request_matrix import RequestError, build_matrix, scanned_matrix
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel() -> object:
+    return body_scan.KERNEL.compile_now()
+
+
+def reference(raw: bytes) -> tuple[dict[str, Any], list[Any], list[list[Any] | str | None]]:
+    """(envelope, ids, each candidate's features: a list, None, or "absent") by orjson."""
+    doc = orjson.loads(raw)
+    candidates = doc.pop("candidates")
+    ids = [c["id"] for c in candidates]
+    feats = [c.get("features", "absent") for c in candidates]
+    return doc, ids, feats
+
+
+def assert_same(raw: bytes) -> ScannedCandidates:
+    got = scan_body(raw, 10_000)
+    assert got is not None, raw[:200]
+    envelope, scanned = got
+    doc, ids, feats = reference(raw)
+    assert envelope == doc
+    assert scanned.ids == ids
+    assert [type(i) for i in scanned.ids] == [type(i) for i in ids]
+    want_counts = [ABSENT if f == "absent" else NULL if f is None else len(f) for f in feats]
+    assert scanned.counts.tolist() == want_counts
+    flat = [v for f in feats if isinstance(f, list) for v in f]
+    with np.errstate(over="ignore"):
+        want = np.array([np.nan if v is None else v for v in flat], dtype=np.float64)
+        want32 = want.astype(np.float32)
+    assert scanned.values.dtype == np.float32
+    assert scanned.values.view(np.uint32).tolist() == want32.view(np.uint32).tolist()
+    return scanned
+
+
+# Numbers as clients write them: Python's repr (up to 17 digits), fixed and scientific
+# notation, integers, exponents with signs and capitals, signed zeros.
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+float32s = st.floats(allow_nan=False, allow_infinity=False, width=32)
+number_text = st.one_of(
+    finite.map(repr),
+    float32s.map(repr),
+    float32s.map(lambda x: repr(float(np.float32(x)))),
+    finite.map(lambda x: f"{x:.6e}"),
+    finite.map(lambda x: f"{x:.3E}".replace("E+", "E")),
+    st.floats(-1e6, 1e6).map(lambda x: f"{x:.4f}"),
+    st.integers(-(10**25), 10**25).map(str),
+    st.sampled_from(
+        [
+            *("0", "-0", "0.0", "-0.0", "0e0", "-0E-5", "1e39", "-1e300", "3.4028235e38"),
+            *("3.4028236e38", "1.17549435e-38", "1e-40", "1e-320", "123456789012345678"),
+            *("1234567890123456789", "0.000000000000000000001", "100000000000000000000"),
+            *("1.50000000000000000000000", "9007199254740993", "1e22", "1e23", "5e-324"),
+        ]
+    ),
+)
+value_text = st.one_of(number_text, st.just("null"))
+space = st.sampled_from(["", "", "", " ", "\n", "\t ", "\r\n  "])
+ident = st.one_of(
+    st.text(min_size=0, max_size=8),
+    st.integers(-(2**63), 2**63 - 1),
+)
+
+
+# Numbers every scan reads (the exact path: at most 15 digits, exponents within 10^+-22).
+exact_text = st.one_of(
+    st.floats(-1e6, 1e6).map(lambda x: f"{x:.4f}"),
+    st.floats(1e-15, 1e15).map(lambda x: f"{x:.6e}"),
+    st.floats(-1e15, -1e-15).map(lambda x: f"{x:.5E}"),
+    st.integers(-(10**15), 10**15).map(str),
+    st.sampled_from(["0", "-0", "0.0", "-0.0", "0e0", "-0E-5", "1e22", "9007199254740991"]),
+    st.just("null"),
+)
+
+
+@st.composite
+def bodies(draw: st.DrawFn, values: st.SearchStrategy[str] = value_text) -> bytes:
+    def ws() -> str:
+        return draw(space)
+
+    cands = []
+    ids = draw(st.lists(ident, max_size=12, unique_by=lambda i: (type(i), i)))
+    for cid in ids:
+        members = [f'{ws()}"id"{ws()}:{ws()}{orjson.dumps(cid).decode()}{ws()}']
+        kind = draw(st.sampled_from(["list", "list", "list", "null", "absent"]))
+        if kind == "list":
+            texts = draw(st.lists(values, max_size=6))
+            inner = ",".join(f"{ws()}{v}{ws()}" for v in texts) or ws()
+            members.append(f'{ws()}"features"{ws()}:{ws()}[{inner}]{ws()}')
+        elif kind == "null":
+            members.append(f'{ws()}"features"{ws()}:{ws()}null{ws()}')
+        if draw(st.booleans()):
+            members.reverse()
+        cands.append("{" + ",".join(members) + "}")
+    array = f"[{ws()}{','.join(f'{ws()}{c}{ws()}' for c in cands)}{ws()}]"
+    envelope = draw(
+        st.dictionaries(
+            st.sampled_from(["model", "top_k", "request_id", "user", "query"]),
+            st.recursive(
+                st.none()
+                | st.booleans()
+                | st.integers(-(2**63), 2**63 - 1)
+                | st.floats()
+                | st.text(max_size=5),
+                lambda inner: (
+                    st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+                ),
+                max_leaves=6,
+            ),
+            max_size=4,
+        )
+    )
+    members = [
+        f"{ws()}{orjson.dumps(k).decode()}{ws()}:{ws()}{orjson.dumps(v).decode()}{ws()}"
+        for k, v in envelope.items()
+    ]
+    members.insert(draw(st.integers(0, len(members))), f'{ws()}"candidates"{ws()}:{ws()}{array}')
+    return f"{ws()}{{{','.join(members)}}}{ws()}".encode()
+
+
+@settings(max_examples=400, deadline=None)
+@given(bodies(exact_text))
+def test_the_scan_equals_orjson_and_the_float32_cast(raw: bytes) -> None:
+    assert_same(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies())
+def test_any_number_is_read_bit_for_bit_or_given_up(raw: bytes) -> None:
+    if scan_body(raw, 10_000) is not None:
+        assert_same(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(value_text, min_size=1, max_size=40))
+def test_numbers_are_read_bit_for_bit_or_given_up(values: list[str]) -> None:
+    raw = ('{"candidates":[{"id":"a","features":[' + ",".join(values) + "]}]}").encode()
+    if scan_body(raw, 10_000) is not None:
+        assert_same(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(float32s.filter(lambda x: math.isfinite(x) and x != 0))
+def test_float32_rounding_midpoints_are_exact_or_given_up(x: float) -> None:
+    """The value halfway between two float32 numbers, written out exactly: the float64 product
+    of the approximate path may fall on either side, so it must give up there."""
+    below = np.float32(x)
+    with np.errstate(over="ignore"):
+        above = np.nextafter(below, np.float32(np.inf))
+    mid = (float(below) + float(above)) / 2  # exact in float64
+    assume(math.isfinite(mid))
+    for text in (repr(mid), f"{mid:.17e}", f"{mid:.25e}"):
+        raw = f'{{"candidates":[{{"id":1,"features":[{text}]}}]}}'.encode()
+        if scan_body(raw, 10_000) is not None:
+            assert_same(raw)
+
+
+def test_usual_bodies_take_the_scan() -> None:
+    rng = np.random.default_rng(7)
+    rows = rng.random((50, 20)).astype(np.float32)
+    for values in (rows.tolist(), np.round(rows, 4).tolist()):
+        body = {
+            "model": "m",
+            "top_k": 5,
+            "user": {"id": "u1", "profile": {"age": 31}},
+            "candidates": [{"id": f"d{i}", "features": r} for i, r in enumerate(values)],
+        }
+        scanned = assert_same(orjson.dumps(body))
+        assert scanned.counts.tolist() == [20] * 50
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"candidates":[{"id":"a","features":[01]}]}',
+        b'{"candidates":[{"id":"a","features":[1.]}]}',
+        b'{"candidates":[{"id":"a","features":[.5]}]}',
+        b'{"candidates":[{"id":"a","features":[1e]}]}',
+        b'{"candidates":[{"id":"a","features":[+1]}]}',
+        b'{"candidates":[{"id":"a","features":[--1]}]}',
+        b'{"candidates":[{"id":"a","features":[NaN]}]}',
+        b'{"candidates":[{"id":"a","features":[Infinity]}]}',
+        b'{"candidates":[{"id":"a","features":[1,]}]}',
+        b'{"candidates":[{"id":"a","features":[1 2]}]}',
+        b'{"candidates":[{"id":"a","features":[nul]}]}',
+        b'{"candidates":[{"id":"a","features":[true]}]}',
+        b'{"candidates":[{"id":"a","features":["1"]}]}',
+        b'{"candidates":[{"id":"a","features":[[1]]}]}',
+        b'{"candidates":[{"id":"a","features":{"x":1}}]}',
+        b'{"candidates":[{"id":"a","features":[1],"extra":2}]}',
+        b'{"candidates":[{"id":"a","id":"b","features":[1]}]}',
+        b'{"candidates":[{"features":[1]}]}',
+        b'{"candidates":[{"id":1.5,"features":[1]}]}',
+        b'{"candidates":[{"id":01,"features":[1]}]}',
+        b'{"candidates":[{"id":"a\x01","features":[1]}]}',
+        b'{"candidates":[{"id":"\xff","features":[1]}]}',
+        b'{"candidates":[{"id":"a","features":[1]},]}',
+        b'{"candidates":[{"id":"a","features":[1]}],}',
+        b'{"candidates":[{"id":"a","features":[1]}]} x',
+        b'{"candidates":[{"id":"a","features":[1]}]',
+        b'{"candidates":[1]}',
+        b'{"candidates":{}}',
+        b'{"candidates":[],"candidates":[]}',
+        b'{"model":[1,2},"candidates":[]}',
+        b'{"model":"m"}',
+        b'[{"candidates":[]}]',
+        b"",
+    ],
+)
+def test_what_it_does_not_read_is_left_to_orjson(body: bytes) -> None:
+    assert scan_body(body, 10_000) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies(), st.data())
+def test_a_damaged_body_is_never_read_as_valid(raw: bytes, data: st.DataObject) -> None:
+    at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
+    mutation = data.draw(st.sampled_from(["drop", "insert", "replace"]))
+    byte = data.draw(st.sampled_from(list(b'{}[],:"\\-+.eE0123456789 ntfalsux')))
+    if mutation == "drop":
+        damaged = raw[:at] + raw[at + 1 :]
+    elif mutation == "insert":
+        damaged = raw[:at] + bytes([byte]) + raw[at:]
+    else:
+        damaged = raw[:at] + bytes([byte]) + raw[at + 1 :]
+    got = scan_body(damaged, 10_000)
+    if got is None:
+        return
+    try:
+        orjson.loads(damaged)
+    except orjson.JSONDecodeError:
+        pytest.fail(f"read a body orjson refuses: {damaged[:300]!r}")
+    assert_same(damaged)
+
+
+def test_more_candidates_than_allowed_are_left_to_the_full_path() -> None:
+    raw = orjson.dumps({"candidates": [{"id": i, "features": [i]} for i in range(6)]})
+    assert scan_body(raw, 4) is None  # the scan stops at max + 1
+    got = scan_body(raw, 5)
+    assert got is not None  # max + 1: scanned_matrix's own too_long
+    with pytest.raises(RequestError, match="at most 5"):
+        scanned_matrix(got[1], 1, max_candidates=5)
+
+
+def test_nothing_is_scanned_before_the_kernel_is_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(body_scan.KERNEL, "_kernel", None)
+    assert scan_body(b'{"candidates":[]}', 10) is None
+
+
+def _matrix(raw: bytes, width: int, **kw: Any) -> Any:
+    got = scan_body(raw, 10_000)
+    assert got is not None
+    return scanned_matrix(got[1], width, **kw)
+
+
+def test_scanned_matrix_equals_build_matrix() -> None:
+    body = {
+        "candidates": [
+            {"id": "a", "features": [1, None, 2.5]},
+            {"id": 2, "features": [0, -1, 1e39]},
+        ]
+    }
+    raw = orjson.dumps(body)
+    got = _matrix(raw, 3, extra_columns=2)
+    want = build_matrix(body["candidates"], ["x", "y", "z"], extra_columns=2)
+    assert got.ids == want.ids
+    assert got.features.tobytes() == want.features.tobytes()
+
+
+def test_scanned_matrix_with_optional_features() -> None:
+    raw = b'{"candidates":[{"id":"a"},{"id":"b","features":null},{"id":"c","features":[4,5]}]}'
+    got = _matrix(raw, 2, features_optional=True)
+    np.testing.assert_array_equal(got.features, [[np.nan, np.nan], [np.nan, np.nan], [4, 5]])
+    assert _matrix(raw, 2) is None  # not optional: the full path names candidates[0]
+
+
+def test_scanned_matrix_leaves_a_wrong_width_to_the_full_path() -> None:
+    raw = b'{"candidates":[{"id":"a","features":[1,2]},{"id":"b","features":[1]}]}'
+    assert _matrix(raw, 2) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "kw", "kind"),
+    [
+        (b'{"candidates":[]}', {}, "too_short"),
+        (b'{"candidates":[{"id":"a","features":[1]}]}', {"min_candidates": 2}, "too_short"),
+        (
+            b'{"candidates":[{"id":"a","features":[1]},{"id":"b","features":[1]}]}',
+            {"max_candidates": 1},
+            "too_long",
+        ),
+        (
+            b'{"candidates":[{"id":"a","features":[1]},{"id":"a","features":[2]}]}',
+            {},
+            "duplicate_id",
+        ),
+    ],
+)
+def test_scanned_matrix_errors_are_build_matrix_errors(
+    raw: bytes, kw: dict[str, Any], kind: str
+) -> None:
+    with pytest.raises(RequestError) as got:
+        _matrix(raw, 1, **kw)
+    with pytest.raises(RequestError) as want:
+        build_matrix(orjson.loads(raw)["candidates"], ["x"], **kw)
+    assert got.value.type == kind
+    assert got.value.detail() == want.value.detail()
+
+
+def test_floats_survive_struct_round_trip() -> None:
+    """A float32 written with 9 significant digits (enough to round-trip) reads back exactly."""
+    values = np.random.default_rng(3).standard_normal(500).astype(np.float32)
+    text = ",".join(f"{v:.9g}" for v in values.tolist())
+    raw = f'{{"candidates":[{{"id":"a","features":[{text}]}}]}}'.encode()
+    got = scan_body(raw, 10)
+    assert got is not None
+    assert got[1].values.tobytes() == struct.pack(f"{len(values)}f", *values.tolist())

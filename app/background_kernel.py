@@ -13,27 +13,28 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
+K = TypeVar("K")
 
 
-class BackgroundKernel:
-    """`load` compiles (or loads from numba's cache) and returns the kernel; `name` is what
-    the log lines call it."""
+class BackgroundKernel(Generic[K]):
+    """`load` compiles (or loads from numba's cache) and returns the kernel (or kernels);
+    `name` is what the log lines call it."""
 
-    def __init__(self, name: str, load: Callable[[], Callable[..., Any]]) -> None:
+    def __init__(self, name: str, load: Callable[[], K]) -> None:
         self.name = name
         self._load = load
-        self._kernel: Callable[..., Any] | None = None
+        self._kernel: K | None = None
         self._started = False
         self._lock = threading.Lock()
 
-    def ready(self) -> Callable[..., Any] | None:
+    def ready(self) -> K | None:
         """The compiled kernel, or None while it is not (yet) available."""
         return self._kernel
 
-    def compile_now(self) -> Callable[..., Any]:
+    def compile_now(self) -> K:
         """Compiles (or loads from numba's cache) the kernel on this thread."""
         if self._kernel is None:
             self._kernel = self._load()

@@ -736,8 +736,10 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
             root, "budget on, 503 mode, 1 worker", 1, {"LTR_OVERLOAD_RESPONSE": "503"}, quick, hint
         )
     )
-    # The admission limit's algorithms side by side, at the default's overload rate.
+    # The admission limit's algorithms side by side, at the default's overload rate; and the
+    # default with the compiled body scan off (orjson decodes every admitted body whole).
     for name, limit_env in [
+        ("budget on, body scan off, 1 worker", {"LTR_BODY_SCAN": "false"}),
         ("budget on, AIMD limit, 1 worker", {"LTR_ADMISSION_ALGORITHM": "aimd"}),
         (
             "budget on, fixed limit of one request, 1 worker",

@@ -18,13 +18,12 @@ from typing import Any
 import numpy as np
 
 from app import metrics
-from app.api.body_scan import ScannedCandidates
+from app.api.body_scan import ScannedCandidates, scanned_matrix
 from app.api.request_matrix import (
     CandidateMatrix,
     RequestError,
     build_matrix,
     decode_body,
-    scanned_matrix,
     token_budget,
 )
 from app.api.schemas import QueryInfo, RerankEnvelope
@@ -199,20 +198,15 @@ def _candidate_matrix(
         "max_candidates": settings.max_candidates,
         "extra_columns": extra,
         "features_optional": layout.sourced,
+        "ignore_unknown": settings.ignore_unknown_features,
     }
     if isinstance(candidates, ScannedCandidates):
-        matrix = scanned_matrix(candidates, len(layout.candidate), **options)
+        matrix = scanned_matrix(candidates, layout.candidate, **options)
         if matrix is not None:
             return matrix
         # Features the model does not take: the whole body decoded names the problem.
         candidates = decode_body(raw).get("candidates")
-    return build_matrix(
-        candidates,
-        layout.candidate,
-        ignore_unknown=settings.ignore_unknown_features,
-        budget=token_budget(raw, doc),
-        **options,
-    )
+    return build_matrix(candidates, layout.candidate, budget=token_budget(raw, doc), **options)
 
 
 def _plain_ids(candidates: object) -> list[Any] | None:

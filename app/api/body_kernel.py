@@ -4,11 +4,12 @@ orjson decodes a 1,000 x 136 body into 136,000 Python floats and their lists, an
 then copied into float32: together most of what an all-in-request /rerank costs. `_scan` walks
 the bytes once instead, writing each feature value into a flat float32 buffer and each id's
 JSON text into a list to decode at once, and it runs without the GIL. It reads only the usual
-shape, strictly: a top-level object whose `candidates` is an array of objects with an `id`
-(a string, or an integer) and `features` (a list of numbers and nulls, or null, or absent).
-Anything else (feature name maps, a number it cannot convert exactly, an unknown key, bad
-JSON) gives up with a status, and the caller decodes the body with orjson as before, which also
-reports what is wrong: the fast path never decides an error.
+shapes, strictly: a top-level object whose `candidates` is an array of objects with an `id`
+(a string, or an integer) and `features` (a list of numbers and nulls, a map of plain ASCII
+names to them, null, or absent); a map's names are recorded as offsets for app.api.map_kernel
+to place. Anything else (an escaped name, a number it cannot convert exactly, an unknown key,
+bad JSON) gives up with a status, and the caller decodes the body with orjson as before, which
+also reports what is wrong: the fast path never decides an error.
 
 Numbers: the value float32(correctly rounded float64) is what orjson followed by NumPy's cast
 gives. Up to 18 significant digits and |exponent| <= 22 below 2^53 the float64 is exact
@@ -29,11 +30,13 @@ from app.numba_jit import nogil_jit
 
 OK, GIVE_UP, TOO_MANY = 0, 1, 2  # the scan's status
 NULL, ABSENT = -1, -2  # counts[i] when candidate i has `features: null`, or no `features`
-# (raw, values, counts, ids, out); out: [n candidates, candidates' start and end, values,
-# id bytes]
+# (raw, values, counts, maps, keys, ids, out); out: [n candidates, candidates' start and end,
+# values, id bytes, map entries]
 SIGNATURE = types.int64(
     types.Array(types.uint8, 1, "C", readonly=True),  # the body, as np.frombuffer gives it
     types.float32[::1],
+    types.int64[::1],
+    types.uint8[::1],
     types.int64[::1],
     types.uint8[::1],
     types.int64[::1],
@@ -188,20 +191,46 @@ def _null_end(raw, i):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _features(raw, i, values, nv):  # type: ignore[no-untyped-def]
-    """raw[i] is the `[` of a feature list: (the index after its `]` or -1, values written).
-    The hot loop of the scan, so everything it does per value is written out here."""
+def _features(raw, i, values, nv, keys, nk, is_map):  # type: ignore[no-untyped-def]
+    """raw[i] is the `[` of a feature list, or (`is_map`) the `{` of a name -> value map:
+    (the index after its end or -1, values written). A map's names go to keys[2 (nk + j)]
+    and keys[2 (nk + j) + 1] (start and end offsets): plain ASCII only, else -1. The hot loop
+    of the scan, so everything it does per value is written out here."""
     n = raw.shape[0]
+    close = 125 if is_map else 93
     i += 1
     while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
         i += 1
-    if i < n and raw[i] == 93:
+    if i < n and raw[i] == close:
         return i + 1, 0
     count = 0
     cap = values.shape[0]
     while i < n:
         if nv + count >= cap:
             return -1, count
+        if is_map:
+            if raw[i] != 34 or 2 * (nk + count) + 1 >= keys.shape[0]:
+                return -1, count
+            start = i + 1
+            i = start
+            while i < n and raw[i] != 34:
+                if raw[i] == 92 or raw[i] < 32 or raw[i] >= 128:
+                    return -1, count
+                i += 1
+            if i >= n:
+                return -1, count
+            keys[2 * (nk + count)] = start
+            keys[2 * (nk + count) + 1] = i
+            i += 1
+            while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
+                i += 1
+            if i >= n or raw[i] != 58:
+                return -1, count
+            i += 1
+            while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
+                i += 1
+            if i >= n:
+                return -1, count
         c = raw[i]
         if c == 110:  # null: a missing value
             if i + 4 > n or raw[i + 1] != 117 or raw[i + 2] != 108 or raw[i + 3] != 108:
@@ -278,7 +307,7 @@ def _features(raw, i, values, nv):  # type: ignore[no-untyped-def]
             i += 1
             while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
                 i += 1
-        elif raw[i] == 93:
+        elif raw[i] == close:
             return i + 1, count
         else:
             return -1, count
@@ -300,18 +329,20 @@ def _separator(raw, i, close):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _candidates(raw, i, values, counts, ids, out):  # type: ignore[no-untyped-def]
+def _candidates(raw, i, values, counts, maps, keys, ids, out):  # type: ignore[no-untyped-def]
     """raw[i] is the `[` of `candidates`: the index after its `]`, -1 to give up, or -2 when
     there are more candidates than `counts` has room for."""
     n = raw.shape[0]
     rows = 0
     nv = 0
+    nk = 0
     nid = 0
     i = _skip_ws(raw, i + 1)
     if i < n and raw[i] == 93:
         out[0] = 0
         out[3] = 0
         out[4] = 0
+        out[5] = 0
         return i + 1
     while True:
         if i >= n or raw[i] != 123:
@@ -319,6 +350,7 @@ def _candidates(raw, i, values, counts, ids, out):  # type: ignore[no-untyped-de
         if rows >= counts.shape[0]:
             return -2
         counts[rows] = ABSENT
+        maps[rows] = 0
         has_id = False
         has_features = False
         i = _skip_ws(raw, i + 1)
@@ -364,10 +396,14 @@ def _candidates(raw, i, values, counts, ids, out):  # type: ignore[no-untyped-de
             elif c == 110:
                 i = _null_end(raw, i)
                 counts[rows] = NULL
-            elif c == 91:
-                i, count = _features(raw, i, values, nv)
+            elif c == 91 or c == 123:
+                is_map = c == 123
+                i, count = _features(raw, i, values, nv, keys, nk, is_map)
                 nv += count
                 counts[rows] = count
+                if is_map:
+                    maps[rows] = 1
+                    nk += count
             else:
                 return -1
             if i < 0:
@@ -387,14 +423,17 @@ def _candidates(raw, i, values, counts, ids, out):  # type: ignore[no-untyped-de
             out[0] = rows
             out[3] = nv
             out[4] = nid
+            out[5] = nk
             return i
 
 
-def _scan(raw, values, counts, ids, out):  # type: ignore[no-untyped-def]
+def _scan(raw, values, counts, maps, keys, ids, out):  # type: ignore[no-untyped-def]
     """OK with out = [candidates, the candidates array's start and end offsets, values
-    written, id bytes written]; GIVE_UP or TOO_MANY. Fills values (float32 [>= every feature
-    value]: each candidate's list in turn), counts (int64 [>= candidates]: its list's length,
-    NULL or ABSENT) and ids (uint8 [>= len(raw) + 1]: each id's JSON text and a comma)."""
+    written, id bytes written, map entries]; GIVE_UP or TOO_MANY. Fills values (float32
+    [>= every feature value]: each candidate's list or map in turn), counts (int64
+    [>= candidates]: its list's or map's length, NULL or ABSENT), maps (uint8, the same: 1 for
+    a map), keys (int64 [2 x map entries]: each map name's start and end offsets) and ids
+    (uint8 [>= len(raw) + 1]: each id's JSON text and a comma)."""
     n = raw.shape[0]
     i = _skip_ws(raw, 0)
     if i >= n or raw[i] != 123:
@@ -417,7 +456,7 @@ def _scan(raw, values, counts, ids, out):  # type: ignore[no-untyped-def]
                 return GIVE_UP
             found = True
             out[1] = i
-            i = _candidates(raw, i, values, counts, ids, out)
+            i = _candidates(raw, i, values, counts, maps, keys, ids, out)
             if i == -2:
                 return TOO_MANY
             out[2] = i

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.api.body_scan import ABSENT, NULL, ScannedCandidates
 from app.errors import LtrError
 
 Loc = tuple[str | int, ...]
@@ -138,7 +137,7 @@ def build_matrix(
             raise RequestError(where, "field required", "missing")
         raise RequestError(where, "must be a list of candidates", "list_type")
     n = len(candidates)
-    _check_count(n, min_candidates, max_candidates, where)
+    check_count(n, min_candidates, max_candidates, where)
     width = len(feature_names)
     plain = _plain_lists(candidates, width)
     if plain is not None:
@@ -147,7 +146,7 @@ def build_matrix(
         bare_ids = _ids_only(candidates)
         if bare_ids is not None:
             if len(set(bare_ids)) != n:
-                _duplicate_id(bare_ids, where)
+                duplicate_id(bare_ids, where)
             missing = np.full((n, width + extra_columns), np.nan, np.float32)
             return CandidateMatrix(bare_ids, missing)
     ids: list[Any] = []
@@ -193,7 +192,7 @@ def build_matrix(
                 "features_type",
             )
     if len(set(ids)) != n:
-        _duplicate_id(ids, where)
+        duplicate_id(ids, where)
 
     numbers = budget is not None and budget.bools == 0 and budget.strings == strings
     total = width + extra_columns
@@ -213,37 +212,7 @@ def build_matrix(
     return CandidateMatrix(ids, matrix)
 
 
-def scanned_matrix(
-    scanned: ScannedCandidates,
-    width: int,
-    *,
-    min_candidates: int = 1,
-    max_candidates: int = 10_000,
-    extra_columns: int = 0,
-    features_optional: bool = False,
-) -> CandidateMatrix | None:
-    """build_matrix's result for candidates the body scan read (app.api.body_scan), the same
-    RequestError for their count or a duplicate id; None when a candidate's features are not
-    what the model takes (the caller then decodes the body and build_matrix names it)."""
-    where: Loc = ("body", "candidates")
-    ids, counts = scanned.ids, scanned.counts
-    n = len(ids)
-    _check_count(n, min_candidates, max_candidates, where)
-    full = counts == width
-    if full.all():
-        values = scanned.values.reshape(n, width)
-    elif features_optional and np.all(full | (counts == NULL) | (counts == ABSENT)):
-        values = np.full((n, width), np.nan, dtype=np.float32)
-        if width:
-            values[full] = scanned.values.reshape(-1, width)
-    else:
-        return None
-    if len(set(ids)) != n:
-        _duplicate_id(ids, where)
-    return _with_extra(ids, values, extra_columns)
-
-
-def _check_count(n: int, min_candidates: int, max_candidates: int, where: Loc) -> None:
+def check_count(n: int, min_candidates: int, max_candidates: int, where: Loc) -> None:
     if n < min_candidates or n == 0:
         needed = max(min_candidates, 1)
         raise RequestError(where, f"at least {needed} candidate(s) needed", "too_short")
@@ -299,12 +268,12 @@ def _plain_matrix(
     """The matrix of `_plain_lists`'s output, with `extra_columns` NaN columns appended."""
     n = len(ids)
     if len(set(ids)) != n:
-        _duplicate_id(ids, where)
+        duplicate_id(ids, where)
     numbers = budget is not None and budget.bools == 0 and budget.strings == strings
-    return _with_extra(ids, _to_float32(rows, range(n), where, numbers), extra_columns)
+    return with_extra_columns(ids, _to_float32(rows, range(n), where, numbers), extra_columns)
 
 
-def _with_extra(ids: list[Any], values: np.ndarray, extra_columns: int) -> CandidateMatrix:
+def with_extra_columns(ids: list[Any], values: np.ndarray, extra_columns: int) -> CandidateMatrix:
     """`values` (float32 [n, width]) with `extra_columns` NaN columns appended."""
     if not extra_columns:
         return CandidateMatrix(ids, values)
@@ -410,7 +379,7 @@ def _bad_candidate_keys(cand: dict[str, Any], loc: Loc, features_optional: bool 
     raise RequestError((*loc, extra[0]), "unknown field (a candidate has `id` and `features`)")
 
 
-def _duplicate_id(ids: list[Any], where: Loc) -> None:
+def duplicate_id(ids: list[Any], where: Loc) -> None:
     first: dict[Any, int] = {}
     for i, cid in enumerate(ids):
         if cid in first:

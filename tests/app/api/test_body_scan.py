@@ -15,8 +15,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.api import body_scan
-from app.api.body_scan import ABSENT, NULL, ScannedCandidates, scan_body
-from app.api.request_matrix import RequestError, build_matrix, scanned_matrix
+from app.api.body_scan import (
+    ABSENT,
+    NULL,
+    ScannedCandidates,
+    fnv1a,
+    name_table,
+    scan_body,
+    scanned_matrix,
+)
+from app.api.request_matrix import RequestError, build_matrix
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -24,8 +32,9 @@ def kernel() -> object:
     return body_scan.KERNEL.compile_now()
 
 
-def reference(raw: bytes) -> tuple[dict[str, Any], list[Any], list[list[Any] | str | None]]:
-    """(envelope, ids, each candidate's features: a list, None, or "absent") by orjson."""
+def reference(raw: bytes) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    """(envelope, ids, each candidate's features: a list, a dict, None, or "absent") by
+    orjson."""
     doc = orjson.loads(raw)
     candidates = doc.pop("candidates")
     ids = [c["id"] for c in candidates]
@@ -34,6 +43,8 @@ def reference(raw: bytes) -> tuple[dict[str, Any], list[Any], list[list[Any] | s
 
 
 def assert_same(raw: bytes) -> ScannedCandidates:
+    """The scan's reading of `raw` is orjson's (maps with distinct names only: the scan keeps
+    every entry, orjson the last of a repeated name; scanned_matrix's tests cover those)."""
     got = scan_body(raw, 10_000)
     assert got is not None, raw[:200]
     envelope, scanned = got
@@ -41,14 +52,24 @@ def assert_same(raw: bytes) -> ScannedCandidates:
     assert envelope == doc
     assert scanned.ids == ids
     assert [type(i) for i in scanned.ids] == [type(i) for i in ids]
-    want_counts = [ABSENT if f == "absent" else NULL if f is None else len(f) for f in feats]
+    want_counts = [ABSENT if isinstance(f, str) else NULL if f is None else len(f) for f in feats]
     assert scanned.counts.tolist() == want_counts
-    flat = [v for f in feats if isinstance(f, list) for v in f]
+    assert scanned.maps.tolist() == [int(isinstance(f, dict)) for f in feats]
+    flat = [
+        v
+        for f in feats
+        if isinstance(f, list | dict)
+        for v in (list(f.values()) if isinstance(f, dict) else f)
+    ]
     with np.errstate(over="ignore"):
         want = np.array([np.nan if v is None else v for v in flat], dtype=np.float64)
         want32 = want.astype(np.float32)
     assert scanned.values.dtype == np.float32
     assert scanned.values.view(np.uint32).tolist() == want32.view(np.uint32).tolist()
+    names = [k for f in feats if isinstance(f, dict) for k in f]
+    starts, ends = scanned.keys[0::2], scanned.keys[1::2]
+    got_names = [raw[a:b].decode() for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    assert got_names == names
     return scanned
 
 
@@ -92,6 +113,9 @@ exact_text = st.one_of(
 )
 
 
+MAP_NAMES = ["f0", "f1", "f2", "bm25", "a b", "x"]
+
+
 @st.composite
 def bodies(draw: st.DrawFn, values: st.SearchStrategy[str] = value_text) -> bytes:
     def ws() -> str:
@@ -101,11 +125,15 @@ def bodies(draw: st.DrawFn, values: st.SearchStrategy[str] = value_text) -> byte
     ids = draw(st.lists(ident, max_size=12, unique_by=lambda i: (type(i), i)))
     for cid in ids:
         members = [f'{ws()}"id"{ws()}:{ws()}{orjson.dumps(cid).decode()}{ws()}']
-        kind = draw(st.sampled_from(["list", "list", "list", "null", "absent"]))
+        kind = draw(st.sampled_from(["list", "list", "list", "map", "null", "absent"]))
         if kind == "list":
             texts = draw(st.lists(values, max_size=6))
             inner = ",".join(f"{ws()}{v}{ws()}" for v in texts) or ws()
             members.append(f'{ws()}"features"{ws()}:{ws()}[{inner}]{ws()}')
+        elif kind == "map":
+            names = draw(st.lists(st.sampled_from(MAP_NAMES), max_size=6, unique=True))
+            inner = ",".join(f'{ws()}"{k}"{ws()}:{ws()}{draw(values)}{ws()}' for k in names)
+            members.append(f'{ws()}"features"{ws()}:{ws()}{{{inner or ws()}}}{ws()}')
         elif kind == "null":
             members.append(f'{ws()}"features"{ws()}:{ws()}null{ws()}')
         if draw(st.booleans()):
@@ -206,7 +234,12 @@ def test_usual_bodies_take_the_scan() -> None:
         b'{"candidates":[{"id":"a","features":[true]}]}',
         b'{"candidates":[{"id":"a","features":["1"]}]}',
         b'{"candidates":[{"id":"a","features":[[1]]}]}',
-        b'{"candidates":[{"id":"a","features":{"x":1}}]}',
+        b'{"candidates":[{"id":"a","features":{"x\\u0041":1}}]}',
+        b'{"candidates":[{"id":"a","features":{"\xc3\xa9":1}}]}',
+        b'{"candidates":[{"id":"a","features":{"x":1,}}]}',
+        b'{"candidates":[{"id":"a","features":{"x" 1}}]}',
+        b'{"candidates":[{"id":"a","features":{"x":[1]}}]}',
+        b'{"candidates":[{"id":"a","features":{1:1}}]}',
         b'{"candidates":[{"id":"a","features":[1],"extra":2}]}',
         b'{"candidates":[{"id":"a","id":"b","features":[1]}]}',
         b'{"candidates":[{"features":[1]}]}',
@@ -259,7 +292,7 @@ def test_more_candidates_than_allowed_are_left_to_the_full_path() -> None:
     got = scan_body(raw, 5)
     assert got is not None  # max + 1: scanned_matrix's own too_long
     with pytest.raises(RequestError, match="at most 5"):
-        scanned_matrix(got[1], 1, max_candidates=5)
+        scanned_matrix(got[1], ["f0"], max_candidates=5)
 
 
 def test_nothing_is_scanned_before_the_kernel_is_ready(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,7 +303,7 @@ def test_nothing_is_scanned_before_the_kernel_is_ready(monkeypatch: pytest.Monke
 def _matrix(raw: bytes, width: int, **kw: Any) -> Any:
     got = scan_body(raw, 10_000)
     assert got is not None
-    return scanned_matrix(got[1], width, **kw)
+    return scanned_matrix(got[1], [f"f{j}" for j in range(width)], **kw)
 
 
 def test_scanned_matrix_equals_build_matrix() -> None:
@@ -282,9 +315,77 @@ def test_scanned_matrix_equals_build_matrix() -> None:
     }
     raw = orjson.dumps(body)
     got = _matrix(raw, 3, extra_columns=2)
-    want = build_matrix(body["candidates"], ["x", "y", "z"], extra_columns=2)
+    want = build_matrix(body["candidates"], ["f0", "f1", "f2"], extra_columns=2)
     assert got.ids == want.ids
     assert got.features.tobytes() == want.features.tobytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bodies(exact_text),
+    st.lists(st.sampled_from(MAP_NAMES), min_size=1, max_size=4, unique=True),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2),
+)
+def test_scanned_matrix_equals_build_matrix_for_lists_and_maps(
+    raw: bytes, names: list[str], optional: bool, ignore: bool, extra: int
+) -> None:
+    """Whatever the body holds: the same matrix, the same error, or (None) the full path."""
+    got = scan_body(raw, 10_000)
+    assert got is not None
+    kw: dict[str, Any] = {
+        "extra_columns": extra,
+        "features_optional": optional,
+        "ignore_unknown": ignore,
+        "min_candidates": 0,
+    }
+    candidates = orjson.loads(raw)["candidates"]
+    try:
+        want = build_matrix(candidates, names, **kw)
+    except RequestError as exc:
+        want_error: RequestError | None = exc
+    else:
+        want_error = None
+    try:
+        matrix = scanned_matrix(got[1], names, **kw)
+    except RequestError as exc:
+        assert want_error is not None and exc.detail() == want_error.detail()
+        return
+    if matrix is None:
+        assert want_error is not None  # left to build_matrix, which names it
+        return
+    assert want_error is None
+    assert matrix.ids == want.ids
+    assert matrix.features.tobytes() == want.features.tobytes()
+
+
+def test_a_name_given_twice_keeps_its_last_value() -> None:
+    raw = b'{"candidates":[{"id":"a","features":{"f1":1,"f0":2,"f1":3}}]}'
+    got = _matrix(raw, 2)
+    want = build_matrix(orjson.loads(raw)["candidates"], ["f0", "f1"])
+    np.testing.assert_array_equal(got.features, want.features)
+    np.testing.assert_array_equal(got.features, [[2, 3]])
+
+
+def test_unknown_names_are_left_to_the_full_path_unless_ignored() -> None:
+    raw = b'{"candidates":[{"id":"a","features":{"f1":1,"nope":2}}]}'
+    assert _matrix(raw, 2) is None
+    np.testing.assert_array_equal(_matrix(raw, 2, ignore_unknown=True).features, [[np.nan, 1]])
+
+
+def test_the_name_table_finds_every_name_and_no_other() -> None:
+    names = (*(f"feature_{i}" for i in range(300)), "é", "")
+    blob, offsets, slots = name_table(names)
+    assert len(slots) >= 2 * len(names) and len(slots) & (len(slots) - 1) == 0
+    for index, name in enumerate(names):
+        encoded = name.encode()
+        j = fnv1a(encoded) & (len(slots) - 1)
+        while blob[offsets[slots[j]] : offsets[slots[j] + 1]].tobytes() != encoded:
+            j = (j + 1) & (len(slots) - 1)
+        assert slots[j] == index
+    assert fnv1a(b"") == 14695981039346656037
+    assert fnv1a(b"a") == 0xAF63DC4C8601EC8C  # the published FNV-1a 64 test vector
 
 
 def test_scanned_matrix_with_optional_features() -> None:
@@ -322,7 +423,7 @@ def test_scanned_matrix_errors_are_build_matrix_errors(
     with pytest.raises(RequestError) as got:
         _matrix(raw, 1, **kw)
     with pytest.raises(RequestError) as want:
-        build_matrix(orjson.loads(raw)["candidates"], ["x"], **kw)
+        build_matrix(orjson.loads(raw)["candidates"], ["f0"], **kw)
     assert got.value.type == kind
     assert got.value.detail() == want.value.detail()
 

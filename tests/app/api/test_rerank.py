@@ -145,6 +145,10 @@ BODIES_FOR_BOTH_PATHS: list[bytes] = [
     b'{"candidates":[{"id":"a","features":[1,2,3,4,5]}],"model":"nope"}',
     b'{"candidates":[{"id":"a","features":[1,2,3,4,5]}],"top_k":0}',
     b'{"candidates":[{"id":"a","features":[1,2,3,4,5]}],"top_k":"x",}',
+    b'{"candidates":[{"id":"a","features":{"f0":1,"f3":2.5}},{"id":"b","features":[1,2,3,4,5]},'
+    b' {"id":"c","features":{"f4":-1,"f0":null,"f4":7}}]}',
+    b'{"candidates":[{"id":"a","features":{"f0":1,"zz":2}}]}',  # an unknown name
+    b'{"candidates":[{"id":"a","features":{}}]}',
 ]
 
 

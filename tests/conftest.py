@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.support.redis_server",
     "tests.support.dask_cluster",
     "tests.support.gc_pauses",
+    "tests.support.compiled_kernels",
 ]

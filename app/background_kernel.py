@@ -29,15 +29,22 @@ class BackgroundKernel(Generic[K]):
         self._kernel: K | None = None
         self._started = False
         self._lock = threading.Lock()
+        self._settled = threading.Event()
 
     def ready(self) -> K | None:
         """The compiled kernel, or None while it is not (yet) available."""
         return self._kernel
 
+    @property
+    def settled(self) -> bool:
+        """Whether the compile has ended, ready or failed (the Python path then serves)."""
+        return self._settled.is_set()
+
     def compile_now(self) -> K:
         """Compiles (or loads from numba's cache) the kernel on this thread."""
         if self._kernel is None:
             self._kernel = self._load()
+        self._settled.set()
         return self._kernel
 
     def compile_later(self) -> None:
@@ -56,5 +63,6 @@ class BackgroundKernel(Generic[K]):
             self.compile_now()
         except Exception:  # the Python path serves on; requests must not depend on this
             log.exception("compiling the %s kernel failed; using the Python path", self.name)
+            self._settled.set()
             return
         log.info("%s kernel ready in %.2f s", self.name, time.perf_counter() - started)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.app.api.conftest import NF, TOKEN, ClientFactory
@@ -27,6 +29,30 @@ def test_readyz_turns_200_once_a_model_is_loaded(
             {"name": "m", "version": "v1"}
         ]
         assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_readyz_waits_for_the_compiled_body_scan(
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its load holds the GIL in spurts: a worker is ready once it is done (or failed)."""
+    from app.api import body_scan
+
+    monkeypatch.setattr(body_scan.KERNEL, "_settled", threading.Event())  # still loading
+    monkeypatch.setattr(body_scan.KERNEL, "_started", True)  # no second compile
+    with make_client(ready=False) as client:
+        loading = {"status": "not ready", "detail": "loading the compiled body scan"}
+        deadline = time.monotonic() + 10
+        while (resp := client.get("/readyz")).json() != loading:  # the model loads first
+            assert resp.status_code == 503 and time.monotonic() < deadline, resp.json()
+            time.sleep(0.01)
+        body_scan.KERNEL._settled.set()
+        assert client.get("/readyz").json() == {"status": "ready"}
+    with make_client(ready=False, body_scan=False) as client:  # off: nothing to wait for
+        monkeypatch.setattr(body_scan.KERNEL, "_settled", threading.Event())
+        deadline = time.monotonic() + 10
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/readyz").json()
+            time.sleep(0.01)
 
 
 def test_admin_reload_needs_the_token(client: TestClient, registry_dir: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from app.artifacts.manifest import new_version_id
 from app.artifacts.store import set_current
 from app.scoring.reference import predict
-from tests.support import publish, random_ensemble
+from tests.support import feature_names, publish, random_ensemble
 from tests.support.redis_server import free_port
 from tests.support.uvicorn_server import UvicornServer, uvicorn_server
 
@@ -64,7 +64,8 @@ def reload_failures(client: httpx.Client) -> float:
 def test_rerank_orders_exactly_as_offline_scoring(tmp_path: Path) -> None:
     ensemble = random_ensemble(NF, num_trees=60, depth=5, seed=1)
     publish(tmp_path, ensemble)
-    with uvicorn_server(env(tmp_path)) as server, httpx.Client(base_url=server.url) as client:
+    scanned = env(tmp_path, LTR_BODY_SCAN="true")  # the default, and the parse it is about
+    with uvicorn_server(scanned) as server, httpx.Client(base_url=server.url) as client:
         for n, seed in ((1, 0), (10, 1), (300, 2), (1000, 3)):
             rows = rows_for(n, seed)
             resp = client.post("/rerank", content=request_body(rows))
@@ -76,6 +77,15 @@ def test_rerank_orders_exactly_as_offline_scoring(tmp_path: Path) -> None:
             np.testing.assert_allclose(
                 [r["score"] for r in results], offline[expected], rtol=1e-6, atol=1e-9
             )
+            # The same candidates as name -> value maps (absent names are missing values).
+            names = feature_names(NF)
+            maps = [{"id": f"d{i}", "features": _present(names, r)} for i, r in enumerate(rows)]
+            resp = client.post("/rerank", content=orjson.dumps({"candidates": maps}))
+            assert resp.json()["results"] == results
+
+
+def _present(names: list[str], row: np.ndarray) -> dict[str, float]:
+    return {k: float(v) for k, v in zip(names, row.tolist(), strict=True) if v == v}
 
 
 def test_hot_swap_under_load_never_fails_nor_goes_back(tmp_path: Path) -> None:

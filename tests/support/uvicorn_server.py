@@ -129,7 +129,11 @@ class UvicornServer:
 def uvicorn_server(
     env: Mapping[str, str], workers: int = 1, ready: bool = True
 ) -> Iterator[UvicornServer]:
-    server = UvicornServer(env, workers=workers).start()
+    """A server for one test. The compiled body scan is off unless `env` turns it on: its load
+    (numba's import and first use) adds 2-3 s to every start, which the tests about parsing
+    pay (tests/integration/test_service.py serves with it, as do the demo server and
+    `python -m app`); the others serve through the full decode, the scan's own fallback."""
+    server = UvicornServer({"LTR_BODY_SCAN": "false", **env}, workers=workers).start()
     try:
         if ready:
             server.wait_ready()

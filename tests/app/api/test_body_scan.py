@@ -166,20 +166,20 @@ def bodies(draw: st.DrawFn, values: st.SearchStrategy[str] = value_text) -> byte
     return f"{ws()}{{{','.join(members)}}}{ws()}".encode()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(bodies(exact_text))
 def test_the_scan_equals_orjson_and_the_float32_cast(raw: bytes) -> None:
     assert_same(raw)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(bodies())
 def test_any_number_is_read_bit_for_bit_or_given_up(raw: bytes) -> None:
     if scan_body(raw, 10_000) is not None:
         assert_same(raw)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(value_text, min_size=1, max_size=40))
 def test_numbers_are_read_bit_for_bit_or_given_up(values: list[str]) -> None:
     raw = ('{"candidates":[{"id":"a","features":[' + ",".join(values) + "]}]}").encode()
@@ -187,7 +187,7 @@ def test_numbers_are_read_bit_for_bit_or_given_up(values: list[str]) -> None:
         assert_same(raw)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(float32s.filter(lambda x: math.isfinite(x) and x != 0))
 def test_float32_rounding_midpoints_are_exact_or_given_up(x: float) -> None:
     """The value halfway between two float32 numbers, written out exactly: the float64 product
@@ -264,7 +264,7 @@ def test_what_it_does_not_read_is_left_to_orjson(body: bytes) -> None:
     assert scan_body(body, 10_000) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(bodies(), st.data())
 def test_a_damaged_body_is_never_read_as_valid(raw: bytes, data: st.DataObject) -> None:
     at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
@@ -320,7 +320,7 @@ def test_scanned_matrix_equals_build_matrix() -> None:
     assert got.features.tobytes() == want.features.tobytes()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     bodies(exact_text),
     st.lists(st.sampled_from(MAP_NAMES), min_size=1, max_size=4, unique=True),

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     keep_alive_timeout_seconds: Annotated[int, Field(ge=1)] = 5
     max_buffered_body_bytes: Annotated[int, Field(ge=1024)] = 192 * 1024 * 1024
+    # A body is read from its socket without waiting for the application up to this many bytes
+    # (app.api.http_protocol); uvicorn's own 64 KiB is the least.
+    body_read_ahead_bytes: Annotated[int, Field(ge=64 * 1024)] = 4 * 1024 * 1024
 
     # Scoring
     scoring_threads: Annotated[int, Field(ge=1)] = 2  # used for large requests only

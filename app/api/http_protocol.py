@@ -1,4 +1,4 @@
-"""uvicorn's httptools protocol plus the one timeout it lacks: the request head.
+"""uvicorn's httptools protocol plus the request-head timeout it lacks, and body read-ahead.
 
 uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits forever for the
 headers of a request that has begun, so a client sending one header byte now and then holds a
@@ -6,6 +6,14 @@ connection (and its buffers) as long as it likes (slowloris). Here the head of e
 must be complete `LTR_HEADER_READ_TIMEOUT_SECONDS` after its first byte (or after the
 connection opened), else the answer is 408 and the connection is closed. The body's own
 timeout is the service middleware's (app.api.middleware).
+
+uvicorn stops reading a connection once 64 KiB of its body wait unread, until the application
+asks for more: a 1.5 MB body then crosses the event loop in many hand-offs (one per socket
+read, of up to 256 KiB with uvloop), each waiting for the loop's next turn. Under overload
+those turns are slow, and bodies pile up in the socket buffers before the budget's clock
+starts. Here a request's body is read ahead up to its declared length (at most
+`LTR_BODY_READ_AHEAD_BYTES`): bytes the service middleware has already reserved against the
+worker's buffer cap, read in as few turns as the socket allows.
 
 `uvicorn_options(settings)` gives it, with uvicorn's own slow-client options, to `ltr serve` and
 `python -m app`.
@@ -16,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app import metrics
@@ -33,12 +42,16 @@ _RESPONSE_408 = (
 
 class HeaderTimeoutProtocol(HttpToolsProtocol):
     header_timeout: float | None = None  # read from the settings once per process
+    read_ahead_most = HIGH_WATER_LIMIT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if HeaderTimeoutProtocol.header_timeout is None:
-            HeaderTimeoutProtocol.header_timeout = Settings().header_read_timeout_seconds
+            settings = Settings()
+            HeaderTimeoutProtocol.header_timeout = settings.header_read_timeout_seconds
+            HeaderTimeoutProtocol.read_ahead_most = settings.body_read_ahead_bytes
         self._head_timer: asyncio.TimerHandle | None = None
+        self._read_ahead = HIGH_WATER_LIMIT
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -50,7 +63,17 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._read_ahead = _read_ahead(self.headers, self.read_ahead_most)
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return  # as uvicorn: an upgrade's bytes, or a body answered before it was read
+        cycle.body += body
+        if len(cycle.body) > self._read_ahead:
+            self.flow.pause_reading()
+        cycle.message_event.set()
 
     def on_response_complete(self) -> None:
         self._disarm()  # the keep-alive timer takes over until the next request begins
@@ -78,6 +101,18 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         metrics.SLOW_CLIENTS.labels("header_timeout").inc()
         self.transport.write(_RESPONSE_408)
         self.transport.close()
+
+
+def _read_ahead(headers: list[tuple[bytes, bytes]], most: int) -> int:
+    """How many bytes of this request's body to buffer before the application asks for them:
+    its declared length up to `most`, never less than uvicorn's own 64 KiB."""
+    for name, value in headers:
+        if name == b"content-length":
+            try:
+                return max(HIGH_WATER_LIMIT, min(int(value), most))
+            except ValueError:
+                break  # the parser refuses the request itself
+    return HIGH_WATER_LIMIT
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

@@ -51,11 +51,13 @@ class Settings(BaseSettings):
     # Candidate rows scored at once per worker: adaptive between the bounds (`gradient`: by how
     # much requests served together are slower than alone; `aimd`: additive increase until a
     # request takes half its budget), or fixed at `admission_initial_rows`. One request is
-    # always let in when idle.
+    # always let in when idle. The floor lets several large requests overlap: much of each one's
+    # time is spent off the event loop (its body scan and scoring, in threads without the GIL),
+    # and with one 1,000-row request at a time the worker idled between them (docs/OPERATIONS.md).
     admission_adaptive: bool = True
     admission_algorithm: Literal["gradient", "aimd"] = "gradient"
-    admission_initial_rows: Annotated[int, Field(ge=1)] = 2000
-    admission_min_rows: Annotated[int, Field(ge=1)] = 1000
+    admission_initial_rows: Annotated[int, Field(ge=1)] = 4000
+    admission_min_rows: Annotated[int, Field(ge=1)] = 4000
     admission_max_rows: Annotated[int, Field(ge=1)] = 50_000
     parse_off_loop_min_bytes: Annotated[int, Field(ge=0)] = 256 * 1024
     # /readyz says 503 "shedding" while this worker has shed within the last window.

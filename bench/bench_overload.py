@@ -3,7 +3,7 @@
 `python -m bench.bench_overload [--quick]` → bench/results/overload.md
 
 Model: the LightGBM lambdarank model of bench_service (500 iterations x 63 leaves, 136
-features), 1,000 candidates per request (about 1.5 MB of JSON). Configurations, run one after
+features), 1,000 candidates per request (954 KB of JSON). Configurations, run one after
 another in one run: admission control on (budget 100 ms) with 1 and 2 workers, and off with 1
 worker (every request scored however late: the behaviour before the budget).
 
@@ -49,7 +49,7 @@ from tests.support.uvicorn_server import UvicornServer
 RESULTS = Path(__file__).parent / "results" / "overload.md"
 BUDGET_MS = 100.0
 N_CANDIDATES = 1000
-LADDER = (5, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100)
+LADDER = (5, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 150, 200, 250)
 # Below the service's idle keep-alive timeout (LTR_KEEP_ALIVE_TIMEOUT_SECONDS, 5 s).
 CLIENT_IDLE_TIMEOUT_S = 4.0
 
@@ -651,7 +651,8 @@ def render(
         f"`python -m bench.bench_overload{' --quick' if quick else ''}`, "
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine()}; {load}. "
         f"Model: {described}, 136 features, {N_CANDIDATES:,} "
-        f"candidates per request (about {1.5 * N_CANDIDATES / 1000:.2g} MB of JSON). "
+        f"candidates per request ({len(payload(N_CANDIDATES, 'plain')) / 1000:,.0f} KB of "
+        "JSON). "
         f"Budget {BUDGET_MS:.0f} ms "
         "(`LTR_REQUEST_BUDGET_MS`). Real `ltr serve` processes; the load generator is a raw "
         "asyncio HTTP client in the benchmark process, `/livez` is probed every 20 ms from a "
@@ -743,7 +744,11 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
         ("budget on, AIMD limit, 1 worker", {"LTR_ADMISSION_ALGORITHM": "aimd"}),
         (
             "budget on, fixed limit of one request, 1 worker",
-            {"LTR_ADMISSION_ADAPTIVE": "false", "LTR_ADMISSION_INITIAL_ROWS": str(N_CANDIDATES)},
+            {
+                "LTR_ADMISSION_ADAPTIVE": "false",
+                "LTR_ADMISSION_INITIAL_ROWS": str(N_CANDIDATES),
+                "LTR_ADMISSION_MIN_ROWS": str(N_CANDIDATES),
+            },
         ),
     ]:
         configs.append(await overload_config(root, name, 1, limit_env, quick, hint, False))

@@ -8,7 +8,7 @@ connection opened), else the answer is 408 and the connection is closed. The bod
 timeout is the service middleware's (app.api.middleware).
 
 uvicorn stops reading a connection once 64 KiB of its body wait unread, until the application
-asks for more: a 1.5 MB body then crosses the event loop in many hand-offs (one per socket
+asks for more: a 1 MB body then crosses the event loop in many hand-offs (one per socket
 read, of up to 256 KiB with uvloop), each waiting for the loop's next turn. Under overload
 those turns are slow, and bodies pile up in the socket buffers before the budget's clock
 starts. Here a request's body is read ahead up to its declared length (at most

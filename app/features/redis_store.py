@@ -259,7 +259,12 @@ class RedisStore:
 
 SETTLE_TURNS = 2  # event-loop turns that let a reply already in the socket be read
 # The loop lagged during a wait when the lag it accrued reaches this share of the deadline.
-LAGGING_SHARE = 0.5
+# The sampler sees only part of a saturated loop's backlog (a reply waits a whole turn after
+# the tick that measured it), so the share is low: half the deadline left 8-18 % of lookups
+# blamed on a Redis whose PINGs from another process never took 10 ms. An idle loop accrues
+# up to 1.0 ms per 10 ms (uvloop; 1.7 ms with asyncio's own loop), below this share, so a slow
+# Redis on an idle worker is still blamed at its deadline.
+LAGGING_SHARE = 0.2
 WALL_CAP_FACTOR = 3.0  # a saturated loop may stretch the lookups to this many deadlines, no more
 
 

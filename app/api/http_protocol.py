@@ -28,6 +28,7 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app import metrics
+from app.api.middleware import BODY_METHODS
 from app.settings import Settings
 
 PROTOCOL = "app.api.http_protocol:HeaderTimeoutProtocol"
@@ -63,7 +64,11 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
-        self._read_ahead = _read_ahead(self.headers, self.read_ahead_most)
+        # Only bodies the service middleware reads, having reserved their declared length.
+        if self.parser.get_method().decode("ascii", "replace") in BODY_METHODS:
+            self._read_ahead = _read_ahead(self.headers, self.read_ahead_most)
+        else:
+            self._read_ahead = HIGH_WATER_LIMIT
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:

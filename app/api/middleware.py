@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import metrics
 from app.errors import LtrError
 
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # bodies read (and reserved) here
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
@@ -92,7 +92,7 @@ class ServiceMiddleware:
             if refusal is not None:
                 await _send_error(send_with_id, 503, refusal, retry_after=True)
                 return
-            if scope["method"] in _BODY_METHODS:
+            if scope["method"] in BODY_METHODS:
                 body = await self._read_body(scope, receive, held)
                 if body is None:
                     status = CLIENT_CLOSED

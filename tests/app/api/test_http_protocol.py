@@ -45,7 +45,7 @@ class Transport(asyncio.Transport):
 
 
 async def _exchange(
-    body: bytes, read_ahead: int, monkeypatch: pytest.MonkeyPatch
+    body: bytes, read_ahead: int, monkeypatch: pytest.MonkeyPatch, method: bytes = b"POST"
 ) -> tuple[Transport, list[bytes]]:
     """Head and body arrive in `PIECE`s before the application runs; the application then reads
     the whole body. The transport, and the chunks the application received."""
@@ -66,7 +66,7 @@ async def _exchange(
     protocol = HeaderTimeoutProtocol(config, ServerState(), {})
     transport = Transport()
     protocol.connection_made(transport)
-    head = b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body)
+    head = method + b" /rerank HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body)
     data = head + body
     while data and not transport.paused:
         protocol.data_received(data[:PIECE])
@@ -106,4 +106,15 @@ def test_a_body_past_the_read_ahead_pauses_once_that_much_waits(
     transport, chunks = asyncio.run(_exchange(body, KIB * KIB, monkeypatch))
     assert 1 <= transport.pauses <= 3
     assert len(chunks[0]) > KIB * KIB  # the first chunk holds what was read ahead
+    assert b"".join(chunks) == body
+
+
+def test_a_body_the_service_does_not_read_gets_uvicorns_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The middleware reads (and reserves) only POST, PUT and PATCH bodies: a GET's body is not
+    read ahead, so it cannot hold unreserved megabytes per connection."""
+    body = bytes(range(256)) * (6 * KIB)
+    transport, chunks = asyncio.run(_exchange(body, 4 * KIB * KIB, monkeypatch, b"GET"))
+    assert transport.pauses >= 5
     assert b"".join(chunks) == body

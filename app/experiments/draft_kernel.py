@@ -1,7 +1,8 @@
-"""Team draft's merge for the serving path, compiled (numba): 3-5 us for 300 results where the
-Python loop (app.experiments.team_draft) takes 75-145 us, and the served scores and the
-common prefix in the same pass. With everything else an interleaved request adds, the merge
-was about half of the added time (0.35 of 0.7 ms at 300 candidates).
+"""Team draft for the serving path, compiled (numba): both versions' rankings, the merge, the
+served scores and the common prefix in one call. For 300 results that is ~15 us where the
+Python path (numpy's two sorts, app.experiments.team_draft's loop) takes 75-145 us; inside a
+loaded server the Python merge was half of the 0.7 ms an interleaved request added, and the
+separate sorts and array hand-offs of the previous kernel still ~0.1 ms.
 
 numba's import and compile take seconds, so a request never waits for them: the first
 interleave experiment a process serves starts one background thread that compiles the
@@ -23,20 +24,29 @@ from app.experiments.spec import BOTH, CANDIDATE, CONTROL
 assert (CONTROL, CANDIDATE, BOTH) == (0, 1, 2)
 _CANDIDATE, _BOTH, _CONTROL = 1, 2, 0
 
-# (control order, candidate order, teams, merged, taken, control scores, candidate scores, shown)
-SIGNATURE = (
-    "void(int64[::1], int64[::1], int8[::1], int64[::1], uint8[::1], f8[::1], f8[::1], f8[::1])"
-)
+# (control scores, candidate scores, teams, merged, shown)
+SIGNATURE = "void(f8[::1], f8[::1], int8[::1], int64[::1], f8[::1])"
 
 
-def _merge(  # type: ignore[no-untyped-def]
-    control, candidate, teams, merged, taken, control_scores, candidate_scores, shown
+def _rank_and_merge(  # type: ignore[no-untyped-def]
+    control_scores, candidate_scores, teams, merged, shown
 ):
     """Fills merged[k] (items), rewrites teams[k] (the pick schedule in, CONTROL / CANDIDATE /
     BOTH out) and shown[n] (each item's control score, the candidate's where its team is not
-    CONTROL). control, candidate: int64 [n] permutations of range(n), best first; taken:
-    uint8 [n] zeros. Reads as team_draft._draft, whose argument bounds each pointer: neither
-    passes index k - 1."""
+    CONTROL). Each version's ranking is serving.ranking_order's: best first, NaN last, ties in
+    input order (a stable sort of the negated scores, NaN counted as -inf). The merge reads as
+    team_draft._draft, whose argument bounds each pointer: neither passes index k - 1."""
+    n = control_scores.shape[0]
+    key = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        v = control_scores[i]
+        key[i] = np.inf if np.isnan(v) else -v
+    control = np.argsort(key, kind="mergesort")
+    for i in range(n):
+        v = candidate_scores[i]
+        key[i] = np.inf if np.isnan(v) else -v
+    candidate = np.argsort(key, kind="mergesort")
+    taken = np.zeros(n, dtype=np.uint8)
     k = teams.shape[0]
     ia = 0
     ib = 0
@@ -67,7 +77,7 @@ def _merge(  # type: ignore[no-untyped-def]
 def _load() -> Callable[..., None]:
     from app.numba_jit import nogil_jit
 
-    kernel: Callable[..., None] = nogil_jit(_merge, SIGNATURE)
+    kernel: Callable[..., None] = nogil_jit(_rank_and_merge, SIGNATURE)
     return kernel
 
 
@@ -79,27 +89,20 @@ compile_later = KERNEL.compile_later
 
 def merge(
     kernel: Callable[..., None],
-    control_order: np.ndarray,
-    candidate_order: np.ndarray,
-    teams: np.ndarray,
     control_scores: np.ndarray,
     candidate_scores: np.ndarray,
+    teams: np.ndarray,
 ) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """(merged items, teams int8 [k], shown scores float64 [n]) by the kernel. The orders are
-    ranking_order's (permutations of range(n)); `teams` is pick_teams' schedule of k picks."""
-    n = control_order.shape[0]
-    k = teams.shape[0]
-    merged = np.empty(k, dtype=np.int64)
+    """(merged items, teams int8 [k], shown scores float64 [n]) by the kernel, for the two
+    versions' scores (float64 [n]) and pick_teams' schedule of k picks."""
+    merged = np.empty(teams.shape[0], dtype=np.int64)
     out_teams = np.array(teams, dtype=np.int8)
-    shown = np.empty(n, dtype=np.float64)
+    shown = np.empty(control_scores.shape[0], dtype=np.float64)
     kernel(
-        np.ascontiguousarray(control_order, dtype=np.int64),
-        np.ascontiguousarray(candidate_order, dtype=np.int64),
-        out_teams,
-        merged,
-        np.zeros(n, dtype=np.uint8),
         np.ascontiguousarray(control_scores, dtype=np.float64),
         np.ascontiguousarray(candidate_scores, dtype=np.float64),
+        out_teams,
+        merged,
         shown,
     )
     return merged.tolist(), out_teams, shown

@@ -1,6 +1,6 @@
-"""The compiled merge (app.experiments.draft_kernel) against the Python team draft it stands
-in for: same merged list, teams and shown scores, ties and NaN included; and requests merge
-in Python until the background compile is done."""
+"""The compiled rankings and merge (app.experiments.draft_kernel) against the Python team draft
+they stand in for: same merged list, teams and shown scores, ties, NaN, infinities and signed
+zeros included; and requests merge in Python until the background compile is done."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def test_kernel_equals_the_python_merge(
     rng = np.random.default_rng(seed)
     control = rng.integers(0, 30, n).astype(np.float64)  # ties, as real scores have
     control[rng.random(n) < 0.05] = np.nan
+    special = rng.random(n) < 0.05  # infinities and signed zeros tie with their like
+    control[special] = rng.choice([np.inf, -np.inf, 0.0, -0.0], int(special.sum()))
     candidate = np.where(rng.random(n) < same, control, rng.standard_normal(n))
     request = f"salt\x1fr{seed}".encode()
     assert draft_kernel.ready() is kernel

@@ -1,0 +1,79 @@
+"""Scoring the two versions of an interleaved request at once (app.experiments.serving): the
+results come back in order whichever thread ran `second`, the calling thread takes `second`
+when the beside thread is late, and a failing `first` leaves nothing running."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from app.experiments import serving
+
+
+def _ran_on(where: list[str], value: float) -> np.ndarray:
+    where.append(threading.current_thread().name)
+    return np.full(3, value)
+
+
+def test_both_results_in_order() -> None:
+    where: list[str] = []
+    first, second = serving._score_beside(lambda: _ran_on(where, 1.0), lambda: _ran_on(where, 2.0))
+    assert first.tolist() == [1.0] * 3 and second.tolist() == [2.0] * 3
+    assert len(where) == 2
+
+
+def test_the_calling_thread_scores_second_when_the_beside_thread_is_busy() -> None:
+    release = threading.Event()
+    busy = serving._beside_pool().submit(release.wait, 10)  # the one beside thread, occupied
+    try:
+        where: list[str] = []
+        _, second = serving._score_beside(lambda: _ran_on(where, 1.0), lambda: _ran_on(where, 2.0))
+        assert where == [threading.current_thread().name] * 2
+        assert second.tolist() == [2.0] * 3
+    finally:
+        release.set()
+        busy.result()
+
+
+def test_a_failing_first_does_not_run_second_here_and_waits_for_the_beside_thread() -> None:
+    started, release = threading.Event(), threading.Event()
+    done: list[bool] = []
+
+    def second() -> np.ndarray:
+        started.set()
+        release.wait(10)
+        done.append(True)
+        return np.zeros(1)
+
+    def first() -> np.ndarray:
+        started.wait(10)  # the beside thread has claimed `second`
+        threading.Timer(0.05, release.set).start()
+        raise ValueError("scorer failed")
+
+    with pytest.raises(ValueError, match="scorer failed"):
+        serving._score_beside(first, second)
+    assert done == [True]  # returned only after the beside thread's work ended
+
+
+def test_a_failing_first_leaves_an_unstarted_second_unrun() -> None:
+    release = threading.Event()
+    busy = serving._beside_pool().submit(release.wait, 10)
+    ran: list[bool] = []
+
+    def first() -> np.ndarray:
+        # The beside thread frees up only after the failure: `second` is still unclaimed.
+        threading.Timer(0.05, release.set).start()
+        raise ValueError("scorer failed")
+
+    def second() -> np.ndarray:
+        ran.append(True)
+        return np.zeros(1)
+
+    try:
+        with pytest.raises(ValueError, match="scorer failed"):
+            serving._score_beside(first, second)
+    finally:
+        busy.result()
+    assert ran == []

@@ -3,9 +3,9 @@ listener (app.probe_server) alike.
 
 Liveness fails only when the event loop has not run for `livez_max_loop_stall_seconds`: a
 worker that is merely loaded answers late but is alive, and restarting it would move its load
-onto the other pods (a cascade). Readiness is a model loaded and warmed, the compiled body scan
-loaded (or failed: the full decode serves), and (optionally) not shedding, so a load balancer
-moves traffic away from a worker that sheds.
+onto the other pods (a cascade). Readiness is a model loaded and warmed, the compiled body scans
+loaded (or failed: the full decode and the numpy shed path serve), and (optionally) not
+shedding, so a load balancer moves traffic away from a worker that sheds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from app.api.admission import AdmissionController
 from app.api.body_scan import KERNEL as BODY_SCAN
+from app.api.retrieval_order import KERNEL as SHED_IDS
 from app.loop_lag import LoopLag
 from app.registry import ModelRegistry
 from app.settings import Settings
@@ -33,10 +34,10 @@ def readiness(
     registry: ModelRegistry | None, admission: AdmissionController, settings: Settings
 ) -> Answer:
     if registry is not None and registry.ready:
-        if settings.body_scan and not BODY_SCAN.settled:
-            # Its load holds the GIL in spurts for a second or two (a cold compile: longer):
+        if settings.body_scan and not (BODY_SCAN.settled and SHED_IDS.settled):
+            # Their load holds the GIL in spurts for a second or two (a cold compile: longer):
             # ready is when requests see steady latency.
-            return 503, {"status": "not ready", "detail": "loading the compiled body scan"}
+            return 503, {"status": "not ready", "detail": "loading the compiled body scans"}
         if settings.readyz_reports_shedding and admission.shedding:
             return 503, {"status": "shedding", "detail": "shedding load: send less"}
         return 200, {"status": "ready"}

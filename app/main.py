@@ -22,9 +22,11 @@ from fastapi import FastAPI
 from app import metrics
 from app.api.admission import AdmissionController, Shed
 from app.api.docs_pages import install_offline_docs
+from app.api.early_admission import admit_rerank, release_slot
 from app.api.errors import install_error_handlers
 from app.api.feedback_routes import FeedbackRequest, feedback_router
 from app.api.middleware import ServiceMiddleware
+from app.api.retrieval_order import KERNEL as SHED_IDS
 from app.api.retrieval_order import overload_response
 from app.api.routes import router
 from app.api.schemas import RerankRequest
@@ -84,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from app.api.body_scan import KERNEL as BODY_SCAN
 
             BODY_SCAN.compile_later()
+            SHED_IDS.compile_later()  # a shed request's ids (app.api.ids_kernel)
         probes = _probe_server(settings, app) if settings.probe_port else None
 
         async def on_event(model: str, version: str) -> None:
@@ -127,6 +130,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body_read_timeout=settings.body_read_timeout_seconds,
         max_buffered=max(settings.max_buffered_body_bytes, settings.max_body_bytes),
         refuse_early=admission.refuse_early,
+        admit=admit_rerank,
+        release=release_slot,
     )
     install_error_handlers(app)
     app.add_exception_handler(Shed, overload_response)

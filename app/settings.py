@@ -37,7 +37,8 @@ class Settings(BaseSettings):
     min_candidates: Annotated[int, Field(ge=0)] = 1
     ignore_unknown_features: bool = False
     # Read the usual /rerank body's feature values straight into float32 with a compiled scan
-    # (app.api.body_scan), compiled in the background at start; off: orjson decodes it all.
+    # (app.api.body_scan), and a shed request's ids with another (app.api.ids_kernel), both
+    # compiled in the background at start; off: orjson decodes it all, numpy finds the ids.
     body_scan: bool = True
 
     # Latency budget and admission control (app.api.admission): every /rerank answer is due

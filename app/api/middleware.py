@@ -16,7 +16,7 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 from starlette.datastructures import MutableHeaders
@@ -52,10 +52,16 @@ class ServiceMiddleware:
         body_read_timeout: float = 10.0,
         max_buffered: int | None = None,
         refuse_early: Callable[[Scope], str | None] | None = None,
+        admit: Callable[[Scope, bytes], Awaitable[ASGIApp | None]] | None = None,
+        release: Callable[[Scope], None] | None = None,
     ) -> None:
         self.app = app
         # A 503 detail for a request to refuse before its body is read (shedding in 503 mode).
         self.refuse_early = refuse_early
+        # Admission once the body is in (app.api.early_admission): an answer for a request
+        # shed before routing, else None; `release` gives back what it took, at the end.
+        self.admit = admit
+        self.release = release
         self.max_body_bytes = max_body_bytes
         self.body_read_timeout = body_read_timeout
         self.max_buffered = max_buffered if max_buffered is not None else 8 * max_body_bytes
@@ -73,6 +79,7 @@ class ServiceMiddleware:
         state["arrived"] = started  # the latency budget counts from here
         status: int | None = None
         failed = False
+        label = "unmatched"  # the route's path, for the metrics
         held = [0]  # bytes this request counts against the buffer cap
 
         async def send_with_id(message: Message) -> None:
@@ -97,6 +104,11 @@ class ServiceMiddleware:
                 if body is None:
                     status = CLIENT_CLOSED
                     return
+                answer = None if self.admit is None else await self.admit(scope, body)
+                if answer is not None:
+                    label = scope["path"]  # answered before routing
+                    await answer(scope, receive, send_with_id)
+                    return
                 receive = _replay(body, receive)
             await self.app(scope, receive, send_with_id)
         except BodyTooLarge:
@@ -114,11 +126,13 @@ class ServiceMiddleware:
             failed = True
             raise
         finally:
+            if self.release is not None:
+                self.release(scope)
             self.buffered -= held[0]
             if held[0] >= LARGE_BODY_BYTES:
                 self.buffered_large -= held[0]
             route = scope.get("route")
-            label = getattr(route, "path", "unmatched")
+            label = getattr(route, "path", label)
             if status is None:
                 status = 500 if failed else CLIENT_CLOSED
             code = str(status)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from app.api.admission import (
     OVER_BUDGET,
@@ -16,7 +13,6 @@ from app.api.admission import (
     AdmissionController,
     Budget,
     Shed,
-    estimated_rows,
 )
 from app.api.service_time import ServiceTime
 from app.settings import Settings
@@ -44,33 +40,6 @@ def controller(**overrides: Any) -> tuple[AdmissionController, Clock]:
     options.update(overrides)
     clock = Clock()
     return AdmissionController(Settings(**options), clock=clock), clock
-
-
-def test_rows_are_counted_from_the_raw_body() -> None:
-    body = b'{"candidates": [{"id": 1, "features": [1]}, {"id": 2, "features": {"a": 1}}]}'
-    assert estimated_rows(body) == 2
-    assert estimated_rows(b"{}") == 1
-    # Candidates by id alone (features from the item store) count too.
-    assert estimated_rows(b'{"candidates": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}') == 3
-
-
-_KEYS = st.sampled_from(["id", "features", "ids", "x", 'id"', "features\\"])
-_JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**63 - 1)
-    | st.floats(allow_nan=False)
-    | st.text()
-    | _KEYS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS | st.text(), inner),
-    max_leaves=30,
-)
-
-
-@given(_JSON)
-def test_rows_are_counted_as_bytes_count_would_in_any_json(value: Any) -> None:
-    body = orjson.dumps(value)
-    assert estimated_rows(body) == max(body.count(b'"id"'), body.count(b'"features"'), 1)
 
 
 def test_an_idle_worker_admits_even_a_request_above_the_limit() -> None:

@@ -31,24 +31,27 @@ def test_readyz_turns_200_once_a_model_is_loaded(
         assert client.get("/readyz").json() == {"status": "ready"}
 
 
-def test_readyz_waits_for_the_compiled_body_scan(
-    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("module", ["body_scan", "retrieval_order"])
+def test_readyz_waits_for_the_compiled_body_scans(
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
-    """Its load holds the GIL in spurts: a worker is ready once it is done (or failed)."""
-    from app.api import body_scan
+    """Their load holds the GIL in spurts: a worker is ready once they are done (or failed)."""
+    from app.api import body_scan, retrieval_order
 
-    monkeypatch.setattr(body_scan.KERNEL, "_settled", threading.Event())  # still loading
-    monkeypatch.setattr(body_scan.KERNEL, "_started", True)  # no second compile
+    kernel = {"body_scan": body_scan.KERNEL, "retrieval_order": retrieval_order.KERNEL}[module]
+    monkeypatch.setattr(kernel, "_settled", threading.Event())  # still loading
+    monkeypatch.setattr(kernel, "_started", True)  # no second compile
     with make_client(ready=False) as client:
-        loading = {"status": "not ready", "detail": "loading the compiled body scan"}
+        loading = {"status": "not ready", "detail": "loading the compiled body scans"}
         deadline = time.monotonic() + 10
         while (resp := client.get("/readyz")).json() != loading:  # the model loads first
             assert resp.status_code == 503 and time.monotonic() < deadline, resp.json()
             time.sleep(0.01)
-        body_scan.KERNEL._settled.set()
+        kernel._settled.set()
         assert client.get("/readyz").json() == {"status": "ready"}
     with make_client(ready=False, body_scan=False) as client:  # off: nothing to wait for
         monkeypatch.setattr(body_scan.KERNEL, "_settled", threading.Event())
+        monkeypatch.setattr(retrieval_order.KERNEL, "_settled", threading.Event())
         deadline = time.monotonic() + 10
         while client.get("/readyz").status_code != 200:
             assert time.monotonic() < deadline, client.get("/readyz").json()

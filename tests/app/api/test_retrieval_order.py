@@ -1,4 +1,5 @@
-"""The byte scan that answers shed requests agrees with a full JSON parse, or declines."""
+"""The byte scan that answers shed requests agrees with a full JSON parse, or declines: the
+compiled walk (app.api.ids_kernel) and the numpy path that serves until it is compiled."""
 
 from __future__ import annotations
 
@@ -10,9 +11,23 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from app.api import retrieval_order
 from app.api.request_matrix import RequestError
 from app.api.retrieval_order import fallback_ids, split_candidates
 from app.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def compiled() -> object:
+    return retrieval_order.KERNEL.compile_now()
+
+
+@pytest.fixture(autouse=True, params=["kernel", "numpy"])
+def path(request: pytest.FixtureRequest, compiled: object, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both paths."""
+    kernel = compiled if request.param == "kernel" else None
+    monkeypatch.setattr(retrieval_order.KERNEL, "_kernel", kernel)
+    return str(request.param)
 
 
 def full_parse(raw: bytes) -> tuple[dict[str, Any], list[Any]]:
@@ -52,13 +67,49 @@ def test_scan_matches_the_full_parse(body: dict[str, Any]) -> None:
         b'{"candidates": [1, {"id": "a", "features": []}]}',  # not an object
         b'{"candidates": [{"features": []}]}',  # no id
         b'{"candidates": [{"id": null, "features": []}]}',
-        b'{"candidates": [{"id": "id", "features": []}]}',  # an id that reads like the key
         b'{"candidates": [], "candidates": []}',
         b'{"candidates": {"id": "a"}}',
+        b'{"candidates": [{"id": 1.5}]}',  # not an integer: the full parse rejects it
+        b'{"candidates": [{"id": 1e3}]}',
+        b'{"candidates": [{"id": 01}]}',
+        b'{"candidates": [{"id": true}]}',
+        b'{"candidates": [{"id": 1}, , {"id": 2}]}',  # not JSON
+        b'{"candidates": [{"id": 1} {"id": 2}]}',
+        b'{"candidates": [{"id": 1}, {"id": 2},]}',
+        b'{"candidates": [{"id": 1, "id": 2}]}',  # two ids
+        b'{"candidates": [{"id": 1}, "x"]}',
+        b'{"candidates": [{"id": 1}, [2]]}',
+        b'{"model": "m"}',  # no candidates
+        b'{"candidates": [], "user": {"id": "u"}, "candidates": []}',
+        b'[{"candidates": []}]',
     ],
 )
 def test_scan_declines_what_it_cannot_be_sure_of(raw: bytes) -> None:
     assert split_candidates(raw) is None
+
+
+def test_an_id_that_reads_like_the_key_is_right_or_declined() -> None:
+    raw = b'{"candidates": [{"id": "id", "features": []}, {"features": [], "id": "id2"}]}'
+    assert split_candidates(raw) in (None, full_parse(raw))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"candidates": [{"id": 1}}',  # a mismatched bracket
+        b'{"candidates": [{"id": "a"}]',  # unclosed
+        b'{"candidates": [{"id": "a"}]}}',
+        b'{"candidates": [{"id": "a"}]} x',
+    ],
+)
+def test_a_body_that_is_not_json_gets_the_parsers_error(raw: bytes) -> None:
+    try:
+        assert split_candidates(raw) is None
+    except RequestError as exc:
+        assert exc.type == "json_invalid"
+    with pytest.raises(RequestError) as info:
+        fallback_ids(raw, Settings())
+    assert info.value.type == "json_invalid"
 
 
 def test_fallback_checks_ids_and_envelope() -> None:
@@ -108,9 +159,9 @@ def test_scan_is_right_or_declines(
         assert got == full_parse(raw)
 
 
-def test_compact_string_ids_take_the_vectorised_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.api import retrieval_order
-
+def test_compact_string_ids_take_the_vectorised_path(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
     def no_slow_path(*args: Any) -> None:
         raise AssertionError("the per-id loop ran for a compact body of string ids")
 
@@ -118,3 +169,29 @@ def test_compact_string_ids_take_the_vectorised_path(monkeypatch: pytest.MonkeyP
     cands = [{"id": i, "features": [1, None]} for i in ["a,b", "ü}", "", "x:y", "[1]"]]
     raw = orjson.dumps({"model": "m", "candidates": cands})
     assert split_candidates(raw) == full_parse(raw)
+
+
+_KEYS = st.sampled_from(["id", "candidates", "features", "x"]) | st.text(max_size=3)
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers(-9, 2**40) | st.floats(allow_nan=False) | _KEYS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    envelope=st.dictionaries(_KEYS, _ANY, max_size=3),
+    candidates=st.lists(_ANY | st.dictionaries(_KEYS, _ANY, max_size=3), max_size=4),
+    indent=st.booleans(),
+)
+def test_any_json_is_right_or_declined(
+    envelope: dict[str, Any], candidates: list[Any], indent: bool
+) -> None:
+    raw = orjson.dumps(
+        {**envelope, "candidates": candidates}, option=orjson.OPT_INDENT_2 if indent else 0
+    )
+    got = split_candidates(raw)
+    if got is not None:
+        assert all(type(c) is dict for c in candidates)
+        assert got == full_parse(raw)

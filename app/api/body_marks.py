@@ -1,0 +1,53 @@
+"""Where a raw /rerank body's quotes and brackets are, found once per request.
+
+Admission counts a body's candidates before it is parsed, and a shed request's answer needs
+its ids without parsing it (app.api.retrieval_order): both start from the same positions, so
+one vectorised pass finds them and both read them. A body of 1,000 candidates x 136 features
+(954 KB) holds about 10,000 such bytes; the pass costs about 0.2 ms, as much as finding its
+quotes alone did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_QUOTE = ord('"')
+# [ ] { } are the bytes equal to 0x59 under the mask 0xD9 (with Y _ y and DEL, which readers
+# drop): two operations instead of four.
+BRACKET_MASK, BRACKET_BITS = 0xD9, 0x59
+
+
+@dataclass(frozen=True)
+class BodyMarks:
+    raw: bytes
+    data: np.ndarray  # uint8 [n_bytes], a view of raw
+    marks: np.ndarray  # int64 [n_marks]: offsets of the quotes and of [ ] { } Y _ y DEL
+
+    @classmethod
+    def of(cls, raw: bytes) -> BodyMarks:
+        data = np.frombuffer(raw, dtype=np.uint8)
+        marks = np.flatnonzero(((data & BRACKET_MASK) == BRACKET_BITS) | (data == _QUOTE))
+        return cls(raw, data, marks)
+
+    def quotes(self) -> np.ndarray:
+        """int64 [n_quotes]: the offsets of the quotes."""
+        return self.marks[self.data[self.marks] == _QUOTE]
+
+
+def estimated_rows(body: BodyMarks) -> int:
+    """Candidates in a raw /rerank body, counted without parsing (each has one `id` key, and
+    one `features` key unless the store supplies them); at least 1. It runs on the event loop
+    for every request, before admission, so it is vectorised: both keys are matched at the
+    quotes only (about 7x less than two bytes.count)."""
+    data, quotes = body.data, body.quotes()
+    return max(_keys_at(data, quotes, b'id"'), _keys_at(data, quotes, b'features"'), 1)
+
+
+def _keys_at(data: np.ndarray, quotes: np.ndarray, rest: bytes) -> int:
+    """How many quotes in uint8 `data` [n_bytes] are followed by `rest`."""
+    starts = quotes[quotes + len(rest) < len(data)]
+    for j, byte in enumerate(rest, 1):
+        starts = starts[data[starts + j] == byte]
+    return len(starts)

@@ -1,0 +1,52 @@
+"""A body's quotes and brackets, found once; admission's row count read from them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.api.body_marks import BodyMarks, estimated_rows
+
+
+def rows(body: bytes) -> int:
+    return estimated_rows(BodyMarks.of(body))
+
+
+def test_rows_are_counted_from_the_raw_body() -> None:
+    body = b'{"candidates": [{"id": 1, "features": [1]}, {"id": 2, "features": {"a": 1}}]}'
+    assert rows(body) == 2
+    assert rows(b"{}") == 1
+    # Candidates by id alone (features from the item store) count too.
+    assert rows(b'{"candidates": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}') == 3
+
+
+_KEYS = st.sampled_from(["id", "features", "ids", "x", 'id"', "features\\"])
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text()
+    | _KEYS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS | st.text(), inner),
+    max_leaves=30,
+)
+
+
+@given(_JSON)
+def test_rows_are_counted_as_bytes_count_would_in_any_json(value: Any) -> None:
+    body = orjson.dumps(value)
+    assert rows(body) == max(body.count(b'"id"'), body.count(b'"features"'), 1)
+
+
+@given(st.binary(max_size=200))
+def test_marks_are_every_quote_and_bracket(raw: bytes) -> None:
+    marks = BodyMarks.of(raw)
+    special = [i for i, b in enumerate(raw) if b in b'"[]{}']
+    assert [i for i in marks.marks.tolist() if raw[i] in b'"[]{}'] == special
+    assert set(raw[i] for i in marks.marks.tolist()) <= set(b'"[]{}Y_y\x7f')
+    np.testing.assert_array_equal(marks.quotes(), [i for i, b in enumerate(raw) if b == 34])

@@ -1,0 +1,96 @@
+"""Admission in the service middleware (app.api.early_admission): a shed /rerank is answered
+before routing with the same answers as the route gave (the retrieval order, or the 422 / 404
+its ids or model call for), counted under its route; an admitted one is admitted once and its
+rows come back however the request ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import admission, early_admission
+from tests.app.api.conftest import NF, ClientFactory
+
+SHED_NOW = {"x-request-timeout-ms": "0.001"}  # due before it could be scored
+
+
+def body(n: int = 4, **extra: Any) -> dict[str, Any]:
+    return {"candidates": [{"id": f"d{i}", "features": [0.5] * NF} for i in range(n)], **extra}
+
+
+def test_a_shed_request_gets_the_retrieval_order_before_routing(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answered: list[str] = []
+    original = early_admission.overload_response
+
+    async def spy(request: Any, exc: Exception) -> Any:
+        answered.append(request.url.path)
+        return await original(request, exc)
+
+    monkeypatch.setattr(early_admission, "overload_response", spy)
+    resp = client.post("/rerank", json=body(4, top_k=3), headers=SHED_NOW)
+    assert resp.status_code == 200
+    answer = resp.json()
+    assert [r["id"] for r in answer["results"]] == ["d0", "d1", "d2"]
+    assert answer["degraded"] is True and answer["reasons"] in (["over_budget"], ["shed"])
+    assert resp.headers["x-request-id"] == answer["request_id"]
+    assert answered == ["/rerank"]  # by the middleware, before routing
+    metrics = client.get("/metrics").text
+    assert 'ltr_http_requests_total{method="POST",route="/rerank",status="200"}' in metrics
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "kind"),
+    [
+        ({"candidates": [{"id": "a"}, {"id": "a"}]}, 422, "duplicate_id"),
+        ({"candidates": [{"id": 1.5}]}, 422, "id_type"),
+        ({"candidates": [{"id": "a"}], "request_id": "a b"}, 422, "string_pattern_mismatch"),
+        ({"candidates": [{"id": "a"}], "model": "nope"}, 404, None),
+    ],
+)
+def test_a_shed_request_with_bad_ids_or_model_gets_the_routes_error(
+    client: TestClient, payload: dict[str, Any], status: int, kind: str | None
+) -> None:
+    resp = client.post("/rerank", json=payload, headers=SHED_NOW)
+    assert resp.status_code == status, resp.text
+    if kind is not None:
+        assert resp.json()["detail"][0]["type"] == kind
+
+
+def test_a_bad_budget_header_is_reported_by_the_route(client: TestClient) -> None:
+    resp = client.post("/rerank", json=body(), headers={"x-request-timeout-ms": "soon"})
+    assert resp.status_code == 422
+    assert resp.json()["detail"][0]["loc"] == ["header", "x-request-timeout-ms"]
+
+
+def test_an_admitted_request_is_admitted_once_and_its_rows_come_back(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    original = admission.admit
+
+    async def counted(*args: Any) -> admission.Slot:
+        calls.append(1)
+        return await original(*args)
+
+    monkeypatch.setattr(admission, "admit", counted)
+    monkeypatch.setattr(early_admission, "admit", counted)
+    controller: admission.AdmissionController = client.app.state.admission  # type: ignore[attr-defined]
+    resp = client.post("/rerank", json=body())
+    assert resp.status_code == 200 and resp.json()["degraded"] is False
+    assert calls == [1]
+    assert controller.in_flight == 0
+    # Admitted, then refused by the route (a feature count the model does not take).
+    bad = {"candidates": [{"id": "a", "features": [1.0]}]}
+    assert client.post("/rerank", json=bad).status_code == 422
+    assert calls == [1, 1]
+    assert controller.in_flight == 0
+
+
+def test_without_admission_control_nothing_is_decided_early(make_client: ClientFactory) -> None:
+    with make_client(admission_enabled=False) as client:
+        resp = client.post("/rerank", json=body(), headers=SHED_NOW)
+        assert resp.status_code == 200 and resp.json()["degraded"] is False

@@ -38,6 +38,7 @@ from app.api.body_marks import BodyMarks, estimated_rows
 from app.api.body_scan import scan_body
 from app.api.request_matrix import RequestError, decode_body
 from app.api.service_time import ServiceTime
+from app.api.shed_turns import ShedTurns
 from app.errors import LtrError
 from app.features.redis_store import LookupTime
 from app.loop_lag import LoopLag
@@ -138,6 +139,8 @@ class AdmissionController:
     last_shed: float = field(default=-math.inf, init=False)
     _last_probe: float = field(default=-math.inf, init=False)
     _waiters: deque[_Waiter] = field(default_factory=deque, init=False)
+    # Shed answers take turns with the loop's other work (app.api.shed_turns).
+    shed_turns: ShedTurns = field(default_factory=ShedTurns, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings

@@ -6,11 +6,14 @@ dependency solving, an exception raised through the dependency's exit stack and 
 middleware's handler lookup took about as long again. Here the middleware, which has just read
 the body, takes the admission decision itself: a shed request is answered at once
 (app.api.retrieval_order), an admitted one goes on with its slot in the request's state, where
-the route's dependency (app.api.admission.admitted) finds it. Anything unusual (a bad budget
-header) is left to the route, which reports it as before.
+the route's dependency (app.api.admission.admitted) finds it. Shed answers take turns with
+the loop's other work (app.api.shed_turns). Anything unusual (a bad budget header) is left to
+the route, which reports it as before.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -40,7 +43,12 @@ async def admit_rerank(scope: Scope, body: bytes) -> Response | None:
     try:
         slot = await admit(controller, budget, body)
     except Shed as shed:
-        return await _answer(request, shed)
+        if controller.settings.overload_response == "503":
+            return await _answer(request, shed)  # nothing to find: no turn needed
+        answer: Response = await controller.shed_turns.run(
+            partial(_answer, request, shed), budget.due
+        )
+        return answer
     scope["state"][SLOT_STATE] = slot
     return None
 

@@ -1,0 +1,76 @@
+"""Shed answers given one per turn of the event loop, as late as their budget allows, so they
+cannot crowd out the requests being served.
+
+A request admitted for scoring crosses the event loop several times (its parse and its
+scoring run in threads; each hand-back waits for the loop's next turn). Answering a shed
+request takes the loop about a millisecond (finding its ids in a 1 MB body), and when every
+shed answer was given as soon as its body was in, one turn of the loop held the shed work of
+every request that arrived meanwhile: with 20 clients sending again as soon as answered, a turn
+took ~25 ms, an admitted request's hand-backs over 100 ms, its measured service time rose past
+the budget and everything was shed (goodput 0, bench/results/overload.md).
+
+Here one task gives the shed answers in arrival order, one per turn of the loop, so a hand-back
+waits for one of them, not for all; and clients that send again as soon as they are answered
+(a closed loop: a pool of frontend workers) are slowed by the shed answers, not by the scored
+ones. While the oldest shed request is within `urgent_s` of its due time, the task answers
+without yielding, so it is answered within its budget when the loop can manage it. One already
+late waits its turn: hurrying it would not make it timely, only starve the admitted requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+URGENT_S = 0.05
+
+_Entry = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]", float]
+
+
+class ShedTurns:
+    """Runs `answer()` coroutines one after another in one task. Meant for one event loop."""
+
+    def __init__(self, urgent_s: float = URGENT_S, clock: Callable[[], float] = time.perf_counter):
+        self.urgent_s = urgent_s
+        self.clock = clock
+        self._queue: deque[_Entry] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    async def run(self, answer: Callable[[], Awaitable[Any]], due: float) -> Any:
+        """answer()'s result (or exception), computed in its turn; `due`: when the answer is
+        due (on `clock`)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append((answer, future, due))
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            answer, future, _ = self._queue.popleft()
+            if not future.done():  # else its request went away
+                try:
+                    result = await answer()
+                except Exception as exc:
+                    if not future.done():
+                        future.set_exception(exc)
+                else:
+                    if not future.done():
+                        future.set_result(result)
+            if not self._urgent():
+                await asyncio.sleep(0)  # the loop's next turn: what became ready meanwhile runs
+
+    def _urgent(self) -> bool:
+        """Whether the oldest waiting is due soon and not yet late."""
+        if not self._queue:
+            return False
+        left = self._queue[0][2] - self.clock()
+        return 0.0 < left <= self.urgent_s
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)

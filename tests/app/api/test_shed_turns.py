@@ -1,0 +1,100 @@
+"""Shed answers take turns with the loop's other work (app.api.shed_turns): one per turn while
+none is urgent, in arrival order, back to back while the oldest is due soon; results and
+errors reach their requests; a request gone away is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+from itertools import pairwise
+
+import pytest
+
+from app.api.shed_turns import ShedTurns
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _run_with_ticker(turns: ShedTurns, dues: list[float]) -> tuple[list[int], list[int]]:
+    """(answer order, the ticker's count when each answer ran): the ticker stands for an
+    admitted request's hand-backs, one step per turn of the loop."""
+    ticks = 0
+    seen: list[int] = []
+    order: list[int] = []
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    def answer(i: int) -> object:
+        async def run() -> int:
+            order.append(i)
+            seen.append(ticks)
+            return i
+
+        return run
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(turns.run(answer(i), due) for i, due in enumerate(dues)))
+    stop = True
+    await task
+    assert results == list(range(len(dues)))
+    return order, seen
+
+
+def test_one_answer_per_turn_in_arrival_order() -> None:
+    clock = Clock()
+    turns = ShedTurns(urgent_s=0.05, clock=clock)
+    order, seen = asyncio.run(_run_with_ticker(turns, [clock.now + 0.1] * 6))
+    assert order == list(range(6))
+    assert all(b > a for a, b in pairwise(seen))  # the ticker ran between
+
+
+def test_answers_due_soon_go_back_to_back_and_late_ones_take_turns() -> None:
+    clock = Clock()
+    turns = ShedTurns(urgent_s=0.05, clock=clock)
+    soon = [clock.now + 0.01] * 4
+    _, seen = asyncio.run(_run_with_ticker(turns, soon))
+    assert len(set(seen[1:])) == 1  # after the first, no turn in between
+    late = [clock.now - 0.01] * 4
+    _, seen = asyncio.run(_run_with_ticker(ShedTurns(urgent_s=0.05, clock=clock), late))
+    assert all(b > a for a, b in pairwise(seen))
+
+
+def test_errors_reach_their_request_and_a_cancelled_one_is_skipped() -> None:
+    async def scenario() -> list[str]:
+        turns = ShedTurns()
+        ran: list[str] = []
+
+        async def ok() -> str:
+            ran.append("ok")
+            return "ok"
+
+        async def bad() -> str:
+            ran.append("bad")
+            raise ValueError("no ids")
+
+        async def gone() -> str:
+            ran.append("gone")
+            return "gone"
+
+        first = asyncio.ensure_future(turns.run(ok, 0.0))
+        second = asyncio.ensure_future(turns.run(gone, 0.0))
+        third = asyncio.ensure_future(turns.run(bad, 0.0))
+        await asyncio.sleep(0)  # all three queued
+        second.cancel()
+        assert await first == "ok"
+        with pytest.raises(ValueError, match="no ids"):
+            await third
+        return ran
+
+    assert asyncio.run(scenario()) == ["ok", "bad"]

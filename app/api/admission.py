@@ -71,6 +71,15 @@ class Shed(LtrError):
         self.marks = marks  # its quotes and brackets, when admission found them
 
 
+RERANK_PATH = "/rerank"
+
+
+def is_rerank(scope: Any) -> bool:
+    """Whether an HTTP scope is a /rerank request (under the app's root path, if any)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return bool(path == RERANK_PATH or (root and path == root + RERANK_PATH))
+
+
 @dataclass(frozen=True)
 class Budget:
     arrived: float  # time.perf_counter() when the request's headers were complete
@@ -158,7 +167,7 @@ class AdmissionController:
         if (
             self.settings.overload_response != "503"
             or not self.enabled
-            or scope.get("path") != "/rerank"
+            or not is_rerank(scope)
             or self.in_flight == 0
             or self.clock() - self.last_shed > EARLY_REFUSAL_WINDOW_S
         ):

@@ -19,18 +19,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from app.api.admission import SLOT_STATE, AdmissionController, Shed, admit, request_budget
+from app.api.admission import (
+    SLOT_STATE,
+    AdmissionController,
+    Shed,
+    admit,
+    is_rerank,
+    request_budget,
+)
 from app.api.request_matrix import RequestError
 from app.api.retrieval_order import overload_response
-
-RERANK = "/rerank"
 
 
 async def admit_rerank(scope: Scope, body: bytes) -> Response | None:
     """The answer for a shed POST /rerank; None when the route goes on (admitted, or not
     decided here). An admitted request's slot is released by the middleware at the end, or
     earlier by the route's dependency."""
-    if scope["method"] != "POST" or scope["path"] != RERANK:
+    if scope["method"] != "POST" or not is_rerank(scope):
         return None
     request = Request(scope)
     controller: AdmissionController = request.app.state.admission

@@ -94,3 +94,10 @@ def test_without_admission_control_nothing_is_decided_early(make_client: ClientF
     with make_client(admission_enabled=False) as client:
         resp = client.post("/rerank", json=body(), headers=SHED_NOW)
         assert resp.status_code == 200 and resp.json()["degraded"] is False
+
+
+def test_rerank_is_recognised_under_a_root_path() -> None:
+    assert admission.is_rerank({"path": "/rerank"})
+    assert admission.is_rerank({"path": "/api/rerank", "root_path": "/api"})
+    assert not admission.is_rerank({"path": "/api/rerank"})
+    assert not admission.is_rerank({"path": "/rerank/x", "root_path": ""})

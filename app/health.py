@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.api.admission import AdmissionController
+from app.api.body_marks import KERNEL as SHED_IDS
 from app.api.body_scan import KERNEL as BODY_SCAN
-from app.api.retrieval_order import KERNEL as SHED_IDS
 from app.loop_lag import LoopLag
 from app.registry import ModelRegistry
 from app.settings import Settings

@@ -21,12 +21,12 @@ from fastapi import FastAPI
 
 from app import metrics
 from app.api.admission import AdmissionController, Shed
+from app.api.body_marks import KERNEL as SHED_IDS
 from app.api.docs_pages import install_offline_docs
 from app.api.early_admission import admit_rerank, release_slot
 from app.api.errors import install_error_handlers
 from app.api.feedback_routes import FeedbackRequest, feedback_router
 from app.api.middleware import ServiceMiddleware
-from app.api.retrieval_order import KERNEL as SHED_IDS
 from app.api.retrieval_order import overload_response
 from app.api.routes import router
 from app.api.schemas import RerankRequest

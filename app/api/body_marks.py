@@ -9,9 +9,12 @@ quotes alone did.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from app.background_kernel import BackgroundKernel
 
 _QUOTE = ord('"')
 # [ ] { } are the bytes equal to 0x59 under the mask 0xD9 (with Y _ y and DEL, which readers
@@ -36,11 +39,31 @@ class BodyMarks:
         return self.marks[self.data[self.marks] == _QUOTE]
 
 
+@dataclass(frozen=True)
+class ShedKernels:
+    count_rows: Callable[..., int]  # app.api.ids_kernel.count_rows
+    scan_ids: Callable[..., int]  # app.api.ids_kernel.scan_ids
+
+
+def _load() -> ShedKernels:
+    from app.api import ids_kernel
+
+    return ShedKernels(ids_kernel.count_rows, ids_kernel.scan_ids)
+
+
+# Compiled in the background with the body scan (LTR_BODY_SCAN); numpy serves until then.
+KERNEL = BackgroundKernel("shed-ids", _load)
+
+
 def estimated_rows(body: BodyMarks) -> int:
     """Candidates in a raw /rerank body, counted without parsing (each has one `id` key, and
     one `features` key unless the store supplies them); at least 1. It runs on the event loop
-    for every request, before admission, so it is vectorised: both keys are matched at the
-    quotes only (about 7x less than two bytes.count)."""
+    for every request, before admission: one compiled pass over the marks, or (until that is
+    compiled) vectorised, both keys matched at the quotes only (about 7x less than two
+    bytes.count)."""
+    kernels = KERNEL.ready()
+    if kernels is not None:
+        return int(kernels.count_rows(body.data, body.marks))
     data, quotes = body.data, body.quotes()
     return max(_keys_at(data, quotes, b'id"'), _keys_at(data, quotes, b'features"'), 1)
 

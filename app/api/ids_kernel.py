@@ -70,6 +70,37 @@ def _is_candidates(data: np.ndarray, start: int, stop: int) -> bool:
 
 
 @njit(cache=True, nogil=True)
+def _followed_by(data: np.ndarray, q: int, rest: np.ndarray) -> bool:
+    if q + rest.shape[0] >= data.shape[0]:
+        return False
+    for j in range(rest.shape[0]):  # noqa: SIM110 (numba compiles no generator here)
+        if data[q + 1 + j] != rest[j]:
+            return False
+    return True
+
+
+_ID_KEY = np.frombuffer(b'id"', dtype=np.uint8)
+_FEATURES_KEY = np.frombuffer(b'features"', dtype=np.uint8)
+
+
+@njit(cache=True, nogil=True)
+def count_rows(data: np.ndarray, marks: np.ndarray) -> int:
+    """app.api.body_marks.estimated_rows in one pass over the marks: the quotes followed by
+    `id"`, or by `features"` if more, at least 1."""
+    ids = 0
+    features = 0
+    for j in range(marks.shape[0]):
+        q = marks[j]
+        if data[q] != _QUOTE:
+            continue
+        if _followed_by(data, q, _ID_KEY):
+            ids += 1
+        elif _followed_by(data, q, _FEATURES_KEY):
+            features += 1
+    return max(ids, features, 1)
+
+
+@njit(cache=True, nogil=True)
 def scan_ids(data: np.ndarray, marks: np.ndarray, out: np.ndarray, result: np.ndarray) -> int:
     """data: uint8 [n_bytes] of a body without backslashes (so quotes pair up); marks: int64
     [n_marks], the offsets of its quotes and of the bytes that may be brackets, ascending;

@@ -28,12 +28,11 @@ from starlette.responses import Response
 
 from app import metrics
 from app.api.admission import Shed
-from app.api.body_marks import BodyMarks
+from app.api.body_marks import KERNEL, BodyMarks
 from app.api.errors import json_error
 from app.api.middleware import safe_request_id
 from app.api.request_matrix import RequestError, decode_body
 from app.api.schemas import RerankEnvelope
-from app.background_kernel import BackgroundKernel
 from app.settings import Settings
 
 _QUOTE, _COMMA, _COLON = 34, 44, 58
@@ -52,9 +51,9 @@ def split_candidates(
     if b"\\" in raw:
         return None
     body = marks if marks is not None else BodyMarks.of(raw)
-    kernel = KERNEL.ready()
-    if kernel is not None:
-        return _kernel_split(kernel, body)
+    kernels = KERNEL.ready()
+    if kernels is not None:
+        return _kernel_split(kernels.scan_ids, body)
     data, special = body.data, body.marks
     # A bracket is outside every string when an even number of quotes precede it (no
     # escapes, so quotes pair up).
@@ -115,16 +114,13 @@ def split_candidates(
     return envelope, ids
 
 
-def _load() -> Callable[..., int]:
-    from app.api import ids_kernel
-
-    assert (ids_kernel.OK, ids_kernel.N_IDS, ids_kernel.OUT_LEN) == (OK, N_IDS, OUT_LEN)
-    assert (ids_kernel.ARRAY_OPEN, ids_kernel.ARRAY_CLOSE) == (ARRAY_OPEN, ARRAY_CLOSE)
-    return ids_kernel.scan_ids
-
-
-KERNEL = BackgroundKernel("shed-ids", _load)
-OK, N_IDS, OUT_LEN, ARRAY_OPEN, ARRAY_CLOSE = 0, 0, 1, 2, 3  # app.api.ids_kernel's
+OK, N_IDS, OUT_LEN, ARRAY_OPEN, ARRAY_CLOSE = (
+    0,
+    0,
+    1,
+    2,
+    3,
+)  # app.api.ids_kernel's (asserted in tests)
 
 
 def _kernel_split(

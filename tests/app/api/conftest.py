@@ -89,3 +89,23 @@ def shared_client(
     with TestClient(create_app(app_settings(registry=root))) as client:
         wait_ready(client)
         yield client
+
+
+@pytest.fixture(scope="session")
+def shed_kernels() -> object:
+    from app.api import body_marks
+
+    return body_marks.KERNEL.compile_now()
+
+
+@pytest.fixture(params=["kernel", "numpy"])
+def shed_path(
+    request: pytest.FixtureRequest, shed_kernels: object, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """The shed path's compiled kernels (app.api.ids_kernel), or numpy's path that serves until
+    they are compiled."""
+    from app.api import body_marks
+
+    kernel = shed_kernels if request.param == "kernel" else None
+    monkeypatch.setattr(body_marks.KERNEL, "_kernel", kernel)
+    return str(request.param)

@@ -1,4 +1,5 @@
-"""A body's quotes and brackets, found once; admission's row count read from them."""
+"""A body's quotes and brackets, found once; admission's row count read from them (compiled,
+and by numpy until that is compiled)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,26 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.api import ids_kernel, retrieval_order
 from app.api.body_marks import BodyMarks, estimated_rows
+
+pytestmark = pytest.mark.usefixtures("shed_path")  # every test on both paths
+
+
+def test_the_kernels_codes_are_the_callers() -> None:
+    assert (ids_kernel.OK, ids_kernel.N_IDS, ids_kernel.OUT_LEN) == (
+        retrieval_order.OK,
+        retrieval_order.N_IDS,
+        retrieval_order.OUT_LEN,
+    )
+    assert (ids_kernel.ARRAY_OPEN, ids_kernel.ARRAY_CLOSE) == (
+        retrieval_order.ARRAY_OPEN,
+        retrieval_order.ARRAY_CLOSE,
+    )
 
 
 def rows(body: bytes) -> int:

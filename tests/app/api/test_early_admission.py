@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import admission, early_admission
+from app.api import admission, early_admission, retrieval_order
 from tests.app.api.conftest import NF, ClientFactory
 
 SHED_NOW = {"x-request-timeout-ms": "0.001"}  # due before it could be scored
@@ -24,7 +24,7 @@ def test_a_shed_request_gets_the_retrieval_order_before_routing(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     answered: list[str] = []
-    original = early_admission.overload_response
+    original = retrieval_order.overload_response
 
     async def spy(request: Any, exc: Exception) -> Any:
         answered.append(request.url.path)

@@ -16,18 +16,7 @@ from app.api.request_matrix import RequestError
 from app.api.retrieval_order import fallback_ids, split_candidates
 from app.settings import Settings
 
-
-@pytest.fixture(scope="module")
-def compiled() -> object:
-    return retrieval_order.KERNEL.compile_now()
-
-
-@pytest.fixture(autouse=True, params=["kernel", "numpy"])
-def path(request: pytest.FixtureRequest, compiled: object, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs on both paths."""
-    kernel = compiled if request.param == "kernel" else None
-    monkeypatch.setattr(retrieval_order.KERNEL, "_kernel", kernel)
-    return str(request.param)
+pytestmark = pytest.mark.usefixtures("shed_path")  # every test on both paths
 
 
 def full_parse(raw: bytes) -> tuple[dict[str, Any], list[Any]]:
@@ -160,7 +149,7 @@ def test_scan_is_right_or_declines(
 
 
 def test_compact_string_ids_take_the_vectorised_path(
-    monkeypatch: pytest.MonkeyPatch, path: str
+    monkeypatch: pytest.MonkeyPatch, shed_path: str
 ) -> None:
     def no_slow_path(*args: Any) -> None:
         raise AssertionError("the per-id loop ran for a compact body of string ids")

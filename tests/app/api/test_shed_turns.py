@@ -5,6 +5,7 @@ errors reach their requests; a request gone away is skipped."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from itertools import pairwise
 
 import pytest
@@ -34,7 +35,7 @@ async def _run_with_ticker(turns: ShedTurns, dues: list[float]) -> tuple[list[in
             ticks += 1
             await asyncio.sleep(0)
 
-    def answer(i: int) -> object:
+    def answer(i: int) -> Callable[[], Awaitable[int]]:
         async def run() -> int:
             order.append(i)
             seen.append(ticks)

@@ -43,12 +43,13 @@ class BodyMarks:
 class ShedKernels:
     count_rows: Callable[..., int]  # app.api.ids_kernel.count_rows
     scan_ids: Callable[..., int]  # app.api.ids_kernel.scan_ids
+    write_results: Callable[..., int]  # app.api.ids_kernel.write_results
 
 
 def _load() -> ShedKernels:
     from app.api import ids_kernel
 
-    return ShedKernels(ids_kernel.count_rows, ids_kernel.scan_ids)
+    return ShedKernels(ids_kernel.count_rows, ids_kernel.scan_ids, ids_kernel.write_results)
 
 
 # Compiled in the background with the body scan (LTR_BODY_SCAN); numpy serves until then.

@@ -101,11 +101,15 @@ def count_rows(data: np.ndarray, marks: np.ndarray) -> int:
 
 
 @njit(cache=True, nogil=True)
-def scan_ids(data: np.ndarray, marks: np.ndarray, out: np.ndarray, result: np.ndarray) -> int:
+def scan_ids(
+    data: np.ndarray, marks: np.ndarray, out: np.ndarray, starts: np.ndarray, result: np.ndarray
+) -> int:
     """data: uint8 [n_bytes] of a body without backslashes (so quotes pair up); marks: int64
     [n_marks], the offsets of its quotes and of the bytes that may be brackets, ascending;
-    out: uint8 [>= n_bytes + 2], receives `[id,id,...]`; result: int64 [4] (N_IDS, OUT_LEN,
-    ARRAY_OPEN, ARRAY_CLOSE). OK or FAIL."""
+    out: uint8 [>= n_bytes + 2], receives `[id,id,...]`; starts: int64 [max ids], receives
+    where each id begins in `out` (FAIL past that many); result: int64 [4] (N_IDS, OUT_LEN,
+    ARRAY_OPEN, ARRAY_CLOSE). OK or FAIL. An id's bytes are copied as they are, so they are
+    what orjson writes for the value they decode to (no escapes; "-0" is declined)."""
     n = data.shape[0]
     depth = 0
     in_string = False
@@ -128,6 +132,9 @@ def scan_ids(data: np.ndarray, marks: np.ndarray, out: np.ndarray, result: np.nd
                 continue
             in_string = False
             if string_id:
+                if n_ids >= starts.shape[0]:
+                    return FAIL
+                starts[n_ids] = w if n_ids == 0 else w + 1
                 w = _copy(data, start, p + 1, out, w, n_ids == 0)
                 n_ids += 1
                 string_id = False
@@ -160,6 +167,11 @@ def scan_ids(data: np.ndarray, marks: np.ndarray, out: np.ndarray, result: np.nd
                         return FAIL
                     if data[after] != _COMMA and data[after] != _CLOSE_OBJECT:
                         return FAIL  # not an integer (1.5, 1e3, null, true, ...)
+                    if end - value == 2 and data[value] == _MINUS and data[value + 1] == 48:
+                        return FAIL  # -0: orjson writes 0
+                    if n_ids >= starts.shape[0]:
+                        return FAIL
+                    starts[n_ids] = w if n_ids == 0 else w + 1
                     w = _copy(data, value, end, out, w, n_ids == 0)
                     n_ids += 1
             elif depth == 1 and _is_candidates(data, start, p):
@@ -209,3 +221,47 @@ def scan_ids(data: np.ndarray, marks: np.ndarray, out: np.ndarray, result: np.nd
     result[ARRAY_OPEN] = array_open
     result[ARRAY_CLOSE] = array_close
     return OK
+
+
+_RESULT_HEAD = np.frombuffer(b'{"id":', dtype=np.uint8)
+_RESULT_MIDDLE = np.frombuffer(b',"score":null,"rank":', dtype=np.uint8)
+
+
+@njit(cache=True, nogil=True)
+def _put(dest: np.ndarray, w: int, piece: np.ndarray) -> int:
+    for k in range(piece.shape[0]):
+        dest[w + k] = piece[k]
+    return w + piece.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def write_results(
+    out: np.ndarray, starts: np.ndarray, n_ids: int, out_len: int, k: int, dest: np.ndarray
+) -> int:
+    """The first `k` results of a shed answer, `{"id":ID,"score":null,"rank":R}` joined by
+    commas, into dest (uint8, >= out_len + 40 k bytes); their length. out, starts, n_ids,
+    out_len: scan_ids' (an id ends at the comma before the next one, the last at `]`)."""
+    w = 0
+    digits = np.empty(20, dtype=np.uint8)
+    for i in range(k):
+        if i:
+            dest[w] = _COMMA
+            w += 1
+        w = _put(dest, w, _RESULT_HEAD)
+        stop = starts[i + 1] - 1 if i + 1 < n_ids else out_len - 1
+        for j in range(starts[i], stop):
+            dest[w] = out[j]
+            w += 1
+        w = _put(dest, w, _RESULT_MIDDLE)
+        rank = i + 1
+        m = 0
+        while rank:
+            digits[m] = 48 + rank % 10
+            rank //= 10
+            m += 1
+        for d in range(m - 1, -1, -1):
+            dest[w] = digits[d]
+            w += 1
+        dest[w] = _CLOSE_OBJECT
+        w += 1
+    return w

@@ -184,3 +184,43 @@ def test_any_json_is_right_or_declined(
     if got is not None:
         assert all(type(c) is dict for c in candidates)
         assert got == full_parse(raw)
+
+
+class _Model:
+    name, version = "m", "v1"
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(ids, max_size=30, unique=True),
+    top_k=st.one_of(st.none(), st.integers(1, 40)),
+    indent=st.booleans(),
+)
+def test_the_shed_answer_is_what_orjson_writes(
+    ids: list[Any], top_k: int | None, indent: bool
+) -> None:
+    """From the ids' own bytes (compiled path) or from the dicts: the same bytes."""
+    raw = orjson.dumps(
+        {"candidates": [{"id": i, "features": [1.5]} for i in ids], "top_k": top_k},
+        option=orjson.OPT_INDENT_2 if indent else 0,
+    )
+    split = retrieval_order._split(raw, None)
+    if split is None:
+        return
+    got_ids, raw_ids = split[1], split[2]
+    assert got_ids == ids
+    assert (raw_ids is not None) == (retrieval_order.KERNEL.ready() is not None)
+    got = retrieval_order.fallback_body("r-1", _Model(), got_ids, raw_ids, top_k, "shed")
+    want = {
+        "request_id": "r-1",
+        "model": {"name": "m", "version": "v1"},
+        "results": [{"id": i, "score": None, "rank": r} for r, i in enumerate(ids[:top_k], 1)],
+        "degraded": True,
+        "reasons": ["shed"],
+    }
+    assert got == orjson.dumps(want)
+
+
+def test_minus_zero_is_left_to_orjson() -> None:
+    raw = b'{"candidates": [{"id": -0}, {"id": 5}]}'
+    assert split_candidates(raw) in (None, ({}, [0, 5]))

@@ -94,6 +94,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "LTR_RELOAD_POLL_SECONDS": "0",
         "LTR_REDIS_URL": server.url,
         "LTR_REDIS_DEADLINE_MS": str(DEADLINE_MS),
+        # Redis faults only: a loaded machine must not shed a request past the 100 ms budget.
+        "LTR_REQUEST_BUDGET_MS": "5000",
         "LTR_BREAKER_FAILURE_THRESHOLD": "3",
         "LTR_BREAKER_RESET_SECONDS": "0.5",
         "LTR_DEFAULT_MODEL": "m",

@@ -285,13 +285,15 @@ def test_paused_redis_never_stalls_a_request_past_the_deadline(live: Stack) -> N
             concurrent = list(pool.map(timed, range(40)))
     finally:
         live.redis.resume()
-    # One at a time, a request waits at most the deadline plus its own handling. Four at once
-    # on this shared 2-core machine also queue for the CPU (circuit-open answers, which never
-    # touch Redis, take as long), hence the wider bound; a stall would last the whole pause.
+    # One at a time, a request waits at most the deadline plus its own handling (on a loaded
+    # CI machine that handling alone took up to 53 ms once, hence 100). Four at once on this
+    # shared 2-core machine also queue for the CPU (circuit-open answers, which never touch
+    # Redis, take as long), hence the wider bound. A stall would last the whole pause: the
+    # 70 requests, seconds.
     slowest = max(elapsed for elapsed, _ in sequential)
-    assert slowest < (DEADLINE_MS + 50.0) / 1000.0, f"slowest request {slowest * 1000:.1f} ms"
+    assert slowest < (DEADLINE_MS + 100.0) / 1000.0, f"slowest request {slowest * 1000:.1f} ms"
     slowest = max(elapsed for elapsed, _ in concurrent)
-    assert slowest < (DEADLINE_MS + 150.0) / 1000.0, f"slowest request {slowest * 1000:.1f} ms"
+    assert slowest < (DEADLINE_MS + 200.0) / 1000.0, f"slowest request {slowest * 1000:.1f} ms"
     results = sequential + concurrent
     reasons = [r for _, body in results for r in body["reasons"]]
     assert all(body["degraded"] for _, body in results)

@@ -70,7 +70,3 @@ class ShedTurns:
             return False
         left = self._queue[0][2] - self.clock()
         return 0.0 < left <= self.urgent_s
-
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)

@@ -55,14 +55,15 @@ class ScannedCandidates:
 class Kernels:
     scan: Callable[..., int]  # app.api.body_kernel
     fill: Callable[..., int]  # app.api.map_kernel
+    write_results: Callable[..., int]  # app.api.answer_kernel: the answer's side
 
 
 def _load() -> Kernels:
-    from app.api import body_kernel, map_kernel
+    from app.api import answer_kernel, body_kernel, map_kernel
 
     assert (body_kernel.OK, body_kernel.NULL, body_kernel.ABSENT) == (OK, NULL, ABSENT)
     assert map_kernel.OK == OK
-    return Kernels(body_kernel.scan, map_kernel.fill)
+    return Kernels(body_kernel.scan, map_kernel.fill, answer_kernel.write_results)
 
 
 KERNEL = BackgroundKernel("body-scan", _load)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from app.api.answer_kernel import put_digits
+
 OK, FAIL = 0, 1
 # Positions in `result`: ids found, bytes written to `out`, the array's `[` and `]`.
 N_IDS, OUT_LEN, ARRAY_OPEN, ARRAY_CLOSE = 0, 1, 2, 3
@@ -253,15 +255,7 @@ def write_results(
             dest[w] = out[j]
             w += 1
         w = _put(dest, w, _RESULT_MIDDLE)
-        rank = i + 1
-        m = 0
-        while rank:
-            digits[m] = 48 + rank % 10
-            rank //= 10
-            m += 1
-        for d in range(m - 1, -1, -1):
-            dest[w] = digits[d]
-            w += 1
+        w = put_digits(dest, w, i + 1, digits)
         dest[w] = _CLOSE_OBJECT
         w += 1
     return w

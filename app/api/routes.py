@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from app import metrics
 from app.api.admission import AdmissionDep, Slot
+from app.api.answer import RankedResults, answer_json
 from app.api.assembly import Assembled, assemble, report_items
 from app.api.dependencies import (
     AdminDep,
@@ -214,6 +215,7 @@ async def _respond(
     envelope, features, rows = parsed.envelope, parsed.rows.features, parsed.rows
     experiment = body.pop("_experiment", None)
     if envelope.explain:
+        body["results"] = body["results"].dicts()
         extra = parsed.user_columns
         missing = np.isnan(features[:, : features.shape[1] - extra]).sum(axis=1).tolist()
         order = body.pop("_order")
@@ -227,7 +229,8 @@ async def _respond(
             explain_experiment(body, experiment)
     else:
         del body["_order"]
-    return _json(body, headers={"x-request-id": parsed.request_id})
+    headers = {"x-request-id": parsed.request_id}
+    return Response(answer_json(body), 200, headers, media_type="application/json")
 
 
 @dataclass(frozen=True)
@@ -310,11 +313,9 @@ def _ranked(
     if order is None:
         # NaN (only a broken network could give it) sorts last; stable sort keeps input order.
         key = np.where(np.isnan(scores), -np.inf, scores)
-        order = np.argsort(-key, kind="stable")[:top_k].tolist()
-    results = [
-        {"id": ids[i], "score": s, "rank": r}
-        for r, (i, s) in enumerate(zip(order, scores[order].tolist(), strict=True), 1)
-    ]
+        ranked = np.argsort(-key, kind="stable")[:top_k]
+    else:
+        ranked = np.asarray(order, dtype=np.int64)
     degraded = bool(user and user.degraded)
     reasons = list(user.reasons) if user else []
     if degraded:
@@ -323,10 +324,10 @@ def _ranked(
     return {
         "request_id": request_id,
         "model": {"name": model.name, "version": model.version},
-        "results": results,
+        "results": RankedResults(ids, scores, ranked),
         "degraded": degraded,
         "reasons": reasons,
-        "_order": order,  # input index of each result, for explain; removed before sending
+        "_order": ranked.tolist(),  # input index of each result; removed before sending
     }
 
 

@@ -2,6 +2,12 @@
 
 closed → (N consecutive failures) → open → (reset seconds) → half-open: one probe call is let
 through; its success closes the breaker, its failure opens it for another reset period.
+
+Failures count once per stall, not once per call: calls that were in flight together when one
+failure was counted (they started before it) fail for the same reason, and counting each of
+them let one stall of a saturated machine (8 concurrent requests' lookups timing out at once)
+open the breaker although Redis answered every other call. So N consecutive failures mean N
+stalls one after another, each seen by a call that began after the previous one was counted.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class CircuitBreaker:
         self.reset_seconds = reset_seconds
         self._clock = clock
         self._failures = 0
+        self._last_counted: float | None = None  # when the last failure was counted
         self._opened_at: float | None = None
         self._probe_started: float | None = None
 
@@ -55,8 +62,13 @@ class CircuitBreaker:
         self._probe_started = now
         return True
 
+    def now(self) -> float:
+        """The breaker's clock: what `record_failure` takes as a call's start."""
+        return self._clock()
+
     def record_success(self) -> None:
         self._failures = 0
+        self._last_counted = None
         self._opened_at = None
         self._probe_started = None
 
@@ -64,8 +76,14 @@ class CircuitBreaker:
         """A call ended without telling whether the dependency is healthy: another may probe."""
         self._probe_started = None
 
-    def record_failure(self) -> None:
-        self._failures += 1
+    def record_failure(self, started: float | None = None) -> None:
+        """A call failed; `started` (the breaker's clock when it began), if given, lets a call
+        that overlapped an already counted failure share its count."""
         self._probe_started = None
+        now = self._clock()
+        last = self._last_counted
+        if started is None or last is None or started >= last:  # not one counted already
+            self._failures += 1
+            self._last_counted = now
         if self._opened_at is not None or self._failures >= self.failure_threshold:
-            self._opened_at = self._clock()
+            self._opened_at = now

@@ -220,6 +220,7 @@ class RedisStore:
         if not self.breaker.allow():
             self._count("errors")
             return None, CIRCUIT_OPEN
+        started = self.breaker.now()
         try:
             raw = await _within_redis_deadline(
                 call(self._client), deadline, self.loop_lag, self.liveness
@@ -233,7 +234,7 @@ class RedisStore:
             self._count("errors")
             return None, REDIS_OVER_BUDGET
         except (TimeoutError, RedisTimeoutError):
-            return None, self._failed(REDIS_TIMEOUT).error
+            return None, self._failed(REDIS_TIMEOUT, started).error
         except ResponseError as exc:
             # Redis answered (so it is healthy) but the key holds the wrong type of value.
             self.breaker.record_success()
@@ -241,13 +242,13 @@ class RedisStore:
             log.warning("redis refused a read: %s", exc)
             return None, REDIS_BAD_VALUE
         except (RedisError, OSError):
-            return None, self._failed(REDIS_UNAVAILABLE).error
+            return None, self._failed(REDIS_UNAVAILABLE, started).error
         self.breaker.record_success()
         self.liveness.replied()
         return raw, None
 
-    def _failed(self, reason: str) -> Fetch:
-        self.breaker.record_failure()
+    def _failed(self, reason: str, started: float) -> Fetch:
+        self.breaker.record_failure(started)
         self._count("errors")
         return Fetch(None, reason)
 

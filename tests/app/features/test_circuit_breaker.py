@@ -62,6 +62,35 @@ def test_a_lost_probe_does_not_wedge_the_breaker() -> None:
     assert breaker.allow()
 
 
+def test_calls_in_flight_together_fail_as_one_stall() -> None:
+    clock = ManualClock()
+    breaker = CircuitBreaker(3, 2.0, clock)
+    batch = [breaker.now() for _ in range(8)]  # eight lookups go out at once
+    clock.now += 0.01
+    for started in batch:  # and all miss the deadline together
+        breaker.record_failure(started)
+    assert breaker.state == "closed"  # one stall, counted once
+    for _ in range(2):  # two more stalls, each seen by a call that began after the last
+        started = breaker.now()
+        clock.now += 0.01
+        breaker.record_failure(started)
+    assert breaker.state == "open"
+
+
+def test_a_success_ends_the_streak_of_stalls() -> None:
+    clock = ManualClock()
+    breaker = CircuitBreaker(2, 2.0, clock)
+    started = breaker.now()
+    clock.now += 0.01
+    breaker.record_failure(started)
+    breaker.record_success()
+    late = breaker.now() - 1.0  # began before the counted failure: would have shared it
+    breaker.record_failure(late)
+    assert breaker.state == "closed"
+    breaker.record_failure(breaker.now())
+    assert breaker.state == "open"
+
+
 @pytest.mark.parametrize(("threshold", "reset"), [(0, 1.0), (1, 0.0)])
 def test_rejects_bad_settings(threshold: int, reset: float) -> None:
     with pytest.raises(ValueError):

@@ -99,6 +99,40 @@ def layout_of(manifest: Manifest) -> FeatureLayout:
     return layout
 
 
+@dataclass(frozen=True)
+class EarlyItems:
+    """An item-store fetch already on its way for these candidate ids."""
+
+    model: LoadedModel
+    ids: list[Any]
+    task: asyncio.Future[ItemFeatures]
+
+
+async def fetch_items_early(
+    model: LoadedModel,
+    ids: list[Any] | None,
+    settings: Settings,
+    item_store: ItemFeatureStore,
+    lookup: LookupTime | None,
+) -> EarlyItems | None:
+    """Sends the Redis round trip for `ids` before their features are parsed: its reply waits
+    in the socket meanwhile. None when the model takes no item features from Redis, or for a
+    count the request will be refused for (422: Redis is not asked for them)."""
+    manifest = model.manifest
+    if manifest.item_features is None or item_store.redis is None or ids is None:
+        return None
+    if not settings.min_candidates <= len(ids) <= settings.max_candidates:
+        return None
+    names = layout_of(manifest).item
+    fetch = item_store.fetch(manifest.item_features, names, model.item_snapshot, ids, lookup)
+    task = asyncio.ensure_future(fetch)
+    for _ in range(SEND_TURNS):
+        if task.done():
+            break
+        await asyncio.sleep(0)
+    return EarlyItems(model, ids, task)
+
+
 async def assemble(
     model: LoadedModel,
     doc: dict[str, Any],
@@ -109,9 +143,12 @@ async def assemble(
     resolver: UserFeatureResolver,
     item_store: ItemFeatureStore,
     lookup: LookupTime | None = None,
+    early: EarlyItems | None = None,
 ) -> Assembled:
     """The request's rows in model column order; RequestError (422) for bad content. Store
-    lookups (Redis) stay within the request's budget (`lookup`)."""
+    lookups (Redis) stay within the request's budget (`lookup`); `early`: the item fetch,
+    if the caller started it before the body was parsed (it is used when the parsed ids are
+    the same)."""
     manifest = model.manifest
     layout = layout_of(manifest)
     uc = manifest.user_clusters
@@ -120,24 +157,14 @@ async def assemble(
     )
     item_task = None
     early_ids = None
-    if manifest.item_features is not None and item_store.redis is not None:
-        # The Redis round trip goes out before the candidates' features are parsed, and
-        # its reply waits in the socket meanwhile (the ids are known before the values are).
-        early_ids = _plain_ids(candidates)
-        if early_ids is not None and not (
-            settings.min_candidates <= len(early_ids) <= settings.max_candidates
-        ):
-            early_ids = None  # refused below (422): Redis is not asked for them
-        if early_ids is not None:
-            item_task = asyncio.ensure_future(
-                item_store.fetch(
-                    manifest.item_features, layout.item, model.item_snapshot, early_ids, lookup
-                )
-            )
-            for _ in range(SEND_TURNS):
-                if item_task.done():
-                    break
-                await asyncio.sleep(0)
+    if early is not None and early.model is model:
+        item_task, early_ids = early.task, early.ids
+    else:
+        discard_early(early)
+        ids = _plain_ids(candidates)
+        started = await fetch_items_early(model, ids, settings, item_store, lookup)
+        if started is not None:
+            item_task, early_ids = started.task, started.ids
     try:
         query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)
@@ -221,6 +248,13 @@ def _plain_ids(candidates: object) -> list[Any] | None:
     except (TypeError, KeyError, IndexError):
         return None
     return ids if set(map(type, ids)) <= {str, int} else None
+
+
+def discard_early(early: EarlyItems | None) -> None:
+    """An early fetch nobody will use is left to finish within its deadline (a Redis call
+    cancelled mid-reply costs its connection)."""
+    if early is not None:
+        early.task.add_done_callback(_discard)
 
 
 def _discard(task: asyncio.Future[Any]) -> None:

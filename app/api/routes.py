@@ -19,7 +19,14 @@ from starlette.responses import Response
 from app import metrics
 from app.api.admission import AdmissionDep, Slot
 from app.api.answer import RankedResults, answer_json
-from app.api.assembly import Assembled, assemble, report_items
+from app.api.assembly import (
+    Assembled,
+    EarlyItems,
+    assemble,
+    discard_early,
+    fetch_items_early,
+    report_items,
+)
 from app.api.dependencies import (
     AdminDep,
     ImpressionsDep,
@@ -29,6 +36,7 @@ from app.api.dependencies import (
     ScoringLimiterDep,
     SettingsDep,
 )
+from app.api.retrieval_order import split_candidates
 from app.api.schemas import (
     RERANK_EXAMPLE,
     Health,
@@ -40,6 +48,7 @@ from app.api.schemas import (
     ValidationErrorResponse,
 )
 from app.artifacts.manifest import NAME_PATTERN
+from app.errors import LtrError
 from app.experiments.serving import (
     candidate_inputs,
     explain_experiment,
@@ -142,12 +151,17 @@ async def _parse(
 ) -> ParsedRerank:
     started = time.perf_counter()
     raw = slot.body  # admitted within its latency budget (app.api.admission), else shed
-    doc, candidates = await slot.decode(raw)
-    envelope = RerankEnvelope.model_validate(doc)
-    model = registry.get(envelope.model)
-    rows = await assemble(
-        model, doc, candidates, raw, envelope, settings, resolver, item_store, slot.lookup_time()
-    )
+    early = await _early_items(raw, slot, registry, settings, item_store)
+    try:
+        doc, candidates = await slot.decode(raw)
+        envelope = RerankEnvelope.model_validate(doc)
+        model = registry.get(envelope.model)
+        lookup = slot.lookup_time()
+        args = (envelope, settings, resolver, item_store, lookup, early)
+        rows = await assemble(model, doc, candidates, raw, *args)
+    except BaseException:
+        discard_early(early)
+        raise
     metrics.DECODE_SECONDS.observe(time.perf_counter() - started)
     uc = model.manifest.user_clusters
     metrics.CANDIDATES.observe(rows.features.shape[0])
@@ -159,6 +173,31 @@ async def _parse(
         request_id=envelope.request_id or request.scope["state"]["request_id"],
         user_columns=uc.embedding_dim if uc is not None and uc.input == "features" else 0,
     )
+
+
+async def _early_items(
+    raw: bytes,
+    slot: Slot,
+    registry: ModelRegistry,
+    settings: Settings,
+    item_store: ItemFeatureStore,
+) -> EarlyItems | None:
+    """For a body parsed off the loop whose model takes item features from Redis: the item
+    fetch, sent before the parse with the ids the shed path's byte walk finds (~0.1 ms for
+    1,000 candidates), so that the Redis round trip overlaps the parse in its thread instead
+    of following it. None whenever that walk is unsure; the parse then decides everything."""
+    if item_store.redis is None or len(raw) < settings.parse_off_loop_min_bytes:
+        return None
+    split = split_candidates(raw, slot.marks)
+    if split is None:
+        return None
+    doc, ids = split
+    name = doc.get("model")
+    try:
+        model = registry.get(name if type(name) is str else None)
+    except LtrError:  # the parse and validation report it
+        return None
+    return await fetch_items_early(model, ids, settings, item_store, slot.lookup_time())
 
 
 async def _rank(

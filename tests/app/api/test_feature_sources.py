@@ -12,7 +12,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from app.api import assembly
+from app.api import admission, assembly
 from app.artifacts.tree_dump import TreeEnsemble
 from app.main import create_app
 from app.scoring.reference import predict
@@ -257,6 +257,26 @@ def test_served_logged_and_reread_rows_are_bit_identical(
     assert reread.tobytes() == scored[order].tobytes()
 
 
+IDS = ["d3", "d17", "d0", "nope"]
+CAND = {"bm25": [1.0, 2.0, None, 4.0], "title": [0.5, None, 1.5, 2.5]}
+CANDS = [{"id": i, "features": [CAND["bm25"][r], CAND["title"][r]]} for r, i in enumerate(IDS)]
+
+
+def mgets_seen_at(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, probe: redis.Redis
+) -> list[int]:
+    """Records Redis's MGET count whenever module.name is called."""
+    seen: list[int] = []
+    wrapped = getattr(module, name)
+
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        seen.append(_mget_calls(probe))
+        return wrapped(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, observed)
+    return seen
+
+
 def test_the_redis_fetch_goes_out_before_the_features_are_parsed(
     registry: Path, model, table, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,30 +285,52 @@ def test_the_redis_fetch_goes_out_before_the_features_are_parsed(
     build_matrix), and the answer is what the rows say."""
     push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
     probe = redis.Redis.from_url(redis_server.url)
-    seen: list[int] = []
-    build = assembly._candidate_matrix
-
-    def observed(*args: Any, **kwargs: Any) -> Any:
-        seen.append(_mget_calls(probe))
-        return build(*args, **kwargs)
-
-    monkeypatch.setattr(assembly, "_candidate_matrix", observed)
+    seen = mgets_seen_at(monkeypatch, assembly, "_candidate_matrix", probe)
     settings = app_settings(registry=registry, redis_url=redis_server.url, redis_deadline_ms=2000)
-    ids = ["d3", "d17", "d0", "nope"]
-    cand = {"bm25": [1.0, 2.0, None, 4.0], "title": [0.5, None, 1.5, 2.5]}
-    cands = [{"id": i, "features": [cand["bm25"][r], cand["title"][r]]} for r, i in enumerate(ids)]
     with TestClient(create_app(settings)) as c:
         wait_ready(c)
-        c.post("/rerank", json={"candidates": cands})  # learns the set's live version
+        c.post("/rerank", json={"candidates": CANDS})  # learns the set's live version
         before = _mget_calls(probe)
-        resp = c.post("/rerank", json={"query": {"features": [2.0, 9.0]}, "candidates": cands})
+        resp = c.post("/rerank", json={"query": {"features": [2.0, 9.0]}, "candidates": CANDS})
+    assert seen[-1] == before + 1  # sent before the parse began
+    check_answer(resp, model, table)
+
+
+def check_answer(resp: Any, model: TreeEnsemble, table: Any) -> None:
     out = resp.json()
     assert resp.status_code == 200 and out["reasons"] == ["item_features_missing"]
-    assert seen[-1] == before + 1  # sent before the parse began
-    rows = expected_rows(table, ids, cand, {"qlen": 2.0, "hour": 9.0})
+    rows = expected_rows(table, IDS, CAND, {"qlen": 2.0, "hour": 9.0})
     assert scores_of(out) == pytest.approx(
-        dict(zip(ids, predict(model, rows).tolist(), strict=True)), rel=1e-9
+        dict(zip(IDS, predict(model, rows).tolist(), strict=True)), rel=1e-9
     )
+
+
+def test_a_large_bodys_redis_fetch_goes_out_before_it_is_parsed(
+    registry: Path, model, table, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body parsed off the loop: the ids found by the shed path's byte walk send the MGET
+    before the parse starts, and the parse's ids then take its reply. A body naming a model
+    the registry lacks sends nothing (the parse answers 404)."""
+    push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
+    probe = redis.Redis.from_url(redis_server.url)
+    seen = mgets_seen_at(monkeypatch, admission, "decode_request", probe)
+    settings = app_settings(
+        registry=registry,
+        redis_url=redis_server.url,
+        redis_deadline_ms=2000,
+        parse_off_loop_min_bytes=0,
+    )
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        c.post("/rerank", json={"candidates": CANDS})  # learns the set's live version
+        before = _mget_calls(probe)
+        resp = c.post("/rerank", json={"query": {"features": [2.0, 9.0]}, "candidates": CANDS})
+        after = _mget_calls(probe)
+        unknown = c.post("/rerank", json={"model": "other", "candidates": CANDS})
+        assert unknown.status_code == 404, unknown.text
+        assert _mget_calls(probe) == after
+    assert seen[1] == before + 1 and after == before + 1  # one MGET, sent before the parse
+    check_answer(resp, model, table)
 
 
 def _mget_calls(client: redis.Redis) -> int:

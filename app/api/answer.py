@@ -15,7 +15,10 @@ import numpy as np
 import orjson
 
 from app.api import body_scan
-from app.api.answer_kernel import RESULT_BYTES
+
+# A result's bytes beyond its id and score: {"id":,"score":,"rank":} with a 20-digit rank and a
+# comma. (The kernel's module imports numba, which serving loads in the background only.)
+RESULT_BYTES = 48
 
 
 @dataclass(frozen=True)

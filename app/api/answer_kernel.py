@@ -19,7 +19,6 @@ _OPEN_LIST, _CLOSE_LIST, _CLOSE_OBJECT = 91, 93, 125
 _ID = np.frombuffer(b'{"id":', dtype=np.uint8)
 _SCORE = np.frombuffer(b',"score":', dtype=np.uint8)
 _RANK = np.frombuffer(b',"rank":', dtype=np.uint8)
-RESULT_BYTES = 48  # a result's bytes beyond its id and score, with a comma and a 20-digit rank
 
 
 @njit(cache=True, nogil=True)
@@ -70,10 +69,10 @@ def put_digits(dest: np.ndarray, w: int, value: int, digits: np.ndarray) -> int:
 def write_results(
     ids: np.ndarray, n_ids: int, order: np.ndarray, scores: np.ndarray, dest: np.ndarray
 ) -> int:
-    """Writes the results into `dest` (uint8, at least len(ids) + len(scores) + RESULT_BYTES
-    per result) and returns their length. ids: orjson's array of the `n_ids` candidate ids in
-    input order; order: int64 [k], the input index of each result, best first; scores:
-    orjson's array of the k shown scores, best first."""
+    """Writes the results into `dest` (uint8, at least len(ids) + len(scores) + 48 bytes per
+    result: app.api.answer.RESULT_BYTES) and returns their length. ids: orjson's array of the
+    `n_ids` candidate ids in input order; order: int64 [k], the input index of each result,
+    best first; scores: orjson's array of the k shown scores, best first."""
     k = order.shape[0]
     id_start, id_end = _bounds(ids, n_ids)
     score_start, score_end = _bounds(scores, k)

@@ -6,7 +6,7 @@ candidate. The ids and the scores are instead dumped by orjson as two flat array
 order, scores in rank order: C-speed), and one pass here cuts those two arrays into their
 elements and writes `{"id":ID,"score":SCORE,"rank":R}` per result, joined by commas. Every id
 and score keeps the bytes orjson wrote for it, so the answer is byte for byte what orjson
-writes for the dicts (hypothesis-checked in tests/app/api/test_answer_kernel.py).
+writes for the dicts (hypothesis-checked in tests/app/api/test_answer.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 _QUOTE, _BACKSLASH, _COMMA = 34, 92, 44
-_OPEN_LIST, _CLOSE_LIST, _CLOSE_OBJECT = 91, 93, 125
+_CLOSE_LIST, _CLOSE_OBJECT = 93, 125
 _ID = np.frombuffer(b'{"id":', dtype=np.uint8)
 _SCORE = np.frombuffer(b',"score":', dtype=np.uint8)
 _RANK = np.frombuffer(b',"rank":', dtype=np.uint8)

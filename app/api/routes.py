@@ -188,6 +188,9 @@ async def _early_items(
     of following it. None whenever that walk is unsure; the parse then decides everything."""
     if item_store.redis is None or len(raw) < settings.parse_off_loop_min_bytes:
         return None
+    # The walk costs every large request; only a served model that takes item features gains.
+    if all(m.manifest.item_features is None for m in registry.models().values()):
+        return None
     split = split_candidates(raw, slot.marks)
     if split is None:
         return None

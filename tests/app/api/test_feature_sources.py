@@ -353,13 +353,17 @@ def test_too_many_candidates_are_refused_without_asking_redis(
         assert ok.status_code == 200 and _mget_calls(probe) > before
 
 
+@pytest.mark.parametrize("off_loop_min_bytes", [None, 0])  # fetched in assembly / before parse
 def test_duplicate_ids_are_refused_after_an_early_fetch_and_redis_keeps_serving(
-    registry: Path, model, table, redis_server: RedisServer
+    registry: Path, model, table, redis_server: RedisServer, off_loop_min_bytes: int | None
 ) -> None:
     """The fetch went out before the parse found the duplicate: the answer is the 422, the
     fetch finishes on its own, and the next request is served from Redis as usual."""
     push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
-    settings = app_settings(registry=registry, redis_url=redis_server.url, redis_deadline_ms=2000)
+    extra = {} if off_loop_min_bytes is None else {"parse_off_loop_min_bytes": off_loop_min_bytes}
+    settings = app_settings(
+        registry=registry, redis_url=redis_server.url, redis_deadline_ms=2000, **extra
+    )
     with TestClient(create_app(settings)) as c:
         wait_ready(c)
         for _ in range(3):

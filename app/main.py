@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -64,6 +65,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from app.features.user_features import UserFeatureResolver
         from app.registry.reload_events import listen_for_reloads
 
+        if settings.gil_switch_interval_ms > 0:
+            sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
         resolver = UserFeatureResolver(settings)
         await resolver.start()
         from app.explain.warm import warm_later

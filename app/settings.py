@@ -90,6 +90,12 @@ class Settings(BaseSettings):
     # milliseconds, a short enough stall for the loop (bench/results/service.md, scoring.md).
     inline_scoring_max_rows: Annotated[int, Field(ge=0)] = 1000
     scoring_concurrency: Annotated[int, Field(ge=1)] = 4
+    # How long a thread may hold the GIL while another waits for it (sys.setswitchinterval;
+    # Python's default is 5 ms). The event loop's thread gives the GIL up in every large numpy
+    # operation and native call, and each time takes it back only once the thread that took it
+    # yields: with the default, a shed request's body marks (5 numpy passes) took 32 ms beside
+    # a busy thread instead of 0.34 ms (docs/OPERATIONS.md). 0: leave Python's default.
+    gil_switch_interval_ms: Annotated[float, Field(ge=0)] = 0.5
     # `explain`: contributions are computed for at most this many returned results (the top
     # ones); TreeSHAP costs ~1 ms per result for 500 trees (bench/results/explain.md).
     explain_max_results: Annotated[int, Field(ge=1)] = 100

@@ -181,3 +181,9 @@ def test_the_body_scan_answers_as_the_full_decode(
     assert answers[0] == answers[1]
     # Only the first app scans; it gives up on a string value and on bad JSON.
     assert scanned == [b'"5"' not in raw and b",}" not in raw]
+
+
+def test_generated_request_ids_are_32_hex_digits_and_differ(client: TestClient) -> None:
+    ids = {client.get("/livez").headers["x-request-id"] for _ in range(20)}
+    assert len(ids) == 20
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)

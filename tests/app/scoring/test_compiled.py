@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from app.scoring.compiler import jit
 from app.scoring.compiler.nodes import ZERO32, floor_float32
 from app.scoring.cpu_headroom import CpuHeadroom
 from tests.app.scoring.ensembles import ensemble_and_rows
+from tests.support import random_ensemble
 
 HYPOTHESIS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -207,3 +209,41 @@ def test_a_spare_core_splits_smaller_requests(rows: int, spare: float, split: bo
     np.testing.assert_array_equal(scorer.score(x), reference.predict(ensemble, x))
     one_thread = CompiledTreeScorer(ensemble, threads=1, headroom=_Headroom(2.0))
     assert not one_thread._split(10_000)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ensemble_and_rows())
+def test_holding_the_gil_scores_the_same(case: tuple[TreeEnsemble, np.ndarray]) -> None:
+    ensemble, rows = case
+    scorer = CompiledTreeScorer(ensemble)
+    rows32 = np.ascontiguousarray(rows, dtype=np.float32)
+    np.testing.assert_array_equal(
+        scorer._score_rows(rows32, hold_gil=True), scorer._score_rows(rows32, hold_gil=False)
+    )
+
+
+def test_an_event_loop_thread_scores_without_giving_up_the_gil() -> None:
+    import asyncio
+
+    ensemble = random_ensemble(12, num_trees=20, depth=4, seed=3)
+    rows = np.random.default_rng(3).normal(size=(40, 12)).astype(np.float32)
+    scorer = CompiledTreeScorer(ensemble)
+    calls: list[str] = []
+
+    def counted(name: str, entry: Callable[..., None]) -> Callable[..., None]:
+        def call(*args: object) -> None:
+            calls.append(name)
+            entry(*args)
+
+        return call
+
+    scorer._held_entry = counted("held", scorer._held_entry)  # type: ignore[assignment]
+    scorer._entry = counted("free", scorer._entry)  # type: ignore[assignment]
+    scorer.score(rows)
+
+    async def on_loop() -> np.ndarray:
+        return scorer.score(rows)
+
+    on_the_loop = asyncio.run(on_loop())
+    assert calls == ["free", "held"]
+    np.testing.assert_array_equal(on_the_loop, reference.predict(ensemble, rows))

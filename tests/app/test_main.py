@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.app.api.conftest import app_settings
+
+
+@pytest.mark.parametrize(("interval_ms", "expected_s"), [(0.5, 0.0005), (2.0, 0.002), (0, None)])
+def test_the_service_sets_the_gil_switch_interval(
+    tmp_path: Path, interval_ms: float, expected_s: float | None
+) -> None:
+    saved = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.004)
+        settings = app_settings(registry=tmp_path, gil_switch_interval_ms=interval_ms)
+        with TestClient(create_app(settings)):
+            assert sys.getswitchinterval() == pytest.approx(expected_s or 0.004)
+    finally:
+        sys.setswitchinterval(saved)

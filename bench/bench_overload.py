@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import math
 import os
 import subprocess
 import sys
@@ -262,7 +263,8 @@ def probe_main(url: str, seconds: float) -> None:
 
 def probe_result(proc: subprocess.Popen[bytes]) -> list[float]:
     out, _ = proc.communicate(timeout=120)
-    return list(orjson.loads(out))
+    # JSON has no infinity: orjson writes a failed probe's inf as null.
+    return [math.inf if t is None else t for t in orjson.loads(out)]
 
 
 # Phases.

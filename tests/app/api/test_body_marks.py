@@ -67,3 +67,39 @@ def test_marks_are_every_quote_and_bracket(raw: bytes) -> None:
     assert [i for i in marks.marks.tolist() if raw[i] in b'"[]{}'] == special
     assert set(raw[i] for i in marks.marks.tolist()) <= set(b'"[]{}Y_y\x7f')
     np.testing.assert_array_equal(marks.quotes(), [i for i, b in enumerate(raw) if b == 34])
+
+
+def _numpy_marks(body: bytes) -> np.ndarray:
+    data = np.frombuffer(body, dtype=np.uint8)
+    return np.flatnonzero(((data & 0xD9) == 0x59) | (data == 34))
+
+
+# Bytes weighted towards the marks and their neighbours under the mask (the words the
+# eight-at-a-time test must not miss nor invent).
+_BYTES = st.lists(
+    st.one_of(
+        st.sampled_from(b'"[]{}Y_y\x7f\x22\x5b\x58\x5a\x19\xd9\x00\xff0 ,:'), st.integers(0, 255)
+    ),
+    max_size=300,
+).map(bytes)
+
+
+@given(_BYTES)
+def test_marks_are_every_quote_and_bracket_byte(body: bytes) -> None:
+    np.testing.assert_array_equal(BodyMarks.of(body).marks, _numpy_marks(body))
+
+
+@given(_BYTES)
+def test_the_compiled_pass_reports_a_short_buffer(body: bytes) -> None:
+    expected = _numpy_marks(body)
+    data = np.frombuffer(body, dtype=np.uint8)
+    out = np.empty(max(expected.size - 1, 0), dtype=np.int64)
+    assert ids_kernel.find_marks(data, out) == (-1 if expected.size else 0)
+    room = np.empty(expected.size, dtype=np.int64)
+    assert ids_kernel.find_marks(data, room) == expected.size
+    np.testing.assert_array_equal(room, expected)
+
+
+def test_a_body_of_marks_only_is_found_whole() -> None:
+    body = b'"' * 1001  # more marks than the compiled pass's buffer holds: numpy finds them
+    np.testing.assert_array_equal(BodyMarks.of(body).marks, np.arange(1001))

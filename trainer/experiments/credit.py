@@ -30,7 +30,8 @@ def interleaving_outcomes(control_clicks: np.ndarray, candidate_clicks: np.ndarr
 
 def team_clicks(clicks: np.ndarray, teams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Clicks per team (int64 [m] each) from clicks (0/1 [m, n]) and teams (int [m, n]);
-    clicks on BOTH (the rankings' common prefix) count for neither."""
+    clicks on BOTH (results either coin would have served alike:
+    app.experiments.team_draft) count for neither."""
     c = np.asarray(clicks, dtype=np.int64)
     t = np.asarray(teams)
     return (c * (t == CONTROL)).sum(axis=1), (c * (t == CANDIDATE)).sum(axis=1)

@@ -21,28 +21,34 @@ from tests.support.experiments import interleave_spec
 def reference_team_draft(
     control: list[int], candidate: list[int], coins: list[bool], k: int
 ) -> tuple[list[int], list[int]]:
-    """Radlinski et al. 2008 as written: while results are wanted, the team with fewer picks
-    (the coin's when equal) adds its best result not yet taken; then the rankings' common
-    prefix is credited to neither team."""
+    """Radlinski et al. 2008 as written, round by round: the coin's team adds its best result
+    not yet taken, then the other team does. A round is credited to neither team (BOTH) when
+    the other coin would have served the same results from the same state, and so is the
+    rankings' common prefix."""
     merged: list[int] = []
     teams: list[int] = []
-    picks = {CONTROL: 0, CANDIDATE: 0}
+    alike: list[bool] = []
     flips = iter(coins)
     k = min(k, len(control))
+
+    def play(first: int) -> tuple[list[int], list[int]]:
+        order = [first, 1 - first][: k - len(merged)]
+        taken = list(merged)
+        for team in order:
+            ranking = candidate if team == CANDIDATE else control
+            taken.append(next(x for x in ranking if x not in taken))
+        return taken[len(merged) :], order
+
     while len(merged) < k:
-        if picks[CONTROL] == picks[CANDIDATE]:
-            team = CANDIDATE if next(flips) else CONTROL
-        else:
-            team = CONTROL if picks[CONTROL] < picks[CANDIDATE] else CANDIDATE
-        ranking = candidate if team == CANDIDATE else control
-        item = next(x for x in ranking if x not in merged)
-        merged.append(item)
-        teams.append(team)
-        picks[team] += 1
+        first = CANDIDATE if next(flips) else CONTROL
+        picks, order = play(first)
+        alike += [picks == play(1 - first)[0]] * len(picks)
+        merged += picks
+        teams += order
     prefix = 0
     while prefix < k and control[prefix] == candidate[prefix]:
         prefix += 1
-    return merged, [BOTH] * prefix + teams[prefix:]
+    return merged, [BOTH if i < prefix or alike[i] else t for i, t in enumerate(teams)]
 
 
 @st.composite
@@ -70,7 +76,7 @@ def test_fast_draft_equals_the_reference(
     assert teams.dtype == np.int8
     # The same seed gives the same coins, hence the same list and teams.
     assert team_draft(a, b, coin_flips(seed, coins.size), k) == want
-    # Without the common prefix rule, teams are the pickers'.
+    # Without the rules for BOTH, teams are the pickers'.
     assert draft(a, b, coins, k)[0] == want[0]
 
 

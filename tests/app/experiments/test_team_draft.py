@@ -93,4 +93,41 @@ def test_the_common_prefix_is_credited_to_neither_team(
     assert merged == plain_merged  # the served list is team draft's own
     p = common_prefix(a, b, len(merged))
     assert merged[:p] == a[:p].tolist()
-    assert teams[:p] == [BOTH] * p and teams[p:] == plain_teams[p:]
+    assert teams[:p] == [BOTH] * p
+    assert all(t in (BOTH, plain) for t, plain in zip(teams[p:], plain_teams[p:], strict=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(two_rankings(), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_a_round_is_credited_to_neither_exactly_when_either_coin_serves_it_alike(
+    case: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, seed: int
+) -> None:
+    a, _, coins = case
+    # Versions that agree on much of the order, as successive versions of a model do.
+    rng = np.random.default_rng(seed)
+    b = a.copy()
+    for i in rng.choice(a.size, size=min(3, a.size), replace=False):
+        j = min(i + 1, a.size - 1)
+        b[i], b[j] = b[j], b[i]
+    merged, teams = team_draft(a, b, coins, k)
+    prefix = common_prefix(a, b, len(merged))
+    for start in range(0, len(merged), 2):
+        flipped = coins.copy()
+        flipped[start // 2] = ~flipped[start // 2]
+        served_alike = draft(a, b, flipped, k)[0] == merged
+        in_prefix = start + 1 < prefix or (start + 1 == len(merged) and start < prefix)
+        both = [teams[i] == BOTH for i in range(start, min(start + 2, len(merged)))]
+        if served_alike or in_prefix:
+            assert all(both)
+        else:
+            assert not any(both[i] for i in range(len(both)) if start + i >= prefix)
+
+
+def test_clicks_on_rounds_served_alike_count_for_neither() -> None:
+    a = np.array([0, 1, 2, 3, 4, 5])
+    b = np.array([1, 0, 2, 3, 5, 4])  # the same picks in round two, whatever the coin
+    for bits in ([True, False, True], [False, True, False]):
+        merged, teams = team_draft(a, b, np.array(bits))
+        assert merged[2:4] == [2, 3]
+        assert teams[2:4] == [BOTH, BOTH]
+        assert BOTH not in teams[:2] + teams[4:]

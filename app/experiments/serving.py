@@ -21,6 +21,7 @@ from app.experiments.assignment import assign
 from app.experiments.spec import ARM_NAMES, CANDIDATE, CONTROL, TEAM_NAMES, ExperimentSpec
 from app.experiments.team_draft import coin_flips, pick_teams, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
+from app.scoring.compiled import sharing_the_gil
 
 # (model) -> (features, user vector) that model takes for this request.
 InputsFn = Callable[[Any], Awaitable[tuple[np.ndarray, np.ndarray | None]]]
@@ -77,7 +78,8 @@ def _score_beside(
 
     beside = _beside_pool().submit(claim)
     try:
-        first_scores = first()
+        with sharing_the_gil():  # else the beside thread could not start until `first` ends
+            first_scores = first()
     except BaseException:
         unclaimed.clear()
         beside.exception()  # nothing outlives the request: wait for a `second` under way

@@ -77,3 +77,26 @@ def test_a_failing_first_leaves_an_unstarted_second_unrun() -> None:
     finally:
         busy.result()
     assert ran == []
+
+
+def test_on_an_event_loop_the_first_scoring_gives_the_gil_up_for_the_second() -> None:
+    """The compiled scorer keeps the GIL on an event loop's thread (app.scoring.compiled);
+    here that would keep the beside thread from starting until `first` ended."""
+    import asyncio
+
+    from app.scoring.compiled import CompiledTreeScorer
+    from tests.support import random_ensemble
+
+    scorer = CompiledTreeScorer(random_ensemble(6, num_trees=10, depth=3, seed=1))
+    rows = np.random.default_rng(1).normal(size=(32, 6)).astype(np.float32)
+    entries: list[str] = []
+    for name in ("_entry", "_held_entry"):
+        entry = getattr(scorer, name)
+        setattr(scorer, name, lambda *a, e=entry, n=name: (entries.append(n), e(*a))[1])
+
+    async def interleaved() -> tuple[np.ndarray, np.ndarray]:
+        return serving._score_beside(lambda: scorer.score(rows), lambda: np.zeros(1))
+
+    first, _ = asyncio.run(interleaved())
+    assert entries == ["_entry"]
+    np.testing.assert_array_equal(first, scorer.score(rows))

@@ -5,6 +5,7 @@ processes, and the serving overhead.
     python -m bench.bench_interleaving                 # all parts (~25 min on 2 shared cores)
     python -m bench.bench_interleaving --part simulate # sensitivity + A/A (~16 min)
     python -m bench.bench_interleaving --part versions # trained versions vs the simulator's
+    python -m bench.bench_interleaving --part trained  # sensitivity with trained versions
     python -m bench.bench_interleaving --part heterogeneous  # users with click propensities
     python -m bench.bench_interleaving --part serving  # /rerank overhead only
     python -m bench.bench_interleaving --part loop     # nightly → clicks → decide, twice
@@ -360,6 +361,11 @@ def write_md() -> Path:
     versions = parts.get("versions")
     if versions:
         lines += versions_md(versions)
+    trained = parts.get("trained")
+    if trained:
+        from bench.interleaving_trained import render as trained_md
+
+        lines += trained_md(trained)
     het = parts.get("heterogeneous")
     if het:
         lines += heterogeneous_md(het)
@@ -650,7 +656,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--part",
-        choices=["simulate", "versions", "heterogeneous", "serving", "loop"],
+        choices=["simulate", "versions", "trained", "heterogeneous", "serving", "loop"],
         action="append",
     )
     parser.add_argument("--propensity-sd", type=float, default=0.5)
@@ -662,11 +668,16 @@ def main() -> None:
     args = parser.parse_args()
     PARTS.mkdir(parents=True, exist_ok=True)
     if not args.write_only:
-        for part in args.part or ["simulate", "versions", "heterogeneous", "serving", "loop"]:
+        everything = ["simulate", "versions", "trained", "heterogeneous", "serving", "loop"]
+        for part in args.part or everything:
             if part == "simulate":
                 result = part_simulate(args.experiments, args.aa_interleave, args.aa_ab)
             elif part == "versions":
                 result = part_versions()
+            elif part == "trained":
+                from bench.interleaving_trained import run as run_trained
+
+                result = run_trained(args.experiments)
             elif part == "heterogeneous":
                 result = part_simulate(
                     args.heterogeneous_experiments,

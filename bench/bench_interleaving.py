@@ -198,8 +198,7 @@ def part_versions(rows: int = 300_000, trees: int = 200) -> dict[str, Any]:
     measures for the online simulator's control and candidate at each rho."""
     import tempfile
 
-    import lightgbm as lgb
-
+    from bench.interleaving_trained import fit_lambdarank
     from trainer.data.loader import load_dataset
     from trainer.experiments.simulated import OnlineWorld, Ranker
     from trainer.simulate import SimulationConfig, simulate
@@ -212,19 +211,7 @@ def part_versions(rows: int = 300_000, trees: int = 200) -> dict[str, Any]:
         test = load_dataset(Path(tmp) / "test.parquet")
 
     def fit(queries: np.ndarray, n_trees: int, seed: int) -> Any:
-        off = train.group_offsets
-        rows_ = np.concatenate([np.arange(off[q], off[q + 1]) for q in queries])
-        data = lgb.Dataset(train.features[rows_], train.labels[rows_], group=np.diff(off)[queries])
-        params = {
-            "objective": "lambdarank",
-            "learning_rate": 0.1,
-            "num_leaves": 31,
-            "min_data_in_leaf": 50,
-            "seed": seed,
-            "verbose": -1,
-            "num_threads": 1,
-        }
-        return lgb.train(params, data, num_boost_round=n_trees)
+        return fit_lambdarank(train, queries, n_trees, seed, threads=1)
 
     q = np.arange(train.group_offsets.size - 1)
     half_a, half_b = q[q % 2 == 0], q[q % 2 == 1]

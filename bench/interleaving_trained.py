@@ -36,7 +36,10 @@ ROUND_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 70, 100)
 SHARE_LADDER = (0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2)
 
 
-def _fit(train: Any, queries: np.ndarray, seed: int) -> Any:
+def fit_lambdarank(
+    train: Any, queries: np.ndarray, n_trees: int, seed: int, threads: int = 2
+) -> Any:
+    """LightGBM LambdaMART (31 leaves, learning rate 0.1) on the training lists `queries`."""
     import lightgbm as lgb
 
     off = train.group_offsets
@@ -49,9 +52,9 @@ def _fit(train: Any, queries: np.ndarray, seed: int) -> Any:
         "min_data_in_leaf": 50,
         "seed": seed,
         "verbose": -1,
-        "num_threads": 2,
+        "num_threads": threads,
     }
-    return lgb.train(params, data, num_boost_round=TREES)
+    return lgb.train(params, data, num_boost_round=n_trees)
 
 
 def _served_world(test: Any, user_ids: np.ndarray, scores: dict[str, np.ndarray]) -> Any:
@@ -108,7 +111,7 @@ def run(experiments: int = 50, cap: int = 3_000_000) -> dict[str, Any]:
         user_ids = user_of_row.column("user_id").to_numpy()[test.group_offsets[:-1]]
     q_train = np.arange(train.group_offsets.size - 1)
     n_test = test.group_offsets.size - 1
-    candidate_model = _fit(train, q_train, 1)
+    candidate_model = fit_lambdarank(train, q_train, TREES, 1)
     scores: dict[str, np.ndarray] = {
         "candidate": candidate_model.predict(test.features, num_threads=2).reshape(n_test, 10)
     }
@@ -118,7 +121,7 @@ def run(experiments: int = 50, cap: int = 3_000_000) -> dict[str, Any]:
     rng = np.random.default_rng(7)
     for share in SHARE_LADDER:
         some = rng.choice(q_train, size=max(int(share * q_train.size), 20), replace=False)
-        s = _fit(train, np.sort(some), 2).predict(test.features, num_threads=2)
+        s = fit_lambdarank(train, np.sort(some), TREES, 2).predict(test.features, num_threads=2)
         scores[f"share {share}"] = s.reshape(n_test, 10)
     world = _served_world(test, user_ids, scores)
     trained_s = time.perf_counter() - started

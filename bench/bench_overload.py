@@ -52,7 +52,8 @@ BUDGET_MS = 100.0
 N_CANDIDATES = 1000
 # Steps of at most ~15 % from 50/s: goodput is reported against the highest rate passed, and
 # a coarser step let one run's 3x overload score 120 % of it (60/s passed, 80/s did not).
-LADDER = (5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 115, 130, 150, 175, 200, 225, 250, 290)
+_LADDER_LOW = (5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 115, 130, 150, 175, 200, 225, 250, 290)
+LADDER = (*_LADDER_LOW, 330, 380, 440, 500, 575, 660, 760)  # as far as a fast machine goes
 # Below the service's idle keep-alive timeout (LTR_KEEP_ALIVE_TIMEOUT_SECONDS, 5 s).
 CLIENT_IDLE_TIMEOUT_S = 4.0
 
@@ -349,12 +350,22 @@ async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[floa
     best, notes = 0.0, []
     await open_loop(port, body, LADDER[0], seconds)
     for rate in LADDER:
-        answers = await open_loop(port, body, rate, seconds)
-        lat = np.array([a.latency for a in answers]) * 1000
-        scored = sum(a.scored for a in answers) / max(len(answers), 1)
-        p99 = float(np.percentile(lat, 99)) if lat.size else float("inf")
-        notes.append(f"{rate}/s: p99 {p99:.0f} ms, scored {scored:.0%}")
-        if p99 > BUDGET_MS or scored < 0.99:
+        passed = False
+        # A step that fails is run once more after the worker has settled: one stall of the
+        # shared machine (another process's burst) should not decide the capacity, and a rate
+        # beyond it fails twice.
+        for attempt in range(2):
+            answers = await open_loop(port, body, rate, seconds)
+            lat = np.array([a.latency for a in answers]) * 1000
+            scored = sum(a.scored for a in answers) / max(len(answers), 1)
+            p99 = float(np.percentile(lat, 99)) if lat.size else float("inf")
+            again = " (again)" if attempt else ""
+            notes.append(f"{rate}/s{again}: p99 {p99:.0f} ms, scored {scored:.0%}")
+            passed = p99 <= BUDGET_MS and scored >= 0.99
+            if passed:
+                break
+            await settled(port)
+        if not passed:
             break
         best = rate
         await asyncio.sleep(0.5)
@@ -666,7 +677,7 @@ def render(
         "`/livez` answers within 20 ms again after the 200 clients.",
         "",
         "Sustainable throughput (highest open-loop rate with p99 under the budget and every "
-        "answer scored):",
+        "answer scored; a step that fails is run once more once the worker has settled):",
         "",
     ]
     for name, rate, notes, _ in configs:

@@ -103,3 +103,12 @@ def test_the_compiled_pass_reports_a_short_buffer(body: bytes) -> None:
 def test_a_body_of_marks_only_is_found_whole() -> None:
     body = b'"' * 1001  # more marks than the compiled pass's buffer holds: numpy finds them
     np.testing.assert_array_equal(BodyMarks.of(body).marks, np.arange(1001))
+
+
+def test_marks_beyond_the_reused_buffer_are_found_in_a_fresh_one() -> None:
+    # One mark in ten bytes: more than the thread's buffer (one in 32) holds, fewer than the
+    # fresh buffer's one in four; then smaller bodies into the same thread's buffer again.
+    rng = np.random.default_rng(5)
+    dense = bytes(rng.choice(np.frombuffer(b'"0123456789', dtype=np.uint8), 200_000))
+    for body in (dense, b'{"candidates": [{"id": "a"}]}', dense[:50_000], b"", dense):
+        np.testing.assert_array_equal(BodyMarks.of(body).marks, _numpy_marks(body))

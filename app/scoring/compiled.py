@@ -7,16 +7,13 @@ bit for bit (same decisions, same float64 summation order).
 
 from __future__ import annotations
 
-import contextvars
 import ctypes
 import hashlib
 import itertools
 import os
 import threading
 from asyncio import _get_running_loop
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -62,26 +59,6 @@ _ENTRY_TYPE = ctypes.CFUNCTYPE(None, *_ENTRY_ARGS)
 # the interpreter's switch interval (5 ms by default) per call: measured as 1,000-row inline
 # scoring taking 6.5 ms of loop time under overload against ~2.5 ms alone.
 _HELD_ENTRY_TYPE = ctypes.PYFUNCTYPE(None, *_ENTRY_ARGS)
-# Set (by `sharing_the_gil`) where the loop's thread scores while another thread of the same
-# request scores beside it: holding the GIL would keep that thread from starting at all.
-_SHARE_GIL: contextvars.ContextVar[bool] = contextvars.ContextVar("ltr_share_gil", default=False)
-
-
-def _on_loop() -> bool:
-    """Whether to keep the GIL: on an event loop's thread, unless sharing it was asked for."""
-    return _get_running_loop() is not None and not _SHARE_GIL.get()
-
-
-@contextmanager
-def sharing_the_gil() -> Iterator[None]:
-    """Scoring in this block gives the GIL up even on an event loop's thread, so a thread
-    scoring beside it (an interleaved request's second version) runs at the same time."""
-    token = _SHARE_GIL.set(True)
-    try:
-        yield
-    finally:
-        _SHARE_GIL.reset(token)
-
 
 _serial = itertools.count()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -183,10 +160,10 @@ class CompiledTreeScorer:
         if self._constant:
             return np.full(n, self.base_score, dtype=np.float64)
         if not self._split(n):
-            return self._score_rows(x, hold_gil=_on_loop())
+            return self._score_rows(x, hold_gil=_get_running_loop() is not None)
         parts = min(self.threads, os.cpu_count() or 1)  # reads /sys (~7 us): only asked here
         if parts < 2:
-            return self._score_rows(x, hold_gil=_on_loop())
+            return self._score_rows(x, hold_gil=_get_running_loop() is not None)
         # Split on block boundaries so no thread packs a padded block in the middle.
         step = -(-n // (parts * LANES)) * LANES
         bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]

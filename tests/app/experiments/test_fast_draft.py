@@ -90,7 +90,7 @@ def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> 
 
     class Score:
         def inline(self, rows: int) -> bool:
-            return rows % 2 == 0  # both paths: beside a thread and awaited
+            return rows % 2 == 0  # both paths: on the loop and awaited in threads
 
         def now(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
             return by_model[id(m)]

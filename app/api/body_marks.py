@@ -11,7 +11,6 @@ gives the GIL up).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,41 +35,18 @@ class BodyMarks:
         data = np.frombuffer(raw, dtype=np.uint8)
         kernels = KERNEL.ready()
         if kernels is not None:
-            # First into this thread's buffer, room for a mark every 32nd byte (a body of
-            # 1,000 x 136 numbers has one in 95), then room for one every fourth byte; denser
-            # bodies go to numpy.
-            for out in (_reused_buffer(len(raw) // 32 + 16), None):
-                if out is None:
-                    out = np.empty(len(raw) // 4 + 16, dtype=np.int64)
-                found = kernels.find_marks(data, out)
-                if found >= 0:
-                    return cls(raw, data, out[:found].copy())
+            # Room for a mark every fourth byte (a body of 1,000 x 136 numbers has one in
+            # 95); untouched pages of the buffer cost nothing. Denser bodies go to numpy.
+            out = np.empty(len(raw) // 4 + 16, dtype=np.int64)
+            found = kernels.find_marks(data, out)
+            if found >= 0:
+                return cls(raw, data, out[:found].copy())
         marks = np.flatnonzero(((data & BRACKET_MASK) == BRACKET_BITS) | (data == _QUOTE))
         return cls(raw, data, marks)
 
     def quotes(self) -> np.ndarray:
         """int64 [n_quotes]: the offsets of the quotes."""
         return self.marks[self.data[self.marks] == _QUOTE]
-
-
-_buffers = threading.local()
-# A thread keeps its marks buffer up to this many entries (8 MiB): enough for bodies of 4 MB.
-# A fresh 1.9 MB buffer per 954 KB body is a block glibc may map and unmap each time, its
-# touched pages faulting anew: a profile of a worker shedding 600 requests a second put
-# 0.17 ms a request on that allocation beside 0.16 ms for the pass (end to end, point runs
-# with and without the reused buffer were within their noise).
-_KEEP_ENTRIES = 1 << 20
-
-
-def _reused_buffer(entries: int) -> np.ndarray:
-    """int64 [>= entries], this thread's own (the caller copies what it keeps)."""
-    buffer: np.ndarray | None = getattr(_buffers, "marks", None)
-    if buffer is not None and buffer.size >= entries:
-        return buffer
-    buffer = np.empty(max(entries, 4096), dtype=np.int64)
-    if entries <= _KEEP_ENTRIES:
-        _buffers.marks = buffer
-    return buffer
 
 
 @dataclass(frozen=True)

@@ -105,9 +105,9 @@ def test_a_body_of_marks_only_is_found_whole() -> None:
     np.testing.assert_array_equal(BodyMarks.of(body).marks, np.arange(1001))
 
 
-def test_marks_beyond_the_reused_buffer_are_found_in_a_fresh_one() -> None:
-    # One mark in ten bytes: more than the thread's buffer (one in 32) holds, fewer than the
-    # fresh buffer's one in four; then smaller bodies into the same thread's buffer again.
+def test_marks_of_dense_and_small_bodies_one_after_another() -> None:
+    # One mark in ten bytes (the compiled pass's buffer holds one in four), then smaller and
+    # empty bodies, then the dense one again: no state carries over from one body to the next.
     rng = np.random.default_rng(5)
     dense = bytes(rng.choice(np.frombuffer(b'"0123456789', dtype=np.uint8), 200_000))
     for body in (dense, b'{"candidates": [{"id": "a"}]}', dense[:50_000], b"", dense):

@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     # milliseconds, a short enough stall for the loop (bench/results/service.md, scoring.md).
     inline_scoring_max_rows: Annotated[int, Field(ge=0)] = 1000
     scoring_concurrency: Annotated[int, Field(ge=1)] = 4
+    # An interleaved request small enough to score inline scores its two versions at once (the
+    # candidate on a second thread) when the candidate's scoring is expected to take at least
+    # this long (its recent cost per row, app.scoring.cost) and a core sat idle lately; else
+    # one after the other. Waking a thread costs ~0.1 ms.
+    interleave_parallel_min_us: Annotated[float, Field(ge=0)] = 250.0
     # How long a thread may hold the GIL while another waits for it (sys.setswitchinterval;
     # Python's default is 5 ms). The event loop's thread gives the GIL up in every large numpy
     # operation and native call, and each time takes it back only once the thread that took it

@@ -49,6 +49,7 @@ from app.api.schemas import (
 )
 from app.artifacts.manifest import NAME_PATTERN
 from app.errors import LtrError
+from app.experiments.score_both import SPARE_CORE
 from app.experiments.serving import (
     candidate_inputs,
     explain_experiment,
@@ -60,6 +61,8 @@ from app.features.user_features import UserFeatureResolver, UserFeatures
 from app.health import liveness, readiness
 from app.impressions import log_impression
 from app.registry import LoadedModel, ModelRegistry
+from app.scoring.cost import SCORING_COST
+from app.scoring.cpu_headroom import HEADROOM
 from app.settings import Settings
 
 router = APIRouter()
@@ -215,7 +218,9 @@ async def _rank(
     `_experiment` (its log record): both removed before it is sent."""
     doc, envelope, model, rows = parsed.doc, parsed.envelope, parsed.model, parsed.rows
     features, user_vector = rows.features, rows.user_vector
-    score = ModelScoring(settings.inline_scoring_max_rows, limiter)
+    score = ModelScoring(
+        settings.inline_scoring_max_rows, limiter, settings.interleave_parallel_min_us / 1e6
+    )
     active = registry.experiment(model.name)
     trial = None
     if active is not None:  # the experiment hook (app.experiments.serving)
@@ -282,6 +287,7 @@ class ModelScoring:
 
     inline_max_rows: int
     limiter: anyio.CapacityLimiter
+    beside_min_seconds: float = 0.0
 
     def inline(self, rows: int) -> bool:
         return rows <= self.inline_max_rows
@@ -289,8 +295,14 @@ class ModelScoring:
     def now(self, model: LoadedModel, features: np.ndarray, user: np.ndarray | None) -> np.ndarray:
         started = time.perf_counter()
         scores = model.scorer.score(features, user)
-        metrics.SCORING_SECONDS.labels(model.name).observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        metrics.SCORING_SECONDS.labels(model.name).observe(elapsed)
+        SCORING_COST.observe(model.scorer, features.shape[0], elapsed)
         return np.asarray(scores, dtype=np.float64)
+
+    def beside_pays(self, model: LoadedModel, rows: int) -> bool:
+        expected = SCORING_COST.expected(model.scorer, rows)
+        return expected >= self.beside_min_seconds and HEADROOM.spare_cores() >= SPARE_CORE
 
     async def __call__(
         self, model: LoadedModel, features: np.ndarray, user: np.ndarray | None

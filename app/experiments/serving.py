@@ -1,8 +1,9 @@
 """The /rerank hook of an experiment: which ranking a request in it gets, and what is logged.
 
 Outside an experiment /rerank pays one dict lookup (`ModelRegistry.experiment`). Inside, in
-`interleave` mode both versions score the request (the candidate on its own copy of the
-user embedding columns, if its embeddings differ) and the rankings are merged by team draft; in
+`interleave` mode both versions score the request, at once on two threads when that pays (the
+candidate on its own copy of the user embedding columns, if its embeddings differ) and the
+rankings are merged by team draft; in
 `ab` mode the assigned arm's version alone scores it.
 """
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from app.experiments import draft_kernel
 from app.experiments.assignment import assign
+from app.experiments.score_both import score_both
 from app.experiments.spec import ARM_NAMES, CANDIDATE, CONTROL, TEAM_NAMES, ExperimentSpec
 from app.experiments.team_draft import coin_flips, pick_teams, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
@@ -35,6 +37,11 @@ class Scoring(Protocol):
 
     def now(self, model: Any, features: np.ndarray, user: np.ndarray | None) -> np.ndarray:
         """On the calling thread (the native scorers release the GIL)."""
+        ...
+
+    def beside_pays(self, model: Any, rows: int) -> bool:
+        """Whether scoring `rows` with `model` on a second thread, while this one scores the
+        other version, is expected to save more than the hand-off costs."""
         ...
 
     def __call__(
@@ -99,17 +106,25 @@ async def rank_in_experiment(
         scores = await score(model, features, user)
         order = ranking_order(scores)[:top_k].tolist()
         return ExperimentRanking(model, scores, order, _experiment_log(spec, arm, None), None)
-    # A request small enough to score on the loop scores both versions there, one after the
-    # other (each splits its rows over the cores when that pays, as a single model does). A
-    # second thread scoring the candidate beside the control measured slower end to end at
-    # 300, 600 and 1,000 rows (p50 over a single-model request 1.24-1.27x against 1.20-1.22x
-    # at 300 rows, 1.41x against 1.25x at 1,000): waking it took as long as one scoring, and
-    # the two contended for the GIL and the cores. A large request scores both in worker
-    # threads, which overlap with the loop's other work.
+    # A request small enough to score on the loop scores both versions there: at once, the
+    # candidate on a second thread, when its scoring is expected to take well over the
+    # hand-off (~0.1 ms to wake a thread) and a core sat idle lately; else one after the other
+    # (each splits its rows over the cores when that pays, as a single model does). At 300
+    # rows x 300 trees that is 0.09 ms on an AVX-512 machine, where the second thread measured
+    # slower end to end (1.24-1.27x a single-model request against 1.20-1.24x), and 0.8 ms on
+    # a Zen 1 machine, where it is faster. A large request scores both in worker threads,
+    # which overlap with the loop's other work.
     own_features, own_user = await candidate_inputs(candidate)
-    if score.inline(own_features.shape[0]):
-        control_scores = score.now(control, *control_inputs)
-        candidate_scores = score.now(candidate, own_features, own_user)
+    rows = own_features.shape[0]
+    if score.inline(rows):
+        if score.beside_pays(candidate, rows):
+            control_scores, candidate_scores = score_both(
+                lambda: score.now(control, *control_inputs),
+                lambda: score.now(candidate, own_features, own_user),
+            )
+        else:
+            control_scores = score.now(control, *control_inputs)
+            candidate_scores = score.now(candidate, own_features, own_user)
     else:
         candidate_task = asyncio.ensure_future(score(candidate, own_features, own_user))
         try:

@@ -7,13 +7,16 @@ bit for bit (same decisions, same float64 summation order).
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import hashlib
 import itertools
 import os
 import threading
 from asyncio import _get_running_loop
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +62,28 @@ _ENTRY_TYPE = ctypes.CFUNCTYPE(None, *_ENTRY_ARGS)
 # the interpreter's switch interval (5 ms by default) per call: measured as 1,000-row inline
 # scoring taking 6.5 ms of loop time under overload against ~2.5 ms alone.
 _HELD_ENTRY_TYPE = ctypes.PYFUNCTYPE(None, *_ENTRY_ARGS)
+# Set (by `scoring_beside`) where another scoring of the same request runs on a second thread
+# at the same time: holding the GIL on the loop's thread would keep that thread from starting
+# at all, and splitting rows over a third thread would oversubscribe the cores.
+_BESIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("ltr_scoring_beside", default=False)
+
+
+@contextmanager
+def scoring_beside() -> Iterator[None]:
+    """Scoring in this block runs on the calling thread alone and gives the GIL up, even on
+    an event loop's thread (an interleaved request's two versions, scored at once)."""
+    token = _BESIDE.set(True)
+    try:
+        yield
+    finally:
+        _BESIDE.reset(token)
+
+
+def _hold_gil() -> bool:
+    """Whether to keep the GIL during the native call: on an event loop's thread, unless
+    another thread scores beside it."""
+    return _get_running_loop() is not None and not _BESIDE.get()
+
 
 _serial = itertools.count()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -160,10 +185,10 @@ class CompiledTreeScorer:
         if self._constant:
             return np.full(n, self.base_score, dtype=np.float64)
         if not self._split(n):
-            return self._score_rows(x, hold_gil=_get_running_loop() is not None)
+            return self._score_rows(x, hold_gil=_hold_gil())
         parts = min(self.threads, os.cpu_count() or 1)  # reads /sys (~7 us): only asked here
         if parts < 2:
-            return self._score_rows(x, hold_gil=_get_running_loop() is not None)
+            return self._score_rows(x, hold_gil=_hold_gil())
         # Split on block boundaries so no thread packs a padded block in the middle.
         step = -(-n // (parts * LANES)) * LANES
         bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
@@ -175,6 +200,8 @@ class CompiledTreeScorer:
     def _split(self, n: int) -> bool:
         """Whether `n` rows go over several threads."""
         if self.threads < 2 or n < min(self.parallel_min_rows, self.spare_core_min_rows):
+            return False
+        if _BESIDE.get():
             return False
         return n >= self.parallel_min_rows or self.headroom.spare_cores() >= SPARE_CORE
 

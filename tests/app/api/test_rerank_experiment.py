@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 
 from app.experiments.spec import TEAM_NAMES, ExperimentSpec
 from app.registry.experiments import write_active
@@ -146,3 +147,37 @@ def test_models_shows_the_experiment_or_why_not(
         assert "sha256" in models["experiment"]["error"]
         response = client.post("/rerank", json=body(explain=True)).json()
         assert "experiment" not in response and response["model"]["version"] == "v1"
+
+
+def test_two_threads_or_one_serve_the_same_interleaved_answer(
+    make_client: ClientFactory, registry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scoring the candidate beside the control (when its cost per row says it pays and a core
+    sat idle) changes nothing in the answer, only where the candidate is scored."""
+    from app.api import routes
+    from app.experiments import serving
+
+    start(registry_dir, "interleave")
+    both: list[int] = []
+    real = serving.score_both
+    monkeypatch.setattr(serving, "score_both", lambda *a: (both.append(1), real(*a))[1])
+    monkeypatch.setattr(routes.HEADROOM, "spare_cores", lambda: 2.0)
+    answers = []
+    for threshold_us in (1e9, 0.001):
+        with make_client(
+            interleave_parallel_min_us=threshold_us, inline_scoring_max_rows=1000
+        ) as client:
+            # The first request teaches the cost per row (none known: one thread); the
+            # second uses it.
+            for _ in range(2):
+                response = client.post("/rerank", json=body(n=40, request_id="r", explain=True))
+                assert response.status_code == 200, response.text
+            answers.append(response.json())
+    assert len(both) == 1  # the second request with the low threshold
+    assert answers[0] == answers[1]
+    idle = {"spare": 0.0}
+    monkeypatch.setattr(routes.HEADROOM, "spare_cores", lambda: idle["spare"])
+    with make_client(interleave_parallel_min_us=0.001, inline_scoring_max_rows=1000) as client:
+        for _ in range(2):
+            assert client.post("/rerank", json=body(n=40)).status_code == 200
+    assert len(both) == 1  # no spare core: one thread

@@ -90,7 +90,10 @@ def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> 
 
     class Score:
         def inline(self, rows: int) -> bool:
-            return rows % 2 == 0  # both paths: on the loop and awaited in threads
+            return rows % 2 == 0  # every path: on the loop (one thread or two), in threads
+
+        def beside_pays(self, m: Any, rows: int) -> bool:
+            return rows % 4 == 0
 
         def now(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
             return by_model[id(m)]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
 from app.scoring import compiled, reference
-from app.scoring.compiled import LANES, CompiledTreeScorer
+from app.scoring.compiled import LANES, CompiledTreeScorer, scoring_beside
 from app.scoring.compiler import jit
 from app.scoring.compiler.nodes import ZERO32, floor_float32
 from app.scoring.cpu_headroom import CpuHeadroom
@@ -247,3 +247,10 @@ def test_an_event_loop_thread_scores_without_giving_up_the_gil() -> None:
     on_the_loop = asyncio.run(on_loop())
     assert calls == ["free", "held"]
     np.testing.assert_array_equal(on_the_loop, reference.predict(ensemble, rows))
+
+    async def beside() -> np.ndarray:
+        with scoring_beside():  # an interleaved request's control, its candidate beside it
+            return scorer.score(rows)
+
+    np.testing.assert_array_equal(asyncio.run(beside()), on_the_loop)
+    assert calls == ["free", "held", "free"]

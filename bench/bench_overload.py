@@ -237,34 +237,27 @@ class RssSampler:
 
 
 def start_probe(url: str, seconds: float) -> subprocess.Popen[bytes]:
-    """`/livez` every 20 ms from another process (its timing must not share our event loop)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.bench_overload", "--probe", url, str(seconds)],
+    """`/livez` every 20 ms from another process (its timing must not share our event loop),
+    started and set up before the phase: `go()` starts its probing."""
+    proc = subprocess.Popen(
+        [sys.executable, "-I", str(Path(__file__).with_name("livez_probe.py")), url, str(seconds)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        raise RuntimeError(f"the /livez probe of {url} did not start")
+    return proc
 
 
-def probe_main(url: str, seconds: float) -> None:
-    import httpx
-
-    out: list[float] = []
-    stop = time.perf_counter() + seconds
-    with httpx.Client(base_url=url, timeout=30.0) as client:
-        while time.perf_counter() < stop:
-            start = time.perf_counter()
-            try:
-                ok = client.get("/livez").status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            out.append(time.perf_counter() - start if ok else float("inf"))
-            time.sleep(0.02)
-    sys.stdout.buffer.write(orjson.dumps(out))
+def go(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
 
 
 def probe_result(proc: subprocess.Popen[bytes]) -> list[float]:
     out, _ = proc.communicate(timeout=120)
-    # JSON has no infinity: orjson writes a failed probe's inf as null.
     return [math.inf if t is None else t for t in orjson.loads(out)]
 
 
@@ -332,6 +325,9 @@ async def measured(name: str, server: UvicornServer, seconds: float, load: Any) 
     port_probe = (
         None if probe_port is None else start_probe(f"http://127.0.0.1:{probe_port}", seconds)
     )
+    for started in (probe, port_probe):
+        if started is not None:
+            go(started)
     server_cpu, client_cpu = cpu_seconds(pid), time.process_time()
     with RssSampler(pid) as sampler:
         answers = await load
@@ -782,12 +778,8 @@ def main() -> None:
     parser.add_argument(
         "--append", action="store_true", help="overload phases only, appended to the results"
     )
-    parser.add_argument("--probe", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     parser.add_argument("--attack", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.probe:
-        probe_main(args.probe[0], float(args.probe[1]))
-        return
     if args.attack:
         attack_main(int(args.attack[0]), float(args.attack[1]))
         return

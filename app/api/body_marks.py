@@ -2,8 +2,9 @@
 
 Admission counts a body's candidates before it is parsed, and a shed request's answer needs
 its ids without parsing it (app.api.retrieval_order): both start from the same positions, so
-one pass finds them and both read them: compiled (app.api.ids_kernel.find_marks, eight bytes at
-a time, holding the GIL), or vectorised until that is compiled. A body of 1,000 candidates x 136
+one pass finds them and both read them: compiled (app.api.marks_kernel, 32 bytes at a time,
+holding the GIL; numba's app.api.ids_kernel.find_marks where that cannot be compiled), or
+vectorised until that is compiled. A body of 1,000 candidates x 136
 features (954 KB) holds about 10,000 such bytes; the compiled pass took 0.35 ms against 0.46 ms
 for numpy's five passes alone, and 0.35 against 4.4 ms beside a busy thread (each numpy pass
 gives the GIL up).
@@ -11,6 +12,7 @@ gives the GIL up).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +24,7 @@ _QUOTE = ord('"')
 # [ ] { } are the bytes equal to 0x59 under the mask 0xD9 (with Y _ y and DEL, which readers
 # drop): two operations instead of four.
 BRACKET_MASK, BRACKET_BITS = 0xD9, 0x59
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,17 +54,23 @@ class BodyMarks:
 
 @dataclass(frozen=True)
 class ShedKernels:
-    find_marks: Callable[..., int]  # app.api.ids_kernel.find_marks
+    find_marks: Callable[..., int]  # app.api.marks_kernel's, or app.api.ids_kernel.find_marks
     count_rows: Callable[..., int]  # app.api.ids_kernel.count_rows
     scan_ids: Callable[..., int]  # app.api.ids_kernel.scan_ids
     write_results: Callable[..., int]  # app.api.ids_kernel.write_results
 
 
 def _load() -> ShedKernels:
-    from app.api import ids_kernel
+    from app.api import ids_kernel, marks_kernel
 
+    find_marks: Callable[..., int]
+    try:
+        find_marks = marks_kernel.compile_find_marks()
+    except Exception:  # llvmlite cannot build it on this host: numba's pass serves
+        log.warning("vector body-marks pass unavailable; using numba's", exc_info=True)
+        find_marks = ids_kernel.find_marks
     return ShedKernels(
-        ids_kernel.find_marks, ids_kernel.count_rows, ids_kernel.scan_ids, ids_kernel.write_results
+        find_marks, ids_kernel.count_rows, ids_kernel.scan_ids, ids_kernel.write_results
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api import ids_kernel, retrieval_order
+from app.api import ids_kernel, marks_kernel, retrieval_order
 from app.api.body_marks import BodyMarks, estimated_rows
 
 pytestmark = pytest.mark.usefixtures("shed_path")  # every test on both paths
@@ -89,15 +89,37 @@ def test_marks_are_every_quote_and_bracket_byte(body: bytes) -> None:
     np.testing.assert_array_equal(BodyMarks.of(body).marks, _numpy_marks(body))
 
 
-@given(_BYTES)
-def test_the_compiled_pass_reports_a_short_buffer(body: bytes) -> None:
+_VECTOR_PASS = marks_kernel.compile_find_marks()
+
+
+@pytest.mark.parametrize("find_marks", [ids_kernel.find_marks, _VECTOR_PASS], ids=["numba", "llvm"])
+@given(body=_BYTES)
+def test_the_compiled_passes_find_every_mark_and_report_a_short_buffer(
+    find_marks: Any, body: bytes
+) -> None:
     expected = _numpy_marks(body)
     data = np.frombuffer(body, dtype=np.uint8)
     out = np.empty(max(expected.size - 1, 0), dtype=np.int64)
-    assert ids_kernel.find_marks(data, out) == (-1 if expected.size else 0)
+    assert find_marks(data, out) == (-1 if expected.size else 0)
     room = np.empty(expected.size, dtype=np.int64)
-    assert ids_kernel.find_marks(data, room) == expected.size
+    assert find_marks(data, room) == expected.size
     np.testing.assert_array_equal(room, expected)
+
+
+@given(st.integers(0, 200), st.integers(0, 96))
+def test_the_vector_pass_reads_whole_blocks_then_the_tail(length: int, where: int) -> None:
+    """A mark in any lane of a 32-byte block, or in the bytes after the last whole block."""
+    body = bytearray(b"0" * length)
+    if where < length:
+        body[where] = ord("[")
+    data = np.frombuffer(bytes(body), dtype=np.uint8)
+    out = np.empty(4, dtype=np.int64)
+    found = _VECTOR_PASS(data, out)
+    assert out[:found].tolist() == ([where] if where < length else [])
+
+
+def test_the_vector_pass_serves_when_compiled(shed_kernels: Any) -> None:
+    assert shed_kernels.find_marks.__module__ == marks_kernel.__name__
 
 
 def test_a_body_of_marks_only_is_found_whole() -> None:

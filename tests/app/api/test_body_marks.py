@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.api import ids_kernel, marks_kernel, retrieval_order
@@ -93,6 +93,7 @@ _VECTOR_PASS = marks_kernel.compile_find_marks()
 
 
 @pytest.mark.parametrize("find_marks", [ids_kernel.find_marks, _VECTOR_PASS], ids=["numba", "llvm"])
+@settings(deadline=None)  # numba compiles its pass on the first call in a fresh checkout
 @given(body=_BYTES)
 def test_the_compiled_passes_find_every_mark_and_report_a_short_buffer(
     find_marks: Any, body: bytes

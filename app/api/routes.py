@@ -292,12 +292,19 @@ class ModelScoring:
     def inline(self, rows: int) -> bool:
         return rows <= self.inline_max_rows
 
-    def now(self, model: LoadedModel, features: np.ndarray, user: np.ndarray | None) -> np.ndarray:
+    def now(
+        self,
+        model: LoadedModel,
+        features: np.ndarray,
+        user: np.ndarray | None,
+        learn: bool = False,
+    ) -> np.ndarray:
         started = time.perf_counter()
         scores = model.scorer.score(features, user)
         elapsed = time.perf_counter() - started
         metrics.SCORING_SECONDS.labels(model.name).observe(elapsed)
-        SCORING_COST.observe(model.scorer, features.shape[0], elapsed)
+        if learn:
+            SCORING_COST.observe(model.scorer, features.shape[0], elapsed)
         return np.asarray(scores, dtype=np.float64)
 
     def beside_pays(self, model: LoadedModel, rows: int) -> bool:

@@ -35,8 +35,12 @@ class Scoring(Protocol):
         """Whether a request of `rows` is scored on the event loop's thread."""
         ...
 
-    def now(self, model: Any, features: np.ndarray, user: np.ndarray | None) -> np.ndarray:
-        """On the calling thread (the native scorers release the GIL)."""
+    def now(
+        self, model: Any, features: np.ndarray, user: np.ndarray | None, learn: bool = False
+    ) -> np.ndarray:
+        """On the calling thread (the native scorers release the GIL). `learn`: its time goes
+        into the model's cost per row (app.scoring.cost), which `beside_pays` reads: only an
+        interleaved request's candidate needs it, so other requests skip the bookkeeping."""
         ...
 
     def beside_pays(self, model: Any, rows: int) -> bool:
@@ -120,11 +124,11 @@ async def rank_in_experiment(
         if score.beside_pays(candidate, rows):
             control_scores, candidate_scores = score_both(
                 lambda: score.now(control, *control_inputs),
-                lambda: score.now(candidate, own_features, own_user),
+                lambda: score.now(candidate, own_features, own_user, learn=True),
             )
         else:
             control_scores = score.now(control, *control_inputs)
-            candidate_scores = score.now(candidate, own_features, own_user)
+            candidate_scores = score.now(candidate, own_features, own_user, learn=True)
     else:
         candidate_task = asyncio.ensure_future(score(candidate, own_features, own_user))
         try:

@@ -95,7 +95,9 @@ def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> 
         def beside_pays(self, m: Any, rows: int) -> bool:
             return rows % 4 == 0
 
-        def now(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
+        def now(
+            self, m: Any, x: np.ndarray, u: np.ndarray | None, learn: bool = False
+        ) -> np.ndarray:
             return by_model[id(m)]
 
         async def __call__(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:

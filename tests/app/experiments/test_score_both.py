@@ -104,8 +104,20 @@ def test_both_scorings_run_on_one_thread_each_and_give_the_gil_up() -> None:
         entry = getattr(scorer, name)
         setattr(scorer, name, lambda *a, e=entry, n=name: (entries.append(n), e(*a))[1])
 
+    # `first` waits until the pooled thread has claimed `second`: were that thread late, the
+    # calling thread would rightly score `second` itself, alone, and split it.
+    claimed = threading.Event()
+
+    def first_job() -> np.ndarray:
+        assert claimed.wait(10)
+        return scorer.score(rows)
+
+    def second_job() -> np.ndarray:
+        claimed.set()
+        return scorer.score(rows)
+
     async def interleaved() -> tuple[np.ndarray, np.ndarray]:
-        return score_both.score_both(lambda: scorer.score(rows), lambda: scorer.score(rows))
+        return score_both.score_both(first_job, second_job)
 
     first, second = asyncio.run(interleaved())
     assert entries.count("_entry") == 2 and "_held_entry" not in entries

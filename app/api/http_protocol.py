@@ -15,6 +15,14 @@ starts. Here a request's body is read ahead up to its declared length (at most
 `LTR_BODY_READ_AHEAD_BYTES`): bytes the service middleware has already reserved against the
 worker's buffer cap, read in as few turns as the socket allows.
 
+A body of a declared length is also copied once, not four times: uvicorn has httptools copy
+every socket read's body bytes into a new object, appends that to a bytearray and copies the
+bytearray into bytes for the application. Here, once the head is parsed, the socket's reads
+are kept as they are and joined once when the body is complete (or the read-ahead is full);
+the parser, which would still count the bytes it did not see, is replaced by a fresh one for
+the connection's next request. A 954 KB body cost the event loop ~0.2 ms less (~12 % of the
+loop's time at 3x overload, where every shed request's body is read too).
+
 `uvicorn_options(settings)` gives it, with uvicorn's own slow-client options, to `ltr serve` and
 `python -m app`.
 """
@@ -22,8 +30,10 @@ worker's buffer cap, read in as few turns as the socket allows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -53,6 +63,11 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             HeaderTimeoutProtocol.read_ahead_most = settings.body_read_ahead_bytes
         self._head_timer: asyncio.TimerHandle | None = None
         self._read_ahead = HIGH_WATER_LIMIT
+        # The body's bytes not yet handed to the application, and how many.
+        self._chunks: list[bytes] = []
+        self._held = 0
+        # Bytes of a declared-length body still to come; None: the parser takes what comes.
+        self._body_left: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -69,16 +84,63 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             self._read_ahead = _read_ahead(self.headers, self.read_ahead_most)
         else:
             self._read_ahead = HIGH_WATER_LIMIT
+        self._chunks, self._held = [], 0
+        upgrade = self.parser.should_upgrade()
         super().on_headers_complete()
+        self._body_left = None if upgrade else _declared_length(self.headers)
+
+    def data_received(self, data: bytes) -> None:
+        left = self._body_left
+        if not left or self.cycle is None:
+            super().data_received(data)
+            return
+        # The rest of a declared-length body: the socket's bytes as they are.
+        self._unset_keepalive_if_required()
+        body, rest = (data, b"") if len(data) <= left else (data[:left], data[left:])
+        self._body_left = left - len(body)
+        if not self.cycle.response_complete:  # else, as uvicorn: answered before it was read
+            self._keep(body)
+        if self._body_left == 0:
+            self._body_left = None
+            self._message_complete()
+            self.parser = _parser(self)  # the old one still waits for the bytes it did not see
+            if rest:
+                self.data_received(rest)  # a pipelined request
 
     def on_body(self, body: bytes) -> None:
+        if self._body_left is not None:
+            self._body_left -= len(body)
         cycle = self.cycle
         if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
             return  # as uvicorn: an upgrade's bytes, or a body answered before it was read
-        cycle.body += body
-        if len(cycle.body) > self._read_ahead:
+        self._keep(body)
+
+    def on_message_complete(self) -> None:
+        self._body_left = None
+        self._message_complete()
+
+    def _keep(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._held += len(body)
+        if self._held > self._read_ahead:
+            self._hand_over()
             self.flow.pause_reading()
+
+    def _hand_over(self) -> None:
+        """The bytes kept so far, to the application's next `receive()` (uvicorn's cycle
+        copies its body with bytes(), which returns a bytes object itself)."""
+        chunks = self._chunks
+        if not chunks:
+            return
+        joined = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._chunks, self._held = [], 0
+        cycle = self.cycle
+        cycle.body = bytes(cycle.body) + joined if cycle.body else joined  # type: ignore[assignment]
         cycle.message_event.set()
+
+    def _message_complete(self) -> None:
+        self._hand_over()
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         self._disarm()  # the keep-alive timer takes over until the next request begins
@@ -118,6 +180,29 @@ def _read_ahead(headers: list[tuple[bytes, bytes]], most: int) -> int:
             except ValueError:
                 break  # the parser refuses the request itself
     return HIGH_WATER_LIMIT
+
+
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The body's Content-Length, when the request has one and no Transfer-Encoding (the
+    parser alone then knows where the body ends)."""
+    length = None
+    for name, value in headers:
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                return None
+    return length
+
+
+def _parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
+    """A parser for the connection's next request, set up as uvicorn sets up its own."""
+    parser = httptools.HttpRequestParser(protocol)
+    with contextlib.suppress(AttributeError):  # httptools < 0.6.3 has no leniencies
+        parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    return parser
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

@@ -9,10 +9,12 @@ every request that arrived meanwhile: with 20 clients sending again as soon as a
 took ~25 ms, an admitted request's hand-backs over 100 ms, its measured service time rose past
 the budget and everything was shed (goodput 0, bench/results/overload.md).
 
-Here one task gives the shed answers in arrival order, one per turn of the loop, so a hand-back
-waits for one of them, not for all; and clients that send again as soon as they are answered
+Here one task gives the shed answers earliest due first (arrival order for the usual shed, made
+as soon as the body is in; one shed after waiting in admission's queue arrives with less of its
+budget left and goes ahead), one per turn of the loop, so a hand-back waits for one of them,
+not for all; and clients that send again as soon as they are answered
 (a closed loop: a pool of frontend workers) are slowed by the shed answers, not by the scored
-ones. While the oldest shed request is within `urgent_s` of its due time, the task answers
+ones. While the earliest due is within `urgent_s` of its due time, the task answers
 without yielding, so it is answered within its budget when the loop can manage it. One already
 late waits its turn: hurrying it would not make it timely, only starve the admitted requests.
 """
@@ -20,14 +22,16 @@ late waits its turn: hurrying it would not make it timely, only starve the admit
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 URGENT_S = 0.05
 
-_Entry = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]", float]
+# (due, arrival number: equal dues in arrival order, the answer, its request's future)
+_Entry = tuple[float, int, Callable[[], Awaitable[Any]], "asyncio.Future[Any]"]
 
 
 class ShedTurns:
@@ -36,7 +40,8 @@ class ShedTurns:
     def __init__(self, urgent_s: float = URGENT_S, clock: Callable[[], float] = time.perf_counter):
         self.urgent_s = urgent_s
         self.clock = clock
-        self._queue: deque[_Entry] = deque()
+        self._queue: list[_Entry] = []  # a heap
+        self._arrivals = itertools.count()
         self._task: asyncio.Task[None] | None = None
 
     async def run(self, answer: Callable[[], Awaitable[Any]], due: float) -> Any:
@@ -44,14 +49,14 @@ class ShedTurns:
         due (on `clock`)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((answer, future, due))
+        heapq.heappush(self._queue, (due, next(self._arrivals), answer, future))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain())
         return await future
 
     async def _drain(self) -> None:
         while self._queue:
-            answer, future, _ = self._queue.popleft()
+            _, _, answer, future = heapq.heappop(self._queue)
             if not future.done():  # else its request went away
                 try:
                     result = await answer()
@@ -65,8 +70,8 @@ class ShedTurns:
                 await asyncio.sleep(0)  # the loop's next turn: what became ready meanwhile runs
 
     def _urgent(self) -> bool:
-        """Whether the oldest waiting is due soon and not yet late."""
+        """Whether the earliest due is due soon and not yet late."""
         if not self._queue:
             return False
-        left = self._queue[0][2] - self.clock()
+        left = self._queue[0][0] - self.clock()
         return 0.0 < left <= self.urgent_s

@@ -99,3 +99,13 @@ def test_errors_reach_their_request_and_a_cancelled_one_is_skipped() -> None:
         return ran
 
     assert asyncio.run(scenario()) == ["ok", "bad"]
+
+
+def test_the_earliest_due_goes_first_and_equal_dues_keep_arrival_order() -> None:
+    """A request shed after waiting in admission's queue has less of its budget left than
+    those shed on arrival just before it: it is answered ahead of them."""
+    clock = Clock()
+    turns = ShedTurns(urgent_s=0.001, clock=clock)  # nothing urgent: one answer per turn
+    dues = [clock.now + 0.09, clock.now + 0.09, clock.now + 0.02, clock.now + 0.09]
+    order, _ = asyncio.run(_run_with_ticker(turns, dues))
+    assert order == [2, 0, 1, 3]

@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     # and with one 1,000-row request at a time the worker idled between them (docs/OPERATIONS.md).
     admission_adaptive: bool = True
     admission_algorithm: Literal["gradient", "aimd"] = "gradient"
-    admission_initial_rows: Annotated[int, Field(ge=1)] = 4000
-    admission_min_rows: Annotated[int, Field(ge=1)] = 4000
+    admission_initial_rows: Annotated[int, Field(ge=1)] = 3000
+    admission_min_rows: Annotated[int, Field(ge=1)] = 3000
     admission_max_rows: Annotated[int, Field(ge=1)] = 50_000
     parse_off_loop_min_bytes: Annotated[int, Field(ge=0)] = 256 * 1024
     # /readyz says 503 "shedding" while this worker has shed within the last window.

@@ -21,6 +21,8 @@ import numpy as np
 from app.background_kernel import BackgroundKernel
 
 _QUOTE = ord('"')
+_OPEN_OBJECT, _OPEN_LIST, _CLOSE_OBJECT, _CLOSE_LIST = b"{[}]"
+ROW_DEPTH = 3  # {"candidates": [{"id": ...}]}: the body's object, the array, a candidate
 # [ ] { } are the bytes equal to 0x59 under the mask 0xD9 (with Y _ y and DEL, which readers
 # drop): two operations instead of four.
 BRACKET_MASK, BRACKET_BITS = 0xD9, 0x59
@@ -79,21 +81,44 @@ KERNEL = BackgroundKernel("shed-ids", _load)
 
 
 def estimated_rows(body: BodyMarks) -> int:
-    """Candidates in a raw /rerank body, counted without parsing (each has one `id` key, and
-    one `features` key unless the store supplies them); at least 1. It runs on the event loop
-    for every request, before admission: one compiled pass over the marks, or (until that is
-    compiled) vectorised, both keys matched at the quotes only (about 7x less than two
+    """Candidates in a raw /rerank body, counted without parsing: the `id` keys (or the
+    `features` keys, if more: each candidate has one `id`, and one `features` unless the store
+    supplies them) three containers deep, as a candidate's in {"candidates": [{"id": ...}]}
+    (the user's `id`, two deep, is not a row); anywhere when there are none there or the
+    quotes and brackets do not balance; at least 1. An estimate for admission, which runs on
+    the event loop for every request: one compiled pass over the marks, or (until that is
+    compiled) vectorised, the keys matched at the quotes only (about 7x less than two
     bytes.count)."""
     kernels = KERNEL.ready()
     if kernels is not None:
         return int(kernels.count_rows(body.data, body.marks))
-    data, quotes = body.data, body.quotes()
-    return max(_keys_at(data, quotes, b'id"'), _keys_at(data, quotes, b'features"'), 1)
+    data, marks = body.data, body.marks
+    kinds = data[marks]
+    is_quote = kinds == _QUOTE
+    quotes_so_far = np.cumsum(is_quote)
+    opening = is_quote & (quotes_so_far % 2 == 1)
+    outside = ~is_quote & (quotes_so_far % 2 == 0)
+    step = np.zeros(marks.shape[0], dtype=np.int64)
+    step[outside & ((kinds == _OPEN_OBJECT) | (kinds == _OPEN_LIST))] = 1
+    step[outside & ((kinds == _CLOSE_OBJECT) | (kinds == _CLOSE_LIST))] = -1
+    depth = np.cumsum(step)
+    quotes = marks[is_quote]
+    at_row = (opening & (depth == ROW_DEPTH))[is_quote]
+    ids, ids_in_rows = _keys_at(data, quotes, at_row, b'id"')
+    features, features_in_rows = _keys_at(data, quotes, at_row, b'features"')
+    balanced = marks.shape[0] == 0 or (depth[-1] == 0 and quotes_so_far[-1] % 2 == 0)
+    rows = max(ids_in_rows, features_in_rows)
+    return rows if rows > 0 and balanced else max(ids, features, 1)
 
 
-def _keys_at(data: np.ndarray, quotes: np.ndarray, rest: bytes) -> int:
-    """How many quotes in uint8 `data` [n_bytes] are followed by `rest`."""
-    starts = quotes[quotes + len(rest) < len(data)]
+def _keys_at(
+    data: np.ndarray, quotes: np.ndarray, at_row: np.ndarray, rest: bytes
+) -> tuple[int, int]:
+    """How many of the quotes `quotes` (int64 [n]) in uint8 `data` [n_bytes] are followed by
+    `rest`: in all, and those where bool `at_row` [n]."""
+    keep = quotes + len(rest) < len(data)
+    starts, rows = quotes[keep], at_row[keep]
     for j, byte in enumerate(rest, 1):
-        starts = starts[data[starts + j] == byte]
-    return len(starts)
+        match = data[starts + j] == byte
+        starts, rows = starts[match], rows[match]
+    return len(starts), int(np.count_nonzero(rows))

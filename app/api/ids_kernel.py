@@ -130,22 +130,41 @@ def find_marks(data: np.ndarray, out: np.ndarray) -> int:
 
 _ID_KEY = np.frombuffer(b'id"', dtype=np.uint8)
 _FEATURES_KEY = np.frombuffer(b'features"', dtype=np.uint8)
+_ROW_DEPTH = 3  # {"candidates": [{"id": ...}]}: the body's object, the array, a candidate
 
 
 @njit(cache=True, nogil=True)
 def count_rows(data: np.ndarray, marks: np.ndarray) -> int:
-    """app.api.body_marks.estimated_rows in one pass over the marks: the quotes followed by
-    `id"`, or by `features"` if more, at least 1."""
+    """app.api.body_marks.estimated_rows in one pass over the marks: the strings `id` or
+    `features` (whichever more) three containers deep, where the candidates are in
+    {"candidates": [{"id": ...}]} (the user's `id` is not one); where there are none or the
+    quotes and brackets do not balance, anywhere; at least 1."""
     ids = 0
     features = 0
+    ids_in_rows = 0
+    features_in_rows = 0
+    depth = 0
+    in_string = False
     for j in range(marks.shape[0]):
         q = marks[j]
-        if data[q] != _QUOTE:
-            continue
-        if _followed_by(data, q, _ID_KEY):
-            ids += 1
-        elif _followed_by(data, q, _FEATURES_KEY):
-            features += 1
+        byte = data[q]
+        if byte == _QUOTE:
+            in_string = not in_string
+            in_row = in_string and depth == _ROW_DEPTH  # an opening quote, three deep
+            if _followed_by(data, q, _ID_KEY):
+                ids += 1
+                ids_in_rows += in_row
+            elif _followed_by(data, q, _FEATURES_KEY):
+                features += 1
+                features_in_rows += in_row
+        elif not in_string:
+            if byte == _OPEN_OBJECT or byte == _OPEN_LIST:  # noqa: SIM109 (numba)
+                depth += 1
+            elif byte == _CLOSE_OBJECT or byte == _CLOSE_LIST:  # noqa: SIM109 (numba)
+                depth -= 1
+    rows = max(ids_in_rows, features_in_rows)
+    if rows > 0 and depth == 0 and not in_string:
+        return rows
     return max(ids, features, 1)
 
 

@@ -80,14 +80,17 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         # Only bodies the service middleware reads, having reserved their declared length.
-        if self.parser.get_method().decode("ascii", "replace") in BODY_METHODS:
-            self._read_ahead = _read_ahead(self.headers, self.read_ahead_most)
+        declared = _declared_length(self.headers)
+        if declared is not None and self.parser.get_method().decode("ascii", "replace") in (
+            BODY_METHODS
+        ):
+            self._read_ahead = max(HIGH_WATER_LIMIT, min(declared, self.read_ahead_most))
         else:
             self._read_ahead = HIGH_WATER_LIMIT
         self._chunks, self._held = [], 0
         upgrade = self.parser.should_upgrade()
         super().on_headers_complete()
-        self._body_left = None if upgrade else _declared_length(self.headers)
+        self._body_left = None if upgrade else declared
 
     def data_received(self, data: bytes) -> None:
         left = self._body_left
@@ -170,21 +173,9 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def _read_ahead(headers: list[tuple[bytes, bytes]], most: int) -> int:
-    """How many bytes of this request's body to buffer before the application asks for them:
-    its declared length up to `most`, never less than uvicorn's own 64 KiB."""
-    for name, value in headers:
-        if name == b"content-length":
-            try:
-                return max(HIGH_WATER_LIMIT, min(int(value), most))
-            except ValueError:
-                break  # the parser refuses the request itself
-    return HIGH_WATER_LIMIT
-
-
 def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The body's Content-Length, when the request has one and no Transfer-Encoding (the
-    parser alone then knows where the body ends)."""
+    """The body's Content-Length, when the request has one and no Transfer-Encoding (else the
+    parser alone knows where the body ends, and the body is read as uvicorn reads it)."""
     length = None
     for name, value in headers:
         if name == b"transfer-encoding":

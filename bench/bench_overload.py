@@ -70,6 +70,10 @@ class Answer:
     breaker: bool = False  # degraded because the Redis circuit breaker was open
     over_budget: bool = False  # degraded, `over_budget`: the budget could not cover its scoring
     reasons: tuple[str, ...] = ()  # a degraded answer's reasons
+    # Open loop: how long after its scheduled time the request was written (a connection to
+    # open, this process's own backlog). Counted in `latency`; large when the generator, not
+    # the server, falls behind (the two share the machine's cores).
+    send_lag: float = 0.0
 
 
 async def _exchange(
@@ -160,13 +164,16 @@ async def open_loop(port: int, body: bytes, rate: float, seconds: float) -> list
 
     async def one(sent: float) -> None:
         conn = await connection()
+        send_lag = time.perf_counter() - sent
         try:
             status, answer, keep = await _exchange(*conn, request)
         except (OSError, asyncio.IncompleteReadError):
             status, answer, keep = 0, b"", False
         elapsed = time.perf_counter() - sent
         scored = _scored(status, answer)
-        out.append(Answer(sent, elapsed, status, scored, over_budget=_late(answer)))
+        out.append(
+            Answer(sent, elapsed, status, scored, over_budget=_late(answer), send_lag=send_lag)
+        )
         if keep:
             idle.append((*conn, time.perf_counter()))
         else:
@@ -305,8 +312,15 @@ class Phase:
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
             f"{probes.max():.1f} | {_spread(self.port_probes)} | "
             f"{self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} | "
-            f"{self.cpu[0]:.1f} / {self.cpu[1]:.1f} |"
+            f"{self.cpu[0]:.1f} / {self.cpu[1]:.1f} | {self.send_lag()} |"
         )
+
+    def send_lag(self) -> str:
+        """The load generator's own lateness in writing requests (open loop), p99 / max ms."""
+        lags = np.array([a.send_lag for a in self.answers]) * 1000
+        if not lags.size or not lags.any():
+            return "-"
+        return f"{np.percentile(lags, 99):.0f} / {lags.max():.0f}"
 
 
 def _spread(seconds: list[float]) -> str:
@@ -683,15 +697,20 @@ def render(
         "| phase | answers | 5xx / no answer | unscored: shed or over budget (over budget) | "
         "latency p50 / p99 / max ms | goodput req/s (of sustainable) | "
         "/livez p50 / p99 / max ms | /livez on the probe port p50 / p99 / max ms | "
-        "RSS MB before / peak / after | CPU s: server / load generator |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "RSS MB before / peak / after | CPU s: server / load generator | "
+        "load generator's send lag p99 / max ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, rate, _, phases in configs:
         for phase in phases:
             lines.append(phase.row(rate))
     lines += [
         "",
-        "Goodput counts answers fully scored within the budget. With admission off every "
+        "Goodput counts answers fully scored within the budget. Latencies count from when "
+        "the open loop meant to send; the last column is how late its own process wrote the "
+        "requests (opening connections, its own backlog), which is in the latencies too: when "
+        "it is large, the load generator and the server were competing for the cores. "
+        "With admission off every "
         "request is scored however late, so its goodput is what finishes within the budget; its "
         "sustainable rate is measured the same way.",
     ]

@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     admission_min_rows: Annotated[int, Field(ge=1)] = 3000
     admission_max_rows: Annotated[int, Field(ge=1)] = 50_000
     parse_off_loop_min_bytes: Annotated[int, Field(ge=0)] = 256 * 1024
+    # Threads per worker that decode such bodies (without the GIL), in arrival order: the
+    # service's own pool, whose hand-off costs the event loop fewer turns than anyio's
+    # (docs/OPERATIONS.md). More decodes at once than cores only take them from the loop.
+    parse_threads: Annotated[int, Field(ge=1)] = 2
     # /readyz says 503 "shedding" while this worker has shed within the last window.
     readyz_reports_shedding: bool = True
     shedding_window_seconds: Annotated[float, Field(gt=0)] = 1.0

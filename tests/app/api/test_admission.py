@@ -323,3 +323,39 @@ def test_lookups_never_outlive_the_budget_and_stretch_into_its_spare_time() -> N
     off, _ = controller(admission_enabled=False)
     unbounded = Slot(off, b"", Budget(clock.now, 0.1), 1000, None, _held=False).lookup_time()
     assert unbounded == LookupTime()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_bodies_are_decoded_at_most_parse_threads_at_once(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """More decodes in threads than LTR_PARSE_THREADS would take the cores from the loop."""
+    import threading
+    import time
+
+    from app.api import admission
+    from app.api.admission import Slot
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def decode(raw: bytes, settings: Settings) -> tuple[dict[str, Any], object]:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return {"raw": raw}, None
+
+    monkeypatch.setattr(admission, "decode_request", decode)
+    ctl, clock = controller(parse_off_loop_min_bytes=1, parse_threads=threads)
+    bodies = [b"body %d" % i for i in range(5)]
+
+    async def decode_all() -> list[tuple[dict[str, Any], object]]:
+        slots = [Slot(ctl, b, Budget(clock.now, 1.0), 1, clock.now) for b in bodies]
+        return await asyncio.gather(*(s.decode(b) for s, b in zip(slots, bodies, strict=True)))
+
+    decoded = asyncio.run(decode_all())
+    assert [doc["raw"] for doc, _ in decoded] == bodies  # each its own, in order
+    assert most[0] == threads

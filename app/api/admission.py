@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,6 +43,7 @@ from app.errors import LtrError
 from app.features.redis_store import LookupTime
 from app.loop_lag import LoopLag
 from app.settings import Settings
+from app.thread_pools import thread_pool
 
 T = TypeVar("T")
 
@@ -421,10 +421,6 @@ class Slot:
             self.controller.release(self.rows, admitted, self.budget.seconds, self.done_at)
 
 
-_parse_pools: dict[int, ThreadPoolExecutor] = {}
-_parse_pools_lock = threading.Lock()
-
-
 def parse_pool(threads: int) -> ThreadPoolExecutor:
     """The process's body-decoding threads (LTR_PARSE_THREADS), decodes queued in arrival
     order. Not anyio.to_thread: it yields to the event loop twice before the thread gets the
@@ -434,12 +430,7 @@ def parse_pool(threads: int) -> ThreadPoolExecutor:
     runs), goodput 72-83 req/s against 36-60 through anyio; at 3x 48-79 against 48-69
     (docs/OPERATIONS.md). A decode whose client went away runs to its end, unawaited (a scan
     cannot be stopped)."""
-    with _parse_pools_lock:
-        pool = _parse_pools.get(threads)
-        if pool is None:
-            pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ltr-parse")
-            _parse_pools[threads] = pool
-        return pool
+    return thread_pool("ltr-parse", threads)
 
 
 def decode_request(raw: bytes, settings: Settings) -> tuple[dict[str, Any], object]:

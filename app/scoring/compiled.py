@@ -12,10 +12,8 @@ import ctypes
 import hashlib
 import itertools
 import os
-import threading
 from asyncio import _get_running_loop
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from app.scoring.compiler.codegen import ENTRY, build_tables, gen_modules
 from app.scoring.compiler.jit import CompiledModule, cache_key, compile_cached
 from app.scoring.compiler.nodes import lower_ensemble
 from app.scoring.cpu_headroom import HEADROOM, CpuHeadroom
+from app.thread_pools import thread_pool
 
 LANES = 16  # rows per SIMD block: one AVX-512 register of float32 (two AVX2 ones)
 CHUNK_TREES = 8  # trees run back to back on a block: ~15 KB of code, inside the L1 i-cache
@@ -86,18 +85,6 @@ def _hold_gil() -> bool:
 
 
 _serial = itertools.count()
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """A process-wide pool, shared by every scorer (model versions come and go; threads stay)."""
-    with _pools_lock:
-        pool = _pools.get(workers)
-        if pool is None:
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ltr-score")
-            _pools[workers] = pool
-        return pool
 
 
 class CompiledTreeScorer:
@@ -192,7 +179,7 @@ class CompiledTreeScorer:
         # Split on block boundaries so no thread packs a padded block in the middle.
         step = -(-n // (parts * LANES)) * LANES
         bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-        pool = _pool(parts - 1)
+        pool = thread_pool("ltr-score", parts - 1)  # shared by every scorer
         futures = [pool.submit(self._score_rows, x[lo:hi]) for lo, hi in bounds[1:]]
         first = self._score_rows(x[bounds[0][0] : bounds[0][1]])
         return np.concatenate([first, *(f.result() for f in futures)])

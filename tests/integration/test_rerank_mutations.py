@@ -174,7 +174,7 @@ def _post(port: int, raw: bytes, budget_ms: int | None) -> tuple[int, bytes]:
 
 @pytest.mark.slow
 @settings(
-    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(raw=broken_bodies(), budget_ms=st.sampled_from([None, None, 1]))
 def test_broken_bodies_never_give_a_5xx(port: int, raw: bytes, budget_ms: int | None) -> None:

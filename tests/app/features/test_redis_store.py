@@ -189,17 +189,24 @@ def test_a_busy_event_loop_does_not_count_as_a_redis_timeout() -> None:
         loop.call_later(0.012, time.sleep, 0.03)
         deadline = Deadline(loop.time(), lag.total, 0.01)
         assert await _within_redis_deadline(work, deadline, lag, answering()) == "ok"
-        # An idle loop and a slow reply: a real timeout, at the deadline.
-        start = loop.time()
-        try:
-            deadline = Deadline(loop.time(), lag.total, 0.01)
-            await _within_redis_deadline(reply_after(0.2), deadline, lag, answering())
-        except LoopLagTimeout:
-            raise AssertionError("an idle loop is not to blame") from None
-        except TimeoutError:
-            assert loop.time() - start < 0.1
-        else:
-            raise AssertionError("a slow Redis must time out")
+        # An idle loop and a slow reply: a real timeout, at the deadline. A shared machine
+        # can stall the whole process for a few ms (which the lag monitor cannot tell from
+        # the loop's own backlog), so a stall is forgiven twice before the test fails.
+        for attempt in range(3):
+            start = loop.time()
+            try:
+                deadline = Deadline(loop.time(), lag.total, 0.01)
+                await _within_redis_deadline(reply_after(0.2), deadline, lag, answering())
+            except LoopLagTimeout:
+                if attempt == 2:
+                    raise AssertionError("an idle loop is not to blame") from None
+                await asyncio.sleep(0.05)
+                continue
+            except TimeoutError:
+                assert loop.time() - start < 0.1
+                break
+            else:
+                raise AssertionError("a slow Redis must time out")
         await lag.stop()
 
     asyncio.run(scenario())

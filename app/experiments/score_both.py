@@ -16,23 +16,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from app.scoring.compiled import scoring_beside
+from app.thread_pools import thread_pool
 
 # Idle cores (app.scoring.cpu_headroom) from which the second thread is worth a try. Lower
 # than a row split's: a thread that does not wake in time costs only its hand-off (~30 us),
 # as the calling thread then scores the candidate itself.
 SPARE_CORE = 0.5
 
-_pool: ThreadPoolExecutor | None = None
-
 
 def _beside_pool() -> ThreadPoolExecutor:
     """One thread, since inline scoring blocks the loop (one interleaved request at a time
     uses it). Not the compiled scorer's pool: a candidate scored there could wait on its own
     split's half."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ltr-experiment")
-    return _pool
+    return thread_pool("ltr-experiment", 1)
 
 
 def score_both(

@@ -71,9 +71,32 @@ def _load() -> ShedKernels:
     except Exception:  # llvmlite cannot build it on this host: numba's pass serves
         log.warning("vector body-marks pass unavailable; using numba's", exc_info=True)
         find_marks = ids_kernel.find_marks
-    return ShedKernels(
+    kernels = ShedKernels(
         find_marks, ids_kernel.count_rows, ids_kernel.scan_ids, ids_kernel.write_results
     )
+    _compile_for_requests(kernels)
+    return kernels
+
+
+def _compile_for_requests(kernels: ShedKernels) -> None:
+    """Calls each lazily typed kernel once with the argument types requests pass (a read-only
+    body, int64 marks, writable buffers): numba compiles per type on the first call, seconds
+    with an empty cache, and that must happen here, not on the event loop of a request that
+    is being shed because it is late."""
+    from app.api.ids_kernel import N_IDS, OUT_LEN
+
+    raw = b'{"candidates": [{"id": "a", "features": [1.5]}, {"id": 2}], "top_k": 1}'
+    data = np.frombuffer(raw, dtype=np.uint8)
+    out = np.empty(len(raw) // 4 + 16, dtype=np.int64)
+    found = kernels.find_marks(data, out)
+    marks = out[:found].copy() if found >= 0 else np.flatnonzero(data == _QUOTE)
+    kernels.count_rows(data, marks)
+    ids = np.empty(len(raw) + 2, dtype=np.uint8)
+    starts = np.empty(len(raw), dtype=np.int64)
+    result = np.zeros(4, dtype=np.int64)
+    kernels.scan_ids(data, marks, ids, starts, result)
+    dest = np.empty(4 * len(raw), dtype=np.uint8)
+    kernels.write_results(ids, starts, int(result[N_IDS]), int(result[OUT_LEN]), 1, dest)
 
 
 # Compiled in the background with the body scan (LTR_BODY_SCAN); numpy serves until then.

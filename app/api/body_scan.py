@@ -63,6 +63,11 @@ def _load() -> Kernels:
 
     assert (body_kernel.OK, body_kernel.NULL, body_kernel.ABSENT) == (OK, NULL, ABSENT)
     assert map_kernel.OK == OK
+    # write_results is typed lazily: compiled here for the types answers pass (read-only
+    # bytes from orjson, int64 order, a writable buffer), not in the first answer's request.
+    ids, scores = np.frombuffer(b'["a",2]', dtype=np.uint8), np.frombuffer(b"[1.5,0.5]", np.uint8)
+    dest = np.empty(256, dtype=np.uint8)
+    answer_kernel.write_results(ids, 2, np.array([1, 0], dtype=np.int64), scores, dest)
     return Kernels(body_kernel.scan, map_kernel.fill, answer_kernel.write_results)
 
 

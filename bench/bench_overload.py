@@ -243,6 +243,49 @@ class RssSampler:
             self._task.cancel()
 
 
+def accept_queue(port: int) -> int | None:
+    """Connections the kernel has completed on the server's listening socket that the server
+    has not yet accepted (a TCP listener's rx_queue in /proc/net/tcp), or None off Linux. A
+    request waits there unseen by the service, its budget's clock not yet started; once the
+    queue holds the listen backlog (2,048 for uvicorn) new connections' SYNs are dropped and
+    their clients retry after 1, 3, 7 s."""
+    local = f":{port:04X} "
+    try:
+        with open("/proc/net/tcp") as table:
+            for line in table:
+                fields = line.split()
+                if len(fields) > 4 and fields[3] == "0A" and (fields[1] + " ").endswith(local):
+                    return int(fields[4].split(":")[1], 16)
+    except OSError:
+        return None
+    return None
+
+
+class AcceptQueueSampler:
+    """The largest accept queue seen on `port` while the block runs (read every 0.25 s in a
+    thread: the table is large when thousands of connections are open)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.peak: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            seen = await asyncio.to_thread(accept_queue, self.port)
+            if seen is not None:
+                self.peak = max(self.peak or 0, seen)
+            await asyncio.sleep(0.25)
+
+    def __enter__(self) -> AcceptQueueSampler:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
 def start_probe(url: str, seconds: float) -> subprocess.Popen[bytes]:
     """`/livez` every 20 ms from another process (its timing must not share our event loop),
     started and set up before the phase: `go()` starts its probing."""
@@ -281,6 +324,8 @@ class Phase:
     port_probes: list[float] = field(default_factory=list)  # /livez on LTR_PROBE_PORT
     # CPU seconds used during the phase by the server's processes and by this load generator.
     cpu: tuple[float, float] = (float("nan"),) * 2
+    # The most connections seen waiting in the listening socket's accept queue (None: unread).
+    accept_queue: int | None = None
 
     def latencies(self) -> np.ndarray:
         return np.array([a.latency for a in self.answers if a.status]) * 1000
@@ -312,7 +357,8 @@ class Phase:
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
             f"{probes.max():.1f} | {_spread(self.port_probes)} | "
             f"{self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} | "
-            f"{self.cpu[0]:.1f} / {self.cpu[1]:.1f} | {self.send_lag()} |"
+            f"{self.cpu[0]:.1f} / {self.cpu[1]:.1f} | {self.send_lag()} | "
+            f"{'n/a' if self.accept_queue is None else self.accept_queue} |"
         )
 
     def send_lag(self) -> str:
@@ -343,14 +389,14 @@ async def measured(name: str, server: UvicornServer, seconds: float, load: Any) 
         if started is not None:
             go(started)
     server_cpu, client_cpu = cpu_seconds(pid), time.process_time()
-    with RssSampler(pid) as sampler:
+    with RssSampler(pid) as sampler, AcceptQueueSampler(server.port) as accepts:
         answers = await load
     cpu = (cpu_seconds(pid) - server_cpu, time.process_time() - client_cpu)
     probes = probe_result(probe)
     port_probes = [] if port_probe is None else probe_result(port_probe)
     await asyncio.sleep(1.0)
     rss = (before, sampler.peak, rss_mb(pid))
-    return Phase(name, seconds, answers, probes, rss, port_probes, cpu)
+    return Phase(name, seconds, answers, probes, rss, port_probes, cpu, accepts.peak)
 
 
 async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[float, list[str]]:
@@ -698,8 +744,8 @@ def render(
         "latency p50 / p99 / max ms | goodput req/s (of sustainable) | "
         "/livez p50 / p99 / max ms | /livez on the probe port p50 / p99 / max ms | "
         "RSS MB before / peak / after | CPU s: server / load generator | "
-        "load generator's send lag p99 / max ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "load generator's send lag p99 / max ms | connections waiting to be accepted, most |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, rate, _, phases in configs:
         for phase in phases:
@@ -707,9 +753,14 @@ def render(
     lines += [
         "",
         "Goodput counts answers fully scored within the budget. Latencies count from when "
-        "the open loop meant to send; the last column is how late its own process wrote the "
+        "the open loop meant to send; the send lag is how late its own process wrote the "
         "requests (opening connections, its own backlog), which is in the latencies too: when "
-        "it is large, the load generator and the server were competing for the cores. "
+        "it is large, the load generator and the server were competing for the cores, or its "
+        "connections waited to be accepted. The last column is the most connections seen "
+        "waiting in the server's accept queue (the kernel's, read from /proc/net/tcp every "
+        "0.25 s): requests there are invisible to the service, whose budget starts when it "
+        "reads them; at the listen backlog (2,048) new connections' SYNs are dropped and retried "
+        "after 1, 3, 7 s. "
         "With admission off every "
         "request is scored however late, so its goodput is what finishes within the budget; its "
         "sustainable rate is measured the same way.",

@@ -196,7 +196,7 @@ def render(s: dict[str, Any]) -> list[str]:
         f"{s['depth']}, one uvicorn worker per server, {s['rounds']} requests per server after "
         f"{s.get('warmup_seconds', 0):.0f} s of warm-up, alternating between servers (client "
         "and servers on the same 2 cores, shared with "
-        "other jobs). " + " ".join(notes) + (f" {s['note']}" if s.get("note") else ""),
+        "other jobs). " + " ".join([*notes, *([s["note"]] if s.get("note") else [])]),
         "",
         "Requests one at a time, alternating between servers:",
         "",

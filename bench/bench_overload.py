@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import orjson
@@ -223,24 +223,32 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-class RssSampler:
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak = 0.0
-        self._task: asyncio.Task[None] | None = None
+class _Sampler:
+    """Samples something in a task of the running loop while the `with` block runs."""
+
+    _task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
-        while True:
-            self.peak = max(self.peak, rss_mb(self.pid))
-            await asyncio.sleep(0.2)
+        raise NotImplementedError
 
-    def __enter__(self) -> RssSampler:
+    def __enter__(self) -> Self:
         self._task = asyncio.get_running_loop().create_task(self._run())
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+class RssSampler(_Sampler):
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0.0
+
+    async def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, rss_mb(self.pid))
+            await asyncio.sleep(0.2)
 
 
 def accept_queue(port: int) -> int | None:
@@ -261,14 +269,13 @@ def accept_queue(port: int) -> int | None:
     return None
 
 
-class AcceptQueueSampler:
+class AcceptQueueSampler(_Sampler):
     """The largest accept queue seen on `port` while the block runs (read every 0.25 s in a
     thread: the table is large when thousands of connections are open)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
         self.peak: int | None = None
-        self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         while True:
@@ -276,14 +283,6 @@ class AcceptQueueSampler:
             if seen is not None:
                 self.peak = max(self.peak or 0, seen)
             await asyncio.sleep(0.25)
-
-    def __enter__(self) -> AcceptQueueSampler:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
 
 def start_probe(url: str, seconds: float) -> subprocess.Popen[bytes]:

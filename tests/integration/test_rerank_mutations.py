@@ -11,6 +11,7 @@ enough that the request is shed (the shed path reads ids from raw bytes on its o
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 from collections.abc import Iterator
@@ -127,7 +128,9 @@ def broken_bodies(draw: st.DrawFn) -> bytes:
         parent = body
         for key in place[:-1]:
             parent = parent[key]
-        odd = draw(st.sampled_from(ODD))
+        # A copy: ODD's lists and maps are shared, and a later step may append to one (even to
+        # itself, a cycle no JSON has) in this example or the next.
+        odd = copy.deepcopy(draw(st.sampled_from(ODD)))
         how = draw(st.sampled_from(["replace", "drop", "add"]))
         if how == "replace":
             parent[place[-1]] = odd

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     header_read_timeout_seconds: Annotated[float, Field(gt=0)] = 5.0
     body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     keep_alive_timeout_seconds: Annotated[int, Field(ge=1)] = 5
+    # Accept every connection waiting in the listen queue on each turn of the event loop
+    # (app.accept_loop); false: uvloop's own server, which takes one per turn.
+    accept_greedily: bool = True
     max_buffered_body_bytes: Annotated[int, Field(ge=1024)] = 192 * 1024 * 1024
     # A body is read from its socket without waiting for the application up to this many bytes
     # (app.api.http_protocol); uvicorn's own 64 KiB is the least.

@@ -38,6 +38,7 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app import metrics
+from app.accept_loop import LOOP_FACTORY
 from app.api.middleware import BODY_METHODS
 from app.settings import Settings
 
@@ -199,10 +200,12 @@ def _parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """The slow-client limits for `uvicorn.run`: this protocol (request-head timeout), the
     keep-alive timeout, and h11's cap on an incomplete head (if httptools is missing, uvicorn
-    falls back to h11, which ignores the protocol's timeout). The body's limits are the
-    service middleware's."""
+    falls back to h11, which ignores the protocol's timeout); and the event loop that accepts
+    every waiting connection (app.accept_loop). The body's limits are the service
+    middleware's."""
     return {
         "http": PROTOCOL,
+        "loop": LOOP_FACTORY if settings.accept_greedily else "auto",
         "timeout_keep_alive": settings.keep_alive_timeout_seconds,
         "h11_max_incomplete_event_size": 64 * 1024,
     }

@@ -531,33 +531,22 @@ async def small_requests(root: Path, quick: bool) -> list[str]:
     uvloop's own (one per turn)."""
     body = payload(SMALL_CANDIDATES, "plain")
     seconds, step = (8.0, 2.0) if quick else (20.0, 4.0)
-    server = serve(root, 1)
-    try:
-        rate, notes = await sustainable_rate(server.port, body, step)
-        overload = SMALL_OVERLOAD * (rate or 100.0)
-        phases = [
-            await measured(
-                f"accept every waiting connection (default): open loop {overload:.0f}/s",
-                server,
-                seconds,
-                open_loop(server.port, body, overload, seconds),
-            )
-        ]
-    finally:
-        server.stop()
-    server = serve(root, 1, LTR_ACCEPT_GREEDILY="false")
-    try:
-        await open_loop(server.port, body, LADDER[0], step)
-        phases.append(
-            await measured(
-                f"uvloop's own accept (one per turn): open loop {overload:.0f}/s",
-                server,
-                seconds,
-                open_loop(server.port, body, overload, seconds),
-            )
-        )
-    finally:
-        server.stop()
+    rate, notes, phases = 0.0, ["not measured"], []
+    kinds = [("accept every waiting connection (default)", {})]
+    kinds.append(("uvloop's own accept (one per turn)", {"LTR_ACCEPT_GREEDILY": "false"}))
+    for name, env in kinds:
+        server = serve(root, 1, **env)
+        try:
+            if phases:  # the second kind: warmed up, then the first kind's rate
+                await open_loop(server.port, body, LADDER[0], step)
+            else:
+                rate, notes = await sustainable_rate(server.port, body, step)
+            overload = SMALL_OVERLOAD * (rate or 100.0)
+            load = open_loop(server.port, body, overload, seconds)
+            label = f"{name}: open loop {overload:.0f}/s"
+            phases.append(await measured(label, server, seconds, load))
+        finally:
+            server.stop()
     lines = [
         f"Sustainable rate of {SMALL_CANDIDATES}-candidate requests "
         f"({len(body) / 1000:,.0f} KB), 1 worker, the service's accept: **{rate:.0f} req/s** "

@@ -178,6 +178,13 @@ FALLBACK_SECONDS = Histogram(
     "Time to build the retrieval-order answer of a request that was not scored.",
     buckets=_LATENCY_BUCKETS,
 )
+SHED_WAIT_SECONDS = Histogram(
+    "ltr_shed_answer_wait_seconds",
+    "How long a shed request's retrieval-order answer waited for its turn on the event loop "
+    "(app.api.shed_turns gives one per turn): past the budget, the worker sheds more than its "
+    "loop turns over.",
+    buckets=_LATENCY_BUCKETS,
+)
 SLOW_CLIENTS = Counter(
     "ltr_slow_client_rejections_total",
     "Requests refused for their client: `header_timeout`, `body_timeout` (408) or "

@@ -28,6 +28,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app import metrics
+
 URGENT_S = 0.05
 
 # (due, arrival number: equal dues in arrival order, the answer, its request's future)
@@ -49,7 +51,13 @@ class ShedTurns:
         due (on `clock`)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        heapq.heappush(self._queue, (due, next(self._arrivals), answer, future))
+        queued = self.clock()
+
+        async def in_turn() -> Any:
+            metrics.SHED_WAIT_SECONDS.observe(max(self.clock() - queued, 0.0))
+            return await answer()
+
+        heapq.heappush(self._queue, (due, next(self._arrivals), in_turn, future))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain())
         return await future

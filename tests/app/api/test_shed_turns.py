@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from itertools import pairwise
 
 import pytest
+from prometheus_client import REGISTRY
 
 from app.api.shed_turns import ShedTurns
 
@@ -109,3 +110,34 @@ def test_the_earliest_due_goes_first_and_equal_dues_keep_arrival_order() -> None
     dues = [clock.now + 0.09, clock.now + 0.09, clock.now + 0.02, clock.now + 0.09]
     order, _ = asyncio.run(_run_with_ticker(turns, dues))
     assert order == [2, 0, 1, 3]
+
+
+def test_the_wait_for_a_turn_is_measured() -> None:
+    """Six answers one per turn: the clock moves 10 ms a turn, so the last waits ~50 ms."""
+    clock = Clock()
+    turns = ShedTurns(urgent_s=0.001, clock=clock)
+
+    def observed() -> tuple[float, float]:
+        count = REGISTRY.get_sample_value("ltr_shed_answer_wait_seconds_count") or 0.0
+        total = REGISTRY.get_sample_value("ltr_shed_answer_wait_seconds_sum") or 0.0
+        return count, total
+
+    async def scenario() -> None:
+        async def ticker() -> None:
+            while True:
+                clock.now += 0.01
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+
+        async def answer() -> None:
+            return None
+
+        await asyncio.gather(*(turns.run(answer, clock.now + 1.0) for _ in range(6)))
+        task.cancel()
+
+    count, total = observed()
+    asyncio.run(scenario())
+    count_after, total_after = observed()
+    assert count_after - count == 6
+    assert 0.1 <= total_after - total <= 0.3  # 0 + 10 + ... + 50 ms, give or take a turn

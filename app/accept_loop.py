@@ -127,23 +127,14 @@ class AcceptingServer(asyncio.AbstractServer):
 
 
 def listening_sockets(host: str | None, port: int, backlog: int) -> list[socket.socket]:
-    """Bound, listening sockets for `host` (None or "": every interface) and `port`, as
-    asyncio's `create_server` makes them (SO_REUSEADDR; IPv6 sockets IPv6 only)."""
+    """Bound, listening sockets for `host` (None or "": every interface) and `port`, one per
+    address it resolves to, as asyncio's `create_server` makes them (`socket.create_server`:
+    SO_REUSEADDR; IPv6 sockets IPv6 only)."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     made: list[socket.socket] = []
-    seen: set[tuple[Any, ...]] = set()
     try:
-        for family, kind, proto, _, address in infos:
-            if (family, address) in seen:
-                continue
-            seen.add((family, address))
-            sock = socket.socket(family, kind, proto)
-            made.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(backlog)
+        for family, address in dict.fromkeys((info[0], info[4]) for info in infos):
+            made.append(socket.create_server(address, family=family, backlog=backlog))
     except BaseException:
         for sock in made:
             sock.close()

@@ -181,7 +181,7 @@ FALLBACK_SECONDS = Histogram(
 SHED_WAIT_SECONDS = Histogram(
     "ltr_shed_answer_wait_seconds",
     "How long a shed request's retrieval-order answer waited for its turn on the event loop "
-    "(app.api.shed_turns gives one per turn): past the budget, the worker sheds more than its "
+    "(app.api.shed_turns gives one per turn): near the budget, the worker sheds more than its "
     "loop turns over.",
     buckets=_LATENCY_BUCKETS,
 )

@@ -14,9 +14,18 @@ as soon as the body is in; one shed after waiting in admission's queue arrives w
 budget left and goes ahead), one per turn of the loop, so a hand-back waits for one of them,
 not for all; and clients that send again as soon as they are answered
 (a closed loop: a pool of frontend workers) are slowed by the shed answers, not by the scored
-ones. While the earliest due is within `urgent_s` of its due time, the task answers
-without yielding, so it is answered within its budget when the loop can manage it. One already
-late waits its turn: hurrying it would not make it timely, only starve the admitted requests.
+ones. While the earliest due is within `urgent_s` of its due time, or past it, the task answers
+without yielding, so it is answered within its budget when the loop can manage it, and never
+much after it when the loop cannot.
+
+Late answers once waited their turn too (hurrying one would not make it timely), but with
+arrivals that do not wait for answers (an open loop: a frontend's traffic) the loop sheds more
+requests than it has turns, and that queue only grew: at 3x the sustainable rate of 1,000-
+candidate requests the shed answers' p99 was 0.3-0.9 s, and the bodies they held filled the
+worker's buffer cap, so 151-9,938 of 20,000 requests got 503s. Answered as soon as they are
+late, p99 was 92-94 ms with no 503 and the same goodput (bench/results/overload.md). With
+clients that send again as soon as they are answered (a closed loop), answering sooner brings
+the next request sooner: the worker sheds more and scores less (see docs/OPERATIONS.md).
 """
 
 from __future__ import annotations
@@ -78,8 +87,5 @@ class ShedTurns:
                 await asyncio.sleep(0)  # the loop's next turn: what became ready meanwhile runs
 
     def _urgent(self) -> bool:
-        """Whether the earliest due is due soon and not yet late."""
-        if not self._queue:
-            return False
-        left = self._queue[0][0] - self.clock()
-        return 0.0 < left <= self.urgent_s
+        """Whether the earliest due is due soon, or late."""
+        return bool(self._queue) and self._queue[0][0] - self.clock() <= self.urgent_s

@@ -1,5 +1,5 @@
 """Shed answers take turns with the loop's other work (app.api.shed_turns): one per turn while
-none is urgent, in arrival order, back to back while the oldest is due soon; results and
+none is urgent, in arrival order, back to back while the oldest is due soon or late; results and
 errors reach their requests; a request gone away is skipped."""
 
 from __future__ import annotations
@@ -61,15 +61,23 @@ def test_one_answer_per_turn_in_arrival_order() -> None:
     assert all(b > a for a, b in pairwise(seen))  # the ticker ran between
 
 
-def test_answers_due_soon_go_back_to_back_and_late_ones_take_turns() -> None:
+def test_answers_due_soon_or_late_go_back_to_back() -> None:
+    """A late answer is not queued behind more turns: under an open loop's overload the
+    loop sheds more requests than it has turns, and one per turn let the late ones wait
+    without bound."""
+    clock = Clock()
+    for due in (clock.now + 0.01, clock.now - 0.01, clock.now - 5.0):
+        _, seen = asyncio.run(_run_with_ticker(ShedTurns(urgent_s=0.05, clock=clock), [due] * 4))
+        assert len(set(seen[1:])) == 1  # after the first, no turn in between
+
+
+def test_a_late_answer_goes_before_answers_not_yet_urgent() -> None:
     clock = Clock()
     turns = ShedTurns(urgent_s=0.05, clock=clock)
-    soon = [clock.now + 0.01] * 4
-    _, seen = asyncio.run(_run_with_ticker(turns, soon))
-    assert len(set(seen[1:])) == 1  # after the first, no turn in between
-    late = [clock.now - 0.01] * 4
-    _, seen = asyncio.run(_run_with_ticker(ShedTurns(urgent_s=0.05, clock=clock), late))
-    assert all(b > a for a, b in pairwise(seen))
+    dues = [clock.now + 0.2] * 3 + [clock.now - 0.1]
+    order, seen = asyncio.run(_run_with_ticker(turns, dues))
+    assert order == [3, 0, 1, 2]  # earliest due first
+    assert all(b > a for a, b in pairwise(seen))  # then one per turn: none is urgent
 
 
 def test_errors_reach_their_request_and_a_cancelled_one_is_skipped() -> None:

@@ -80,6 +80,43 @@ def test_a_late_answer_goes_before_answers_not_yet_urgent() -> None:
     assert all(b > a for a, b in pairwise(seen))  # then one per turn: none is urgent
 
 
+def test_a_queue_that_one_per_turn_would_not_answer_in_time_goes_back_to_back() -> None:
+    """Each answer takes 10 ms: eight due in 120 ms are not urgent by the 50 ms rule alone,
+    but one per turn (turns of the same length as an answer here) they would end past it."""
+    clock = Clock()
+    turns = ShedTurns(urgent_s=0.05, clock=clock)
+
+    async def scenario(dues: list[float]) -> list[int]:
+        seen: list[int] = []
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        async def answer() -> None:
+            clock.now += 0.01
+            seen.append(ticks)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        await asyncio.gather(*(turns.run(answer, due) for due in dues))
+        stop = True
+        await task
+        return seen
+
+    first = asyncio.run(scenario([clock.now + 1.0]))  # learns what an answer takes
+    assert len(first) == 1
+    seen = asyncio.run(scenario([clock.now + 0.12] * 8))
+    assert len(set(seen[1:])) == 1  # no turn in between
+    # Two answers due in 120 ms fit one per turn.
+    seen = asyncio.run(scenario([clock.now + 0.12] * 2))
+    assert seen[1] > seen[0]
+
+
 def test_errors_reach_their_request_and_a_cancelled_one_is_skipped() -> None:
     async def scenario() -> list[str]:
         turns = ShedTurns()

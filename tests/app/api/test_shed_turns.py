@@ -22,9 +22,12 @@ class Clock:
         return self.now
 
 
-async def _run_with_ticker(turns: ShedTurns, dues: list[float]) -> tuple[list[int], list[int]]:
+async def _run_with_ticker(
+    turns: ShedTurns, dues: list[float], clock: Clock | None = None, cost: float = 0.0
+) -> tuple[list[int], list[int]]:
     """(answer order, the ticker's count when each answer ran): the ticker stands for an
-    admitted request's hand-backs, one step per turn of the loop."""
+    admitted request's hand-backs, one step per turn of the loop. Each answer moves `clock`
+    on by `cost`."""
     ticks = 0
     seen: list[int] = []
     order: list[int] = []
@@ -38,6 +41,8 @@ async def _run_with_ticker(turns: ShedTurns, dues: list[float]) -> tuple[list[in
 
     def answer(i: int) -> Callable[[], Awaitable[int]]:
         async def run() -> int:
+            if clock is not None:
+                clock.now += cost
             order.append(i)
             seen.append(ticks)
             return i
@@ -85,35 +90,12 @@ def test_a_queue_that_one_per_turn_would_not_answer_in_time_goes_back_to_back() 
     but one per turn (turns of the same length as an answer here) they would end past it."""
     clock = Clock()
     turns = ShedTurns(urgent_s=0.05, clock=clock)
-
-    async def scenario(dues: list[float]) -> list[int]:
-        seen: list[int] = []
-        ticks = 0
-        stop = False
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        async def answer() -> None:
-            clock.now += 0.01
-            seen.append(ticks)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        await asyncio.gather(*(turns.run(answer, due) for due in dues))
-        stop = True
-        await task
-        return seen
-
-    first = asyncio.run(scenario([clock.now + 1.0]))  # learns what an answer takes
-    assert len(first) == 1
-    seen = asyncio.run(scenario([clock.now + 0.12] * 8))
+    _, first = asyncio.run(_run_with_ticker(turns, [clock.now + 1.0], clock, 0.01))
+    assert len(first) == 1  # it learnt what an answer takes
+    _, seen = asyncio.run(_run_with_ticker(turns, [clock.now + 0.12] * 8, clock, 0.01))
     assert len(set(seen[1:])) == 1  # no turn in between
     # Two answers due in 120 ms fit one per turn.
-    seen = asyncio.run(scenario([clock.now + 0.12] * 2))
+    _, seen = asyncio.run(_run_with_ticker(turns, [clock.now + 0.12] * 2, clock, 0.01))
     assert seen[1] > seen[0]
 
 

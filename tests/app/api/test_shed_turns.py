@@ -86,15 +86,15 @@ def test_a_late_answer_goes_before_answers_not_yet_urgent() -> None:
 
 
 def test_a_queue_that_one_per_turn_would_not_answer_in_time_goes_back_to_back() -> None:
-    """Each answer takes 10 ms: eight due in 120 ms are not urgent by the 50 ms rule alone,
-    but one per turn (turns of the same length as an answer here) they would end past it."""
+    """Each answer takes 10 ms. Of eight due in 120 ms, the seven left after the first would
+    take 70 ms, more than the 110 ms left less the 50 ms margin: back to back, though none is
+    within 50 ms of its due time. Of two, the one left fits: one per turn."""
     clock = Clock()
     turns = ShedTurns(urgent_s=0.05, clock=clock)
     _, first = asyncio.run(_run_with_ticker(turns, [clock.now + 1.0], clock, 0.01))
     assert len(first) == 1  # it learnt what an answer takes
     _, seen = asyncio.run(_run_with_ticker(turns, [clock.now + 0.12] * 8, clock, 0.01))
     assert len(set(seen[1:])) == 1  # no turn in between
-    # Two answers due in 120 ms fit one per turn.
     _, seen = asyncio.run(_run_with_ticker(turns, [clock.now + 0.12] * 2, clock, 0.01))
     assert seen[1] > seen[0]
 

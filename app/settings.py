@@ -100,8 +100,10 @@ class Settings(BaseSettings):
     # An interleaved request small enough to score inline scores its two versions at once (the
     # candidate on a second thread) when the candidate's scoring is expected to take at least
     # this long (its recent cost per row, app.scoring.cost) and a core sat idle lately; else
-    # one after the other. Waking a thread costs ~0.1 ms.
-    interleave_parallel_min_us: Annotated[float, Field(ge=0)] = 250.0
+    # one after the other. A compiled tree candidate goes to the native beside worker
+    # (app.scoring.beside), which measured no slower than one after the other from 16 rows up;
+    # another candidate to a pooled Python thread, whose wake-up costs 0.1-0.3 ms.
+    interleave_parallel_min_us: Annotated[float, Field(ge=0)] = 20.0
     # How long a thread may hold the GIL while another waits for it (sys.setswitchinterval;
     # Python's default is 5 ms). The event loop's thread gives the GIL up in every large numpy
     # operation and native call, and each time takes it back only once the thread that took it

@@ -49,7 +49,7 @@ from app.api.schemas import (
 )
 from app.artifacts.manifest import NAME_PATTERN
 from app.errors import LtrError
-from app.experiments.score_both import SPARE_CORE
+from app.experiments.score_both import SPARE_CORE, NativeBeside
 from app.experiments.serving import (
     candidate_inputs,
     explain_experiment,
@@ -61,6 +61,7 @@ from app.features.user_features import UserFeatureResolver, UserFeatures
 from app.health import liveness, readiness
 from app.impressions import log_impression
 from app.registry import LoadedModel, ModelRegistry
+from app.scoring import beside
 from app.scoring.cost import SCORING_COST
 from app.scoring.cpu_headroom import HEADROOM
 from app.settings import Settings
@@ -306,6 +307,24 @@ class ModelScoring:
         if learn:
             SCORING_COST.observe(model.scorer, features.shape[0], elapsed)
         return np.asarray(scores, dtype=np.float64)
+
+    def prepare_beside(
+        self, model: LoadedModel, features: np.ndarray, user: np.ndarray | None
+    ) -> NativeBeside | None:
+        worker = beside.ready()
+        prepare = getattr(model.scorer, "prepare", None)
+        if worker is None or prepare is None or user is not None:
+            return None
+        prepared = prepare(features)
+        if prepared is None:
+            return None
+        scorer, rows, name = model.scorer, features.shape[0], model.name
+
+        def observe(seconds: float) -> None:
+            metrics.SCORING_SECONDS.labels(name).observe(seconds)
+            SCORING_COST.observe(scorer, rows, seconds)
+
+        return NativeBeside(worker, prepared, observe)
 
     def beside_pays(self, model: LoadedModel, rows: int) -> bool:
         expected = SCORING_COST.expected(model.scorer, rows)

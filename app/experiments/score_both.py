@@ -1,6 +1,8 @@
 """An interleaved request's two versions scored on two threads at once.
 
-The calling thread (the event loop's) scores the control while one pooled thread scores the
+A compiled tree candidate goes to the native beside worker (app.scoring.beside: no GIL, no
+preemption of the caller) with `NativeBeside`. Any other candidate goes through `score_both`:
+the calling thread (the event loop's) scores the control while one pooled thread scores the
 candidate, unless the calling thread finishes first and finds the candidate not yet started
 (the pooled thread not yet woken: 0.1-0.3 ms, more on a virtual machine's idle vCPU), when it
 scores it itself and never waits for the pooled thread. Splitting the candidate's rows into
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
-from app.scoring.compiled import scoring_beside
+from app.scoring.beside import BesideWorker
+from app.scoring.compiled import PreparedScoring, scoring_beside
 from app.thread_pools import thread_pool
 
 # Idle cores (app.scoring.cpu_headroom) from which the second thread is worth a try. Lower
@@ -66,3 +70,19 @@ def _claimed(beside: Future[np.ndarray | None]) -> np.ndarray:
     scores = beside.result()
     assert scores is not None  # the pooled thread claimed the job this thread did not
     return scores
+
+
+@dataclass(frozen=True)
+class NativeBeside:
+    """A version's scoring prepared as one native call for the beside worker; `observe`
+    records what the call took (metrics and the model's cost per row)."""
+
+    worker: BesideWorker
+    prepared: PreparedScoring
+    observe: Callable[[float], None]
+
+    def run(self, here: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(here(), the prepared scores): `here` on this thread meanwhile."""
+        first, seconds = self.worker.run_beside(self.prepared.call, here)
+        self.observe(seconds)
+        return first, self.prepared.scores()

@@ -18,7 +18,7 @@ import numpy as np
 
 from app.experiments import draft_kernel
 from app.experiments.assignment import assign
-from app.experiments.score_both import score_both
+from app.experiments.score_both import NativeBeside, score_both
 from app.experiments.spec import ARM_NAMES, CANDIDATE, CONTROL, TEAM_NAMES, ExperimentSpec
 from app.experiments.team_draft import coin_flips, pick_teams, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
@@ -41,6 +41,13 @@ class Scoring(Protocol):
         """On the calling thread (the native scorers release the GIL). `learn`: its time goes
         into the model's cost per row (app.scoring.cost), which `beside_pays` reads: only an
         interleaved request's candidate needs it, so other requests skip the bookkeeping."""
+        ...
+
+    def prepare_beside(
+        self, model: Any, features: np.ndarray, user: np.ndarray | None
+    ) -> NativeBeside | None:
+        """`model`'s scoring as a call for the native beside worker, or None where it cannot
+        be one (not compiled trees, or no worker in this process)."""
         ...
 
     def beside_pays(self, model: Any, rows: int) -> bool:
@@ -121,7 +128,13 @@ async def rank_in_experiment(
     own_features, own_user = await candidate_inputs(candidate)
     rows = own_features.shape[0]
     if score.inline(rows):
-        if score.beside_pays(candidate, rows):
+        pays = score.beside_pays(candidate, rows)
+        native = score.prepare_beside(candidate, own_features, own_user) if pays else None
+        if native is not None:
+            control_scores, candidate_scores = native.run(
+                lambda: score.now(control, *control_inputs)
+            )
+        elif pays:
             control_scores, candidate_scores = score_both(
                 lambda: score.now(control, *control_inputs),
                 lambda: score.now(candidate, own_features, own_user, learn=True),

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from app.errors import LtrError
 from app.experiments.draft_kernel import compile_later
 from app.experiments.spec import ExperimentSpec
+from app.scoring.beside import start_later as start_beside
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,7 @@ class ExperimentSlots:
         self.errors.pop(model, None)
         if spec.mode == "interleave":
             compile_later()  # the merge's compiled kernel, in the background
+            start_beside()  # the thread that scores the candidate beside the control
         log.info(
             "experiment %s: %s vs %s (%s, %.0f %% of traffic)",
             spec.name,

@@ -15,11 +15,13 @@ import os
 from asyncio import _get_running_loop
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from app.artifacts.tree_dump import TreeEnsemble
+from app.scoring.beside import ENTRY_ARGS, NativeCall
 from app.scoring.compiler.codegen import ENTRY, build_tables, gen_modules
 from app.scoring.compiler.jit import CompiledModule, cache_key, compile_cached
 from app.scoring.compiler.nodes import lower_ensemble
@@ -46,21 +48,13 @@ SPARE_CORE = 0.75  # idle cores (on average over the last sample) that count as 
 COMPILE_PROCESSES = 2
 MIN_SPLITS_PER_PROCESS = 4000
 
-_ENTRY_ARGS = (
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_int64,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-)
 # CFUNCTYPE releases the GIL for the duration of the call, so other threads run meanwhile.
-_ENTRY_TYPE = ctypes.CFUNCTYPE(None, *_ENTRY_ARGS)
+_ENTRY_TYPE = ctypes.CFUNCTYPE(None, *ENTRY_ARGS)
 # PYFUNCTYPE keeps it. On an event loop's thread nothing of the loop can run during the call
 # anyway, and taking the GIL back afterwards means waiting for whichever thread took it, up to
 # the interpreter's switch interval (5 ms by default) per call: measured as 1,000-row inline
 # scoring taking 6.5 ms of loop time under overload against ~2.5 ms alone.
-_HELD_ENTRY_TYPE = ctypes.PYFUNCTYPE(None, *_ENTRY_ARGS)
+_HELD_ENTRY_TYPE = ctypes.PYFUNCTYPE(None, *ENTRY_ARGS)
 # Set (by `scoring_beside`) where another scoring of the same request runs on a second thread
 # at the same time: holding the GIL on the loop's thread would keep that thread from starting
 # at all, and splitting rows over a third thread would oversubscribe the cores.
@@ -143,6 +137,7 @@ class CompiledTreeScorer:
             build, key, Path(cache_dir) if cache_dir is not None else None
         )
         address = self._module.address(f"{prefix}_{ENTRY}")
+        self._entry_address = address
         self._entry = _ENTRY_TYPE(address)
         self._held_entry = _HELD_ENTRY_TYPE(address)
         self._table_ptrs = (
@@ -196,16 +191,8 @@ class CompiledTreeScorer:
         """`hold_gil`: call the native code without releasing the GIL (on an event loop's
         thread; see _HELD_ENTRY_TYPE)."""
         n = x.shape[0]
-        n_blocks = -(-n // LANES)
-        packed = np.empty((n_blocks, self.num_features, LANES), dtype=np.float32)
-        full = n // LANES
-        if full:
-            packed[:full] = x[: full * LANES].reshape(full, LANES, -1).transpose(0, 2, 1)
-        if n_blocks > full:
-            tail = np.zeros((LANES, self.num_features), dtype=np.float32)
-            tail[: n - full * LANES] = x[full * LANES :]
-            packed[full] = tail.T
-        out = np.full(n_blocks * LANES, self.base_score, dtype=np.float64)
+        packed, out = self._pack(x)
+        n_blocks = packed.shape[0]
         tile = TILE_ROWS // LANES
         thr, num, val = self._table_ptrs
         entry = self._held_entry if hold_gil else self._entry
@@ -215,3 +202,45 @@ class CompiledTreeScorer:
                 packed[start:].ctypes.data, out[start * LANES :].ctypes.data, count, thr, num, val
             )
         return out[:n]
+
+    def _pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows float32 [n_blocks, n_features, LANES], the tail block zero-padded; scores
+        float64 [n_blocks * LANES] set to base_score): the native code's input and output."""
+        n = x.shape[0]
+        n_blocks = -(-n // LANES)
+        packed = np.empty((n_blocks, self.num_features, LANES), dtype=np.float32)
+        full = n // LANES
+        if full:
+            packed[:full] = x[: full * LANES].reshape(full, LANES, -1).transpose(0, 2, 1)
+        if n_blocks > full:
+            tail = np.zeros((LANES, self.num_features), dtype=np.float32)
+            tail[: n - full * LANES] = x[full * LANES :]
+            packed[full] = tail.T
+        return packed, np.full(n_blocks * LANES, self.base_score, dtype=np.float64)
+
+    def prepare(self, features: np.ndarray) -> PreparedScoring | None:
+        """The scoring of `features` (float32 [n, n_features]) as one native call, to run on
+        another thread (app.scoring.beside); None for a model without trees."""
+        x = np.ascontiguousarray(features, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"expected features of shape [n, {self.num_features}], got {x.shape}")
+        if self._constant:
+            return None
+        packed, out = self._pack(x)
+        thr, num, val = self._table_ptrs
+        args = (packed.ctypes.data, out.ctypes.data, packed.shape[0], thr, num, val)
+        return PreparedScoring(NativeCall(self._entry_address, args), packed, out, x.shape[0])
+
+
+@dataclass(frozen=True)
+class PreparedScoring:
+    """A native call and the arrays it reads and writes (alive as long as this is)."""
+
+    call: NativeCall
+    packed: np.ndarray
+    out: np.ndarray
+    rows: int
+
+    def scores(self) -> np.ndarray:
+        """float64 [rows], once the call has run."""
+        return self.out[: self.rows]

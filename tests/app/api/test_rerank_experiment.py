@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -12,6 +14,7 @@ import pytest
 
 from app.experiments.spec import TEAM_NAMES, ExperimentSpec
 from app.registry.experiments import write_active
+from app.scoring import beside
 from tests.app.api.conftest import NF, ClientFactory
 from tests.support import publish, random_ensemble
 
@@ -149,6 +152,22 @@ def test_models_shows_the_experiment_or_why_not(
         assert "experiment" not in response and response["model"]["version"] == "v1"
 
 
+def _answers_one_thread_then_two(make_client: ClientFactory) -> list[Any]:
+    """The same request's answer with the candidate never beside the control, then with it
+    beside whenever a core is idle: two requests each (the first teaches the cost per row;
+    none known means one thread), the second's answer kept."""
+    answers = []
+    for threshold_us in (1e9, 0.001):
+        with make_client(
+            interleave_parallel_min_us=threshold_us, inline_scoring_max_rows=1000
+        ) as client:
+            for _ in range(2):
+                response = client.post("/rerank", json=body(n=40, request_id="r", explain=True))
+                assert response.status_code == 200, response.text
+            answers.append(response.json())
+    return answers
+
+
 def test_two_threads_or_one_serve_the_same_interleaved_answer(
     make_client: ClientFactory, registry_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,17 +181,8 @@ def test_two_threads_or_one_serve_the_same_interleaved_answer(
     real = serving.score_both
     monkeypatch.setattr(serving, "score_both", lambda *a: (both.append(1), real(*a))[1])
     monkeypatch.setattr(routes.HEADROOM, "spare_cores", lambda: 2.0)
-    answers = []
-    for threshold_us in (1e9, 0.001):
-        with make_client(
-            interleave_parallel_min_us=threshold_us, inline_scoring_max_rows=1000
-        ) as client:
-            # The first request teaches the cost per row (none known: one thread); the
-            # second uses it.
-            for _ in range(2):
-                response = client.post("/rerank", json=body(n=40, request_id="r", explain=True))
-                assert response.status_code == 200, response.text
-            answers.append(response.json())
+    monkeypatch.setattr(routes.beside, "ready", lambda: None)  # the pooled thread's path
+    answers = _answers_one_thread_then_two(make_client)
     assert len(both) == 1  # the second request with the low threshold
     assert answers[0] == answers[1]
     idle = {"spare": 0.0}
@@ -181,3 +191,27 @@ def test_two_threads_or_one_serve_the_same_interleaved_answer(
         for _ in range(2):
             assert client.post("/rerank", json=body(n=40)).status_code == 200
     assert len(both) == 1  # no spare core: one thread
+
+
+@pytest.mark.skipif(not beside.available(), reason="no beside worker on this machine")
+def test_the_native_beside_worker_serves_the_same_interleaved_answer(
+    make_client: ClientFactory, registry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiled candidate scored by the native beside worker (app.scoring.beside) gives the
+    answer of one thread scoring both versions in turn."""
+    from app.api import routes
+    from app.experiments.score_both import NativeBeside
+
+    start(registry_dir, "interleave")
+    worker = beside.BesideWorker(os.sched_getaffinity(0))
+    monkeypatch.setattr(routes.beside, "ready", lambda: worker)
+    monkeypatch.setattr(routes.HEADROOM, "spare_cores", lambda: 2.0)
+    native: list[int] = []
+    real = NativeBeside.run
+    monkeypatch.setattr(NativeBeside, "run", lambda *a: (native.append(1), real(*a))[1])
+    try:
+        answers = _answers_one_thread_then_two(make_client)
+    finally:
+        worker.stop()
+    assert len(native) == 1  # the second request with the low threshold
+    assert answers[0] == answers[1]

@@ -95,6 +95,9 @@ def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> 
         def beside_pays(self, m: Any, rows: int) -> bool:
             return rows % 4 == 0
 
+        def prepare_beside(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> None:
+            return None  # tests/app/scoring/test_beside.py covers the native worker
+
         def now(
             self, m: Any, x: np.ndarray, u: np.ndarray | None, learn: bool = False
         ) -> np.ndarray:

@@ -198,6 +198,8 @@ _lock = threading.Lock()
 
 def start_later() -> None:
     """Starts this process's worker in the background, once."""
+    if "started" in _state:
+        return
     with _lock:
         if "started" in _state:
             return

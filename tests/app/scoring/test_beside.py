@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from app.artifacts.tree_dump import TreeEnsemble
 from app.scoring import beside
-from app.scoring.compiled import CompiledTreeScorer
+from app.scoring.compiled import LANES, CompiledTreeScorer
 from app.scoring.compiler import beside_ir as ir
 from tests.app.scoring.ensembles import ensemble_and_rows
 from tests.support import random_ensemble
@@ -134,3 +135,19 @@ def test_callers_on_two_threads_each_get_their_own_scores(worker: beside.BesideW
     for t in threads:
         t.join()
     assert failures == []
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ensemble_and_rows(max_rows=8))
+def test_rows_split_with_the_worker_score_as_one_thread(
+    worker: beside.BesideWorker, case: tuple[TreeEnsemble, np.ndarray]
+) -> None:
+    """A request split over two threads (app.scoring.compiled) sends its second half to the
+    worker; the pooled thread serves where there is no worker. Both equal one thread."""
+    ensemble, rows = case
+    big = np.tile(rows, (300 // rows.shape[0] + 1, 1))[: 100 + rows.shape[0] * 17]
+    one = CompiledTreeScorer(ensemble).score(big)
+    split = CompiledTreeScorer(ensemble, threads=2, parallel_min_rows=LANES)
+    for found in (worker, None):
+        with mock.patch.object(beside, "ready", lambda found=found: found):
+            np.testing.assert_array_equal(split.score(big), one)

@@ -24,19 +24,25 @@ from app.experiments.spec import BOTH, CANDIDATE, CONTROL
 assert (CONTROL, CANDIDATE, BOTH) == (0, 1, 2)
 _CANDIDATE, _BOTH, _CONTROL = 1, 2, 0
 
-# (control scores, candidate scores, teams, merged, shown)
-SIGNATURE = "void(f8[::1], f8[::1], int8[::1], int64[::1], f8[::1])"
+# (control scores, candidate scores, coin bytes, teams, merged, shown)
+SIGNATURE = "void(f8[::1], f8[::1], u1[::1], int8[::1], int64[::1], f8[::1])"
 
 
 def _rank_and_merge(  # type: ignore[no-untyped-def]
-    control_scores, candidate_scores, teams, merged, shown
+    control_scores, candidate_scores, coin_bytes, teams, merged, shown
 ):
-    """Fills merged[k] (items), rewrites teams[k] (the pick schedule in, CONTROL / CANDIDATE /
-    BOTH out) and shown[n] (each item's control score, the candidate's where its team is not
-    CONTROL). Each version's ranking is serving.ranking_order's: best first, NaN last, ties in
-    input order (a stable sort of the negated scores, NaN counted as -inf). The merge, and the
-    rounds either coin serves alike (BOTH), read as team_draft._draft, whose argument bounds
-    each pointer: none passes index k - 1."""
+    """Fills teams[k] (CONTROL / CANDIDATE / BOTH), merged[k] (items) and shown[n] (each
+    item's control score, the candidate's where its team is not CONTROL). The pick schedule
+    is team_draft.pick_teams' of team_draft.coin_flips' bits (numpy's unpackbits order: the
+    most significant bit of each byte first). Each version's ranking is
+    serving.ranking_order's: best first, NaN last, ties in input order (a stable sort of the
+    negated scores, NaN counted as -inf). The merge, and the rounds either coin serves alike
+    (BOTH), read as team_draft._draft, whose argument bounds each pointer: none passes index
+    k - 1."""
+    for t in range(teams.shape[0]):
+        r = t // 2
+        coin = (coin_bytes[r >> 3] >> (7 - (r & 7))) & 1
+        teams[t] = coin if t % 2 == 0 else 1 - coin
     n = control_scores.shape[0]
     key = np.empty(n, dtype=np.float64)
     for i in range(n):
@@ -115,18 +121,21 @@ def merge(
     kernel: Callable[..., None],
     control_scores: np.ndarray,
     candidate_scores: np.ndarray,
-    teams: np.ndarray,
+    coin_bytes: np.ndarray,
+    k: int,
 ) -> tuple[list[int], np.ndarray, np.ndarray]:
     """(merged items, teams int8 [k], shown scores float64 [n]) by the kernel, for the two
-    versions' scores (float64 [n]) and pick_teams' schedule of k picks."""
-    merged = np.empty(teams.shape[0], dtype=np.int64)
-    out_teams = np.array(teams, dtype=np.int8)
+    versions' scores (float64 [n]) and the bytes of team_draft.coin_bytes (uint8, at least
+    ceil(k / 2) bits)."""
+    merged = np.empty(k, dtype=np.int64)
+    teams = np.empty(k, dtype=np.int8)
     shown = np.empty(control_scores.shape[0], dtype=np.float64)
     kernel(
         np.ascontiguousarray(control_scores, dtype=np.float64),
         np.ascontiguousarray(candidate_scores, dtype=np.float64),
-        out_teams,
+        coin_bytes,
+        teams,
         merged,
         shown,
     )
-    return merged.tolist(), out_teams, shown
+    return merged.tolist(), teams, shown

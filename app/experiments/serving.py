@@ -20,7 +20,7 @@ from app.experiments import draft_kernel
 from app.experiments.assignment import assign
 from app.experiments.score_both import NativeBeside, score_both
 from app.experiments.spec import ARM_NAMES, CANDIDATE, CONTROL, TEAM_NAMES, ExperimentSpec
-from app.experiments.team_draft import coin_flips, pick_teams, team_draft_arrays
+from app.experiments.team_draft import coin_bytes, coin_flips, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
 
 # (model) -> (features, user vector) that model takes for this request.
@@ -166,12 +166,12 @@ def merge_rankings(
     common prefix, and rounds either coin serves alike) shows the candidate's."""
     n = control_scores.shape[0]
     length = n if top_k is None else min(top_k, n)
-    coins = coin_flips(seed, (length + 1) // 2 + 1)
+    rounds = (length + 1) // 2 + 1
     kernel = draft_kernel.ready()
     if kernel is not None:
-        return draft_kernel.merge(
-            kernel, control_scores, candidate_scores, pick_teams(coins, length)
-        )
+        coins = coin_bytes(seed, rounds)
+        return draft_kernel.merge(kernel, control_scores, candidate_scores, coins, length)
+    coins = coin_flips(seed, rounds)
     control_order = ranking_order(control_scores)
     candidate_order = ranking_order(candidate_scores)
     merged, teams = team_draft_arrays(control_order, candidate_order, coins, length)

@@ -38,9 +38,14 @@ assert (CONTROL, CANDIDATE) == (0, 1)
 def coin_flips(seed: bytes | int, n: int) -> np.ndarray:
     """`n` fair bits (bool [n]) from a seed (SHAKE-128 output), so a request's interleaving is
     reproducible; ~20x cheaper than seeding a numpy Generator per request."""
+    return np.unpackbits(coin_bytes(seed, n))[:n].astype(bool)
+
+
+def coin_bytes(seed: bytes | int, n: int) -> np.ndarray:
+    """The bytes holding `coin_flips`' `n` bits (uint8 [ceil(n / 8)]), most significant first."""
     key = seed if isinstance(seed, bytes) else str(seed).encode()
-    raw = np.frombuffer(hashlib.shake_128(key).digest((n + 7) // 8), dtype=np.uint8)
-    return np.unpackbits(raw)[:n].astype(bool)
+    # A bytearray, so the array is writable: the compiled merge's signature takes no readonly one.
+    return np.frombuffer(bytearray(hashlib.shake_128(key).digest((n + 7) // 8)), dtype=np.uint8)
 
 
 def team_draft(

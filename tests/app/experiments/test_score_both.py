@@ -79,10 +79,16 @@ def test_a_failing_first_leaves_an_unstarted_second_unrun() -> None:
     assert ran == []
 
 
-def test_both_scorings_run_on_one_thread_each_and_give_the_gil_up() -> None:
+def test_both_scorings_run_on_one_thread_each_and_give_the_gil_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The compiled scorer keeps the GIL on an event loop's thread (app.scoring.compiled);
     here that would keep the beside thread from starting until `first` ended."""
     import asyncio
+
+    from app.scoring import beside
+
+    monkeypatch.setattr(beside, "ready", lambda: None)  # a split uses the pooled thread
 
     from app.scoring.compiled import CompiledTreeScorer
     from tests.support import random_ensemble

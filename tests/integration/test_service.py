@@ -195,6 +195,50 @@ def test_a_chunked_body_over_the_limit_is_413_before_it_ends(tmp_path: Path) -> 
         assert resp.status_code == 413
 
 
+@pytest.mark.parametrize("status", [b"413", b"503"])
+def test_an_answer_before_the_body_reaches_a_client_still_sending_it(
+    tmp_path: Path, status: bytes
+) -> None:
+    """The server answers at once (a body over the limit: 413; over the worker's buffer cap,
+    which another upload holds: 503) and closes only once the client has sent its body (a
+    lingering close): closing with the body still arriving made the kernel reset the
+    connection, and the client lost the answer. `python -m app`: the product's protocol."""
+    publish(tmp_path, random_ensemble(NF))
+    port = free_port()
+    limit = "200000" if status == b"413" else "4000000"  # the cap is at least the limit
+    settings = env(
+        tmp_path,
+        LTR_MAX_BODY_BYTES=limit,
+        LTR_MAX_BUFFERED_BODY_BYTES="1048576",
+        LTR_PORT=str(port),
+        LTR_HOST="127.0.0.1",
+    )
+    server = UvicornServer(settings, port=port, command=[sys.executable, "-m", "app"])
+    head = (
+        b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 3000000\r\n\r\n"
+    )
+    try:
+        server.start()
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as holder,
+            socket.create_connection(("127.0.0.1", port), timeout=10) as sock,
+        ):
+            holder.sendall(head)  # reserves 3 MB of the 4 MB cap (large bodies: 75 % of it)
+            time.sleep(0.3)
+            sock.sendall(head)
+            time.sleep(0.3)  # the answer is out before the body is
+            for _ in range(30):
+                sock.sendall(b" " * 100_000)  # a reset would fail here or lose the answer
+            response = b""
+            while data := sock.recv(65536):
+                response += data
+        assert response.startswith(b"HTTP/1.1 " + status), response[:200]
+        assert response.endswith(b"}")  # the whole answer, then the server's FIN
+    finally:
+        server.stop()
+
+
 def test_python_m_app_serves_with_two_workers(tmp_path: Path) -> None:
     publish(tmp_path, random_ensemble(NF))
     port = free_port()

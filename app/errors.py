@@ -5,3 +5,18 @@ so callers that catch those are unaffected."""
 
 class LtrError(Exception):
     """An expected failure whose message says what is wrong and where (file, line, field)."""
+
+
+def error_text(exc: BaseException) -> str:
+    """The exception's text; a pydantic validation error's problems on one line, without its
+    model name, error-type tags and documentation links."""
+    from pydantic import ValidationError  # here: importing this module stays free
+
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        what = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {what}" if where else what)
+    return "; ".join(problems)

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import typer
 
-from app.errors import LtrError
+from app.errors import LtrError, error_text
 
 
 class CommandError(LtrError):
@@ -29,7 +29,7 @@ def clear_errors(*expected: type[BaseException]) -> Iterator[None]:
     try:
         yield
     except catch as exc:
-        fail(str(exc))
+        fail(error_text(exc))
 
 
 def echo_err(message: str) -> None:

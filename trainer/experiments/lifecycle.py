@@ -12,6 +12,7 @@ import secrets
 from pathlib import Path
 
 from app.artifacts.store import ArtifactError, load_version, read_current, set_current
+from app.errors import error_text
 from app.experiments.spec import ExperimentSpec, Mode
 from app.registry.experiments import (
     ExperimentError,
@@ -88,7 +89,7 @@ def start_experiment(
             started_at=dt.datetime.now(dt.UTC),
         )
     except ValueError as exc:
-        raise ExperimentError(str(exc)) from None
+        raise ExperimentError(error_text(exc)) from None
     write_record(registry, ExperimentRecord(spec=spec))
     try:
         write_active(registry, spec)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
+from app.api import http_protocol
 from app.api.http_protocol import HeaderTimeoutProtocol
 
 PIECE = 256 * 1024  # what uvloop reads from a socket at most at once
@@ -206,3 +207,74 @@ def test_a_body_read_in_pieces_is_joined_once(monkeypatch: pytest.MonkeyPatch) -
     written, received = asyncio.run(_stream(pieces, monkeypatch))
     assert received == [body]
     assert written.endswith(b"%d" % len(body))
+
+
+class ClosingTransport(Transport):
+    """Records closes and half-closes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.eof_written = False
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof_written = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def _answered_early(declared: int, sent_after: int) -> ClosingTransport:
+    """A POST of `declared` bytes answered 413 with `connection: close` before any body byte;
+    then `sent_after` body bytes arrive in pieces. The transport as it was when they had."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"2"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    config = Config(app=app, lifespan="off", log_level="warning")
+    protocol = HeaderTimeoutProtocol(config, ServerState(), {})
+    transport = ClosingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(
+        b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % declared
+    )
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if transport.written:
+            break
+    for _ in range(sent_after // PIECE):
+        protocol.data_received(b" " * PIECE)
+    closed = transport.closed
+    protocol.connection_lost(None)  # (which closes the transport too)
+    transport.closed = closed
+    return transport
+
+
+def test_an_early_answer_lingers_over_a_body_within_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The answer and a FIN go out; the body's bytes are read (and dropped), not reset."""
+    monkeypatch.setattr(HeaderTimeoutProtocol, "header_timeout", 5.0)
+    declared = http_protocol.LINGER_MOST_BYTES
+    transport = asyncio.run(_answered_early(declared, declared))
+    assert transport.written.startswith(b"HTTP/1.1 413")
+    assert transport.eof_written and not transport.closed
+
+
+def test_more_than_the_cap_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body with more than LINGER_MOST_BYTES to come is closed at once (reading it would cost
+    the loop what an attacker likes), and a lingering one once it passes that many bytes."""
+    monkeypatch.setattr(HeaderTimeoutProtocol, "header_timeout", 5.0)
+    big = asyncio.run(_answered_early(http_protocol.LINGER_MOST_BYTES + 1, 0))
+    assert big.closed and not big.eof_written
+    monkeypatch.setattr(http_protocol, "LINGER_MOST_BYTES", 2 * PIECE)
+    chatty = asyncio.run(_answered_early(2 * PIECE, 3 * PIECE))  # sends past its length
+    assert chatty.eof_written and chatty.closed

@@ -91,6 +91,8 @@ class BesideWorker:
             ctypes.c_void_p,
         )(address(ir.SERVE))
         self._wake_read, self._wake_write = os.pipe()
+        # A full pipe means wake-ups are already pending: a caller must never block on it.
+        os.set_blocking(self._wake_write, False)
         self._pinned_away_from = -1
         self._in_flight = threading.Lock()
         started = threading.Event()
@@ -132,7 +134,8 @@ class BesideWorker:
         box = self._box
         self._post(self._box_ptr, call.entry, *call.args)
         if box[ir.WORKER] != ir.SPINNING:
-            os.write(self._wake_write, b"\0")
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_write, b"\0")
         try:
             result = here()
         except BaseException:

@@ -4,6 +4,7 @@ nothing posted; the worker stays off the caller's CPU."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -151,3 +152,18 @@ def test_rows_split_with_the_worker_score_as_one_thread(
     for found in (worker, None):
         with mock.patch.object(beside, "ready", lambda found=found: found):
             np.testing.assert_array_equal(split.score(big), one)
+
+
+def test_a_full_wake_pipe_never_blocks_the_caller() -> None:
+    """Wake-ups already pending are enough: with the pipe full (a stopped worker drains
+    nothing), a caller still posts, takes its call back and runs it."""
+    stopped = beside.BesideWorker(os.sched_getaffinity(0))
+    stopped.stop()
+    assert not os.get_blocking(stopped._wake_write)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(stopped._wake_write, b"\0" * 4096)
+    scorer = CompiledTreeScorer(random_ensemble(8, 20, 4, seed=8))
+    x = np.random.default_rng(3).standard_normal((40, 8)).astype(np.float32)
+    _, there, _ = _both(stopped, scorer, scorer, x)
+    np.testing.assert_array_equal(there, scorer.score(x))

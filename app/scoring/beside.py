@@ -121,9 +121,7 @@ class BesideWorker:
         error is raised."""
         if not self._in_flight.acquire(blocking=False):
             result = here()
-            started = time.perf_counter()
-            _HERE(call.entry)(*call.args)
-            return result, time.perf_counter() - started
+            return result, _run_here(call)
         try:
             return self._run_beside(call, here)
         finally:
@@ -144,16 +142,16 @@ class BesideWorker:
             raise
         if self._take_back(self._box_ptr):
             box[ir.WORKER] = ir.QUIT_SPIN  # nothing more is coming: let it sleep
-            started = time.perf_counter()
-            _HERE(call.entry)(*call.args)
-            return result, time.perf_counter() - started
+            return result, _run_here(call)
         self._wait(self._box_ptr, self._yield)
         return result, float(box[ir.ELAPSED]) / 1e9
 
     def stop(self) -> None:
         """Ends the worker thread (calls posted afterwards are taken back and run here)."""
-        self._box[ir.WORKER] = ir.STOP
-        os.write(self._wake_write, b"\0")
+        self._box[ir.STOPPED] = 1
+        self._box[ir.WORKER] = ir.QUIT_SPIN  # a spinning worker goes to sleep, then wakes
+        with contextlib.suppress(BlockingIOError):  # a full pipe wakes it too
+            os.write(self._wake_write, b"\0")
         self._thread.join()
 
     def _pin_away(self) -> None:
@@ -175,8 +173,16 @@ def _address(fn: Any) -> int:
     return int(value)
 
 
-# Run on the calling thread keeping the GIL, as the scorer does on an event loop's thread.
-_HERE = ctypes.PYFUNCTYPE(None, *ENTRY_ARGS)
+# The entry called keeping the GIL (why: app.scoring.compiled, which uses it on an event
+# loop's thread); a call taken back runs so too.
+HELD_ENTRY_TYPE = ctypes.PYFUNCTYPE(None, *ENTRY_ARGS)
+
+
+def _run_here(call: NativeCall) -> float:
+    """Runs `call` on this thread; the seconds it took."""
+    started = time.perf_counter()
+    HELD_ENTRY_TYPE(call.entry)(*call.args)
+    return time.perf_counter() - started
 
 
 def available() -> bool:

@@ -22,7 +22,7 @@ import numpy as np
 
 from app.artifacts.tree_dump import TreeEnsemble
 from app.scoring import beside
-from app.scoring.beside import ENTRY_ARGS, NativeCall
+from app.scoring.beside import ENTRY_ARGS, HELD_ENTRY_TYPE, NativeCall
 from app.scoring.compiler.codegen import ENTRY, build_tables, gen_modules
 from app.scoring.compiler.jit import CompiledModule, cache_key, compile_cached
 from app.scoring.compiler.nodes import lower_ensemble
@@ -56,7 +56,7 @@ _ENTRY_TYPE = ctypes.CFUNCTYPE(None, *ENTRY_ARGS)
 # anyway, and taking the GIL back afterwards means waiting for whichever thread took it, up to
 # the interpreter's switch interval (5 ms by default) per call: measured as 1,000-row inline
 # scoring taking 6.5 ms of loop time under overload against ~2.5 ms alone.
-_HELD_ENTRY_TYPE = ctypes.PYFUNCTYPE(None, *ENTRY_ARGS)
+_HELD_ENTRY_TYPE = HELD_ENTRY_TYPE
 # Set (by `scoring_beside`) where another scoring of the same request runs on a second thread
 # at the same time: holding the GIL on the loop's thread would keep that thread from starting
 # at all, and splitting rows over a third thread would oversubscribe the cores.

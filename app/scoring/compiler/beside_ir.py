@@ -8,8 +8,10 @@ The caller and the worker share a mailbox, int64 [MAILBOX_SLOTS]:
 - FN and the six ARGS: the call, `void fn(ptr, ptr, i64, ptr, ptr, ptr)` (the compiled
   scorer's entry);
 - WORKER: ASLEEP (blocked in `read` on the wake pipe), SPINNING (polling JOB), QUIT_SPIN (the
-  caller asks it to sleep again), STOP;
-- ELAPSED: nanoseconds the worker's last call took.
+  caller asks it to sleep again);
+- ELAPSED: nanoseconds the worker's last call took;
+- STOPPED: set (never cleared) to end the worker, which reads it each time it wakes. A slot of
+  its own, since the worker overwrites WORKER as it goes to sleep.
 
 Libc's `read`, `sched_yield` and `clock_gettime` come in as addresses, so the object needs no
 relocations (as the scorer's code). While spinning, the worker yields the CPU every
@@ -18,10 +20,10 @@ YIELD_EVERY polls: should the scheduler have put it on the caller's CPU, the cal
 
 from __future__ import annotations
 
-JOB, FN, ARGS, WORKER, ELAPSED = 0, 1, 2, 8, 9
-MAILBOX_SLOTS = 10
+JOB, FN, ARGS, WORKER, ELAPSED, STOPPED = 0, 1, 2, 8, 9, 10
+MAILBOX_SLOTS = 11
 IDLE, POSTED, RUNNING, DONE, TAKEN_BACK = 0, 1, 2, 3, 4
-ASLEEP, SPINNING, QUIT_SPIN, STOP = 0, 1, 2, 3
+ASLEEP, SPINNING, QUIT_SPIN = 0, 1, 2
 YIELD_EVERY = 64  # polls between two sched_yield calls (and clock reads)
 CLOCK_MONOTONIC = 1  # Linux's clockid_t
 
@@ -71,27 +73,24 @@ def beside_ir(machine: str) -> str:
     return f"""{declare}
 
 ; Blocks on the wake pipe; once woken polls JOB until a call is posted (runs it), QUIT_SPIN or
-; spin_ns pass (sleeps again), or STOP / end of file on the pipe (returns).
+; spin_ns pass (sleeps again); returns once woken with STOPPED set, or at the pipe's end.
 define void @{SERVE}(ptr %box, i64 %spin_ns, ptr %read, i32 %fd, ptr %yield, ptr %clock) {{
 entry:
   %ts = alloca [2 x i64], align 8
   %buf = alloca [64 x i8], align 8
 {_slot("worker", WORKER)}
 {_slot("elapsed", ELAPSED)}
+{_slot("stopped", STOPPED)}
   br label %sleep
 sleep:
-  %st0 = load atomic i64, ptr %worker acquire, align 8
-  %stop0 = icmp eq i64 %st0, {STOP}
-  br i1 %stop0, label %out, label %block
-block:
   store atomic i64 {ASLEEP}, ptr %worker release, align 8
   %n = call i64 %read(i32 %fd, ptr %buf, i64 64)
   %eof = icmp eq i64 %n, 0
   br i1 %eof, label %out, label %woken
 woken:
-  %st1 = load atomic i64, ptr %worker acquire, align 8
-  %stop1 = icmp eq i64 %st1, {STOP}
-  br i1 %stop1, label %out, label %start
+  %stop = load atomic i64, ptr %stopped acquire, align 8
+  %stopping = icmp ne i64 %stop, 0
+  br i1 %stopping, label %out, label %start
 start:
   store atomic i64 {SPINNING}, ptr %worker release, align 8
 {_now("t0")}
@@ -119,7 +118,7 @@ run:
   br label %sleep
 nojob:
   %st2 = load atomic i64, ptr %worker monotonic, align 8
-  %quit = icmp uge i64 %st2, {QUIT_SPIN}
+  %quit = icmp eq i64 %st2, {QUIT_SPIN}
   br i1 %quit, label %sleep, label %count
 count:
 {_tick("hint")}

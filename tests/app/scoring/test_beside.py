@@ -167,3 +167,17 @@ def test_a_full_wake_pipe_never_blocks_the_caller() -> None:
     x = np.random.default_rng(3).standard_normal((40, 8)).astype(np.float32)
     _, there, _ = _both(stopped, scorer, scorer, x)
     np.testing.assert_array_equal(there, scorer.score(x))
+
+
+def test_stopping_ends_the_worker_whatever_it_was_doing() -> None:
+    """Asleep, spinning after a wake-up, or just back from a call: stop() returns."""
+    scorer = CompiledTreeScorer(random_ensemble(8, 20, 4, seed=9))
+    x = np.zeros((64, 8), dtype=np.float32)
+    for round_ in range(20):
+        fresh = beside.BesideWorker(os.sched_getaffinity(0))
+        if round_ % 2:
+            _both(fresh, scorer, scorer, x)
+        stopper = threading.Thread(target=fresh.stop)
+        stopper.start()
+        stopper.join(5.0)
+        assert not stopper.is_alive(), f"round {round_}: the worker did not end"

@@ -372,11 +372,17 @@ class Slot:
         """(the body's JSON object without `candidates`, the candidates: a JSON value, or
         ScannedCandidates); large bodies are parsed in a worker thread so the event loop
         keeps answering probes and small requests (the scan runs without the GIL)."""
+        return await self.decoding(raw)
+
+    def decoding(self, raw: bytes) -> Awaitable[tuple[dict[str, Any], object]]:
+        """`decode(raw)`, already under way in its thread for a large body, so the loop can do
+        other work for the request meanwhile (an in-process item lookup); a small body's
+        decode runs when awaited."""
         settings = self.controller.settings
         if len(raw) < settings.parse_off_loop_min_bytes:
-            return decode_request(raw, settings)
+            return _decoded_here(raw, settings)
         pool = parse_pool(settings.parse_threads)
-        return await asyncio.get_running_loop().run_in_executor(pool, decode_request, raw, settings)
+        return asyncio.get_running_loop().run_in_executor(pool, decode_request, raw, settings)
 
     async def bounded(self, work: Awaitable[T]) -> T:
         """`work` (the scoring) if it ends before the budget's scoring deadline; else Shed.
@@ -441,6 +447,10 @@ def decode_request(raw: bytes, settings: Settings) -> tuple[dict[str, Any], obje
             return scanned
     doc = decode_body(raw)
     return doc, doc.pop("candidates", None)
+
+
+async def _decoded_here(raw: bytes, settings: Settings) -> tuple[dict[str, Any], object]:
+    return decode_request(raw, settings)
 
 
 SLOT_STATE = "admission_slot"  # the request state's key for a slot taken before routing

@@ -11,7 +11,7 @@ column order: what is scored, what the impression log records, and so what `ltr 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,16 +115,21 @@ async def fetch_items_early(
     item_store: ItemFeatureStore,
     lookup: LookupTime | None,
 ) -> EarlyItems | None:
-    """Sends the Redis round trip for `ids` before their features are parsed: its reply waits
-    in the socket meanwhile. None when the model takes no item features from Redis, or for a
-    count the request will be refused for (422: Redis is not asked for them)."""
+    """The item features of `ids` before their features are parsed: the Redis round trip is
+    sent and its reply waits in the socket meanwhile; an in-process lookup is done now. None
+    when the model takes no item features, or for a count the request will be refused for
+    (422: the store is not asked for them)."""
     manifest = model.manifest
-    if manifest.item_features is None or item_store.redis is None or ids is None:
+    if manifest.item_features is None or ids is None:
         return None
     if not settings.min_candidates <= len(ids) <= settings.max_candidates:
         return None
     names = layout_of(manifest).item
     fetch = item_store.fetch(manifest.item_features, names, model.item_snapshot, ids, lookup)
+    if item_store.redis is None:  # no await inside: done before the next line
+        done: asyncio.Future[ItemFeatures] = asyncio.get_running_loop().create_future()
+        done.set_result(await fetch)
+        return EarlyItems(model, ids, done)
     task = asyncio.ensure_future(fetch)
     for _ in range(SEND_TURNS):
         if task.done():
@@ -255,6 +260,15 @@ def discard_early(early: EarlyItems | None) -> None:
     cancelled mid-reply costs its connection)."""
     if early is not None:
         early.task.add_done_callback(_discard)
+
+
+def abandon(work: Awaitable[Any]) -> None:
+    """Work nobody will await (a parse already under way, or not started): its outcome is
+    dropped without a warning."""
+    if asyncio.iscoroutine(work):
+        work.close()
+    elif asyncio.isfuture(work):
+        work.add_done_callback(_discard)
 
 
 def _discard(task: asyncio.Future[Any]) -> None:

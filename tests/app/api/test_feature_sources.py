@@ -3,7 +3,8 @@ in-process snapshot; scored and logged as assembled."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from app.api import admission, assembly
 from app.artifacts.tree_dump import TreeEnsemble
+from app.features.item_snapshot import ItemSnapshot
 from app.main import create_app
 from app.scoring.reference import predict
 from tests.app.api.conftest import app_settings, wait_ready
@@ -305,15 +307,32 @@ def check_answer(resp: Any, model: TreeEnsemble, table: Any) -> None:
     )
 
 
-def test_a_large_bodys_redis_fetch_goes_out_before_it_is_parsed(
+def parse_waits_for(monkeypatch: pytest.MonkeyPatch, done: Callable[[], bool]) -> list[bool]:
+    """Makes the body's parse (in its thread) wait, up to 5 s, until `done()`; records for
+    each parse whether it came true. It can only while the parse waits if the event loop
+    does the work meanwhile: a loop awaiting the parse first would leave it False."""
+    seen: list[bool] = []
+    wrapped = admission.decode_request
+
+    def waiting(*args: Any, **kwargs: Any) -> Any:
+        end = time.monotonic() + 5.0
+        while not done() and time.monotonic() < end:
+            time.sleep(0.005)
+        seen.append(done())
+        return wrapped(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "decode_request", waiting)
+    return seen
+
+
+def test_a_large_bodys_redis_fetch_goes_out_while_it_is_parsed(
     registry: Path, model, table, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A body parsed off the loop: the ids found by the shed path's byte walk send the MGET
-    before the parse starts, and the parse's ids then take its reply. A body naming a model
-    the registry lacks sends nothing (the parse answers 404)."""
+    while the parse runs in its thread, and the parse's ids then take its reply. A body
+    naming a model the registry lacks sends nothing (the parse answers 404)."""
     push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
     probe = redis.Redis.from_url(redis_server.url)
-    seen = mgets_seen_at(monkeypatch, admission, "decode_request", probe)
     settings = app_settings(
         registry=registry,
         redis_url=redis_server.url,
@@ -324,12 +343,36 @@ def test_a_large_bodys_redis_fetch_goes_out_before_it_is_parsed(
         wait_ready(c)
         c.post("/rerank", json={"candidates": CANDS})  # learns the set's live version
         before = _mget_calls(probe)
+        seen = parse_waits_for(monkeypatch, lambda: _mget_calls(probe) > before)
         resp = c.post("/rerank", json={"query": {"features": [2.0, 9.0]}, "candidates": CANDS})
         after = _mget_calls(probe)
+        monkeypatch.undo()
         unknown = c.post("/rerank", json={"model": "other", "candidates": CANDS})
         assert unknown.status_code == 404, unknown.text
         assert _mget_calls(probe) == after
-    assert seen[1] == before + 1 and after == before + 1  # one MGET, sent before the parse
+    assert seen == [True] and after == before + 1  # one MGET, sent while the parse ran
+    check_answer(resp, model, table)
+
+
+def test_a_large_bodys_snapshot_lookup_runs_while_it_is_parsed(
+    registry: Path, model, table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process lookup of a body parsed off the loop is done on the loop while the
+    parse runs in its thread (not after it), and the answer is what the rows say."""
+    looked_up: list[int] = []
+    lookup = ItemSnapshot.lookup
+
+    def counted(self: ItemSnapshot, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(1)
+        return lookup(self, *args, **kwargs)
+
+    monkeypatch.setattr(ItemSnapshot, "lookup", counted)
+    settings = app_settings(registry=registry, parse_off_loop_min_bytes=0)
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        seen = parse_waits_for(monkeypatch, lambda: bool(looked_up))
+        resp = c.post("/rerank", json={"query": {"features": [2.0, 9.0]}, "candidates": CANDS})
+    assert seen == [True] and len(looked_up) == 1  # done once, while the parse ran
     check_answer(resp, model, table)
 
 

@@ -34,10 +34,11 @@ import redis
 from app.api import body_scan
 from app.artifacts.tree_dump import TreeEnsemble
 from bench.bench_service import CACHE, train_model
+from bench.lean_http import LeanClient
 from tests.support import random_ensemble
 from tests.support.redis_server import RedisServer
 from tests.support.sourced_model import publish_sourced
-from tests.support.uvicorn_server import UvicornServer
+from tests.support.uvicorn_server import product_server
 from trainer.features.item_table import ItemTable
 from trainer.features.redis_sets import push_item_set
 
@@ -114,19 +115,40 @@ def bodies(n: int, table: ItemTable, count: int, seed: int) -> dict[str, list[by
     return out
 
 
+class HttpxPoster:
+    """httpx's answer to a JSON POST, as (status, body)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = httpx.Client(base_url=url, timeout=30)
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        resp = self.client.post(path, content=body, headers={"content-type": "application/json"})
+        return resp.status_code, resp.content
+
+    def close(self) -> None:
+        self.client.close()
+
+
+CLIENTS = {"httpx": HttpxPoster, "lean": LeanClient}
+
+
 def interleaved(
-    urls: dict[str, str], payloads: dict[str, list[bytes]], rounds: int, run_length: int = 1
+    urls: dict[str, str],
+    payloads: dict[str, list[bytes]],
+    rounds: int,
+    run_length: int = 1,
+    client: str = "httpx",
 ) -> dict[str, np.ndarray]:
     """Latency (ms) per form; each round sends `run_length` requests of each form back to back
-    (one by default), the forms in rotating order; `rounds` requests per form in all."""
+    (one by default), the forms in rotating order; `rounds` requests per form in all. `client`:
+    httpx, or the lean client (bench.lean_http); the answer is decoded after the clock stops."""
     forms = {
         FORMS[0]: (urls["snapshot"], payloads["all"]),
         FORMS[1]: (urls["redis"], payloads["items"]),
         FORMS[2]: (urls["snapshot"], payloads["items"]),
         FORMS[3]: (urls["full decode"], payloads["all"]),
     }
-    clients = {name: httpx.Client(base_url=url, timeout=30) for name, (url, _) in forms.items()}
-    headers = {"content-type": "application/json"}
+    clients = {name: CLIENTS[client](url) for name, (url, _) in forms.items()}
     times: dict[str, list[float]] = {name: [] for name in forms}
     degraded = dict.fromkeys(forms, 0)
     try:
@@ -138,18 +160,19 @@ def interleaved(
                 r = turn * run_length + k
                 body = forms[name][1][r % len(forms[name][1])]
                 t0 = time.perf_counter()
-                resp = clients[name].post("/rerank", content=body, headers=headers)
+                status, content = clients[name].post("/rerank", body)
                 elapsed = time.perf_counter() - t0
-                resp.raise_for_status()
-                answer = resp.json()
+                if status != 200:
+                    raise RuntimeError(f"{name}: HTTP {status}: {content[:300]!r}")
+                answer = orjson.loads(content)
                 if answer.get("item_features_missing") and not answer["degraded"]:
                     raise RuntimeError(f"{name}: items missing from the store")
                 if turn >= warm_turns:  # warm-up
                     times[name].append(elapsed)
                     degraded[name] += bool(answer["degraded"])
     finally:
-        for client in clients.values():
-            client.close()
+        for each in clients.values():
+            each.close()
     out = {name: np.asarray(t) * 1e3 for name, t in times.items()}
     out["_degraded"] = np.asarray([degraded[name] for name in forms])
     return out
@@ -283,6 +306,7 @@ def main() -> None:
     server = RedisServer(shutil.which("redis-server") or "redis-server").start()
     latencies: dict[int, dict[str, np.ndarray]] = {}
     in_runs: dict[int, dict[str, np.ndarray]] = {}
+    lean: dict[int, dict[str, np.ndarray]] = {}
     try:
         client = redis.Redis.from_url(server.url)
         push = push_item_set(client, "ltr:", "catalog", table)  # the `items` model's set
@@ -294,11 +318,11 @@ def main() -> None:
         snapshot = snapshot_probe(registry / "items" / "v1")
         print(f"snapshot: {snapshot}", flush=True)
         body_scan.KERNEL.compile_now()  # the servers then load it from numba's cache
-        in_process = UvicornServer(server_env(registry, LTR_ITEM_STORE="snapshot")).start()
-        with_redis = UvicornServer(
+        in_process = product_server(server_env(registry, LTR_ITEM_STORE="snapshot")).start()
+        with_redis = product_server(
             server_env(registry, LTR_REDIS_URL=server.url, LTR_REDIS_DEADLINE_MS=DEADLINE_MS)
         ).start()
-        full_decode = UvicornServer(
+        full_decode = product_server(
             server_env(registry, LTR_ITEM_STORE="snapshot", LTR_BODY_SCAN="false")
         ).start()
         try:
@@ -314,12 +338,17 @@ def main() -> None:
                 payloads = bodies(n, table, 20, seed=n)
                 latencies[n] = interleaved(urls, payloads, rounds[n])
                 in_runs[n] = interleaved(urls, payloads, rounds[n], RUN_LENGTH)
+                lean[n] = interleaved(urls, payloads, rounds[n], client="lean")
                 sizes = {k: len(v[0]) for k, v in payloads.items()}
                 latencies[n]["_bytes"] = np.asarray([sizes["all"], sizes["items"]])
-                in_runs[n]["_bytes"] = latencies[n]["_bytes"]
+                in_runs[n]["_bytes"] = lean[n]["_bytes"] = latencies[n]["_bytes"]
                 for name in FORMS:
-                    ms = latencies[n][name]
-                    print(f"n={n:5d} {name:28s} p50 {np.median(ms):6.2f} ms", flush=True)
+                    ms, lean_ms = latencies[n][name], lean[n][name]
+                    print(
+                        f"n={n:5d} {name:28s} p50 {np.median(ms):6.2f} ms "
+                        f"(lean client {np.median(lean_ms):6.2f})",
+                        flush=True,
+                    )
         finally:
             in_process.stop()
             with_redis.stop()
@@ -328,14 +357,18 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
-    measured = (latencies, in_runs)
+    measured = (latencies, in_runs, lean)
     report = render(measured, push, fetch, snapshot, redis_mb, publish_s, n_items, args, load)
     RESULTS.write_text(report)
     print(report)
 
 
 def render(
-    measured: tuple[dict[int, dict[str, np.ndarray]], dict[int, dict[str, np.ndarray]]],
+    measured: tuple[
+        dict[int, dict[str, np.ndarray]],
+        dict[int, dict[str, np.ndarray]],
+        dict[int, dict[str, np.ndarray]],
+    ],
     push: Any,
     fetch: dict[str, np.ndarray],
     snapshot: dict[str, float],
@@ -345,7 +378,7 @@ def render(
     args: argparse.Namespace,
     load: str,
 ) -> str:
-    latencies, in_runs = measured
+    latencies, in_runs, lean = measured
     flags = (" --quick" if args.quick else "") + (" --random-trees" if args.random_trees else "")
     trees = (
         "500 random full depth-6 trees (64 leaves each; `--random-trees`: the LightGBM model "
@@ -364,7 +397,8 @@ def render(
         f"Model: {trees} over 136 features, "
         "served by the compiled scorer under two manifests: all 136 sent per candidate, or 36 "
         f"sent per candidate and 100 item features from a store of {n_items:,} items. One "
-        "uvicorn worker per server (two without Redis, one with; Redis on loopback); the four "
+        "worker per server, served as `ltr serve` serves (`python -m app`: the product's own "
+        "HTTP protocol; two servers without Redis, one with; Redis on loopback); the four "
         "forms interleaved request by request on keep-alive connections; 20 different bodies "
         "per form and size, the same candidates in each form. The Redis server's deadline is "
         f"{DEADLINE_MS} ms (default 10); a request past it falls back to the snapshot and "
@@ -379,7 +413,18 @@ def render(
         "request follows a 2 MB one, whose parse evicts its compiled trees from the caches):",
         "",
         *_latency_table(in_runs),
+        "",
+        "Then request by request again, timed by a lean client (bench.lean_http: the request "
+        "written in one send, the answer read by its Content-Length, decoded after the clock "
+        "stops) instead of httpx, whose own Python costs every form about the same 1-2 ms on "
+        "this machine: what the server costs, with less of the client in it:",
+        "",
+        *_latency_table(lean),
     ]
+    lean_big = lean[max(lean)]
+    lean_base = float(np.median(lean_big[FORMS[0]]))
+    lean_redis = float(np.median(lean_big[FORMS[1]])) / lean_base
+    lean_local = float(np.median(lean_big[FORMS[2]])) / lean_base
     run_big = in_runs[max(in_runs)]
     run_base = float(np.median(run_big[FORMS[0]]))
     run_redis = float(np.median(run_big[FORMS[1]])) / run_base
@@ -401,7 +446,9 @@ def render(
         f"Targets at 1,000 candidates: Redis <= 0.5x ({redis_ratio:.2f}x: "
         f"{'met' if redis_ratio <= 0.5 else 'NOT met'}), in-process <= 0.35x "
         f"({local_ratio:.2f}x: {'met' if local_ratio <= 0.35 else 'NOT met'}); in runs: "
-        f"Redis {run_redis:.2f}x, in-process {run_local:.2f}x.",
+        f"Redis {run_redis:.2f}x, in-process {run_local:.2f}x; with the lean client: Redis "
+        f"{lean_redis:.2f}x ({'met' if lean_redis <= 0.5 else 'NOT met'}), in-process "
+        f"{lean_local:.2f}x ({'met' if lean_local <= 0.35 else 'NOT met'}).",
         "",
         "## Item store",
         "",

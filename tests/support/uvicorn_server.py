@@ -140,3 +140,16 @@ def uvicorn_server(
         yield server
     finally:
         server.stop()
+
+
+def product_server(env: Mapping[str, str], workers: int = 1) -> UvicornServer:
+    """`python -m app` on a free port: the product's own HTTP protocol (request-head timeout,
+    body read-ahead, one copy of a body) and event loop, as `ltr serve` runs it."""
+    port = free_port()
+    settings = {
+        **env,
+        "LTR_HOST": "127.0.0.1",
+        "LTR_PORT": str(port),
+        "LTR_WORKERS": str(workers),
+    }
+    return UvicornServer(settings, workers, port, command=[sys.executable, "-m", "app"])

@@ -147,3 +147,6 @@ class Settings(BaseSettings):
     # Item feature store (app.features.item_store): `auto` reads Redis when redis_url is set,
     # else the snapshot the model version carries; `snapshot` never asks Redis for items.
     item_store: Literal["auto", "redis", "snapshot"] = "auto"
+    # Rows of the live item set version each worker keeps after reading them from Redis
+    # (app.features.item_row_cache; ~0.5 KB a row at 100 features); 0: read every row.
+    item_row_cache_rows: Annotated[int, Field(ge=0)] = 50_000

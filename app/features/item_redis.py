@@ -21,6 +21,7 @@ import hiredis
 import numpy as np
 import orjson
 
+from app.features.item_row_cache import ItemRowCache
 from app.features.redis_store import Deadline, RedisStore
 
 ITEM_SET_MISSING = "item_set_missing_in_redis"
@@ -42,7 +43,12 @@ def meta_key(prefix: str, set_name: str, version: str) -> str:
 
 def item_keys(prefix: str, set_name: str, version: str, ids: Sequence[Any]) -> list[str]:
     head = item_prefix(prefix, set_name, version)
-    return [head + (i if type(i) is str else str(i)) for i in ids]
+    return [head + name for name in _names(ids)]
+
+
+def _names(ids: Sequence[Any]) -> list[str]:
+    """Each id as its key writes it (an integer id 7 is the item "7")."""
+    return [i if type(i) is str else str(i) for i in ids]
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,13 @@ class RedisItems:
 
 
 class RedisItemBackend:
-    """Reads item feature rows for one event loop (not thread-safe, like RedisStore)."""
+    """Reads item feature rows for one event loop (not thread-safe, like RedisStore); rows of
+    the live version already read come from the worker's row cache (app.features.item_row_cache)
+    and only the others are asked of Redis."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisStore, rows: ItemRowCache | None = None) -> None:
         self.store = store
+        self.rows = rows if rows is not None else ItemRowCache(0)
         self._live: dict[str, SetVersion] = {}  # set -> the version the pointer named last
         self._meta: dict[tuple[str, str], SetVersion] = {}
 
@@ -76,6 +85,8 @@ class RedisItemBackend:
         known = self._live.get(set_name)
         live: str | None
         if known is not None:
+            if self.rows.enabled:
+                return await self._cached_fetch(set_name, known, ids, deadline)
             keys = item_keys(prefix, set_name, known.version, ids)
             reply, error = await self.store.run(deadline, _pipelined(("get", pointer), keys))
             if error is not None:
@@ -98,6 +109,7 @@ class RedisItemBackend:
             if error is not None:
                 return RedisItems(None, None, error)
             self._live[set_name] = cached
+            self.rows.keep(set_name, live, _names(ids), reply[1])
             return RedisItems(reply[1], cached)
         meta = meta_key(prefix, set_name, live)
         reply, error = await self.store.run(deadline, _pipelined(("get", meta), keys))
@@ -111,7 +123,31 @@ class RedisItemBackend:
             self._meta.pop(next(iter(self._meta)))
         self._meta[(set_name, live)] = version
         self._live[set_name] = version
+        self.rows.keep(set_name, live, _names(ids), reply[1])
         return RedisItems(reply[1], version)
+
+    async def _cached_fetch(
+        self, set_name: str, known: SetVersion, ids: Sequence[Any], deadline: Deadline
+    ) -> RedisItems:
+        """fetch, asking Redis only for the rows the cache lacks (the pointer always)."""
+        names = _names(ids)
+        rows, misses = self.rows.lookup(set_name, known.version, names)
+        head = item_prefix(self.store.prefix, set_name, known.version)
+        wanted = [names[j] for j in misses]
+        pointer = pointer_key(self.store.prefix, set_name)
+        reply, error = await self.store.run(
+            deadline, _pipelined(("get", pointer), [head + name for name in wanted])
+        )
+        if error is not None:
+            return RedisItems(None, None, error)
+        if _text(reply[0]) != known.version:  # a push switched it: read all under the new one
+            self._live.pop(set_name, None)
+            return await self.fetch(set_name, ids, deadline)
+        fetched = reply[1]
+        for j, row in zip(misses, fetched, strict=True):
+            rows[j] = row
+        self.rows.keep(set_name, known.version, wanted, fetched)
+        return RedisItems(cast(list[bytes | None], rows), known)
 
 
 def decode_rows(values: Sequence[bytes | None], width: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -144,7 +180,7 @@ def _pipelined(first: tuple[str, str], keys: list[str]) -> Any:
     connection left mid-reply (deadline, error) is dropped, never returned to the pool.
     """
     command, key = first
-    packed = _pack((command.upper(), key)) + _pack(("MGET", *keys))
+    packed = _pack((command.upper(), key)) + (_pack(("MGET", *keys)) if keys else b"")
 
     async def call(client: Any) -> list[Any]:
         pool = client.connection_pool
@@ -152,7 +188,7 @@ def _pipelined(first: tuple[str, str], keys: list[str]) -> Any:
         try:
             await conn.send_packed_command(packed, check_health=False)
             head = await conn.read_response()
-            values = await conn.read_response()
+            values = await conn.read_response() if keys else []
         except BaseException:
             await conn.disconnect(nowait=True)
             raise

@@ -22,6 +22,7 @@ from prometheus_client import Counter, Histogram
 
 from app.artifacts.manifest import ItemFeatureSet
 from app.features.item_redis import RedisItemBackend, decode_rows
+from app.features.item_row_cache import ItemRowCache
 from app.features.item_snapshot import ItemSnapshot, is_identity
 from app.features.redis_store import LookupTime, RedisStore
 from app.settings import Settings
@@ -62,7 +63,8 @@ class ItemFeatures:
 class ItemFeatureStore:
     def __init__(self, settings: Settings, redis: RedisStore) -> None:
         use_redis = redis.enabled and settings.item_store != "snapshot"
-        self.redis = RedisItemBackend(redis) if use_redis else None
+        rows = ItemRowCache(settings.item_row_cache_rows)
+        self.redis = RedisItemBackend(redis, rows) if use_redis else None
         self._store = redis
 
     @property

@@ -288,7 +288,12 @@ def test_the_redis_fetch_goes_out_before_the_features_are_parsed(
     push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
     probe = redis.Redis.from_url(redis_server.url)
     seen = mgets_seen_at(monkeypatch, assembly, "_candidate_matrix", probe)
-    settings = app_settings(registry=registry, redis_url=redis_server.url, redis_deadline_ms=2000)
+    settings = app_settings(
+        registry=registry,
+        redis_url=redis_server.url,
+        redis_deadline_ms=2000,
+        item_row_cache_rows=0,  # the same ids again: every row asked of Redis
+    )
     with TestClient(create_app(settings)) as c:
         wait_ready(c)
         c.post("/rerank", json={"candidates": CANDS})  # learns the set's live version
@@ -338,6 +343,7 @@ def test_a_large_bodys_redis_fetch_goes_out_while_it_is_parsed(
         redis_url=redis_server.url,
         redis_deadline_ms=2000,
         parse_off_loop_min_bytes=0,
+        item_row_cache_rows=0,  # the same ids again: every row asked of Redis
     )
     with TestClient(create_app(settings)) as c:
         wait_ready(c)

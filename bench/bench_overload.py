@@ -780,8 +780,8 @@ def render(
         "JSON). "
         f"Budget {BUDGET_MS:.0f} ms "
         "(`LTR_REQUEST_BUDGET_MS`). Real `ltr serve` processes; the load generator is a raw "
-        "asyncio HTTP client in the benchmark process, `/livez` is probed every 20 ms from a "
-        "separate process on the service's port and from another on the probe port "
+        "asyncio HTTP client on uvloop in the benchmark process, `/livez` is probed every 20 "
+        "ms from a separate process on the service's port and from another on the probe port "
         "(`LTR_PROBE_PORT`: a thread of each worker answers it; deploy/ probes there). All "
         "configurations ran one after another in one run; in each, the open loop starts once "
         "`/livez` answers within 20 ms again after the 200 clients.",

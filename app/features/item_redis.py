@@ -109,7 +109,7 @@ class RedisItemBackend:
             if error is not None:
                 return RedisItems(None, None, error)
             self._live[set_name] = cached
-            self.rows.keep(set_name, live, _names(ids), reply[1])
+            self._kept(set_name, live, ids, reply[1])
             return RedisItems(reply[1], cached)
         meta = meta_key(prefix, set_name, live)
         reply, error = await self.store.run(deadline, _pipelined(("get", meta), keys))
@@ -123,8 +123,13 @@ class RedisItemBackend:
             self._meta.pop(next(iter(self._meta)))
         self._meta[(set_name, live)] = version
         self._live[set_name] = version
-        self.rows.keep(set_name, live, _names(ids), reply[1])
+        self._kept(set_name, live, ids, reply[1])
         return RedisItems(reply[1], version)
+
+    def _kept(self, set_name: str, version: str, ids: Sequence[Any], rows: list[Any]) -> None:
+        """Rows read from Redis for all of `ids`, into the row cache."""
+        self.rows.keep(set_name, version, _names(ids), rows)
+        self.rows.served(0, len(ids))
 
     async def _cached_fetch(
         self, set_name: str, known: SetVersion, ids: Sequence[Any], deadline: Deadline
@@ -147,6 +152,7 @@ class RedisItemBackend:
         for j, row in zip(misses, fetched, strict=True):
             rows[j] = row
         self.rows.keep(set_name, known.version, wanted, fetched)
+        self.rows.served(len(ids) - len(misses), len(misses))
         return RedisItems(cast(list[bytes | None], rows), known)
 
 

@@ -50,14 +50,17 @@ class ItemRowCache:
         """(each id's row or MISSING, the indices of the MISSING ones)."""
         held = self._sets.get(set_name)
         if held is None or held[0] != version:
-            _MISSES.inc(len(ids))
             return [MISSING] * len(ids), list(range(len(ids)))
         get = held[1].get
         rows = [get(i, MISSING) for i in ids]
-        misses = [j for j, row in enumerate(rows) if row is MISSING]
-        _HITS.inc(len(ids) - len(misses))
-        _MISSES.inc(len(misses))
-        return rows, misses
+        return rows, [j for j, row in enumerate(rows) if row is MISSING]
+
+    def served(self, hits: int, misses: int) -> None:
+        """Counts a fetch's rows once it is answered: `hits` from here, `misses` from Redis
+        (a lookup under a version the pointer no longer names counts as all misses)."""
+        if self.enabled:
+            _HITS.inc(hits)
+            _MISSES.inc(misses)
 
     def keep(self, set_name: str, version: str, ids: list[str], rows: list[Row]) -> None:
         """Remembers rows just read under `version` (another version's rows are dropped)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,8 @@ from trainer.features.redis_sets import push_item_set
 def test_rows_are_kept_per_version_and_bounded() -> None:
     cache = ItemRowCache(3)
     cache.keep("s", "v1", ["a", "b"], [b"A", None])
-    rows, misses = cache.lookup("s", "v1", ["b", "c", "a"])
-    assert rows == [None, MISSING, b"A"] and misses == [1]  # None: known to be absent
+    rows, lacking = cache.lookup("s", "v1", ["b", "c", "a"])
+    assert rows == [None, MISSING, b"A"] and lacking == [1]  # None: known to be absent
     cache.keep("s", "v1", ["c", "d"], [b"C", b"D"])
     assert len(cache) == 3  # the oldest row ("a") went first
     assert cache.lookup("s", "v1", ["a", "d"])[1] == [0]
@@ -46,6 +47,10 @@ def mgets(client: redis.Redis) -> int:
 
 def hits() -> float:
     return float(ROWS.labels("hit")._value.get())
+
+
+def misses() -> float:
+    return float(ROWS.labels("miss")._value.get())
 
 
 async def fetches(
@@ -79,7 +84,7 @@ def test_cached_rows_are_not_asked_again(redis_server: RedisServer) -> None:
     table = item_table(50, NAMES, seed=4)
     push_item_set(client, "ltr:", "s", table)
     first, again, more = ["d1", "d7", "nope"], ["nope", "d7", "d1"], ["d7", "d9", 3]
-    hits_before = hits()
+    hits_before, misses_before = hits(), misses()
     (a, a_calls), (b, b_calls), (c, c_calls) = asyncio.run(
         fetches(redis_server.url, 100, [first, again, more], client)
     )
@@ -88,6 +93,7 @@ def test_cached_rows_are_not_asked_again(redis_server: RedisServer) -> None:
     assert b.missing == 1 and b.reasons == ["item_features_missing"]  # "nope", cached absent
     assert c.matrix.tobytes() == expected(table, ["d7", "d9", "3"]).tobytes() and c_calls == 1
     assert hits() - hits_before == 4  # again: 3; more: d7
+    assert misses() - misses_before == 5  # first: 3; more: d9, 3
 
 
 def test_without_the_cache_every_row_is_asked(redis_server: RedisServer) -> None:
@@ -117,3 +123,24 @@ def test_a_small_cache_serves_what_redis_holds(redis_server: RedisServer) -> Non
         table = tables[0] if k < 20 else tables[1]
         assert got.matrix.tobytes() == expected(table, ids).tobytes(), k
         assert not got.degraded
+
+
+def test_rows_read_after_a_push_count_as_misses(redis_server: RedisServer) -> None:
+    """The pointer moved: the rows the cache held for the old version are not served and not
+    counted as hits; the new version's are read and counted as misses."""
+    client = redis.Redis.from_url(redis_server.url)
+    tables = [item_table(10, NAMES, seed=9), item_table(10, NAMES, seed=10)]
+    push_item_set(client, "ltr:", "s", tables[0])
+    ids = ["d1", "d2"]
+    counts: list[tuple[float, float]] = []
+
+    def push_the_second(k: int) -> None:
+        counts.append((hits(), misses()))
+        if k == 2:
+            push_item_set(client, "ltr:", "s", tables[1])
+
+    got = asyncio.run(fetches(redis_server.url, 100, [ids, ids, ids], client, push_the_second))
+    counts.append((hits(), misses()))
+    steps = [(h1 - h0, m1 - m0) for (h0, m0), (h1, m1) in pairwise(counts)]
+    assert steps == [(0, 2), (2, 0), (0, 2)]
+    assert got[2][0].matrix.tobytes() == expected(tables[1], ids).tobytes()

@@ -11,6 +11,11 @@ version (None) are kept too: they stay absent.
 Bounded by rows (`LTR_ITEM_ROW_CACHE_ROWS`, 0 = off), oldest written first out: a hit costs one
 dict lookup and no bookkeeping, and with skewed traffic the popular rows are read again soon
 after they leave. A pointer that moves to another version empties the set's cache.
+
+What it buys (BENCHMARKS.md, 1,000 candidates, 1M items): every row cached, a request 8.85 ms
+against 11.47 read from Redis; half of them cached (Zipf traffic), Redis does half the work but
+the latency stays (10.37 against 9.97 ms): the smaller fetch already hid behind the body's parse,
+and this bookkeeping costs the loop ~0.2 ms per 1,000 rows.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from prometheus_client import Counter
 
 ROWS = Counter(
     "ltr_item_row_cache_rows_total",
-    "Item rows asked of the worker's row cache, by outcome (hit: not read from Redis).",
+    "Item rows Redis item fetches served, by where from (hit: the worker's row cache; miss: "
+    "read from Redis).",
     ["outcome"],
 )
 _HITS, _MISSES = ROWS.labels("hit"), ROWS.labels("miss")

@@ -148,5 +148,6 @@ class Settings(BaseSettings):
     # else the snapshot the model version carries; `snapshot` never asks Redis for items.
     item_store: Literal["auto", "redis", "snapshot"] = "auto"
     # Rows of the live item set version each worker keeps after reading them from Redis
-    # (app.features.item_row_cache; ~0.5 KB a row at 100 features); 0: read every row.
-    item_row_cache_rows: Annotated[int, Field(ge=0)] = 50_000
+    # (app.features.item_row_cache; ~0.5 KB a row at 100 features); 0, the default: read every
+    # row. Pays when nearly every candidate's row repeats, or when Redis's CPU is the limit.
+    item_row_cache_rows: Annotated[int, Field(ge=0)] = 0

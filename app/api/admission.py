@@ -368,16 +368,12 @@ class Slot:
         spare = max(left - self.controller.estimate(self.rows), 0.0)
         return LookupTime(left, spare)
 
-    async def decode(self, raw: bytes) -> tuple[dict[str, Any], object]:
-        """(the body's JSON object without `candidates`, the candidates: a JSON value, or
-        ScannedCandidates); large bodies are parsed in a worker thread so the event loop
-        keeps answering probes and small requests (the scan runs without the GIL)."""
-        return await self.decoding(raw)
-
     def decoding(self, raw: bytes) -> Awaitable[tuple[dict[str, Any], object]]:
-        """`decode(raw)`, already under way in its thread for a large body, so the loop can do
-        other work for the request meanwhile (an in-process item lookup); a small body's
-        decode runs when awaited."""
+        """(the body's JSON object without `candidates`, the candidates: a JSON value, or
+        ScannedCandidates), to await. A large body's parse is already under way in a worker
+        thread (the scan runs without the GIL), so the event loop keeps answering probes and
+        small requests and can do the request's own other work meanwhile (an in-process item
+        lookup); a small body is parsed on the loop when awaited."""
         settings = self.controller.settings
         if len(raw) < settings.parse_off_loop_min_bytes:
             return _decoded_here(raw, settings)

@@ -164,12 +164,14 @@ async def assemble(
     early_ids = None
     if early is not None and early.model is model:
         item_task, early_ids = early.task, early.ids
-    else:
+    elif item_store.redis is not None:  # the round trip overlaps the candidates' parse
         discard_early(early)
         ids = _plain_ids(candidates)
         started = await fetch_items_early(model, ids, settings, item_store, lookup)
         if started is not None:
             item_task, early_ids = started.task, started.ids
+    else:  # in-process, on this thread: looked up once the candidates are known good
+        discard_early(early)
     try:
         query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)

@@ -128,6 +128,8 @@ class RedisItemBackend:
 
     def _kept(self, set_name: str, version: str, ids: Sequence[Any], rows: list[Any]) -> None:
         """Rows read from Redis for all of `ids`, into the row cache."""
+        if not self.rows.enabled:
+            return
         self.rows.keep(set_name, version, _names(ids), rows)
         self.rows.served(0, len(ids))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import socket
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +18,7 @@ from app.artifacts.manifest import new_version_id
 from app.artifacts.store import set_current
 from app.scoring.reference import predict
 from tests.support import feature_names, publish, random_ensemble
-from tests.support.redis_server import free_port
-from tests.support.uvicorn_server import UvicornServer, uvicorn_server
+from tests.support.uvicorn_server import product_server, uvicorn_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -204,16 +202,10 @@ def test_an_answer_before_the_body_reaches_a_client_still_sending_it(
     lingering close): closing with the body still arriving made the kernel reset the
     connection, and the client lost the answer. `python -m app`: the product's protocol."""
     publish(tmp_path, random_ensemble(NF))
-    port = free_port()
     limit = "200000" if status == b"413" else "4000000"  # the cap is at least the limit
-    settings = env(
-        tmp_path,
-        LTR_MAX_BODY_BYTES=limit,
-        LTR_MAX_BUFFERED_BODY_BYTES="1048576",
-        LTR_PORT=str(port),
-        LTR_HOST="127.0.0.1",
-    )
-    server = UvicornServer(settings, port=port, command=[sys.executable, "-m", "app"])
+    settings = env(tmp_path, LTR_MAX_BODY_BYTES=limit, LTR_MAX_BUFFERED_BODY_BYTES="1048576")
+    server = product_server(settings)
+    port = server.port
     head = (
         b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: 3000000\r\n\r\n"
@@ -241,9 +233,7 @@ def test_an_answer_before_the_body_reaches_a_client_still_sending_it(
 
 def test_python_m_app_serves_with_two_workers(tmp_path: Path) -> None:
     publish(tmp_path, random_ensemble(NF))
-    port = free_port()
-    settings = env(tmp_path, LTR_WORKERS="2", LTR_PORT=str(port), LTR_HOST="127.0.0.1")
-    server = UvicornServer(settings, port=port, command=[sys.executable, "-m", "app"])
+    server = product_server(env(tmp_path), workers=2)
     try:
         server.start().wait_ready()
         # /readyz answered by one worker says nothing of the other: wait until fresh

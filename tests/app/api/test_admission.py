@@ -354,7 +354,7 @@ def test_large_bodies_are_decoded_at_most_parse_threads_at_once(
 
     async def decode_all() -> list[tuple[dict[str, Any], object]]:
         slots = [Slot(ctl, b, Budget(clock.now, 1.0), 1, clock.now) for b in bodies]
-        return await asyncio.gather(*(s.decode(b) for s, b in zip(slots, bodies, strict=True)))
+        return await asyncio.gather(*(s.decoding(b) for s, b in zip(slots, bodies, strict=True)))
 
     decoded = asyncio.run(decode_all())
     assert [doc["raw"] for doc, _ in decoded] == bodies  # each its own, in order

@@ -66,6 +66,7 @@ from app.scoring import beside
 from app.scoring.cost import SCORING_COST
 from app.scoring.cpu_headroom import HEADROOM
 from app.settings import Settings
+from app.thread_pools import thread_pool
 
 router = APIRouter()
 
@@ -119,7 +120,7 @@ async def rerank(
     value map; null or an absent name is a missing value. A request that cannot be scored
     within its latency budget comes back in its own order, `degraded` (docs/API.md)."""
     parsed = await _parse(request, registry, resolver, settings, slot, item_store)
-    body = await _rank(parsed, registry, resolver, settings, limiter, slot)
+    body = await _rank(parsed, registry, resolver, settings, slot)
     rows, envelope = parsed.rows, parsed.envelope
     user = envelope.user
     log_impression(
@@ -217,7 +218,6 @@ async def _rank(
     registry: ModelRegistry,
     resolver: UserFeatureResolver,
     settings: Settings,
-    limiter: anyio.CapacityLimiter,
     slot: Slot,
 ) -> dict[str, Any]:
     """The ranked answer, with `_order` (input index of each result) and, in an experiment,
@@ -225,7 +225,9 @@ async def _rank(
     doc, envelope, model, rows = parsed.doc, parsed.envelope, parsed.model, parsed.rows
     features, user_vector = rows.features, rows.user_vector
     score = ModelScoring(
-        settings.inline_scoring_max_rows, limiter, settings.interleave_parallel_min_us / 1e6
+        slot.inline_max_rows,
+        settings.scoring_concurrency,
+        settings.interleave_parallel_min_us / 1e6,
     )
     active = registry.experiment(model.name)
     trial = None
@@ -292,7 +294,7 @@ class ModelScoring:
     keeps answering (app.experiments.serving.Scoring)."""
 
     inline_max_rows: int
-    limiter: anyio.CapacityLimiter
+    threads: int  # at most this many requests scored in threads at once
     beside_min_seconds: float = 0.0
 
     def inline(self, rows: int) -> bool:
@@ -340,7 +342,11 @@ class ModelScoring:
     ) -> np.ndarray:
         if self.inline(features.shape[0]):
             return self.now(model, features, user)
-        return await anyio.to_thread.run_sync(self.now, model, features, user, limiter=self.limiter)
+        # Handed over at once (anyio's to_thread would yield to a busy loop twice first, as
+        # app.api.admission.parse_pool says); the pool's size bounds the threads scoring.
+        pool = thread_pool("ltr-score-request", self.threads)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(pool, self.now, model, features, user)
 
 
 async def _explain(

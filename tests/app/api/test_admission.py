@@ -359,3 +359,44 @@ def test_large_bodies_are_decoded_at_most_parse_threads_at_once(
     decoded = asyncio.run(decode_all())
     assert [doc["raw"] for doc, _ in decoded] == bodies  # each its own, in order
     assert most[0] == threads
+
+
+def test_a_request_admitted_while_shedding_is_scored_in_a_thread_unless_tiny() -> None:
+    import threading
+
+    import numpy as np
+
+    from app.api.admission import CROWDED_INLINE_MAX_ROWS, Slot, admit
+    from app.api.routes import ModelScoring
+
+    adm, clock = controller(request_budget_ms=1000, inline_scoring_max_rows=1000)
+    body = b'{"candidates": [' + b",".join(b'{"id": %d}' % i for i in range(300)) + b"]}"
+    calm = asyncio.run(admit(adm, Budget(clock.now, 1.0), body))
+    assert calm.inline_max_rows == 1000
+    calm.release()
+    adm.last_shed = clock.now  # a shed just now: the worker is shedding
+    crowded = asyncio.run(admit(adm, Budget(clock.now, 1.0), body))
+    assert crowded.inline_max_rows == CROWDED_INLINE_MAX_ROWS < crowded.rows == 300
+    crowded.release()
+    clock.now += adm.settings.shedding_window_seconds + 0.1
+    assert Slot(adm, b"", Budget(clock.now, 1.0), 300, clock.now).inline_max_rows == 1000
+
+    where: list[str] = []
+
+    class Scorer:
+        def score(self, features: np.ndarray, user: object) -> np.ndarray:
+            where.append(threading.current_thread().name)
+            return features[:, 0].astype(np.float64)
+
+    class Model:
+        name, scorer = "m", Scorer()
+
+    async def scores(inline_max_rows: int, rows: int) -> np.ndarray:
+        scoring = ModelScoring(inline_max_rows, threads=2)
+        features = np.arange(rows, dtype=np.float32).reshape(rows, 1)
+        return await scoring(Model(), features, None)  # type: ignore[arg-type]
+
+    assert asyncio.run(scores(CROWDED_INLINE_MAX_ROWS, 300)).tolist() == list(range(300))
+    assert asyncio.run(scores(CROWDED_INLINE_MAX_ROWS, 100)).tolist() == list(range(100))
+    main = threading.current_thread().name
+    assert where[0].startswith("ltr-score-request") and where[1] == main

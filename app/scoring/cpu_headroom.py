@@ -8,6 +8,12 @@ the container used (`cpu.stat`): on a 64-core node a pod limited to 2 cores has 
 once its workers use 2, however idle the node. Read at most every SAMPLE_INTERVAL_S, lazily by
 the scoring calls themselves (about 50 us a read); where neither file exists no core is ever
 reported idle. Threads may race on a sample: the worst case is one read too many.
+
+Averaged over a quarter of a second, an idle core is hidden by work that does not overlap
+the scoring: a single client's request is parsed in one thread, then scored, while the client
+waits, and the average says "half a core idle" at the moment both are. `idle_now()` is the
+other reading: the cores not running anything this instant (the kernel's count of runnable
+threads, /proc/loadavg).
 """
 
 from __future__ import annotations
@@ -21,8 +27,14 @@ SAMPLE_INTERVAL_S = 0.25
 
 
 class CpuHeadroom:
-    def __init__(self, stat: str = "/proc/stat", cgroup: str = "/sys/fs/cgroup") -> None:
+    def __init__(
+        self,
+        stat: str = "/proc/stat",
+        cgroup: str = "/sys/fs/cgroup",
+        loadavg: str = "/proc/loadavg",
+    ) -> None:
         self.stat = stat
+        self.loadavg = loadavg
         self.cgroup = Path(cgroup)
         self.cores = os.cpu_count() or 1
         self._machine: tuple[float, float] | None = None  # (idle, all) jiffies at the last read
@@ -37,6 +49,16 @@ class CpuHeadroom:
             self._sampled_at = now
             self._spare = min(self._machine_spare(), self._container_spare(now))
         return self._spare
+
+    def idle_now(self) -> float:
+        """Cores with nothing runnable on them now, besides the calling thread (0 where the
+        kernel does not tell)."""
+        try:
+            with open(self.loadavg, "rb") as loadavg:
+                running = int(loadavg.read().split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        return float(max(self.cores - running, 0))
 
     def _machine_spare(self) -> float:
         times = _cpu_times(self.stat)

@@ -183,26 +183,37 @@ def test_an_ensemble_without_trees_scores_its_base_score() -> None:
 
 
 class _Headroom(CpuHeadroom):
-    def __init__(self, spare: float) -> None:
+    def __init__(self, spare: float, idle: float = 1.0) -> None:
         super().__init__()
-        self.spare = spare
+        self.spare, self.idle = spare, idle
 
     def spare_cores(self, now: float | None = None) -> float:
         return self.spare
 
+    def idle_now(self) -> float:
+        return self.idle
+
 
 @pytest.mark.parametrize(
-    ("rows", "spare", "split"),
-    [(100, 2.0, True), (100, 0.5, False), (40, 2.0, False), (300, 0.0, True)],
+    ("rows", "spare", "idle", "split"),
+    [
+        (100, 2.0, 1.0, True),
+        (100, 0.3, 1.0, False),  # busy lately
+        (100, 2.0, 0.0, False),  # every core busy this instant
+        (40, 2.0, 1.0, False),
+        (300, 0.0, 0.0, True),
+    ],
 )
-def test_a_spare_core_splits_smaller_requests(rows: int, spare: float, split: bool) -> None:
+def test_a_spare_core_splits_smaller_requests(
+    rows: int, spare: float, idle: float, split: bool
+) -> None:
     ensemble = _random_ensemble()
     scorer = CompiledTreeScorer(
         ensemble,
         threads=2,
         parallel_min_rows=300,
         spare_core_min_rows=64,
-        headroom=_Headroom(spare),
+        headroom=_Headroom(spare, idle),
     )
     assert scorer._split(rows) is split
     x = np.random.default_rng(3).normal(size=(rows, 5)).astype(np.float32)

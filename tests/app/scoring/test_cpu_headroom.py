@@ -80,3 +80,24 @@ def test_no_container_limit_leaves_the_machine_reading(tmp_path: Path) -> None:
     _stat(stat, user=100, system=0, idle=300, iowait=0)
     _container(tmp_path, "max", used_us=9_000_000)
     assert headroom.spare_cores(now=1.0) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(
+    ("content", "idle"),
+    [
+        ("0.50 0.40 0.30 1/180 4242\n", 1.0),  # only the caller runs: one core idle
+        ("2.10 1.90 1.50 2/180 4242\n", 0.0),
+        ("9.00 8.00 7.00 7/180 4242\n", 0.0),
+        ("", 0.0),
+        (None, 0.0),  # not Linux: never idle
+    ],
+)
+def test_idle_now_counts_the_cores_nothing_runs_on(
+    tmp_path: Path, content: str | None, idle: float
+) -> None:
+    loadavg = tmp_path / "loadavg"
+    if content is not None:
+        loadavg.write_text(content)
+    headroom = CpuHeadroom(str(tmp_path / "stat"), str(tmp_path), str(loadavg))
+    headroom.cores = 2
+    assert headroom.idle_now() == idle

@@ -42,6 +42,7 @@ from app.api.shed_turns import ShedTurns
 from app.errors import LtrError
 from app.features.redis_store import LookupTime
 from app.loop_lag import LoopLag
+from app.scoring.cpu_headroom import usable_cores
 from app.settings import Settings
 from app.thread_pools import thread_pool
 
@@ -154,9 +155,14 @@ class AdmissionController:
     _waiters: deque[_Waiter] = field(default_factory=deque, init=False)
     # Shed answers take turns with the loop's other work (app.api.shed_turns).
     shed_turns: ShedTurns = field(default_factory=ShedTurns, init=False)
+    core_beside_loop: bool = field(default=True, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
+        # Fewer workers than cores: a scoring thread has a core beside this worker's loop
+        # (with a worker per core, every core runs a loop, and scoring in a thread only added
+        # contention: 2 workers at 3x overload on 2 cores, 64 against 86 req/s scored).
+        self.core_beside_loop = s.workers < usable_cores()
         initial = min(max(s.admission_initial_rows, s.admission_min_rows), s.admission_max_rows)
         self.limit = float(initial)
         metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
@@ -359,19 +365,19 @@ class Slot:
     _held: bool = True
     done_at: float | None = None  # when the scoring finished
     marks: BodyMarks | None = None  # the body's quotes and brackets (for a shed answer)
-    # Admitted while this worker was shedding: scored in a thread unless tiny (the
-    # inline_max_rows property).
+    # Admitted while this worker was shedding, with a core beside its loop: scored in a
+    # thread unless tiny (the inline_max_rows property).
     crowded: bool = False
 
     @property
     def inline_max_rows(self) -> int:
         """Up to how many rows this request is scored on the event loop's thread rather than
-        in a worker thread. While the worker sheds, only the smallest requests: there the
-        loop's time goes to the intake and the shed answers, and a thread scores beside it
-        (the native scorer gives the GIL up) where inline scoring held the loop ~3 ms per
-        1,000 rows (1,000-candidate requests at 3x overload, 1 worker, alternating point runs
-        on a 2-vCPU VM: answers' p99 100 against 145 ms, scored within budget 58 against 53
-        req/s)."""
+        in a worker thread. While the worker sheds (and has a core beside its loop), only the
+        smallest requests: there the loop's time goes to the intake and the shed answers, and
+        a thread scores beside it (the native scorer gives the GIL up) where inline scoring
+        held the loop ~3 ms per 1,000 rows (1,000-candidate requests at 3x overload, 1 worker
+        on 2 vCPUs, alternating point runs: answers' p99 100 against 145 ms, scored within
+        budget 58 against 53 req/s)."""
         inline = self.controller.settings.inline_scoring_max_rows
         return min(inline, CROWDED_INLINE_MAX_ROWS) if self.crowded else inline
 
@@ -479,7 +485,7 @@ async def admit(controller: AdmissionController, budget: Budget, body: bytes) ->
     except Shed as shed:
         shed.marks = marks
         raise
-    crowded = controller.shedding
+    crowded = controller.shedding and controller.core_beside_loop
     return Slot(controller, body, budget, rows, admitted_at, marks=marks, crowded=crowded)
 
 

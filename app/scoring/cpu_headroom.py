@@ -115,4 +115,11 @@ def _cpu_used_us(path: Path) -> float | None:
     return None
 
 
+def usable_cores(cgroup: str = "/sys/fs/cgroup") -> float:
+    """The cores this process may use: the machine's, or its container's CPU limit if lower."""
+    cores = float(os.cpu_count() or 1)
+    limit = _cpu_limit(Path(cgroup) / "cpu.max")
+    return cores if limit is None else min(cores, limit)
+
+
 HEADROOM = CpuHeadroom()

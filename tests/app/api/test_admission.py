@@ -368,16 +368,24 @@ def test_a_request_admitted_while_shedding_is_scored_in_a_thread_unless_tiny() -
 
     from app.api.admission import CROWDED_INLINE_MAX_ROWS, Slot, admit
     from app.api.routes import ModelScoring
+    from app.scoring.cpu_headroom import usable_cores
 
     adm, clock = controller(request_budget_ms=1000, inline_scoring_max_rows=1000)
+    assert adm.core_beside_loop is (usable_cores() > 1)
+    many, _ = controller(workers=int(usable_cores()) + 1)
+    assert not many.core_beside_loop
     body = b'{"candidates": [' + b",".join(b'{"id": %d}' % i for i in range(300)) + b"]}"
     calm = asyncio.run(admit(adm, Budget(clock.now, 1.0), body))
     assert calm.inline_max_rows == 1000
     calm.release()
     adm.last_shed = clock.now  # a shed just now: the worker is shedding
+    adm.core_beside_loop = True  # fewer workers than cores
     crowded = asyncio.run(admit(adm, Budget(clock.now, 1.0), body))
     assert crowded.inline_max_rows == CROWDED_INLINE_MAX_ROWS < crowded.rows == 300
     crowded.release()
+    adm.core_beside_loop = False  # a worker per core: every core runs a loop
+    assert asyncio.run(admit(adm, Budget(clock.now, 1.0), body)).inline_max_rows == 1000
+    adm.core_beside_loop = True
     clock.now += adm.settings.shedding_window_seconds + 0.1
     assert Slot(adm, b"", Budget(clock.now, 1.0), 300, clock.now).inline_max_rows == 1000
 

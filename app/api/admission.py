@@ -60,10 +60,10 @@ SLOW_SHARE = 0.5  # service time above this share of the budget: congestion
 CROWDED = 1.5
 GROWTH = 0.1  # gradient: at most this share of a request's rows added per fast completion
 PROBE_INTERVAL_S = 0.5
-EARLY_REFUSAL_WINDOW_S = 0.05
+EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is this recent
 # While shedding, requests up to this many rows are still scored inline: ~0.3 ms of a 500-tree
 # model, less than a hand-back to a busy loop costs them.
-CROWDED_INLINE_MAX_ROWS = 128  # 503 mode: refuse unread while the last shed is this recent
+CROWDED_INLINE_MAX_ROWS = 128
 
 
 class Shed(LtrError):

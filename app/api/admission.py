@@ -10,10 +10,12 @@ the limit by that inflation, and requests served as fast together as alone let i
 fraction of a request. `aimd` grows additively until one request takes more than half of its
 budget, then shrinks by 10 % (Netflix's AIMDLimit); it cannot see that concurrency bought
 nothing until the budget is half gone. A request
-that does not fit waits in a FIFO queue, but only as long as its budget leaves time to be
-scored (service times are measured: app.api.service_time); when the work ahead of it (the
-queue and what is left of the requests in flight) cannot be done in time it is shed at once
-(the SRE book's "shed early, cheaply").
+that does not fit, or arrives in a turn of the event loop that has already admitted one, waits
+in a FIFO queue, but only as long as its budget leaves time to be scored (service times are
+measured: app.api.service_time) and at most `LTR_ADMISSION_MAX_QUEUE_SHARE` of its budget;
+when the work ahead of it (the queue and what is left of the requests in flight) cannot be
+done in that time it is shed at once (the SRE book's "shed early, cheaply"). The budget
+counts from when the loop read the request's first bytes (app.api.http_protocol).
 
 A shed request never pays for the full parse: `app.api.retrieval_order` finds its candidate
 ids with a scan of the raw bytes, and it is answered in the order the retrieval step sent
@@ -121,6 +123,13 @@ def request_budget(request: Request, settings: Settings) -> Budget:
     return Budget(arrived, seconds)
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 @dataclass
 class _Waiter:
     rows: int
@@ -156,6 +165,8 @@ class AdmissionController:
     # Shed answers take turns with the loop's other work (app.api.shed_turns).
     shed_turns: ShedTurns = field(default_factory=ShedTurns, init=False)
     core_beside_loop: bool = field(default=True, init=False)
+    # The loop that admitted a request in its current turn (None: none did).
+    _turn_loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -218,21 +229,39 @@ class AdmissionController:
             return min(service, self.alone.estimate(rows))
         return service
 
+    def _refusal(self, budget: Budget, expected: float, hidden: float) -> str:
+        """Why a request that cannot be scored in time is refused: SHED when a busy worker
+        took its time (work in flight or queued, or a lagging loop), OVER_BUDGET when even
+        a whole budget would not cover its work, or its client took the time (a slow send)."""
+        if budget.scoring_deadline - budget.arrived < expected:
+            return OVER_BUDGET
+        busy = self.in_flight > 0 or bool(self._waiters) or self._turn_taken()
+        return SHED if busy or hidden >= expected else OVER_BUDGET
+
+    def _turn_taken(self) -> bool:
+        """Whether a request was admitted in this turn of the running loop."""
+        return self._turn_loop is not None and self._turn_loop is _running_loop()
+
     def _fits(self, rows: int) -> bool:
+        if self._turn_taken():
+            return False  # wait for the loop's next turn (see acquire)
         return self.in_flight == 0 or self.in_flight + rows <= self.limit
 
     async def acquire(self, rows: int, budget: Budget, body: bytes) -> float:
         """Admit `rows`; the admission time. Raises Shed when the budget cannot be met."""
         now = self.clock()
         service = self.estimate(rows)
-        # A saturated loop delays requests before the application sees them (in the socket,
-        # in the loop's queue): that hidden wait counts against the budget too, which is what
-        # makes shedding start while it still helps.
+        # The budget counts from when the loop read the request's first bytes; a saturated
+        # loop also leaves requests in their sockets before it reads them: that hidden wait
+        # counts against the budget too, which is what makes shedding start while it helps.
         hidden = self.loop_lag.recent
-        if now + hidden + self._expected(rows, service) > budget.scoring_deadline and not (
-            self._probe(now, budget)
-        ):
-            raise self._shed(OVER_BUDGET if hidden < service else SHED, body)
+        expected = self._expected(rows, service)
+        if now + hidden + expected > budget.scoring_deadline and not self._probe(now, budget):
+            raise self._shed(self._refusal(budget, expected, hidden), body)
+        # One admission per turn of the loop: a turn runs every request the loop read in its
+        # last one, and an admitted request's parse and scoring (inline when small) held the
+        # loop for all of them, the sockets unread meanwhile. The rest wait in the queue below
+        # for the next turn, their waits seen and bounded; the loop reads between them.
         if not self._waiters and self._fits(rows):
             self._take(rows, service)
             return now
@@ -241,7 +270,10 @@ class AdmissionController:
         ahead = self.queued_seconds
         if not self._fits(rows):
             ahead += max(self._busy_until - now, 0.0)
-        max_wait = budget.scoring_deadline - now - service
+        max_wait = min(
+            budget.scoring_deadline - now - service,
+            self.settings.admission_max_queue_share * budget.seconds,
+        )
         if ahead + hidden > max_wait:
             raise self._shed(SHED, body)
         waiter = _Waiter(rows, service, asyncio.get_running_loop().create_future())
@@ -289,11 +321,22 @@ class AdmissionController:
 
     def _take(self, rows: int, seconds: float) -> None:
         now = self.clock()
+        loop = _running_loop()
+        if loop is not None and self._turn_loop is not loop:
+            self._turn_loop = loop
+            loop.call_soon(self._next_turn, loop)
         if self.in_flight > 0:
             self._last_shared = now
         self._busy_until = max(self._busy_until, now) + seconds
         self.in_flight += rows
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
+
+    def _next_turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop's next turn: it has read its sockets since the last admission, so the
+        requests it read are in the queue, in order, their waits counted."""
+        if self._turn_loop is loop:
+            self._turn_loop = None
+            self._grant()
 
     def _forget(self, waiter: _Waiter) -> None:
         try:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import httptools
@@ -50,7 +51,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app import metrics
 from app.accept_loop import LOOP_FACTORY
-from app.api.middleware import BODY_METHODS
+from app.api.middleware import ARRIVED_STATE, BODY_METHODS
 from app.settings import Settings
 
 PROTOCOL = "app.api.http_protocol:HeaderTimeoutProtocol"
@@ -91,6 +92,10 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # The loop has just read the request's first bytes: its latency budget counts from
+        # here (app.api.middleware), not from when its task first runs, which under overload
+        # waits behind every request read in the same turn.
+        self.scope["state"][ARRIVED_STATE] = time.perf_counter()
         self._arm()
 
     def on_headers_complete(self) -> None:

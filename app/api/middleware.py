@@ -26,6 +26,7 @@ from app import metrics
 from app.errors import LtrError
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # bodies read (and reserved) here
+ARRIVED_STATE = "arrived"  # scope state: time.perf_counter() when the request began to arrive
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
@@ -76,7 +77,9 @@ class ServiceMiddleware:
         request_id = _request_id(scope)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
-        state["arrived"] = started  # the latency budget counts from here
+        # The latency budget counts from the request's first bytes (our HTTP protocol notes
+        # when the loop read them), else from now.
+        started = state.setdefault(ARRIVED_STATE, started)
         status: int | None = None
         failed = False
         label = "unmatched"  # the route's path, for the metrics

@@ -132,6 +132,32 @@ def test_over_budget_answers_in_retrieval_order_within_the_budget(server: Uvicor
             assert resp.json()["detail"][0]["loc"] == ["header", "x-request-timeout-ms"]
 
 
+def test_the_budget_counts_from_the_first_bytes_of_the_request(server: UvicornServer) -> None:
+    raw = body(50, top_k=3)
+    head = (
+        b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"x-request-timeout-ms: 200\r\ncontent-length: %d\r\n\r\n" % len(raw)
+    )
+
+    def exchange(pause: float) -> dict[str, Any]:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+            conn.sendall(head[:10])
+            time.sleep(pause)  # a client slow to send the rest: its time is the budget's
+            conn.sendall(head[10:] + raw)
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                answer += conn.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        parsed: dict[str, Any] = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])
+        return parsed
+
+    late = exchange(0.3)
+    assert late["degraded"] and late["reasons"] == ["over_budget"]
+    assert [r["id"] for r in late["results"]] == ["d0", "d1", "d2"]
+    on_time = [exchange(0.0) for _ in range(3)]  # a busy machine may make one attempt late
+    assert any(not a["degraded"] for a in on_time)
+
+
 LOAD = """
 import sys, threading, time, httpx, orjson
 url, seconds, clients, n = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

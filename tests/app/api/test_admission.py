@@ -408,3 +408,58 @@ def test_a_request_admitted_while_shedding_is_scored_in_a_thread_unless_tiny() -
     assert asyncio.run(scores(CROWDED_INLINE_MAX_ROWS, 100)).tolist() == list(range(100))
     main = threading.current_thread().name
     assert where[0].startswith("ltr-score-request") and where[1] == main
+
+
+def test_one_request_is_admitted_per_turn_of_the_loop() -> None:
+    async def scenario() -> None:
+        adm, clock = controller(admission_initial_rows=4000)  # room for all three
+        adm.service = ServiceTime(intercept=0.0, slope=1e-6)
+        budget = Budget(clock.now, 10.0)
+        order: list[str] = []
+
+        async def request(name: str) -> None:
+            await adm.acquire(100, budget, b"")
+            order.append(name)
+            adm.release(100, None)  # scored inline: done within its turn
+
+        tasks = [asyncio.create_task(request(n)) for n in ("a", "b", "c")]
+        await asyncio.sleep(0)  # the turn that runs all three
+        assert order == ["a"] and adm.queued_rows == 200  # b and c wait for the next turns
+        await asyncio.sleep(0)
+        assert order == ["a"]  # the next turn grants b, which runs in the one after
+        await settle()
+        await asyncio.gather(*tasks)
+        assert order == ["a", "b", "c"] and adm.queued_rows == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("share", "queued"), [(0.25, False), (1.0, True)])
+def test_the_queue_holds_a_request_at_most_its_share_of_the_budget(
+    share: float, queued: bool
+) -> None:
+    async def scenario() -> None:
+        adm, clock = controller(admission_max_queue_share=share)
+        adm.service = ServiceTime(intercept=0.0, slope=1e-5)  # 1,000 rows: 10 ms
+        await adm.acquire(4000, Budget(clock.now, 10.0), b"")  # 40 ms of work in flight
+        budget = Budget(clock.now, 0.1)  # it would fit in the budget: 40 + 10 < 97 ms
+        if queued:
+            waiter = asyncio.create_task(adm.acquire(1000, budget, b""))
+            await settle()
+            assert adm.queued_rows == 1000 and not waiter.done()
+            waiter.cancel()
+            return
+        with pytest.raises(Shed) as info:  # but would wait more than 25 ms of it
+            await adm.acquire(1000, budget, b"")
+        assert info.value.reason == SHED and adm.queued_rows == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_request_whose_client_took_its_budget_is_over_budget_not_shed() -> None:
+    adm, clock = controller(request_budget_ms=1000)
+    adm.service = ServiceTime(intercept=0.0, slope=1e-5)  # 1,000 rows: 10 ms
+    late = Budget(clock.now - 0.2, 0.1)  # its first bytes came 200 ms ago: a slow send
+    with pytest.raises(Shed) as info:
+        asyncio.run(adm.acquire(1000, late, b""))
+    assert info.value.reason == OVER_BUDGET  # an idle worker: the client took the time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -278,3 +279,34 @@ def test_more_than_the_cap_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(http_protocol, "LINGER_MOST_BYTES", 2 * PIECE)
     chatty = asyncio.run(_answered_early(2 * PIECE, 3 * PIECE))  # sends past its length
     assert chatty.eof_written and chatty.closed
+
+
+def test_a_request_arrives_when_its_first_bytes_are_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The latency budget's start: not when the head is complete, nor when the application's
+    task first runs (under overload, behind every request read in the same turn)."""
+    monkeypatch.setattr(HeaderTimeoutProtocol, "header_timeout", 5.0)
+    seen: list[tuple[float, float]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((scope["state"]["arrived"], time.perf_counter()))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def scenario() -> float:
+        config = Config(app=app, lifespan="off", log_level="warning")
+        protocol = HeaderTimeoutProtocol(config, ServerState(), {})
+        protocol.connection_made(Transport())
+        before = time.perf_counter()
+        protocol.data_received(b"GET /livez HT")
+        time.sleep(0.05)  # the rest of the head comes later
+        protocol.data_received(b"TP/1.1\r\nhost: x\r\n\r\n")
+        time.sleep(0.05)  # and the loop is busy before the application's task runs
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return before
+
+    before = asyncio.run(scenario())
+    ((arrived, ran),) = seen
+    assert before <= arrived < before + 0.04 and ran - arrived >= 0.1

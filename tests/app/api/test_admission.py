@@ -463,3 +463,20 @@ def test_a_request_whose_client_took_its_budget_is_over_budget_not_shed() -> Non
     with pytest.raises(Shed) as info:
         asyncio.run(adm.acquire(1000, late, b""))
     assert info.value.reason == OVER_BUDGET  # an idle worker: the client took the time
+
+
+def test_requests_in_flight_together_are_done_when_the_last_one_is() -> None:
+    async def scenario() -> None:
+        adm, clock = controller(admission_initial_rows=4000, admission_max_queue_share=1.0)
+        adm.service = ServiceTime(intercept=0.0, slope=4e-5)  # 1,000 rows: 40 ms
+        for _ in range(2):  # two overlapping 1,000-row requests, admitted a turn apart
+            await adm.acquire(1000, Budget(clock.now, 10.0), b"")
+            await asyncio.sleep(0)
+        # 3,000 more rows wait for them: 40 ms, not 80 (their times, measured together,
+        # hold the overlap); 197 - 120 = 77 ms of its budget may go to waiting.
+        waiter = asyncio.create_task(adm.acquire(3000, Budget(clock.now, 0.2), b""))
+        await settle()
+        assert adm.queued_rows == 3000 and not waiter.done()
+        waiter.cancel()
+
+    asyncio.run(scenario())

@@ -60,8 +60,9 @@ class Settings(BaseSettings):
     admission_initial_rows: Annotated[int, Field(ge=1)] = 3000
     admission_min_rows: Annotated[int, Field(ge=1)] = 3000
     admission_max_rows: Annotated[int, Field(ge=1)] = 50_000
-    # The longest a request waits in admission's queue, as a share of its budget: under
-    # overload a longer queue only makes every request late, scored or not (docs/OPERATIONS.md).
+    # The longest a request waits in admission's queue, as a share of its budget, while the
+    # worker sheds: under overload a longer queue only makes every request late, scored or
+    # not; a burst on a calm worker may queue for its whole budget (docs/OPERATIONS.md).
     admission_max_queue_share: Annotated[float, Field(gt=0, le=1)] = 0.25
     parse_off_loop_min_bytes: Annotated[int, Field(ge=0)] = 256 * 1024
     # Threads per worker that decode such bodies (without the GIL), in arrival order: the

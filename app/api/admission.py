@@ -12,7 +12,8 @@ budget, then shrinks by 10 % (Netflix's AIMDLimit); it cannot see that concurren
 nothing until the budget is half gone. A request
 that does not fit, or arrives in a turn of the event loop that has already admitted one, waits
 in a FIFO queue, but only as long as its budget leaves time to be scored (service times are
-measured: app.api.service_time) and at most `LTR_ADMISSION_MAX_QUEUE_SHARE` of its budget;
+measured: app.api.service_time), and while the worker sheds for at most
+`LTR_ADMISSION_MAX_QUEUE_SHARE` of its budget;
 when the work ahead of it (the queue and what is left of the requests in flight) cannot be
 done in that time it is shed at once (the SRE book's "shed early, cheaply"). The budget
 counts from when the loop read the request's first bytes (app.api.http_protocol).
@@ -273,10 +274,12 @@ class AdmissionController:
         ahead = self.queued_seconds
         if not within_limit:
             ahead += max(self._busy_until - now, 0.0)
-        max_wait = min(
-            budget.scoring_deadline - now - service,
-            self.settings.admission_max_queue_share * budget.seconds,
-        )
+        max_wait = budget.scoring_deadline - now - service
+        if self.shedding:
+            # Overloaded (this worker has shed lately): a queue as long as the budget only
+            # makes every request late, scored or not. A burst on a calm worker may queue
+            # for its whole budget.
+            max_wait = min(max_wait, self.settings.admission_max_queue_share * budget.seconds)
         if ahead + hidden > max_wait:
             raise self._shed(SHED, body)
         waiter = _Waiter(rows, service, asyncio.get_running_loop().create_future())

@@ -435,25 +435,55 @@ def test_one_request_is_admitted_per_turn_of_the_loop() -> None:
 
 
 @pytest.mark.parametrize(("share", "queued"), [(0.25, False), (1.0, True)])
-def test_the_queue_holds_a_request_at_most_its_share_of_the_budget(
+def test_a_shedding_worker_queues_a_request_at_most_its_share_of_the_budget(
     share: float, queued: bool
 ) -> None:
     async def scenario() -> None:
-        adm, clock = controller(admission_max_queue_share=share)
+        adm, clock = controller(admission_max_queue_share=share, request_budget_ms=1000)
         adm.service = ServiceTime(intercept=0.0, slope=1e-5)  # 1,000 rows: 10 ms
-        await adm.acquire(4000, Budget(clock.now, 10.0), b"")  # 40 ms of work in flight
-        budget = Budget(clock.now, 0.1)  # it would fit in the budget: 40 + 10 < 97 ms
+        with pytest.raises(Shed):  # overloaded: it has just shed a request
+            await adm.acquire(1000, Budget(clock.now, 0.001), b"")
+        await adm.acquire(1000, Budget(clock.now, 10.0), b"")
+        await asyncio.sleep(0)
+        first = asyncio.create_task(adm.acquire(3000, Budget(clock.now, 10.0), b""))
+        await settle()
+        assert adm.queued_rows == 3000  # over the limit with the first: it waits
+        budget = Budget(clock.now, 0.1)  # 30 ms ahead: it would fit, 30 + 10 < 97 ms
         if queued:
             waiter = asyncio.create_task(adm.acquire(1000, budget, b""))
             await settle()
-            assert adm.queued_rows == 1000 and not waiter.done()
+            assert adm.queued_rows == 4000 and not waiter.done()
             waiter.cancel()
-            return
-        with pytest.raises(Shed) as info:  # but would wait more than 25 ms of it
-            await adm.acquire(1000, budget, b"")
-        assert info.value.reason == SHED and adm.queued_rows == 0
+        else:
+            with pytest.raises(Shed) as info:  # but would wait more than 25 ms of it
+                await adm.acquire(1000, budget, b"")
+            assert info.value.reason == SHED and adm.queued_rows == 3000
+        first.cancel()
+        await settle()
 
     asyncio.run(scenario())
+
+
+def test_a_burst_on_a_calm_worker_queues_for_its_whole_budget() -> None:
+    async def scenario() -> list[str]:
+        adm, clock = controller(admission_initial_rows=4000)
+        adm.service = ServiceTime(intercept=0.0, slope=1e-5)  # 1,000 rows: 10 ms each
+        budget = Budget(clock.now, 0.1)
+        order: list[str] = []
+
+        async def request(name: str) -> None:
+            await adm.acquire(1000, budget, b"")
+            order.append(name)
+            clock.now += 0.01  # scored inline
+            adm.release(1000, clock.now - 0.01, 0.1)
+
+        # Eight at once on a worker that has not shed, 80 ms of work: the last waits 70 ms,
+        # past a quarter of its budget.
+        names = [f"r{i}" for i in range(8)]
+        await asyncio.gather(*(request(n) for n in names))
+        return order
+
+    assert asyncio.run(scenario()) == [f"r{i}" for i in range(8)]
 
 
 def test_a_request_whose_client_took_its_budget_is_over_budget_not_shed() -> None:

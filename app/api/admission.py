@@ -13,10 +13,10 @@ nothing until the budget is half gone. A request
 that does not fit, or arrives in a turn of the event loop that has already admitted one, waits
 in a FIFO queue, but only as long as its budget leaves time to be scored (service times are
 measured: app.api.service_time), and while the worker sheds for at most
-`LTR_ADMISSION_MAX_QUEUE_SHARE` of its budget;
-when the work ahead of it (the queue and what is left of the requests in flight) cannot be
-done in that time it is shed at once (the SRE book's "shed early, cheaply"). The budget
-counts from when the loop read the request's first bytes (app.api.http_protocol).
+`LTR_ADMISSION_MAX_QUEUE_SHARE` of its budget; when the work ahead of it (the queue and what
+is left of the requests in flight) cannot be done in that time it is shed at once (the SRE
+book's "shed early, cheaply"). The budget counts from when the loop read the request's first
+bytes (app.api.http_protocol).
 
 A shed request never pays for the full parse: `app.api.retrieval_order` finds its candidate
 ids with a scan of the raw bytes, and it is answered in the order the retrieval step sent
@@ -39,6 +39,7 @@ from fastapi import Depends, Request
 from app import metrics
 from app.api.body_marks import BodyMarks, estimated_rows
 from app.api.body_scan import scan_body
+from app.api.middleware import ARRIVED_STATE
 from app.api.request_matrix import RequestError, decode_body
 from app.api.service_time import ServiceTime
 from app.api.shed_turns import ShedTurns
@@ -106,7 +107,7 @@ class Budget:
 def request_budget(request: Request, settings: Settings) -> Budget:
     """The request's budget from its arrival time (set by the middleware) and header."""
     state = request.scope.get("state", {})
-    arrived = state.get("arrived", time.perf_counter())
+    arrived = state.get(ARRIVED_STATE, time.perf_counter())
     seconds = settings.request_budget_ms / 1000.0
     raw = request.headers.get(TIMEOUT_HEADER)
     if raw is not None:

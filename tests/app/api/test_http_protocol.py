@@ -14,6 +14,7 @@ from uvicorn.server import ServerState
 
 from app.api import http_protocol
 from app.api.http_protocol import HeaderTimeoutProtocol
+from app.api.middleware import ARRIVED_STATE
 
 PIECE = 256 * 1024  # what uvloop reads from a socket at most at once
 KIB = 1024
@@ -290,7 +291,7 @@ def test_a_request_arrives_when_its_first_bytes_are_read(
     seen: list[tuple[float, float]] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        seen.append((scope["state"]["arrived"], time.perf_counter()))
+        seen.append((scope["state"][ARRIVED_STATE], time.perf_counter()))
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 

@@ -31,6 +31,7 @@ from app.api.middleware import ServiceMiddleware
 from app.api.retrieval_order import overload_response
 from app.api.routes import router
 from app.api.schemas import RerankRequest
+from app.features.item_lookup import KERNEL as ITEM_LOOKUP
 from app.health import liveness, readiness
 from app.impressions import ImpressionLog
 from app.long_lived import freeze_long_lived
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             BODY_SCAN.compile_later()
             SHED_IDS.compile_later()  # a shed request's ids (app.api.ids_kernel)
+            ITEM_LOOKUP.compile_later()  # in-process item rows from those ids' bytes
         probes = _probe_server(settings, app) if settings.probe_port else None
 
         async def on_event(model: str, version: str) -> None:

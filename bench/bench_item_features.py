@@ -33,6 +33,7 @@ import redis
 
 from app.api import body_scan
 from app.artifacts.tree_dump import TreeEnsemble
+from app.features import item_lookup
 from bench.bench_service import CACHE, train_model
 from bench.lean_http import LeanClient
 from tests.support import random_ensemble
@@ -321,6 +322,7 @@ def main() -> None:
         snapshot = snapshot_probe(registry / "items" / "v1")
         print(f"snapshot: {snapshot}", flush=True)
         body_scan.KERNEL.compile_now()  # the servers then load it from numba's cache
+        item_lookup.KERNEL.compile_now()
         in_process = product_server(server_env(registry, LTR_ITEM_STORE="snapshot")).start()
         redis_env = {"LTR_REDIS_URL": server.url, "LTR_REDIS_DEADLINE_MS": DEADLINE_MS}
         with_redis = product_server(

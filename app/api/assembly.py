@@ -28,6 +28,7 @@ from app.api.request_matrix import (
 )
 from app.api.schemas import QueryInfo, RerankEnvelope
 from app.artifacts.manifest import Manifest
+from app.features.item_lookup import IdTokens
 from app.features.item_store import ItemFeatures, ItemFeatureStore
 from app.features.redis_store import LookupTime
 from app.features.user_features import UserFeatureResolver, UserFeatures
@@ -114,6 +115,7 @@ async def fetch_items_early(
     settings: Settings,
     item_store: ItemFeatureStore,
     lookup: LookupTime | None,
+    tokens: IdTokens | None = None,
 ) -> EarlyItems | None:
     """The item features of `ids` before their features are parsed: the Redis round trip is
     sent and its reply waits in the socket meanwhile; an in-process lookup is done now. None
@@ -125,7 +127,8 @@ async def fetch_items_early(
     if not settings.min_candidates <= len(ids) <= settings.max_candidates:
         return None
     names = layout_of(manifest).item
-    fetch = item_store.fetch(manifest.item_features, names, model.item_snapshot, ids, lookup)
+    snapshot = model.item_snapshot
+    fetch = item_store.fetch(manifest.item_features, names, snapshot, ids, lookup, tokens)
     if item_store.redis is None:  # no await inside: done before the next line
         done: asyncio.Future[ItemFeatures] = asyncio.get_running_loop().create_future()
         done.set_result(await fetch)
@@ -167,7 +170,8 @@ async def assemble(
     elif item_store.redis is not None:  # the round trip overlaps the candidates' parse
         discard_early(early)
         ids = _plain_ids(candidates)
-        started = await fetch_items_early(model, ids, settings, item_store, lookup)
+        tokens = _id_tokens(candidates)
+        started = await fetch_items_early(model, ids, settings, item_store, lookup, tokens)
         if started is not None:
             item_task, early_ids = started.task, started.ids
     else:  # in-process, on this thread: looked up once the candidates are known good
@@ -196,6 +200,7 @@ async def assemble(
                         model.item_snapshot,
                         matrix.ids,
                         lookup,
+                        _id_tokens(candidates),
                     )
                 features[:, layout.item_cols] = items.matrix
         else:
@@ -255,6 +260,11 @@ def _plain_ids(candidates: object) -> list[Any] | None:
     except (TypeError, KeyError, IndexError):
         return None
     return ids if set(map(type, ids)) <= {str, int} else None
+
+
+def _id_tokens(candidates: object) -> IdTokens | None:
+    """The ids' bytes as the body scan copied them, for the compiled item lookup."""
+    return candidates.id_tokens if isinstance(candidates, ScannedCandidates) else None
 
 
 def discard_early(early: EarlyItems | None) -> None:

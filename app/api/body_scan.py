@@ -30,6 +30,7 @@ from app.api.request_matrix import (
     with_extra_columns,
 )
 from app.background_kernel import BackgroundKernel
+from app.features.item_lookup import IdTokens
 
 OK = 0
 NULL, ABSENT = -1, -2  # a candidate's count when its `features` is null, or not there
@@ -49,6 +50,7 @@ class ScannedCandidates:
     maps: np.ndarray  # uint8 [n_candidates]: 1 where `features` is a name -> value map
     keys: np.ndarray  # int64 [2 x map entries]: each map name's start and end in `raw`
     raw: bytes
+    id_tokens: IdTokens | None = None  # the ids as the body wrote them (`tok,tok,`)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,13 @@ def scan_body(raw: bytes, max_candidates: int) -> tuple[dict[str, Any], ScannedC
         return None
     del envelope["candidates"]
     scanned = ScannedCandidates(
-        id_list, values[:n_values], counts[:n].copy(), maps[:n].copy(), keys[: 2 * n_keys], raw
+        id_list,
+        values[:n_values],
+        counts[:n].copy(),
+        maps[:n].copy(),
+        keys[: 2 * n_keys],
+        raw,
+        IdTokens(ids, 0, n_id_bytes, n),
     )
     return envelope, scanned
 

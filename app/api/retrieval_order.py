@@ -33,6 +33,7 @@ from app.api.errors import json_error
 from app.api.middleware import safe_request_id
 from app.api.request_matrix import RequestError, decode_body
 from app.api.schemas import RerankEnvelope
+from app.features.item_lookup import IdTokens
 from app.settings import Settings
 
 _QUOTE, _COMMA, _COLON = 34, 44, 58
@@ -46,12 +47,16 @@ _BRACKETS = np.array([*_OPEN, *_CLOSE], dtype=np.uint8)
 
 def split_candidates(
     raw: bytes, marks: BodyMarks | None = None
-) -> tuple[dict[str, Any], list[Any]] | None:
-    """(the body without `candidates`, the candidate ids in order), or None when the fast
-    scan cannot be sure (the caller then decodes the whole body). `marks`: the body's quotes
-    and brackets, if admission found them already."""
+) -> tuple[dict[str, Any], list[Any], IdTokens | None] | None:
+    """(the body without `candidates`, the candidate ids in order, the same ids as the body
+    wrote them when the compiled walk copied them), or None when the fast scan cannot be sure
+    (the caller then decodes the whole body). `marks`: the body's quotes and brackets, if
+    admission found them already."""
     split = _split(raw, marks)
-    return None if split is None else (split[0], split[1])
+    if split is None:
+        return None
+    doc, ids, raw_ids = split
+    return doc, ids, None if raw_ids is None else raw_ids.tokens()
 
 
 def _split(
@@ -141,6 +146,9 @@ class RawIds:
     length: int
     starts: np.ndarray  # int64 [>= count]: where each id begins in `out`
     count: int
+
+    def tokens(self) -> IdTokens:
+        return IdTokens(self.out, 1, self.length - 1, self.count)
 
 
 def _kernel_split(

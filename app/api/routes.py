@@ -204,13 +204,13 @@ async def _early_items(
     split = split_candidates(raw, slot.marks)
     if split is None:
         return None
-    doc, ids = split
+    doc, ids, tokens = split
     name = doc.get("model")
     try:
         model = registry.get(name if type(name) is str else None)
     except LtrError:  # the parse and validation report it
         return None
-    return await fetch_items_early(model, ids, settings, item_store, slot.lookup_time())
+    return await fetch_items_early(model, ids, settings, item_store, slot.lookup_time(), tokens)
 
 
 async def _rank(

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.features import item_lookup
+from app.features.item_lookup import IdTokens
+
 _EMPTY = -1
 _MAX_BUCKET_BITS = 28  # 2**28 buckets: 1 GiB of starts at most, for 256M items
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -73,6 +76,36 @@ class ItemIndex:
         self.starts = np.searchsorted(buckets, np.arange((1 << self.bits) + 1)).astype(
             self.rows_by_hash.dtype
         )
+        self._points: np.ndarray | None = None  # uint32 [n, width]: the ids' code points
+        self._constants = _CONSTANTS
+
+    def token_rows(self, tokens: IdTokens) -> np.ndarray | None:
+        """int64 [tokens.count]: rows as `rows` gives them, found from the body's id bytes by
+        the compiled kernel; None when it is not ready or declines (use `rows`)."""
+        kernel = item_lookup.KERNEL.ready()
+        width = self.ids.dtype.itemsize // 4
+        if kernel is None or width == 0 or self.ids.shape[0] == 0:
+            return None
+        if self._points is None:
+            self._points = np.asarray(self.ids).view(np.uint32).reshape(-1, width)
+            self._constants = (
+                _CONSTANTS if width <= _CONSTANTS.shape[0] else _position_constants(width)
+            )[:width].copy()
+        rows = np.empty(tokens.count, dtype=np.int64)
+        status = kernel.find_rows(
+            tokens.buf,
+            tokens.begin,
+            tokens.end,
+            tokens.count,
+            self._constants,
+            self.shift,
+            self.starts,
+            self.hashes,
+            self.rows_by_hash,
+            self._points,
+            rows,
+        )
+        return rows if status == item_lookup.OK else None
 
     def rows(self, keys: np.ndarray) -> np.ndarray:
         """int64 [len(keys)]: each key's row, -1 where absent. `keys`: unicode [m]."""

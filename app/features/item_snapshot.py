@@ -21,6 +21,7 @@ import numpy as np
 from app.artifacts.manifest import ItemFeatureSet
 from app.errors import LtrError
 from app.features.item_index import ItemIndex
+from app.features.item_lookup import IdTokens
 
 
 class SnapshotError(LtrError, ValueError):
@@ -33,6 +34,7 @@ class ItemSnapshot:
     def __init__(self, ids: np.ndarray, matrix: np.ndarray, names: Sequence[str]) -> None:
         self.ids = ids  # unicode [n_items], sorted, unique
         self.matrix = matrix  # float32 [n_items, len(names)]
+        self._values = np.asarray(matrix)  # the same memory, as the compiled copy takes it
         self.names = list(names)
         self.index = ItemIndex(ids)
 
@@ -60,23 +62,29 @@ class ItemSnapshot:
             raise SnapshotError(f"{ids_path}: item ids must be sorted and unique")
         return cls(ids, matrix, items.names)
 
-    def lookup(self, ids: Sequence[Any], columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def lookup(
+        self, ids: Sequence[Any], columns: np.ndarray, tokens: IdTokens | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(float32 [len(ids), len(columns)] with NaN rows for unknown ids, bool found [len(ids)]).
 
-        `columns`: int64 indices into the set's names, in the order the caller wants them.
+        `columns`: int64 indices into the set's names, in the order the caller wants them;
+        `tokens`: the same ids as the body wrote them, for the compiled lookup.
         """
         n = len(ids)
         if n == 0 or len(self) == 0:
             return np.full((n, len(columns)), np.nan, dtype=np.float32), np.zeros(n, dtype=bool)
-        keys = np.asarray([i if type(i) is str else str(i) for i in ids], dtype=np.str_)
-        rows = self.index.rows(keys)
+        rows = self.index.token_rows(tokens) if tokens is not None and tokens.count == n else None
+        if rows is None:
+            keys = np.asarray([i if type(i) is str else str(i) for i in ids], dtype=np.str_)
+            rows = self.index.rows(keys)
         found = rows >= 0
         pos = rows if found.all() else rows[found]
         identity = is_identity(columns, self.matrix.shape[1])
+        values = self._values
         if pos.shape[0] == n:  # the usual case: one gather, no mask
-            return (self.matrix[pos] if identity else self.matrix[pos][:, columns]), found
+            return (values[pos] if identity else values[pos][:, columns]), found
         out = np.full((n, len(columns)), np.nan, dtype=np.float32)
-        block = self.matrix[pos]
+        block = values[pos]
         out[found] = block if identity else block[:, columns]
         return out, found
 

@@ -21,6 +21,7 @@ import numpy as np
 from prometheus_client import Counter, Histogram
 
 from app.artifacts.manifest import ItemFeatureSet
+from app.features.item_lookup import IdTokens
 from app.features.item_redis import RedisItemBackend, decode_rows
 from app.features.item_row_cache import ItemRowCache
 from app.features.item_snapshot import ItemSnapshot, is_identity
@@ -78,12 +79,14 @@ class ItemFeatureStore:
         snapshot: ItemSnapshot | None,
         ids: Sequence[Any],
         lookup: LookupTime | None = None,
+        tokens: IdTokens | None = None,
     ) -> ItemFeatures:
         """The model's item features `names` (in that order) of the candidates `ids`; Redis is
-        not waited for past its deadline nor past the request's budget (`lookup`)."""
+        not waited for past its deadline nor past the request's budget (`lookup`). `tokens`:
+        the same ids as the body wrote them (the snapshot's compiled lookup reads those)."""
         started = time.perf_counter()
         try:
-            result = await self._fetch(items, tuple(names), snapshot, ids, lookup)
+            result = await self._fetch(items, tuple(names), snapshot, ids, lookup, tokens)
         except Exception:  # the request must still be answered; the log keeps the bug visible
             log.exception("item features of set %s", items.set)
             result = _all_missing(len(ids), len(names), [ITEM_STORE_ERROR])
@@ -99,16 +102,17 @@ class ItemFeatureStore:
         snapshot: ItemSnapshot | None,
         ids: Sequence[Any],
         lookup: LookupTime | None,
+        tokens: IdTokens | None,
     ) -> ItemFeatures:
         if self.redis is None:
-            return _from_snapshot(snapshot, names, ids, [])
+            return _from_snapshot(snapshot, names, ids, [], tokens)
         deadline = self._store.new_deadline(lookup)
         got = await self.redis.fetch(items.set, ids, deadline)
         if got.error is not None or got.set_version is None or got.values is None:
-            return _from_snapshot(snapshot, names, ids, [f"item_store_{got.error}"])
+            return _from_snapshot(snapshot, names, ids, [f"item_store_{got.error}"], tokens)
         columns = column_index(got.set_version.names, names)
         if columns is None:
-            return _from_snapshot(snapshot, names, ids, [ITEM_SET_MISMATCH])
+            return _from_snapshot(snapshot, names, ids, [ITEM_SET_MISMATCH], tokens)
         rows, found, malformed = decode_rows(got.values, len(got.set_version.names))
         matrix = rows if is_identity(columns, rows.shape[1]) else rows[:, columns]
         missing = len(ids) - int(found.sum())
@@ -130,13 +134,17 @@ def column_index(set_names: tuple[str, ...], wanted: tuple[str, ...]) -> np.ndar
 
 
 def _from_snapshot(
-    snapshot: ItemSnapshot | None, names: tuple[str, ...], ids: Sequence[Any], reasons: list[str]
+    snapshot: ItemSnapshot | None,
+    names: tuple[str, ...],
+    ids: Sequence[Any],
+    reasons: list[str],
+    tokens: IdTokens | None = None,
 ) -> ItemFeatures:
     """`reasons` non-empty: the snapshot stands in for Redis (degraded)."""
     columns = None if snapshot is None else column_index(tuple(snapshot.names), names)
     if snapshot is None or columns is None:
         return _all_missing(len(ids), len(names), [*reasons, ITEM_STORE_UNAVAILABLE])
-    matrix, found = snapshot.lookup(ids, columns)
+    matrix, found = snapshot.lookup(ids, columns, tokens)
     missing = len(ids) - int(found.sum())
     if reasons:
         reasons = [*reasons, ITEM_SNAPSHOT_FALLBACK]

@@ -10,5 +10,7 @@ import pytest
 @pytest.fixture(scope="session", autouse=True)
 def compiled_kernels() -> None:
     from app.api import body_scan
+    from app.features import item_lookup
 
     body_scan.KERNEL.compile_now()
+    item_lookup.KERNEL.compile_now()

@@ -52,6 +52,9 @@ def assert_same(raw: bytes) -> ScannedCandidates:
     assert envelope == doc
     assert scanned.ids == ids
     assert [type(i) for i in scanned.ids] == [type(i) for i in ids]
+    tokens = scanned.id_tokens  # the ids as written, which the compiled item lookup reads
+    assert tokens is not None and tokens.count == len(ids)
+    assert orjson.loads(b"[" + tokens.buf[tokens.begin : tokens.end].tobytes()[:-1] + b"]") == ids
     want_counts = [ABSENT if isinstance(f, str) else NULL if f is None else len(f) for f in feats]
     assert scanned.counts.tolist() == want_counts
     assert scanned.maps.tolist() == [int(isinstance(f, dict)) for f in feats]

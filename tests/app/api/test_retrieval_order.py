@@ -19,6 +19,12 @@ from app.settings import Settings
 pytestmark = pytest.mark.usefixtures("shed_path")  # every test on both paths
 
 
+def split_ids(raw: bytes) -> tuple[dict[str, Any], list[Any]] | None:
+    """split_candidates without the ids' bytes."""
+    split = split_candidates(raw)
+    return None if split is None else split[:2]
+
+
 def full_parse(raw: bytes) -> tuple[dict[str, Any], list[Any]]:
     doc = orjson.loads(raw)
     cands = doc.pop("candidates")
@@ -43,10 +49,14 @@ def full_parse(raw: bytes) -> tuple[dict[str, Any], list[Any]]:
     ],
 )
 def test_scan_matches_the_full_parse(body: dict[str, Any]) -> None:
-    raw = orjson.dumps(body)
-    assert split_candidates(raw) == full_parse(raw)
-    spaced = orjson.dumps(body, option=orjson.OPT_INDENT_2)
-    assert split_candidates(spaced) == full_parse(spaced)
+    for raw in (orjson.dumps(body), orjson.dumps(body, option=orjson.OPT_INDENT_2)):
+        split = split_candidates(raw)
+        assert split is not None and split[:2] == full_parse(raw)
+        tokens = split[2]
+        if tokens is not None:  # the compiled walk's copy: the same ids as the body wrote them
+            written = tokens.buf[tokens.begin : tokens.end].tobytes()
+            assert orjson.loads(b"[" + written + b"]") == split[1]
+            assert tokens.count == len(split[1])
 
 
 @pytest.mark.parametrize(
@@ -79,7 +89,7 @@ def test_scan_declines_what_it_cannot_be_sure_of(raw: bytes) -> None:
 
 def test_an_id_that_reads_like_the_key_is_right_or_declined() -> None:
     raw = b'{"candidates": [{"id": "id", "features": []}, {"features": [], "id": "id2"}]}'
-    assert split_candidates(raw) in (None, full_parse(raw))
+    assert split_ids(raw) in (None, full_parse(raw))
 
 
 @pytest.mark.parametrize(
@@ -143,7 +153,7 @@ def test_scan_is_right_or_declines(
     raw = orjson.dumps(
         {**envelope, "candidates": candidates}, option=orjson.OPT_INDENT_2 if indent else 0
     )
-    got = split_candidates(raw)
+    got = split_ids(raw)
     if got is not None:
         assert got == full_parse(raw)
 
@@ -157,7 +167,7 @@ def test_compact_string_ids_take_the_vectorised_path(
     monkeypatch.setattr(retrieval_order, "_id_values", no_slow_path)
     cands = [{"id": i, "features": [1, None]} for i in ["a,b", "ü}", "", "x:y", "[1]"]]
     raw = orjson.dumps({"model": "m", "candidates": cands})
-    assert split_candidates(raw) == full_parse(raw)
+    assert split_ids(raw) == full_parse(raw)
 
 
 _KEYS = st.sampled_from(["id", "candidates", "features", "x"]) | st.text(max_size=3)
@@ -180,7 +190,7 @@ def test_any_json_is_right_or_declined(
     raw = orjson.dumps(
         {**envelope, "candidates": candidates}, option=orjson.OPT_INDENT_2 if indent else 0
     )
-    got = split_candidates(raw)
+    got = split_ids(raw)
     if got is not None:
         assert all(type(c) is dict for c in candidates)
         assert got == full_parse(raw)
@@ -223,4 +233,4 @@ def test_the_shed_answer_is_what_orjson_writes(
 
 def test_minus_zero_is_left_to_orjson() -> None:
     raw = b'{"candidates": [{"id": -0}, {"id": 5}]}'
-    assert split_candidates(raw) in (None, ({}, [0, 5]))
+    assert split_ids(raw) in (None, ({}, [0, 5]))

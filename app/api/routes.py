@@ -30,11 +30,8 @@ from app.api.assembly import (
 )
 from app.api.dependencies import (
     AdminDep,
-    ImpressionsDep,
-    ItemStoreDep,
     RegistryDep,
-    ResolverDep,
-    ScoringLimiterDep,
+    ServicesDep,
     SettingsDep,
 )
 from app.api.retrieval_order import split_candidates
@@ -107,24 +104,20 @@ def _json(content: Any, status: int = 200, headers: dict[str, str] | None = None
 )
 async def rerank(
     request: Request,
-    registry: RegistryDep,
-    resolver: ResolverDep,
-    settings: SettingsDep,
-    limiter: ScoringLimiterDep,
+    services: ServicesDep,
     slot: AdmissionDep,
-    item_store: ItemStoreDep,
-    impressions: ImpressionsDep,
 ) -> Response:
     """Candidates come back sorted by score (highest first, ties in input order), cut to
     `top_k`. `features` is a list in the model's feature order (`GET /models`) or a name →
     value map; null or an absent name is a missing value. A request that cannot be scored
     within its latency budget comes back in its own order, `degraded` (docs/API.md)."""
-    parsed = await _parse(request, registry, resolver, settings, slot, item_store)
+    registry, resolver, settings = services.registry, services.resolver, services.settings
+    parsed = await _parse(request, registry, resolver, settings, slot, services.item_store)
     body = await _rank(parsed, registry, resolver, settings, slot)
     rows, envelope = parsed.rows, parsed.envelope
     user = envelope.user
     log_impression(
-        impressions,
+        services.impressions,
         body,
         envelope.query_id,
         None if user is None else user.id,
@@ -132,7 +125,7 @@ async def rerank(
         rows.ids,
         rows.features,
     )
-    return await _respond(parsed, body, settings, limiter, slot)
+    return await _respond(parsed, body, settings, services.limiter, slot)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class ItemSnapshot:
     def __init__(self, ids: np.ndarray, matrix: np.ndarray, names: Sequence[str]) -> None:
         self.ids = ids  # unicode [n_items], sorted, unique
         self.matrix = matrix  # float32 [n_items, len(names)]
-        self._values = np.asarray(matrix)  # the same memory, as the compiled copy takes it
+        self._values = np.asarray(matrix)  # the same memory, indexed without memmap's wrapper
         self.names = list(names)
         self.index = ItemIndex(ids)
 

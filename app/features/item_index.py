@@ -19,8 +19,9 @@ from app.features.item_lookup import IdTokens
 
 _EMPTY = -1
 _MAX_BUCKET_BITS = 28  # 2**28 buckets: 1 GiB of starts at most, for 256M items
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+# splitmix64's finisher; app.features.item_lookup_kernel hashes with the same constants.
+MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 def _position_constants(width: int) -> np.ndarray:
@@ -31,6 +32,13 @@ def _position_constants(width: int) -> np.ndarray:
 
 
 _CONSTANTS = _position_constants(64)
+
+
+def constants_for(width: int) -> np.ndarray:
+    """uint64 [width]: the multipliers of ids `width` code points wide."""
+    return (_CONSTANTS if width <= _CONSTANTS.shape[0] else _position_constants(width))[:width]
+
+
 _CHUNK = 1 << 16  # rows hashed at once: bounds the uint64 copy of the code points
 
 
@@ -40,8 +48,7 @@ def id_hashes(ids: np.ndarray) -> np.ndarray:
     width = ids.dtype.itemsize // 4
     if n == 0 or width == 0:
         return np.zeros(n, dtype=np.uint64)
-    constants = _CONSTANTS if width <= _CONSTANTS.shape[0] else _position_constants(width)
-    constants = constants[:width]
+    constants = constants_for(width)
     points = np.ascontiguousarray(ids).view(np.uint32).reshape(n, width)
     h = np.empty(n, dtype=np.uint64)
     for start in range(0, n, _CHUNK):
@@ -49,9 +56,9 @@ def id_hashes(ids: np.ndarray) -> np.ndarray:
         h[start : start + _CHUNK] = points[start : start + _CHUNK].astype(np.uint64) @ constants
     with np.errstate(over="ignore"):
         h ^= h >> np.uint64(30)
-        h *= _MIX1
+        h *= MIX1
         h ^= h >> np.uint64(27)
-        h *= _MIX2
+        h *= MIX2
         h ^= h >> np.uint64(31)
     return h
 
@@ -76,21 +83,22 @@ class ItemIndex:
         self.starts = np.searchsorted(buckets, np.arange((1 << self.bits) + 1)).astype(
             self.rows_by_hash.dtype
         )
-        self._points: np.ndarray | None = None  # uint32 [n, width]: the ids' code points
-        self._constants = _CONSTANTS
+        # What the compiled lookup reads: the ids' code points (a view, no copy), uint32
+        # [n, width], and the hash's multipliers for that width.
+        width = ids.dtype.itemsize // 4
+        self._points = (
+            np.asarray(ids).view(np.uint32).reshape(n, width)
+            if width
+            else np.zeros((n, 0), dtype=np.uint32)
+        )
+        self._constants = np.ascontiguousarray(constants_for(width))
 
     def token_rows(self, tokens: IdTokens) -> np.ndarray | None:
         """int64 [tokens.count]: rows as `rows` gives them, found from the body's id bytes by
         the compiled kernel; None when it is not ready or declines (use `rows`)."""
         kernel = item_lookup.KERNEL.ready()
-        width = self.ids.dtype.itemsize // 4
-        if kernel is None or width == 0 or self.ids.shape[0] == 0:
+        if kernel is None or self._points.shape[1] == 0 or self._points.shape[0] == 0:
             return None
-        if self._points is None:
-            self._points = np.asarray(self.ids).view(np.uint32).reshape(-1, width)
-            self._constants = (
-                _CONSTANTS if width <= _CONSTANTS.shape[0] else _position_constants(width)
-            )[:width].copy()
         rows = np.empty(tokens.count, dtype=np.int64)
         status = kernel.find_rows(
             tokens.buf,

@@ -38,7 +38,6 @@ def _load() -> LookupKernels:
     hashes = np.zeros(1, dtype=np.uint64)
     rows = np.empty(2, dtype=np.int64)
     constants = np.ones(1, dtype=np.uint64)
-    find_rows(buf, 0, len(buf), 2, constants, np.uint64(63), starts, hashes, starts, points, rows)
     for index in (np.int32, np.int64):  # the index's dtype follows the snapshot's size
         find_rows(
             buf,

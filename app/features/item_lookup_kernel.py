@@ -25,10 +25,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from app.features.item_index import MIX1, MIX2
+
 OK, FAIL = 0, 1
 _QUOTE, _COMMA, _BACKSLASH, _MINUS, _ZERO, _CLOSE_LIST = 34, 44, 92, 45, 48, 93
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
@@ -104,9 +104,9 @@ def find_rows(
         for p in range(min(lengths[k], width)):
             h += np.uint64(buf[firsts[k] + p]) * constants[p]
         h ^= h >> _S30
-        h *= _MIX1
+        h *= MIX1
         h ^= h >> _S27
-        h *= _MIX2
+        h *= MIX2
         h ^= h >> _S31
         keys[k] = h
         i = stop

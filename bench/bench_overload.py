@@ -515,6 +515,7 @@ async def overload_config(
             seconds,
             closed_loop(server.port, body, 200, seconds),
         )
+        recovery = await recovered(server.port, body)
         # The 200 clients leave requests behind in the server's sockets (their clients gone):
         # the next phase starts once the worker is idle again, as phases are meant separately.
         await settled(server.port)
@@ -527,7 +528,32 @@ async def overload_config(
         phases = [closed, opened]
     finally:
         server.stop()
-    return name, rate, notes, phases
+    return name, rate, [*notes, recovery], phases
+
+
+RECOVERY_CLIENTS, RECOVERY_S, RECOVERY_WINDOW_S = 4, 3.0, 0.25
+
+
+async def recovered(port: int, body: bytes) -> str:
+    """Right after the 200 clients stop: RECOVERY_CLIENTS closed-loop clients, a load the
+    worker scores whole, and how soon their answers are scored again (the share scored in
+    each RECOVERY_WINDOW_S window; an estimate learnt under overload must not keep refusing
+    them)."""
+    start = time.perf_counter()
+    answers = await closed_loop(port, body, RECOVERY_CLIENTS, RECOVERY_S)
+    windows: dict[int, list[int]] = {}
+    for a in answers:
+        window = windows.setdefault(int((a.sent - start) / RECOVERY_WINDOW_S), [0, 0])
+        window[0] += 1
+        window[1] += a.scored
+    shares = [scored / n for _, (n, scored) in sorted(windows.items())]
+    first = next((i for i, share in enumerate(shares) if share >= 0.9), None)
+    when = "never" if first is None else f"{first * RECOVERY_WINDOW_S * 1000:.0f} ms"
+    return (
+        f"then {RECOVERY_CLIENTS} closed-loop clients: first {RECOVERY_WINDOW_S * 1000:.0f} "
+        f"ms window with 90 % scored after {when}; scored per window "
+        + " ".join(f"{share:.0%}" for share in shares[:6])
+    )
 
 
 async def small_requests(root: Path, quick: bool) -> list[str]:

@@ -323,6 +323,13 @@ class AdmissionController:
         if admitted_at is not None and rows > 0:
             end = self.clock() if done_at is None else done_at
             self._learn(rows, end - admitted_at, budget_s, self._last_shared < admitted_at)
+            if admitted_at == self._last_probe and end - admitted_at <= budget_s:
+                # A probe served within its budget: the estimate that called it hopeless is
+                # stale (overload's contention has passed), so an idle worker probes again at
+                # once rather than one request per interval. Each probe moves the estimate a
+                # fifth of the way: one per 0.5 s kept a worker refusing 4 light clients for
+                # 1-2 s after 200 heavy ones stopped.
+                self._last_probe = -math.inf
         self._grant()
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
 

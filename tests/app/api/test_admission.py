@@ -135,6 +135,28 @@ def test_the_wait_counts_what_is_left_of_the_request_in_flight() -> None:
     asyncio.run(scenario())
 
 
+def test_a_probe_served_in_time_lets_the_next_one_in_at_once() -> None:
+    adm, clock = controller(request_budget_ms=100)
+    # Overload's contention taught the estimate 300 ms per request; it has passed.
+    adm.service = ServiceTime(intercept=0.0, slope=3e-4)
+    adm.alone = ServiceTime(intercept=0.0, slope=3e-4)
+    admitted = 0
+    for _ in range(5):  # back to back on an idle worker, each served in 8 ms
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+        clock.now += 0.008
+        adm.release(1000, clock.now - 0.008, 0.1)
+        admitted += 1
+    assert admitted == 5 and adm.estimate(1000) < 0.3 * 0.8**4
+    # A probe that overran its budget keeps the interval: the next is refused.
+    adm.service = ServiceTime(intercept=0.0, slope=3e-4)
+    adm.alone = ServiceTime(intercept=0.0, slope=3e-4)
+    asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+    clock.now += 0.3
+    adm.release(1000, clock.now - 0.3, 0.1)
+    with pytest.raises(Shed):
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
+
+
 def test_an_idle_worker_trusts_what_requests_took_alone() -> None:
     adm, clock = controller(request_budget_ms=1000)  # a 50 ms client budget: never a probe
     adm.alone.observe(1000, 0.025)  # 1,000 rows alone: 25 ms

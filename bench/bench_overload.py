@@ -8,8 +8,9 @@ another in one run: admission control on (budget 100 ms) with 1 and 2 workers, a
 worker (every request scored however late: the behaviour before the budget).
 
 For each: (1) the sustainable throughput, the highest open-loop rate of a ladder whose p99 stays
-under the budget with every answer scored; (2) 200 closed-loop clients; (3) open-loop arrivals at
-3x the sustainable rate. Reported: answers by status, latency p50/p99/max of every answer,
+under the budget with every answer scored; (2) 200 closed-loop clients, then 4 for 3 s right
+after them (how soon a light load is scored again); (3) open-loop arrivals at 3x the
+sustainable rate. Reported: answers by status, latency p50/p99/max of every answer,
 goodput (answers fully scored within the budget, per second) against the sustainable rate,
 `/livez` latency from a separate probe process, RSS of the server's processes before, during
 (peak) and after. A fourth configuration answers overload with 503 + Retry-After

@@ -140,13 +140,11 @@ def test_a_probe_served_in_time_lets_the_next_one_in_at_once() -> None:
     # Overload's contention taught the estimate 300 ms per request; it has passed.
     adm.service = ServiceTime(intercept=0.0, slope=3e-4)
     adm.alone = ServiceTime(intercept=0.0, slope=3e-4)
-    admitted = 0
-    for _ in range(5):  # back to back on an idle worker, each served in 8 ms
+    for _ in range(5):  # back to back on an idle worker (none refused), each served in 8 ms
         asyncio.run(adm.acquire(1000, Budget(clock.now, 0.1), b""))
         clock.now += 0.008
         adm.release(1000, clock.now - 0.008, 0.1)
-        admitted += 1
-    assert admitted == 5 and adm.estimate(1000) < 0.3 * 0.8**4
+    assert adm.estimate(1000) < 0.3 * 0.8**4
     # A probe that overran its budget keeps the interval: the next is refused.
     adm.service = ServiceTime(intercept=0.0, slope=3e-4)
     adm.alone = ServiceTime(intercept=0.0, slope=3e-4)

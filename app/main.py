@@ -137,6 +137,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         refuse_early=admission.refuse_early,
         admit=admit_rerank,
         release=release_slot,
+        buffer_wait=settings.body_buffer_wait_ms / 1000.0,
+        wait_most_bytes=settings.body_read_ahead_bytes,
     )
     install_error_handlers(app)
     app.add_exception_handler(Shed, overload_response)

@@ -350,3 +350,35 @@ def test_probe_port_answers_health_and_metrics(registry: Path) -> None:
             )
     finally:
         srv.stop()
+
+
+def test_uploads_past_the_buffer_cap_wait_for_room_instead_of_503(registry: Path) -> None:
+    """Twelve clients at once, their bodies coming after their heads, of which three fill the
+    worker's buffer cap: the others wait for room as answers go out (within their budget), and
+    none is answered 503 (refused at once, nine were)."""
+    content = body(N)
+    srv = serve(
+        registry,
+        LTR_REQUEST_BUDGET_MS="2000",
+        LTR_MAX_BODY_BYTES=str(len(content)),
+        LTR_MAX_BUFFERED_BODY_BYTES=str(3 * len(content)),
+        LTR_BODY_BUFFER_WAIT_MS="1500",
+    )
+    head = (
+        b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % len(content)
+    )
+    try:
+        socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(12)]
+        for sock in socks:  # twelve heads: each reserves its body's length, three fit
+            sock.sendall(head)
+        time.sleep(0.3)
+        for sock in socks:
+            sock.sendall(content)
+        statuses = []
+        for sock in socks:
+            with sock:
+                statuses.append(sock.recv(12)[9:12])
+        assert statuses == [b"200"] * 12
+    finally:
+        srv.stop()

@@ -206,24 +206,28 @@ class ServiceMiddleware:
             if wait <= 0 or more > self.wait_most_bytes:
                 raise
         woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((more, held, woken))
+        waiter = (more, held, woken)
+        self._waiting.append(waiter)
         try:
             await asyncio.wait_for(asyncio.shield(woken), wait)
         except TimeoutError:
             if not woken.done():
-                woken.cancel()  # _make_room skips it
+                self._give_up(waiter)
                 raise BufferFull from None
         except BaseException:  # the client went away while waiting
-            woken.cancel()
+            self._give_up(waiter)
             raise
+
+    def _give_up(self, waiter: tuple[int, list[int], asyncio.Future[None]]) -> None:
+        """A waiter leaves the queue (woken already: it holds its room, given back at its end)."""
+        if waiter[2].cancel():
+            self._waiting.remove(waiter)
 
     def _make_room(self) -> None:
         """Room given back: the requests waiting take it in arrival order, each that fits."""
         still: deque[tuple[int, list[int], asyncio.Future[None]]] = deque()
         for waiter in self._waiting:
             more, held, woken = waiter
-            if woken.done():
-                continue
             try:
                 self._hold(held, more)
             except BufferFull:

@@ -60,7 +60,7 @@ async def _three(wait: float, answer_after: float | None) -> list[int | None]:
     await asyncio.wait(tasks, timeout=0.5)
     release.set()
     await asyncio.gather(*tasks)
-    assert mw.buffered == 0 and not mw._waiting
+    assert mw.buffered == 0 and not mw._waiting  # nobody left behind in the queue
     return [e.status for e in exchanges]
 
 

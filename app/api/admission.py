@@ -63,7 +63,12 @@ SLOW_SHARE = 0.5  # service time above this share of the budget: congestion
 # than it gives (alone includes the loop's other work, such as shedding, hence not 1.1).
 CROWDED = 1.5
 GROWTH = 0.1  # gradient: at most this share of a request's rows added per fast completion
-PROBE_INTERVAL_S = 0.5
+# An idle worker whose estimate calls a request hopeless lets one in at most this often (a
+# doomed probe costs one request's work, cut at its deadline). At 0.5 s, the last probe of
+# an overload (doomed) kept 2 light clients after 100 heavy ones refused for the first
+# 250-500 ms in 4 runs of 5; at 0.1 s in none, and the open loop at 3x scored as much or
+# more (BENCHMARKS.md). Counting from the probe's end instead scored less at 3x.
+PROBE_INTERVAL_S = 0.1
 EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is this recent
 # While shedding, requests up to this many rows are still scored inline: ~0.3 ms of a 500-tree
 # model, less than a hand-back to a busy loop costs them.
@@ -327,7 +332,7 @@ class AdmissionController:
                 # A probe served within its budget: the estimate that called it hopeless is
                 # stale (overload's contention has passed), so an idle worker probes again at
                 # once rather than one request per interval. Each probe moves the estimate a
-                # fifth of the way: one per 0.5 s kept a worker refusing 4 light clients for
+                # fifth of the way: one per interval kept a worker refusing 4 light clients for
                 # 1-2 s after 200 heavy ones stopped.
                 self._last_probe = -math.inf
         self._grant()

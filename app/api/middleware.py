@@ -41,6 +41,10 @@ LARGE_SHARE = 0.75
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
 
 
+# A request waiting for room under the cap: (bytes it needs, its count of bytes held, woken).
+_Waiter = tuple[int, list[int], "asyncio.Future[None]"]
+
+
 class BodyTooLarge(LtrError):
     pass
 
@@ -80,8 +84,7 @@ class ServiceMiddleware:
         self.buffered_large = 0  # the part held by bodies of LARGE_BODY_BYTES or more
         self.buffer_wait = buffer_wait
         self.wait_most_bytes = wait_most_bytes  # larger bodies are refused at once
-        # Requests waiting for room under the cap, in arrival order: (bytes, their count, woken).
-        self._waiting: deque[tuple[int, list[int], asyncio.Future[None]]] = deque()
+        self._waiting: deque[_Waiter] = deque()  # in arrival order
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -206,7 +209,7 @@ class ServiceMiddleware:
             if wait <= 0 or more > self.wait_most_bytes:
                 raise
         woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = (more, held, woken)
+        waiter: _Waiter = (more, held, woken)
         self._waiting.append(waiter)
         try:
             await asyncio.wait_for(asyncio.shield(woken), wait)
@@ -218,16 +221,19 @@ class ServiceMiddleware:
             self._give_up(waiter)
             raise
 
-    def _give_up(self, waiter: tuple[int, list[int], asyncio.Future[None]]) -> None:
+    def _give_up(self, waiter: _Waiter) -> None:
         """A waiter leaves the queue (woken already: it holds its room, given back at its end)."""
         if waiter[2].cancel():
             self._waiting.remove(waiter)
 
     def _make_room(self) -> None:
         """Room given back: the requests waiting take it in arrival order, each that fits."""
-        still: deque[tuple[int, list[int], asyncio.Future[None]]] = deque()
+        still: deque[_Waiter] = deque()
         for waiter in self._waiting:
             more, held, woken = waiter
+            if self.buffered >= self.max_buffered:  # full again: nobody else fits
+                still.append(waiter)
+                continue
             try:
                 self._hold(held, more)
             except BufferFull:

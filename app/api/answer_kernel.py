@@ -12,7 +12,7 @@ writes for the dicts (hypothesis-checked in tests/app/api/test_answer.py).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit  # helpers inline="always": app.numba_jit says why
 
 _QUOTE, _BACKSLASH, _COMMA = 34, 92, 44
 _CLOSE_LIST, _CLOSE_OBJECT = 93, 125
@@ -21,7 +21,7 @@ _SCORE = np.frombuffer(b',"score":', dtype=np.uint8)
 _RANK = np.frombuffer(b',"rank":', dtype=np.uint8)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _bounds(array: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (exclusive) of each of the `n` elements of a flat JSON array as orjson
     writes it (no whitespace; strings with `\\"` and `\\\\` escaped; numbers, null)."""
@@ -43,7 +43,7 @@ def _bounds(array: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _put(dest: np.ndarray, w: int, src: np.ndarray, start: int, stop: int) -> int:
     for k in range(start, stop):
         dest[w] = src[k]
@@ -51,7 +51,7 @@ def _put(dest: np.ndarray, w: int, src: np.ndarray, start: int, stop: int) -> in
     return w
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def put_digits(dest: np.ndarray, w: int, value: int, digits: np.ndarray) -> int:
     """Writes the decimal digits of `value` (> 0) at w; the new end. digits: uint8 [20] scratch."""
     m = 0

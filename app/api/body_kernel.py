@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import njit, types  # helpers inline="always": app.numba_jit says why
 
 from app.numba_jit import nogil_jit
 
@@ -55,7 +55,7 @@ _EXACT_MAX = 2**53
 _MAX_DIGITS = 18
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _skip_ws(raw, i):  # type: ignore[no-untyped-def]
     n = raw.shape[0]
     while i < n and (raw[i] == 32 or raw[i] == 10 or raw[i] == 13 or raw[i] == 9):
@@ -63,7 +63,7 @@ def _skip_ws(raw, i):  # type: ignore[no-untyped-def]
     return i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _string_end(raw, i):  # type: ignore[no-untyped-def]
     """raw[i] is an opening quote: the index after its closing quote, or -1."""
     n = raw.shape[0]
@@ -81,7 +81,7 @@ def _string_end(raw, i):  # type: ignore[no-untyped-def]
     return -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _value_end(raw, i):  # type: ignore[no-untyped-def]
     """The index after the JSON value at raw[i], found without checking it (orjson checks
     the envelope), or -1."""
@@ -116,7 +116,7 @@ def _value_end(raw, i):  # type: ignore[no-untyped-def]
     return i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _plain_key(raw, i):  # type: ignore[no-untyped-def]
     """raw[i] is a key's opening quote: the index of its closing quote when the key has no
     escape, else -1."""
@@ -129,7 +129,7 @@ def _plain_key(raw, i):  # type: ignore[no-untyped-def]
     return j if j < n else -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _equals(raw, start, stop, word):  # type: ignore[no-untyped-def]
     """Whether raw[start:stop] is `word` (uint8 [length])."""
     if stop - start != word.shape[0]:
@@ -140,7 +140,7 @@ def _equals(raw, start, stop, word):  # type: ignore[no-untyped-def]
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _decimal(neg, w, exp10, is_float):  # type: ignore[no-untyped-def]
     """(float32 of the number +-w x 10^exp10, True), or (0, False) for one this path does not
     convert (see the module's docstring)."""
@@ -162,7 +162,7 @@ def _decimal(neg, w, exp10, is_float):  # type: ignore[no-untyped-def]
     return np.float32(-d64 if neg else d64), True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _int_end(raw, i):  # type: ignore[no-untyped-def]
     """raw[i] starts an id: the index after the JSON integer there, or -1 (a fraction or an
     exponent is not an integer id: the full path reports it)."""
@@ -181,7 +181,7 @@ def _int_end(raw, i):  # type: ignore[no-untyped-def]
     return i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _null_end(raw, i):  # type: ignore[no-untyped-def]
     """raw[i] is `n`: the index after `null`, or -1."""
     if i + 4 > raw.shape[0] or raw[i + 1] != 117 or raw[i + 2] != 108 or raw[i + 3] != 108:
@@ -189,7 +189,7 @@ def _null_end(raw, i):  # type: ignore[no-untyped-def]
     return i + 4
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _features(raw, i, values, nv, keys, nk, is_map):  # type: ignore[no-untyped-def]
     """raw[i] is the `[` of a feature list, or (`is_map`) the `{` of a name -> value map:
     (the index after its end or -1, values written). A map's names go to keys[2 (nk + j)]
@@ -314,7 +314,7 @@ def _features(raw, i, values, nv, keys, nk, is_map):  # type: ignore[no-untyped-
     return -1, count
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _separator(raw, i, close):  # type: ignore[no-untyped-def]
     """After a value at raw[i:]: (the next member's index, False) after a comma, (the index
     after `close`, True), or (-1, False)."""
@@ -328,7 +328,7 @@ def _separator(raw, i, close):  # type: ignore[no-untyped-def]
     return -1, False
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _candidates(raw, i, values, counts, maps, keys, ids, out):  # type: ignore[no-untyped-def]
     """raw[i] is the `[` of `candidates`: the index after its `]`, -1 to give up, or -2 when
     there are more candidates than `counts` has room for."""

@@ -13,7 +13,7 @@ decodes the body whole, which also reports what is wrong.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit  # helpers inline="always": app.numba_jit says why
 
 from app.api.answer_kernel import put_digits
 
@@ -26,12 +26,12 @@ _OPEN_OBJECT, _OPEN_LIST, _CLOSE_OBJECT, _CLOSE_LIST = 123, 91, 125, 93
 _CANDIDATES = np.frombuffer(b"candidates", dtype=np.uint8)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _is_space(byte: int) -> bool:
     return byte == 32 or byte == 9 or byte == 10 or byte == 13
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _next_solid(data: np.ndarray, i: int) -> int:
     """The first byte at or after `i` that is not JSON whitespace (len(data) if none)."""
     n = data.shape[0]
@@ -40,7 +40,7 @@ def _next_solid(data: np.ndarray, i: int) -> int:
     return i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _previous_solid(data: np.ndarray, i: int) -> int:
     """The last byte at or before `i` that is not JSON whitespace (-1 if none)."""
     while i >= 0 and _is_space(data[i]):
@@ -48,7 +48,7 @@ def _previous_solid(data: np.ndarray, i: int) -> int:
     return i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _copy(data: np.ndarray, start: int, stop: int, out: np.ndarray, w: int, first: bool) -> int:
     """Appends data[start:stop] to out at w (after a comma unless first); the new end."""
     if not first:
@@ -60,7 +60,7 @@ def _copy(data: np.ndarray, start: int, stop: int, out: np.ndarray, w: int, firs
     return w
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _is_candidates(data: np.ndarray, start: int, stop: int) -> bool:
     """Whether the string data[start..stop] (its quotes included) is "candidates"."""
     if stop - start != _CANDIDATES.shape[0] + 1:
@@ -71,7 +71,7 @@ def _is_candidates(data: np.ndarray, start: int, stop: int) -> bool:
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _followed_by(data: np.ndarray, q: int, rest: np.ndarray) -> bool:
     if q + rest.shape[0] >= data.shape[0]:
         return False
@@ -88,7 +88,7 @@ _BRACKET_MASKS = np.uint64(0xD9D9D9D9D9D9D9D9)
 _BRACKET_BITS = np.uint64(0x5959595959595959)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _is_mark(byte: int) -> bool:
     """A quote, or a byte equal to 0x59 under the mask 0xD9: [ ] { } Y _ y DEL."""
     return byte == _QUOTE or (byte & 0xD9) == 0x59
@@ -295,7 +295,7 @@ _RESULT_HEAD = np.frombuffer(b'{"id":', dtype=np.uint8)
 _RESULT_MIDDLE = np.frombuffer(b',"score":null,"rank":', dtype=np.uint8)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _put(dest: np.ndarray, w: int, piece: np.ndarray) -> int:
     for k in range(piece.shape[0]):
         dest[w + k] = piece[k]

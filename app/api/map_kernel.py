@@ -8,7 +8,7 @@ probing), each match confirmed byte by byte, so that no name can stand for anoth
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import njit, types  # helpers inline="always": app.numba_jit says why
 
 from app.numba_jit import nogil_jit
 
@@ -32,7 +32,7 @@ SIGNATURE = types.int64(
 )
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _column(raw, start, end, names, offsets, slots):  # type: ignore[no-untyped-def]
     """The column of the name raw[start:end], or -1."""
     h = FNV_OFFSET

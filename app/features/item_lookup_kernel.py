@@ -23,7 +23,7 @@ back from that thread at its end.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit  # helpers inline="always": app.numba_jit says why
 
 from app.features.item_index import MIX1, MIX2
 
@@ -32,7 +32,7 @@ _QUOTE, _COMMA, _BACKSLASH, _MINUS, _ZERO, _CLOSE_LIST = 34, 44, 92, 45, 48, 93
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _token_end(buf: np.ndarray, i: int, end: int) -> int:
     """The end of the token starting at `i` (after its closing quote); -1 to decline it."""
     if buf[i] == _QUOTE:
@@ -50,7 +50,7 @@ def _token_end(buf: np.ndarray, i: int, end: int) -> int:
     return j
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _same_id(points: np.ndarray, row: int, buf: np.ndarray, first: int, length: int) -> bool:
     """Whether the stored id of `row` is the token's bytes (and ends where they do)."""
     for p in range(length):

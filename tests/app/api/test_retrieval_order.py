@@ -99,6 +99,8 @@ def test_an_id_that_reads_like_the_key_is_right_or_declined() -> None:
         b'{"candidates": [{"id": "a"}]',  # unclosed
         b'{"candidates": [{"id": "a"}]}}',
         b'{"candidates": [{"id": "a"}]} x',
+        b'{"candidates": [{"id": "a", "features": {"x": [1, {"y": 2}]]}',  # features unclosed
+        b'{"candidates": [{"id": "a", "features": {"x": "}]"',
     ],
 )
 def test_a_body_that_is_not_json_gets_the_parsers_error(raw: bytes) -> None:

@@ -1,6 +1,8 @@
 """Overload: a hard latency budget on real `ltr serve` processes, budget on and off side by side.
 
 `python -m bench.bench_overload [--quick]` → bench/results/overload.md
+(`--features-as names`: the features as name -> value maps, the README's form, 1 and 2
+workers → bench/results/overload_names.md)
 
 Model: the LightGBM lambdarank model of bench_service (500 iterations x 63 leaves, 136
 features), 1,000 candidates per request (954 KB of JSON). Configurations, run one after
@@ -50,6 +52,10 @@ from tests.support.redis_server import free_port
 from tests.support.uvicorn_server import UvicornServer
 
 RESULTS = Path(__file__).parent / "results" / "overload.md"
+# `--features-as names`: each candidate's features as a name -> value map (the README's form;
+# absent names are the missing values) instead of a list, 1 and 2 workers only.
+RESULTS_NAMES = Path(__file__).parent / "results" / "overload_names.md"
+FEATURES_AS = "list"
 BUDGET_MS = 100.0
 N_CANDIDATES = 1000
 # Steps of at most ~15 % from 50/s: goodput is reported against the highest rate passed, and
@@ -98,6 +104,18 @@ async def _exchange(
             length = int(line[15:])
     body = await reader.readexactly(length)
     return status, body, b"connection: close" not in head.lower()
+
+
+def request_body(n: int) -> bytes:
+    """n candidates for the plain model, their features in the form FEATURES_AS names."""
+    body = payload(n, "plain")
+    if FEATURES_AS == "list":
+        return body
+    doc = orjson.loads(body)
+    for candidate in doc["candidates"]:
+        values = candidate["features"]
+        candidate["features"] = {f"f{i}": v for i, v in enumerate(values) if v is not None}
+    return orjson.dumps(doc)
 
 
 def _rerank_request(port: int, body: bytes) -> bytes:
@@ -499,7 +517,7 @@ async def overload_config(
 ) -> tuple[str, float, list[str], list[Phase]]:
     """`ladder`: measure this configuration's sustainable rate; else overload at 3x
     `rate_hint` (another configuration's: the same capacity) after a short warm-up."""
-    body = payload(N_CANDIDATES, "plain")
+    body = request_body(N_CANDIDATES)
     server = serve(registry, workers, **env)
     try:
         step = 2.0 if quick else 4.0
@@ -561,7 +579,7 @@ async def small_requests(root: Path, quick: bool) -> list[str]:
     """100-candidate requests on 1 worker: the sustainable rate, then SMALL_OVERLOAD x it in
     an open loop, with the service's accept (every waiting connection per turn) and with
     uvloop's own (one per turn)."""
-    body = payload(SMALL_CANDIDATES, "plain")
+    body = request_body(SMALL_CANDIDATES)
     seconds, step = (8.0, 2.0) if quick else (20.0, 4.0)
     rate, notes, phases = 0.0, ["not measured"], []
     kinds = [("accept every waiting connection (default)", {})]
@@ -803,8 +821,8 @@ def render(
         f"`python -m bench.bench_overload{' --quick' if quick else ''}`, "
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine()}; {load}. "
         f"Model: {described}, 136 features, {N_CANDIDATES:,} "
-        f"candidates per request ({len(payload(N_CANDIDATES, 'plain')) / 1000:,.0f} KB of "
-        "JSON). "
+        f"candidates per request ({len(request_body(N_CANDIDATES)) / 1000:,.0f} KB of "
+        f"JSON; features as a {'name -> value map' if FEATURES_AS == 'names' else 'list'}). "
         f"Budget {BUDGET_MS:.0f} ms "
         "(`LTR_REQUEST_BUDGET_MS`). Real `ltr serve` processes; the load generator is a raw "
         "asyncio HTTP client on uvloop in the benchmark process, `/livez` is probed every 20 "
@@ -885,6 +903,9 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
     first = await overload_config(root, "budget on, 1 worker", 1, {}, quick, 10.0)
     configs.append(first)
     hint = first[1] or 10.0
+    if FEATURES_AS == "names":
+        configs.append(await overload_config(root, "budget on, 2 workers", 2, {}, quick, 2 * hint))
+        return render(configs, [], [], quick, load, described)
     configs.append(
         await overload_config(
             root, "budget off, 1 worker", 1, {"LTR_ADMISSION_ENABLED": "false"}, quick, hint
@@ -932,11 +953,17 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
 
 
 def main() -> None:
-    global N_CANDIDATES
+    global N_CANDIDATES, FEATURES_AS
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", choices=["lightgbm", "random"], default="lightgbm")
     parser.add_argument("--candidates", type=int, default=N_CANDIDATES)
+    parser.add_argument(
+        "--features-as",
+        choices=["list", "names"],
+        default="list",
+        help="names: 1 and 2 workers only, to bench/results/overload_names.md",
+    )
     parser.add_argument(
         "--append", action="store_true", help="overload phases only, appended to the results"
     )
@@ -946,12 +973,14 @@ def main() -> None:
         attack_main(int(args.attack[0]), float(args.attack[1]))
         return
     N_CANDIDATES = args.candidates
+    FEATURES_AS = args.features_as
     # uvloop: the load generator shares the 2 cores with the server, and asyncio's default
     # loop spent ~0.55 ms of CPU per 954 KB request against ~0.4 with uvloop (point runs).
     report = uvloop.run(run(args.quick, args.model, overload_only=args.append))
+    results = RESULTS_NAMES if FEATURES_AS == "names" else RESULTS
     if args.append:
-        report = RESULTS.read_text() + "\n" + report.replace("## Overload:", "### Overload:")
-    RESULTS.write_text(report)
+        report = results.read_text() + "\n" + report.replace("## Overload:", "### Overload:")
+    results.write_text(report)
     print(report)
 
 

@@ -546,7 +546,7 @@ SLOT_STATE = "admission_slot"  # the request state's key for a slot taken before
 
 async def admit(controller: AdmissionController, budget: Budget, body: bytes) -> Slot:
     """A slot for the body's rows (held until released), or Shed."""
-    marks = BodyMarks.of(body)
+    marks = BodyMarks.outline(body)
     rows = estimated_rows(marks)
     try:
         admitted_at = await controller.acquire(rows, budget, body)

@@ -139,6 +139,15 @@ def count_rows(data: np.ndarray, marks: np.ndarray) -> int:
     `features` (whichever more) three containers deep, where the candidates are in
     {"candidates": [{"id": ...}]} (the user's `id` is not one); where there are none or the
     quotes and brackets do not balance, anywhere (a second pass); at least 1."""
+    rows = rows_three_deep(data, marks)
+    return rows if rows > 0 else _keys_anywhere(data, marks)
+
+
+@njit(cache=True, nogil=True)
+def rows_three_deep(data: np.ndarray, marks: np.ndarray) -> int:
+    """count_rows' first pass: the strings `id` or `features` (whichever more) three deep, or
+    0 when there are none or the quotes and brackets do not balance. It reads only the quotes
+    at most three deep, so it gives the same over a body's outline (app.api.outline_kernel)."""
     ids_in_rows = 0
     features_in_rows = 0
     depth = 0
@@ -161,10 +170,9 @@ def count_rows(data: np.ndarray, marks: np.ndarray) -> int:
                 depth += 1
             elif byte == _CLOSE_OBJECT or byte == _CLOSE_LIST:  # noqa: SIM109 (numba)
                 depth -= 1
-    rows = max(ids_in_rows, features_in_rows)
-    if rows > 0 and depth == 0 and not in_string:
-        return rows
-    return _keys_anywhere(data, marks)
+    if depth != 0 or in_string:
+        return 0
+    return max(ids_in_rows, features_in_rows)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -20,7 +20,9 @@ from app.scoring.compiler.jit import CompiledModule, emit_objects
 
 WIDTH = 32  # bytes per step; the mask is one i32
 _NAME = "ltr_find_marks"
+_STRUCTURE = "ltr_find_structure"
 _QUOTE, _BRACKET_MASK, _BRACKET_BITS = 34, 0xD9, 0x59  # as app.api.body_marks
+_BACKSLASH = 92
 
 
 def _splat(byte: int) -> str:
@@ -28,20 +30,26 @@ def _splat(byte: int) -> str:
     return "<" + ", ".join(f"i8 {signed}" for _ in range(WIDTH)) + ">"
 
 
-def ir() -> str:
-    """`i64 ltr_find_marks(ptr data, i64 blocks, ptr out, i64 capacity)`: the offsets of the
-    marks in the first `blocks` * WIDTH bytes, ascending, into `out`; how many, or -1 past
-    `capacity`."""
+def _pass_ir(name: str, params: str, entry: str, state: str, block: str, exit_value: str) -> str:
+    """A pass that loads WIDTH bytes per step, computes their mask `%bits` (i32) in `block`
+    and writes the offset of each set bit to `out` (-1 past `cap`). `params`: arguments after
+    %data, %blocks, %out, %cap; `entry`: lines before the loop; `state`: phi lines carried
+    from block to block (from `%entry` and `%next`); `exit_value`: the lines before `ret`,
+    ending with the returned i64 as %result."""
     v = f"<{WIDTH} x i8>"
     return f"""
 declare i32 @llvm.cttz.i32(i32, i1)
 
-define i64 @{_NAME}(ptr noalias readonly %data, i64 %blocks, ptr noalias %out, i64 %cap) nounwind {{
+define i64 @{name}(ptr noalias readonly %data, i64 %blocks, ptr noalias %out, i64 %cap{
+        params
+    }) nounwind {{
 entry:
+{entry}
   br label %loop
 loop:
   %b = phi i64 [0, %entry], [%b.next, %next]
   %k = phi i64 [0, %entry], [%k.block, %next]
+{state}
   %done = icmp uge i64 %b, %blocks
   br i1 %done, label %exit, label %block
 block:
@@ -51,8 +59,7 @@ block:
   %quote = icmp eq {v} %bytes, {_splat(_QUOTE)}
   %masked = and {v} %bytes, {_splat(_BRACKET_MASK)}
   %bracket = icmp eq {v} %masked, {_splat(_BRACKET_BITS)}
-  %mark = or <{WIDTH} x i1> %quote, %bracket
-  %bits = bitcast <{WIDTH} x i1> %mark to i32
+{block}
   br label %bit
 bit:
   %mask = phi i32 [%bits, %block], [%mask.next, %store]
@@ -79,9 +86,19 @@ next:
 overflow:
   ret i64 -1
 exit:
-  ret i64 %k
+{exit_value}
+  ret i64 %result
 }}
 """
+
+
+def ir() -> str:
+    """`i64 ltr_find_marks(ptr data, i64 blocks, ptr out, i64 capacity)`: the offsets of the
+    marks in the first `blocks` * WIDTH bytes, ascending, into `out`; how many, or -1 past
+    `capacity`."""
+    block = f"""  %mark = or <{WIDTH} x i1> %quote, %bracket
+  %bits = bitcast <{WIDTH} x i1> %mark to i32"""
+    return _pass_ir(_NAME, "", "", "", block, "  %result = add i64 %k, 0")
 
 
 # PYFUNCTYPE keeps the GIL: the pass runs on the event loop's thread, where giving the GIL up
@@ -115,3 +132,84 @@ def compile_find_marks() -> Callable[[np.ndarray, np.ndarray], int]:
 
     find_marks.module = module  # type: ignore[attr-defined]  # the code lives as long as it
     return find_marks
+
+
+def structure_ir() -> str:
+    """`i64 ltr_find_structure(ptr data, i64 blocks, ptr out, i64 capacity, ptr carry)`: the
+    offsets of the bracket bytes outside strings in the first `blocks` * WIDTH bytes,
+    ascending, into `out`; how many, -1 past `capacity`, or -3 when there is a backslash (an
+    escaped quote would not pair up). `carry` (i32): -1 when the bytes before are inside a
+    string, else 0; updated. Which bytes are inside a string is the running parity of the
+    quotes, a prefix xor of the block's quote mask (five shifts), as simdjson finds it
+    (Langdale and Lemire 2019)."""
+    v = f"<{WIDTH} x i8>"
+    lines = [
+        f"  %q = bitcast <{WIDTH} x i1> %quote to i32",
+        f"  %br = bitcast <{WIDTH} x i1> %bracket to i32",
+        f"  %slash = icmp eq {v} %bytes, {_splat(_BACKSLASH)}",
+        f"  %sl = bitcast <{WIDTH} x i1> %slash to i32",
+        "  %esc.next = or i32 %esc, %sl",
+    ]
+    last = "%q"
+    for step in (1, 2, 4, 8, 16):
+        lines.append(f"  %s{step} = shl i32 {last}, {step}")
+        lines.append(f"  %x{step} = xor i32 {last}, %s{step}")
+        last = f"%x{step}"
+    lines += [
+        "  %inside = xor i32 %x16, %c",
+        "  %c.next = ashr i32 %inside, 31",
+        "  %outside = xor i32 %inside, -1",
+        "  %bits = and i32 %br, %outside",
+    ]
+    state = """  %c = phi i32 [%c0, %entry], [%c.next, %next]
+  %esc = phi i32 [0, %entry], [%esc.next, %next]"""
+    exit_value = """  store i32 %c, ptr %carry, align 4
+  %escaped = icmp ne i32 %esc, 0
+  %result = select i1 %escaped, i64 -3, i64 %k"""
+    entry = "  %c0 = load i32, ptr %carry, align 4"
+    params = ", ptr noalias %carry"
+    return _pass_ir(_STRUCTURE, params, entry, state, "\n".join(lines), exit_value)
+
+
+_STRUCTURE_ENTRY = ctypes.PYFUNCTYPE(
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_void_p,
+)
+
+
+def compile_find_structure() -> Callable[[np.ndarray, np.ndarray], int]:
+    """`find_structure(data, out)`: the offsets of the bracket bytes ([ ] { } and the bytes
+    that share their bits, Y _ y DEL) outside strings of data (uint8 [n_bytes]) into out
+    (int64); how many, -1 when out is short, -2 when the body ends inside a string, -3 when
+    it holds a backslash."""
+    module = CompiledModule(emit_objects([structure_ir()]))
+    entry = _STRUCTURE_ENTRY(module.address(_STRUCTURE))
+
+    def find_structure(data: np.ndarray, out: np.ndarray) -> int:
+        n = data.shape[0]
+        blocks = n // WIDTH
+        capacity = out.shape[0]
+        carry = ctypes.c_int32(0)
+        k = int(entry(data.ctypes.data, blocks, out.ctypes.data, capacity, ctypes.addressof(carry)))
+        if k < 0:
+            return k
+        inside = carry.value != 0
+        for i in range(blocks * WIDTH, n):  # the last < WIDTH bytes
+            byte = int(data[i])
+            if byte == _BACKSLASH:
+                return -3
+            if byte == _QUOTE:
+                inside = not inside
+            elif not inside and byte & _BRACKET_MASK == _BRACKET_BITS:
+                if k == capacity:
+                    return -1
+                out[k] = i
+                k += 1
+        return -2 if inside else k
+
+    find_structure.module = module  # type: ignore[attr-defined]
+    return find_structure

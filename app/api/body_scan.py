@@ -137,11 +137,11 @@ def scanned_matrix(
     else:
         kernels = KERNEL.ready()
         assert kernels is not None  # it scanned them
-        blob, offsets, slots = name_table(tuple(names))
+        blob, offsets, slots, unique = name_table(tuple(names))
         features = np.full((n, width + extra_columns), np.nan, dtype=np.float32)
         data = np.frombuffer(scanned.raw, dtype=np.uint8)
         args = (data, scanned.values, scanned.keys, counts, scanned.maps, blob, offsets, slots)
-        if kernels.fill(*args, features, ignore_unknown, features_optional) != OK:
+        if kernels.fill(*args, features, ignore_unknown, features_optional, unique) != OK:
             return None
         matrix = CandidateMatrix(ids, features)
     if len(set(ids)) != n:
@@ -150,10 +150,11 @@ def scanned_matrix(
 
 
 @lru_cache(maxsize=64)
-def name_table(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def name_table(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """(the names' UTF-8 bytes one after another, int64 [n + 1] offsets into them, int64
-    slots of an open-addressing table by FNV-1a: a name's index or -1) for map_kernel. A name
-    listed twice takes its last index, as `{name: i for i, name in ...}` does."""
+    slots of an open-addressing table by FNV-1a: a name's index or -1, whether no name is
+    listed twice) for map_kernel. A name listed twice takes its last index, as
+    `{name: i for i, name in ...}` does."""
     encoded = [name.encode() for name in names]
     offsets = np.zeros(len(names) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(e) for e in encoded], dtype=np.int64)
@@ -169,7 +170,7 @@ def name_table(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarr
         slots[j] = index
     for array in (offsets, slots):
         array.setflags(write=False)
-    return blob, offsets, slots
+    return blob, offsets, slots, len(set(encoded)) == len(encoded)
 
 
 def fnv1a(data: bytes) -> int:

@@ -371,6 +371,28 @@ def test_a_name_given_twice_keeps_its_last_value() -> None:
     np.testing.assert_array_equal(got.features, [[2, 3]])
 
 
+def test_maps_in_the_models_order_or_not_fill_the_same_columns() -> None:
+    """Names are first tried as the column after the previous name's; out of order, left
+    out, or a model listing a name twice (its last index counts), the columns are the same."""
+    names = ["f0", "f1", "f2", "f3"]
+    maps = [
+        {"f0": 1, "f1": 2, "f2": 3, "f3": 4},
+        {"f3": 4, "f2": 3, "f1": 2, "f0": 1},
+        {"f0": 1, "f2": 3, "f3": 4},
+        {"f1": 2, "f3": 4},
+        {"f3": 4, "f0": 1, "f1": 2},
+    ]
+    body = {"candidates": [{"id": i, "features": m} for i, m in enumerate(maps)]}
+    raw = orjson.dumps(body)
+    for model in (names, ["f0", "f1", "f0", "f2"]):
+        got = scan_body(raw, 10_000)
+        assert got is not None
+        matrix = scanned_matrix(got[1], model, ignore_unknown=True)
+        want = build_matrix(body["candidates"], model, ignore_unknown=True)
+        assert matrix is not None
+        assert matrix.features.tobytes() == want.features.tobytes()
+
+
 def test_unknown_names_are_left_to_the_full_path_unless_ignored() -> None:
     raw = b'{"candidates":[{"id":"a","features":{"f1":1,"nope":2}}]}'
     assert _matrix(raw, 2) is None
@@ -379,7 +401,8 @@ def test_unknown_names_are_left_to_the_full_path_unless_ignored() -> None:
 
 def test_the_name_table_finds_every_name_and_no_other() -> None:
     names = (*(f"feature_{i}" for i in range(300)), "é", "")
-    blob, offsets, slots = name_table(names)
+    blob, offsets, slots, unique = name_table(names)
+    assert unique and not name_table(("a", "b", "a"))[3]
     assert len(slots) >= 2 * len(names) and len(slots) & (len(slots) - 1) == 0
     for index, name in enumerate(names):
         encoded = name.encode()

@@ -818,7 +818,8 @@ def render(
     lines = [
         "## Overload: latency budget, admission control, slow clients",
         "",
-        f"`python -m bench.bench_overload{' --quick' if quick else ''}`, "
+        f"`python -m bench.bench_overload{' --quick' if quick else ''}"
+        f"{' --features-as names' if FEATURES_AS == 'names' else ''}`, "
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine()}; {load}. "
         f"Model: {described}, 136 features, {N_CANDIDATES:,} "
         f"candidates per request ({len(request_body(N_CANDIDATES)) / 1000:,.0f} KB of "

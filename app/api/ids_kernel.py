@@ -192,7 +192,10 @@ def _keys_anywhere(data: np.ndarray, marks: np.ndarray) -> int:
 
 @njit(cache=True, nogil=True, inline="always")
 def _container_end(data: np.ndarray, marks: np.ndarray, j: int) -> int:
-    """The index in `marks` of the bracket that closes the one at marks[j], or -1."""
+    """The index in `marks` of the bracket that closes the one at marks[j], or -1, also when
+    a bracket inside closes another kind (`[1}`) or they nest past 63 deep: such a body goes
+    to the parser, whose error it gets, shed or not."""
+    objects = np.uint64(1 if data[marks[j]] == _OPEN_OBJECT else 0)  # a bit per level, 1: {
     depth = 1
     in_string = False
     for k in range(j + 1, marks.shape[0]):
@@ -201,8 +204,14 @@ def _container_end(data: np.ndarray, marks: np.ndarray, j: int) -> int:
             in_string = not in_string
         elif not in_string:
             if byte == _OPEN_OBJECT or byte == _OPEN_LIST:  # noqa: SIM109 (numba)
+                if depth == 63:
+                    return -1
+                objects = (objects << np.uint64(1)) | np.uint64(byte == _OPEN_OBJECT)
                 depth += 1
             elif byte == _CLOSE_OBJECT or byte == _CLOSE_LIST:  # noqa: SIM109 (numba)
+                if (objects & np.uint64(1)) != np.uint64(byte == _CLOSE_OBJECT):
+                    return -1
+                objects >>= np.uint64(1)
                 depth -= 1
                 if depth == 0:
                     return k

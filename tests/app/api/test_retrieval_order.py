@@ -104,6 +104,34 @@ def test_an_id_that_reads_like_the_key_is_right_or_declined() -> None:
     ],
 )
 def test_a_body_that_is_not_json_gets_the_parsers_error(raw: bytes) -> None:
+    _parsers_error(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"candidates": [{"id": "a", "features": {"x": [1}]}]}',
+        b'{"candidates": [{"id": "a", "features": [{"x": 1]}]}]}',
+    ],
+)
+def test_mismatched_brackets_in_a_candidate_get_the_parsers_error(
+    raw: bytes, shed_path: str
+) -> None:
+    """The compiled walk follows the kinds of brackets inside a candidate; the vectorised
+    path, which serves only until that is compiled, counts them."""
+    if shed_path == "kernel":
+        _parsers_error(raw)
+    else:
+        assert split_ids(raw) in (None, ({}, ["a"]))
+
+
+def test_features_nested_past_the_walks_depth_are_parsed() -> None:
+    raw = b'{"candidates": [{"id": "a", "features": ' + b"[" * 70 + b"]" * 70 + b"}]}"
+    assert split_ids(raw) in (None, ({}, ["a"]))
+    assert fallback_ids(raw, Settings())[1] == ["a"]
+
+
+def _parsers_error(raw: bytes) -> None:
     try:
         assert split_candidates(raw) is None
     except RequestError as exc:

@@ -108,6 +108,29 @@ _ENTRY = ctypes.PYFUNCTYPE(
 )
 
 
+def _blocks_then_tail(
+    call: Callable[[int, int, int, int], int], data: np.ndarray, out: np.ndarray
+) -> int:
+    """Runs a pass, `call(data pointer, blocks, out pointer, capacity)`, over data's whole
+    blocks, then over its last < WIDTH bytes zero-padded to one block (a zero byte is no
+    mark), their offsets moved to where they are in data: how many in all, or the pass's
+    negative code."""
+    n = data.shape[0]
+    blocks = n // WIDTH
+    capacity = out.shape[0]
+    k = int(call(data.ctypes.data, blocks, out.ctypes.data, capacity))
+    start = blocks * WIDTH
+    if k < 0 or start == n:
+        return k
+    tail = np.zeros(WIDTH, dtype=np.uint8)
+    tail[: n - start] = data[start:]
+    more = int(call(tail.ctypes.data, 1, out.ctypes.data + k * out.itemsize, capacity - k))
+    if more < 0:
+        return more
+    out[k : k + more] += start
+    return k + more
+
+
 def compile_find_marks() -> Callable[[np.ndarray, np.ndarray], int]:
     """`find_marks(data, out)` as app.api.ids_kernel.find_marks: the offsets of the quotes and
     brackets of data (uint8 [n_bytes]) into out (int64), how many, or -1 when out is short."""
@@ -115,20 +138,7 @@ def compile_find_marks() -> Callable[[np.ndarray, np.ndarray], int]:
     entry = _ENTRY(module.address(_NAME))
 
     def find_marks(data: np.ndarray, out: np.ndarray) -> int:
-        n = data.shape[0]
-        blocks = n // WIDTH
-        capacity = out.shape[0]
-        k = int(entry(data.ctypes.data, blocks, out.ctypes.data, capacity))
-        if k < 0:
-            return -1
-        for i in range(blocks * WIDTH, n):  # the last < WIDTH bytes
-            byte = int(data[i])
-            if byte == _QUOTE or byte & _BRACKET_MASK == _BRACKET_BITS:
-                if k == capacity:
-                    return -1
-                out[k] = i
-                k += 1
-        return k
+        return _blocks_then_tail(entry, data, out)
 
     find_marks.module = module  # type: ignore[attr-defined]  # the code lives as long as it
     return find_marks
@@ -190,26 +200,9 @@ def compile_find_structure() -> Callable[[np.ndarray, np.ndarray], int]:
     entry = _STRUCTURE_ENTRY(module.address(_STRUCTURE))
 
     def find_structure(data: np.ndarray, out: np.ndarray) -> int:
-        n = data.shape[0]
-        blocks = n // WIDTH
-        capacity = out.shape[0]
-        carry = ctypes.c_int32(0)
-        k = int(entry(data.ctypes.data, blocks, out.ctypes.data, capacity, ctypes.addressof(carry)))
-        if k < 0:
-            return k
-        inside = carry.value != 0
-        for i in range(blocks * WIDTH, n):  # the last < WIDTH bytes
-            byte = int(data[i])
-            if byte == _BACKSLASH:
-                return -3
-            if byte == _QUOTE:
-                inside = not inside
-            elif not inside and byte & _BRACKET_MASK == _BRACKET_BITS:
-                if k == capacity:
-                    return -1
-                out[k] = i
-                k += 1
-        return -2 if inside else k
+        carry = ctypes.c_int32(0)  # carried from the whole blocks to the tail
+        found = _blocks_then_tail(lambda *args: entry(*args, ctypes.addressof(carry)), data, out)
+        return found if found < 0 or carry.value == 0 else -2
 
     find_structure.module = module  # type: ignore[attr-defined]
     return find_structure

@@ -28,6 +28,7 @@ from app.api.early_admission import admit_rerank, release_slot
 from app.api.errors import install_error_handlers
 from app.api.feedback_routes import FeedbackRequest, feedback_router
 from app.api.middleware import ServiceMiddleware
+from app.api.reception_lanes import LANES
 from app.api.retrieval_order import overload_response
 from app.api.routes import router
 from app.api.schemas import RerankRequest
@@ -129,6 +130,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_offline_docs(app)
     app.state.settings = settings
     admission = app.state.admission = AdmissionController(settings)
+    LANES.configure(
+        settings.reception_lanes and admission.enabled,
+        settings.reception_oldest_lanes,
+        settings.reception_slice_ms / 1000.0,
+        settings.reception_max_wait_ms / 1000.0,
+        room=admission.has_room,
+    )
+    admission.room_freed = LANES.kick
     app.add_middleware(
         ServiceMiddleware,
         max_body_bytes=settings.max_body_bytes,

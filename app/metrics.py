@@ -168,6 +168,20 @@ ADMISSION_IN_FLIGHT_ROWS = worker_gauge(
 ADMISSION_QUEUED_ROWS = worker_gauge(
     "ltr_admission_queued_rows", "Candidate rows of requests waiting for admission."
 )
+RECEPTION_WAITING = worker_gauge(
+    "ltr_reception_waiting_requests",
+    "Requests whose large bodies wait in their sockets for a reception lane "
+    "(app.api.reception_lanes): more arrive at once than the worker reads and answers in time.",
+)
+RECEPTION_SLICES_OVER = Counter(
+    "ltr_reception_slices_over_total",
+    "Bodies still arriving when their reception lane's slice ended (slow clients); they read on "
+    "outside the lanes.",
+)
+RECEPTION_OVERDUE = Counter(
+    "ltr_reception_overdue_total",
+    "Bodies let in without a reception lane because they had waited for one for too long.",
+)
 SHED = Counter(
     "ltr_shed_requests_total",
     "/rerank requests not scored: `shed` by admission control or `over_budget`.",

@@ -75,6 +75,10 @@ EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is 
 CROWDED_INLINE_MAX_ROWS = 128
 
 
+def _nothing() -> None:
+    pass
+
+
 class Shed(LtrError):
     """The request is answered without scoring; `body` is its raw JSON (for the ids)."""
 
@@ -174,6 +178,9 @@ class AdmissionController:
     core_beside_loop: bool = field(default=True, init=False)
     # The loop that admitted a request in its current turn (None: none did).
     _turn_loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    # Called when rows are given back: the reception lanes' fresh lane waits for room
+    # (app.api.reception_lanes).
+    room_freed: Callable[[], None] = field(default_factory=lambda: _nothing, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -206,6 +213,11 @@ class AdmissionController:
     @property
     def shedding(self) -> bool:
         return self.clock() - self.last_shed < self.settings.shedding_window_seconds
+
+    def has_room(self) -> bool:
+        """Whether a request arriving now would be admitted at once, estimates aside: none
+        waits for admission and rows are left under the limit."""
+        return self.enabled and not self._waiters and self._within_limit(1)
 
     def estimate(self, rows: int) -> float:
         """Seconds to parse and score a request of `rows` once admitted (measured)."""
@@ -337,6 +349,7 @@ class AdmissionController:
                 self._last_probe = -math.inf
         self._grant()
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
+        self.room_freed()
 
     def _take(self, rows: int, seconds: float) -> None:
         now = self.clock()

@@ -46,17 +46,21 @@ import time
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app import metrics
 from app.accept_loop import LOOP_FACTORY
 from app.api.middleware import ARRIVED_STATE, BODY_METHODS
+from app.api.reception_lanes import LANES
 from app.settings import Settings
 
 PROTOCOL = "app.api.http_protocol:HeaderTimeoutProtocol"
 LINGER_SECONDS = 2.0  # how long a closed connection keeps reading a body it answered early
 LINGER_MOST_BYTES = 4 * 1024 * 1024  # and how many bytes of it, at most
+# Bodies from this size that are not in after their request's first read take a reception
+# lane (app.api.reception_lanes): one socket read of uvloop's, at most.
+LANE_MIN_BYTES = 256 * 1024
 _BODY = b'{"detail":"request headers not received in time"}'
 _RESPONSE_408 = (
     b"HTTP/1.1 408 Request Timeout\r\n"
@@ -85,9 +89,13 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._body_left: int | None = None
         self._linger_timer: asyncio.TimerHandle | None = None  # set while lingering
         self._linger_left = 0  # bytes a lingering connection may still read
+        self._declared = 0  # the body's declared length
+        self._in_lanes = False  # this request's body entered the reception lanes
+        self._waiting_lane = False  # ... and waits for a lane, its socket unread
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = _LaneFlow(transport, self)
         self._arm()
 
     def on_message_begin(self) -> None:
@@ -112,10 +120,38 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         upgrade = self.parser.should_upgrade()
         super().on_headers_complete()
         self._body_left = None if upgrade else declared
+        self._declared = declared or 0
         if self.cycle is not None:
             self.cycle.transport = _LingeringClose(self.transport, self)  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        self._received(data)
+        if (
+            not self._in_lanes
+            and self._body_left
+            and self._declared >= LANE_MIN_BYTES
+            and self.cycle is not None
+            and not self.cycle.response_complete
+        ):
+            # The body did not come with its head: it is read in a lane, or waits for one.
+            self._in_lanes = True
+            if not LANES.enter(self):
+                self._waiting_lane = True
+                if not self.flow.read_paused:
+                    self.transport.pause_reading()
+
+    def resume_body(self) -> None:
+        """Its lane's turn (app.api.reception_lanes): the body is read on."""
+        self._waiting_lane = False
+        if not self.flow.read_paused and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _leave_lanes(self) -> None:
+        if self._in_lanes:
+            self._in_lanes = False
+            LANES.leave(self)
+
+    def _received(self, data: bytes) -> None:
         if self._linger_timer is not None:  # the rest of a body already answered
             self._linger_left -= len(data)
             if self._linger_left < 0:
@@ -170,14 +206,17 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         cycle.message_event.set()
 
     def _message_complete(self) -> None:
+        self._leave_lanes()
         self._hand_over()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        self._leave_lanes()  # answered before its body was in
         self._disarm()  # the keep-alive timer takes over until the next request begins
         super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._leave_lanes()
         self._disarm()
         if self._linger_timer is not None:
             self._linger_timer.cancel()
@@ -187,6 +226,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         """Closes the connection once the client has sent what it was sending (or at most
         LINGER_SECONDS from now): the answer and a FIN go out now, what arrives meanwhile is
         dropped unread."""
+        self._leave_lanes()
         transport = self.transport
         cycle = self.cycle
         body_coming = cycle is not None and cycle.more_body
@@ -223,6 +263,21 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         metrics.SLOW_CLIENTS.labels("header_timeout").inc()
         self.transport.write(_RESPONSE_408)
         self.transport.close()
+
+
+class _LaneFlow(FlowControl):
+    """uvicorn's flow control, which resumes reading whenever the application asks for more of
+    the body: not while the body waits for a reception lane."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: HeaderTimeoutProtocol) -> None:
+        super().__init__(transport)
+        self._protocol = protocol
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            if not self._protocol._waiting_lane:
+                self._transport.resume_reading()
 
 
 class _LingeringClose:

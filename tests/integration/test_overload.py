@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -380,5 +381,65 @@ def test_uploads_past_the_buffer_cap_wait_for_room_instead_of_503(registry: Path
             with sock:
                 statuses.append(sock.recv(12)[9:12])
         assert statuses == [b"200"] * 12
+    finally:
+        srv.stop()
+
+
+def test_stalled_uploads_hold_a_reception_lane_for_a_slice_only(registry: Path) -> None:
+    """Three uploads of large bodies stall after their first bytes, holding both lanes of a
+    server with one oldest lane and a long wait: a valid large request still gets its body
+    read once their slices end, and is answered, scored, within its budget."""
+    srv = serve(
+        registry,
+        LTR_RECEPTION_OLDEST_LANES="1",
+        LTR_RECEPTION_MAX_WAIT_MS="5000",
+        LTR_REQUEST_BUDGET_MS="2000",
+    )
+    head = b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    stalled = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
+    try:
+        for sock in stalled:
+            sock.sendall(head + b"content-length: 900000\r\n\r\n" + b"[" * 300_000)
+        time.sleep(0.2)
+        content = body(5000)
+        assert len(content) > 2 * 256 * 1024  # not in with its head
+        with httpx.Client(base_url=srv.url, timeout=10.0) as client:
+            start = time.perf_counter()
+            resp = post(client, content)
+            took = time.perf_counter() - start
+            assert resp.status_code == 200 and resp.json()["degraded"] is False
+            assert took < 1.5, took
+            slices = metric(client, r"^ltr_reception_slices_over_total (\S+)$")
+            assert slices >= 1
+    finally:
+        for sock in stalled:
+            sock.close()
+        srv.stop()
+
+
+def test_many_large_bodies_at_once_are_all_answered_on_their_connections(registry: Path) -> None:
+    """More large bodies than lanes, again and again on keep-alive connections: every one is
+    answered whole (none left paused), scored or in retrieval order."""
+    srv = serve(registry, LTR_RECEPTION_OLDEST_LANES="1", LTR_REQUEST_BUDGET_MS="5000")
+    content = body(2000)
+    ids = [f"d{i}" for i in range(2000)]
+    answers: list[tuple[int, list[str]]] = []
+
+    def client_loop() -> None:
+        with httpx.Client(base_url=srv.url, timeout=30.0) as client:
+            for _ in range(3):
+                resp = post(client, content)
+                answers.append((resp.status_code, [r["id"] for r in resp.json()["results"]]))
+
+    try:
+        threads = [threading.Thread(target=client_loop) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(answers) == 36
+        assert all(status == 200 and sorted(got) == sorted(ids) for status, got in answers)
+        with httpx.Client(base_url=srv.url) as client:
+            assert metric(client, r"^ltr_reception_waiting_requests(?:\{[^}]*\})? (\S+)$") == 0
     finally:
         srv.stop()

@@ -15,6 +15,7 @@ from uvicorn.server import ServerState
 from app.api import http_protocol
 from app.api.http_protocol import HeaderTimeoutProtocol
 from app.api.middleware import ARRIVED_STATE
+from app.api.reception_lanes import ReceptionLanes
 
 PIECE = 256 * 1024  # what uvloop reads from a socket at most at once
 KIB = 1024
@@ -311,3 +312,77 @@ def test_a_request_arrives_when_its_first_bytes_are_read(
     before = asyncio.run(scenario())
     ((arrived, ran),) = seen
     assert before <= arrived < before + 0.04 and ran - arrived >= 0.1
+
+
+@pytest.mark.parametrize("read_ahead", [64 * KIB, 4 * KIB * KIB])
+def test_a_body_waiting_for_a_reception_lane_is_read_once_a_lane_frees(
+    read_ahead: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one lane, a second large body waits, its socket unread (the application asking
+    for the body does not resume it, even with the read-ahead full), and is read whole when
+    the first body is in."""
+    monkeypatch.setattr(HeaderTimeoutProtocol, "header_timeout", 5.0)
+    monkeypatch.setattr(HeaderTimeoutProtocol, "read_ahead_most", read_ahead)
+    monkeypatch.setattr(http_protocol, "LANES", ReceptionLanes(oldest_slots=1))
+    received: dict[str, bytes] = {}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        parts = []
+        while True:
+            message = await receive()
+            parts.append(message["body"])
+            if not message["more_body"]:
+                break
+        received[scope["path"]] = b"".join(parts)
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def request(path: bytes, body: bytes) -> list[bytes]:
+        data = b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % (path, len(body))
+        data += body
+        return [data[i : i + PIECE] for i in range(0, len(data), PIECE)]
+
+    async def scenario() -> None:
+        config = Config(app=app, lifespan="off", log_level="warning")
+        first, second = (HeaderTimeoutProtocol(config, ServerState(), {}) for _ in range(2))
+        first_transport, second_transport = Transport(), Transport()
+        first.connection_made(first_transport)
+        second.connection_made(second_transport)
+        body_a, body_b = b"a" * (3 * PIECE), b"b" * (3 * PIECE)
+        pieces_a, pieces_b = request(b"/a", body_a), request(b"/b", body_b)
+        first.data_received(pieces_a.pop(0))
+        second.data_received(pieces_b.pop(0))
+        assert second_transport.paused
+        for _ in range(20):  # the applications' turns: both ask for their bodies
+            await asyncio.sleep(0)
+        assert not first_transport.paused
+        assert second_transport.paused and "/b" not in received
+        while pieces_a:
+            first.data_received(pieces_a.pop(0))
+            for _ in range(5):
+                await asyncio.sleep(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert "/a" in received
+        assert not second_transport.paused  # the lane went on
+        while pieces_b:
+            second.data_received(pieces_b.pop(0))
+            for _ in range(5):
+                await asyncio.sleep(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert received == {"/a": body_a, "/b": body_b}
+        first.connection_lost(None)
+        second.connection_lost(None)
+
+    asyncio.run(scenario())
+
+
+def test_a_small_body_never_waits_for_a_lane(monkeypatch: pytest.MonkeyPatch) -> None:
+    lanes = ReceptionLanes(oldest_slots=0)  # a large body would wait for ever
+    monkeypatch.setattr(http_protocol, "LANES", lanes)
+    body = b"x" * (http_protocol.LANE_MIN_BYTES - 1)
+    pieces = [_post(body)[:1000], _post(body)[1000:]]  # its body not in the first read
+    written, received = asyncio.run(_stream(pieces, monkeypatch))
+    assert received == [body] and lanes.waiting == 0
+    assert written.endswith(b"%d" % len(body))

@@ -69,11 +69,13 @@ class Settings(BaseSettings):
     # service's own pool, whose hand-off costs the event loop fewer turns than anyio's
     # (docs/OPERATIONS.md). More decodes at once than cores only take them from the loop.
     parse_threads: Annotated[int, Field(ge=1)] = 2
-    # Large bodies that arrive together are read a few at a time, the newest first while
-    # admission has room to score it and the `reception_oldest_lanes` oldest beside it, the
-    # others left in their sockets; a lane is held for at most `reception_slice_ms`, a request
-    # waits for one at most `reception_max_wait_ms` (app.api.reception_lanes).
-    reception_lanes: bool = True
+    # Opt-in: large bodies that arrive together are read a few at a time, the newest first
+    # while admission has room to score it and the `reception_oldest_lanes` oldest beside it,
+    # the others left in their sockets; a lane is held for at most `reception_slice_ms`, a
+    # request waits for one at most `reception_max_wait_ms` (app.api.reception_lanes). It
+    # scores more for clients that send again as soon as answered, and keeps up with less
+    # traffic that does not wait for answers (docs/OPERATIONS.md).
+    reception_lanes: bool = False
     reception_oldest_lanes: Annotated[int, Field(ge=1)] = 4
     reception_slice_ms: Annotated[float, Field(gt=0)] = 10.0
     reception_max_wait_ms: Annotated[float, Field(gt=0)] = 200.0

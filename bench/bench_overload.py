@@ -933,16 +933,17 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
         ),
     ]:
         configs.append(await overload_config(root, name, 1, limit_env, quick, hint, False))
-    # Every large body read at once, as before the reception lanes (app.api.reception_lanes).
-    no_lanes = {"LTR_RECEPTION_LANES": "false"}
-    lanes_off = "reception lanes off, 1 worker"
-    configs.append(await overload_config(root, lanes_off, 1, no_lanes, quick, hint, False))
+    # Large bodies read a few at a time, newest first while admission has room (opt-in,
+    # app.api.reception_lanes), at the default's rates.
+    lanes = {"LTR_RECEPTION_LANES": "true"}
+    lanes_on = "reception lanes on, 1 worker"
+    configs.append(await overload_config(root, lanes_on, 1, lanes, quick, hint, False))
     configs.append(
         await overload_config(
             root,
-            "reception lanes off, 2 workers",
+            "reception lanes on, 2 workers",
             2,
-            no_lanes,
+            lanes,
             quick,
             configs[2][1] or 2 * hint,
             False,

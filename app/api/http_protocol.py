@@ -34,6 +34,11 @@ come is closed at once, as before, and a lingering one at that many bytes. Witho
 clients uploading 32 MiB again and again (bench_overload's hostile clients) took a valid
 request's p99 from 2x to 15.6x its idle p99.
 
+With `LTR_RECEPTION_LANES`, a body of at least LANE_MIN_BYTES that does not come with its head
+is read in a reception lane (app.api.reception_lanes) or waits for one, its socket unread: when
+many large bodies arrive together, a few are read at a time, the newest first while admission
+has room.
+
 `uvicorn_options(settings)` gives it, with uvicorn's own slow-client options, to `ltr serve` and
 `python -m app`.
 """
@@ -51,7 +56,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app import metrics
 from app.accept_loop import LOOP_FACTORY
-from app.api.middleware import ARRIVED_STATE, BODY_METHODS
+from app.api.middleware import ARRIVED_STATE, BODY_METHODS, FIRST_READ_BYTES, LANE_STATE
 from app.api.reception_lanes import LANES
 from app.settings import Settings
 
@@ -60,7 +65,7 @@ LINGER_SECONDS = 2.0  # how long a closed connection keeps reading a body it ans
 LINGER_MOST_BYTES = 4 * 1024 * 1024  # and how many bytes of it, at most
 # Bodies from this size that are not in after their request's first read take a reception
 # lane (app.api.reception_lanes): one socket read of uvloop's, at most.
-LANE_MIN_BYTES = 256 * 1024
+LANE_MIN_BYTES = FIRST_READ_BYTES
 _BODY = b'{"detail":"request headers not received in time"}'
 _RESPONSE_408 = (
     b"HTTP/1.1 408 Request Timeout\r\n"
@@ -92,6 +97,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._declared = 0  # the body's declared length
         self._in_lanes = False  # this request's body entered the reception lanes
         self._waiting_lane = False  # ... and waits for a lane, its socket unread
+        self._lane_open: asyncio.Future[None] | None = None  # done when its lane opens
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -139,10 +145,17 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
                 self._waiting_lane = True
                 if not self.flow.read_paused:
                     self.transport.pause_reading()
+                # The service middleware reserves the rest of the body once it opens.
+                self._lane_open = self.loop.create_future()
+                self.scope["state"][LANE_STATE] = self._lane_open
 
     def resume_body(self) -> None:
         """Its lane's turn (app.api.reception_lanes): the body is read on."""
         self._waiting_lane = False
+        if self._lane_open is not None:
+            if not self._lane_open.done():
+                self._lane_open.set_result(None)
+            self._lane_open = None
         if not self.flow.read_paused and not self.transport.is_closing():
             self.transport.resume_reading()
 

@@ -35,6 +35,10 @@ from app.errors import LtrError
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # bodies read (and reserved) here
 ARRIVED_STATE = "arrived"  # scope state: time.perf_counter() when the request began to arrive
+# Scope state: a future done when the body's reception lane opens (app.api.reception_lanes);
+# until then the body waits in its socket, but for the first read, of at most FIRST_READ_BYTES.
+LANE_STATE = "reception_lane"
+FIRST_READ_BYTES = 256 * 1024
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
@@ -175,7 +179,13 @@ class ServiceMiddleware:
                     declared = 0  # the server rejects a malformed length itself
                 if declared > limit:
                     raise BodyTooLarge
-        await self._hold_waiting(held, declared, scope["state"][ARRIVED_STATE])
+        lane = scope["state"].get(LANE_STATE)
+        if lane is not None and not lane.done():
+            # Its body waits in its socket for a reception lane: only what was read with the
+            # head counts against the cap meanwhile (else the waiting would fill it).
+            self._hold(held, min(declared, FIRST_READ_BYTES))
+            await lane
+        await self._hold_waiting(held, declared - held[0], scope["state"][ARRIVED_STATE])
         chunks: list[bytes] = []
         size = 0
         try:

@@ -7,9 +7,10 @@ as all of them together. With 200 clients sending 1,000-candidate requests (1 MB
 a body took longer from its first bytes to its last than the whole latency budget, and admission
 shed every request: none was scored (bench/results/overload.md).
 
-Here a body that does not come with its request's head is read in a lane: a few such bodies
-are read at once, and the others wait in their sockets (TCP's flow control holds their clients
-back), their heads read, so that their budgets count from then. When lanes are free:
+Here (when enabled) a body that does not come with its request's head is read in a lane: a
+few such bodies are read at once, and the others wait in their sockets (TCP's flow control
+holds their clients back), their heads read, so that their budgets count from then. When lanes
+are free:
 
 - the fresh lane takes the newest waiting request, only while admission has room to score one
   now: a request that has just arrived can still meet its budget. Serving the newest first
@@ -18,14 +19,19 @@ back), their heads read, so that their budgets count from then. When lanes are f
   that no request waits behind ever newer ones.
 
 A body's arrival takes several turns of its client as well as of the loop (a socket holds a
-few hundred KB), so reading must not be cut to a lane or two: with one oldest lane, 2 workers
-at 3x overload (435 arrivals a second each) read bodies slower than they came, waits grew to
-seconds and 5,691 of 13,050 requests got 503 (the buffer cap). With four (1,000-candidate
-requests, alternating 15 s runs on a 2-vCPU VM): at 3x the open loop scored 131-150 against
-141-147 req/s on one worker and 185 against 161 on two (p99 86 against 122 ms); 200 clients
-sending again as soon as answered got 76-80 against 0.1 req/s scored on one worker, 133
-against 6.5 on two. A request waits at most `max_wait_s`, past which it reads on outside the
-lanes: it is long past its budget, and holding it only delays its answer.
+few hundred KB), so lanes read fewer bodies a second than reading them all at once does. With
+clients that send again as soon as they are answered that costs nothing (they send no more
+than is answered) and scoring some beats scoring none: 200 such clients sending 1,000-candidate
+requests got 76-80 against 0.1 req/s scored on one worker, 133 against 6.5 on two (alternating
+15 s runs on a 2-vCPU VM). Traffic that does not wait for answers (a frontend's open loop)
+outruns them once it passes what the worker can read and shed: at 870/s on one worker (3x a
+sustainable 290/s) requests waited the whole `max_wait_s` and the bodies let in together then
+filled the buffer cap: 2,849-2,938 of 13,050 answers 503 and 2.4-3.1 req/s scored, against
+0-680 answers 503 and 0.2-20.5 req/s with every body read at once (three runs each; four lanes
+adding one per overdue request did no better: 1,786 answers 503). Hence opt-in
+(`LTR_RECEPTION_LANES`): for callers that are a pool of synchronous workers. A request waits
+at most `max_wait_s`, past which it reads on outside the lanes: it is long past its budget,
+and holding it only delays its answer.
 
 A lane is held for at most `slice_s`: a body whose bytes come slowly (a slow network, a stalled
 upload) then reads on outside the lanes, as every body did before, and the lane goes on to the
@@ -63,8 +69,9 @@ class ReceptionLanes:
         slice_s: float = 0.01,
         max_wait_s: float = 0.2,
         clock: Callable[[], float] = time.perf_counter,
+        enabled: bool = True,
     ) -> None:
-        self.enabled = True
+        self.enabled = enabled
         self.oldest_slots = oldest_slots
         self.slice_s = slice_s
         self.max_wait_s = max_wait_s
@@ -175,5 +182,5 @@ class ReceptionLanes:
 
 
 # The worker's lanes: one event loop per worker process. The app configures them
-# (app.main); the HTTP protocol uses them.
-LANES = ReceptionLanes()
+# (app.main, `LTR_RECEPTION_LANES`); the HTTP protocol uses them.
+LANES = ReceptionLanes(enabled=False)

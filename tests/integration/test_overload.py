@@ -391,6 +391,7 @@ def test_stalled_uploads_hold_a_reception_lane_for_a_slice_only(registry: Path) 
     read once their slices end, and is answered, scored, within its budget."""
     srv = serve(
         registry,
+        LTR_RECEPTION_LANES="true",
         LTR_RECEPTION_OLDEST_LANES="1",
         LTR_RECEPTION_MAX_WAIT_MS="5000",
         LTR_REQUEST_BUDGET_MS="2000",
@@ -420,7 +421,12 @@ def test_stalled_uploads_hold_a_reception_lane_for_a_slice_only(registry: Path) 
 def test_many_large_bodies_at_once_are_all_answered_on_their_connections(registry: Path) -> None:
     """More large bodies than lanes, again and again on keep-alive connections: every one is
     answered whole (none left paused), scored or in retrieval order."""
-    srv = serve(registry, LTR_RECEPTION_OLDEST_LANES="1", LTR_REQUEST_BUDGET_MS="5000")
+    srv = serve(
+        registry,
+        LTR_RECEPTION_LANES="true",
+        LTR_RECEPTION_OLDEST_LANES="1",
+        LTR_REQUEST_BUDGET_MS="5000",
+    )
     content = body(2000)
     ids = [f"d{i}" for i in range(2000)]
     answers: list[tuple[int, list[str]]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.api.middleware import ServiceMiddleware
+from app.api.middleware import FIRST_READ_BYTES, LANE_STATE, ServiceMiddleware
 
 BODY = 300_000
 
@@ -145,3 +145,47 @@ def test_bodies_past_the_read_ahead_never_wait() -> None:
         return statuses
 
     assert asyncio.run(scenario()) == [None, None, 503]  # refused at once, the others held
+
+
+def test_bodies_waiting_for_a_reception_lane_hold_only_their_first_read() -> None:
+    """Ten 1 MB bodies wait in their sockets for reception lanes under a 4 MB cap: each holds
+    what was read with its head, none is refused; once a lane opens, its whole body counts."""
+    big = 1_000_000
+
+    async def scenario() -> tuple[list[int | None], int, int]:
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await receive()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        mw = ServiceMiddleware(app, max_body_bytes=big, max_buffered=4 * big)
+        loop = asyncio.get_running_loop()
+        lanes = [loop.create_future() for _ in range(10)]
+        exchanges = [Exchange() for _ in range(10)]
+
+        async def one(lane: asyncio.Future[None], exchange: Exchange) -> None:
+            scope = request_scope()
+            scope["headers"] = [(b"content-length", str(big).encode())]
+            scope["state"][LANE_STATE] = lane
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": b"x" * big, "more_body": False}
+
+            await mw(scope, receive, exchange.send)  # type: ignore[arg-type]
+
+        pairs = zip(lanes, exchanges, strict=True)
+        tasks = [asyncio.create_task(one(lane, e)) for lane, e in pairs]
+        await asyncio.sleep(0.01)
+        waiting_held = mw.buffered
+        lanes[0].set_result(None)
+        await asyncio.sleep(0.01)
+        after_one = mw.buffered
+        for lane in lanes[1:]:
+            lane.set_result(None)
+        await asyncio.gather(*tasks)
+        return [e.status for e in exchanges], waiting_held, after_one
+
+    statuses, waiting_held, after_one = asyncio.run(scenario())
+    assert waiting_held == 10 * FIRST_READ_BYTES
+    assert after_one == 9 * FIRST_READ_BYTES  # its whole body counted, then given back
+    assert statuses == [200] * 10

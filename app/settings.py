@@ -73,8 +73,8 @@ class Settings(BaseSettings):
     # while admission has room to score it and the `reception_oldest_lanes` oldest beside it,
     # the others left in their sockets; a lane is held for at most `reception_slice_ms`, a
     # request waits for one at most `reception_max_wait_ms` (app.api.reception_lanes). It
-    # scores more for clients that send again as soon as answered, and keeps up with less
-    # traffic that does not wait for answers (docs/OPERATIONS.md).
+    # scores more for clients that send again as soon as answered, but reads fewer bodies a
+    # second, and traffic that does not wait for answers can outrun it (docs/OPERATIONS.md).
     reception_lanes: bool = False
     reception_oldest_lanes: Annotated[int, Field(ge=1)] = 4
     reception_slice_ms: Annotated[float, Field(gt=0)] = 10.0

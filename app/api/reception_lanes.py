@@ -59,7 +59,7 @@ class Reader(Protocol):
         """Read the body on from the socket (it was paused to wait for a lane)."""
 
 
-_Lanes = dict[Reader, "asyncio.TimerHandle | None"]  # a reader: the timer ending its slice
+_Lanes = dict[Reader, asyncio.TimerHandle]  # a reader: the timer that ends its slice
 
 
 class ReceptionLanes:
@@ -122,9 +122,7 @@ class ReceptionLanes:
         goes on to the next. A waiting reader leaves the queue and reads on."""
         for lanes in (self._fresh, self._oldest):
             if reader in lanes:
-                timer = lanes.pop(reader)
-                if timer is not None:
-                    timer.cancel()
+                lanes.pop(reader).cancel()
                 self.kick()
                 return
         for entry in self._waiting:

@@ -342,6 +342,15 @@ def test_a_body_waiting_for_a_reception_lane_is_read_once_a_lane_frees(
         data += body
         return [data[i : i + PIECE] for i in range(0, len(data), PIECE)]
 
+    async def feed(protocol: HeaderTimeoutProtocol, pieces: list[bytes]) -> None:
+        """The rest of a request as socket reads, the application's turns between them."""
+        for piece in pieces:
+            protocol.data_received(piece)
+            for _ in range(5):
+                await asyncio.sleep(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+
     async def scenario() -> None:
         config = Config(app=app, lifespan="off", log_level="warning")
         first, second = (HeaderTimeoutProtocol(config, ServerState(), {}) for _ in range(2))
@@ -357,20 +366,10 @@ def test_a_body_waiting_for_a_reception_lane_is_read_once_a_lane_frees(
             await asyncio.sleep(0)
         assert not first_transport.paused
         assert second_transport.paused and "/b" not in received
-        while pieces_a:
-            first.data_received(pieces_a.pop(0))
-            for _ in range(5):
-                await asyncio.sleep(0)
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await feed(first, pieces_a)
         assert "/a" in received
         assert not second_transport.paused  # the lane went on
-        while pieces_b:
-            second.data_received(pieces_b.pop(0))
-            for _ in range(5):
-                await asyncio.sleep(0)
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await feed(second, pieces_b)
         assert received == {"/a": body_a, "/b": body_b}
         first.connection_lost(None)
         second.connection_lost(None)

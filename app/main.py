@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from app import metrics
 from app.api.admission import AdmissionController, Shed
 from app.api.body_marks import KERNEL as SHED_IDS
+from app.api.direct_rerank import DirectRerank
 from app.api.docs_pages import install_offline_docs
 from app.api.early_admission import admit_rerank, release_slot
 from app.api.errors import install_error_handlers
@@ -138,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         room=admission.has_room,
     )
     admission.room_freed = LANES.kick
+    app.add_middleware(DirectRerank)  # the innermost: added first
     app.add_middleware(
         ServiceMiddleware,
         max_body_bytes=settings.max_body_bytes,

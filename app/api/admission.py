@@ -29,7 +29,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -570,7 +570,7 @@ async def admit(controller: AdmissionController, budget: Budget, body: bytes) ->
     return Slot(controller, body, budget, rows, admitted_at, marks=marks, crowded=crowded)
 
 
-async def admitted(request: Request) -> AsyncIterator[Slot]:
+async def admitted(request: Request) -> AsyncGenerator[Slot, None]:
     """The /rerank dependency: budget, body, admission; the rows are given back at the end.
     Usually the service middleware admitted the request before routing it
     (app.api.early_admission); then its slot is the one in the request's state."""

@@ -27,6 +27,7 @@ from app.api.admission import (
     is_rerank,
     request_budget,
 )
+from app.api.errors import handler_for
 from app.api.request_matrix import RequestError
 from app.api.retrieval_order import overload_response
 
@@ -64,15 +65,10 @@ async def _answer(request: Request, shed: Shed) -> Response:
     try:
         return await overload_response(request, shed)
     except Exception as exc:
-        handlers = request.app.exception_handlers
-        for cls in type(exc).__mro__:
-            if cls is Exception:
-                break
-            handler = handlers.get(cls)
-            if handler is not None:
-                answer: Response = await handler(request, exc)
-                return answer
-        raise
+        handler = handler_for(request, exc)
+        if handler is None:
+            raise
+        return await handler(request, exc)
 
 
 def release_slot(scope: Scope) -> None:

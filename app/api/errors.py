@@ -7,6 +7,7 @@ back); other errors carry one message string.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -75,6 +76,19 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     request_id = request.scope.get("state", {}).get("request_id")
     log.exception("unhandled error (request %s)", request_id)
     return json_error(500, f"internal error (request id {request_id})")
+
+
+def handler_for(request: Request, exc: Exception) -> Callable[..., Awaitable[Response]] | None:
+    """The app's handler for `exc`, by its class's MRO, as the exception middleware finds it;
+    None for what only the catch-all (500) handles."""
+    handlers = request.app.exception_handlers
+    for cls in type(exc).__mro__:
+        if cls is Exception:
+            break
+        handler = handlers.get(cls)
+        if handler is not None:
+            return handler
+    return None
 
 
 def install_error_handlers(app: FastAPI) -> None:

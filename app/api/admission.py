@@ -261,6 +261,11 @@ class AdmissionController:
         """Whether a request was admitted in this turn of the running loop."""
         return self._turn_loop is not None and self._turn_loop is _running_loop()
 
+    def serving_only(self, rows: int) -> bool:
+        """Whether the rows admitted are one request's `rows` alone, none waiting (False
+        without admission control: nothing is counted then)."""
+        return self.enabled and self.in_flight == rows and not self._waiters
+
     def _within_limit(self, rows: int) -> bool:
         return self.in_flight == 0 or self.in_flight + rows <= self.limit
 
@@ -473,14 +478,25 @@ class Slot:
         spare = max(left - self.controller.estimate(self.rows), 0.0)
         return LookupTime(left, spare)
 
+    def parses_here(self, raw: bytes) -> bool:
+        """Whether `decoding` parses this body on the event loop: a small one, or one of up
+        to LTR_PARSE_ALONE_HERE_MAX_BYTES while its request is the only one admitted."""
+        controller = self.controller
+        settings = controller.settings
+        if len(raw) < settings.parse_off_loop_min_bytes:
+            return True
+        return len(raw) <= settings.parse_alone_here_max_bytes and controller.serving_only(
+            self.rows
+        )
+
     def decoding(self, raw: bytes) -> Awaitable[tuple[dict[str, Any], object]]:
         """(the body's JSON object without `candidates`, the candidates: a JSON value, or
         ScannedCandidates), to await. A large body's parse is already under way in a worker
         thread (the scan runs without the GIL), so the event loop keeps answering probes and
         small requests and can do the request's own other work meanwhile (an in-process item
-        lookup); a small body is parsed on the loop when awaited."""
+        lookup); a body that `parses_here` is parsed on the loop when awaited."""
         settings = self.controller.settings
-        if len(raw) < settings.parse_off_loop_min_bytes:
+        if self.parses_here(raw):
             return _decoded_here(raw, settings)
         pool = parse_pool(settings.parse_threads)
         return asyncio.get_running_loop().run_in_executor(pool, decode_request, raw, settings)

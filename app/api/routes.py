@@ -184,12 +184,13 @@ async def _early_items(
     settings: Settings,
     item_store: ItemFeatureStore,
 ) -> EarlyItems | None:
-    """For a body parsed off the loop whose model takes item features: the item fetch, with
-    the ids the shed path's byte walk finds (~0.1 ms for 1,000 candidates), while the parse
-    runs in its thread instead of after it: a Redis round trip is sent and its reply waits in
-    the socket; an in-process lookup is done here on the loop. None whenever that walk is
-    unsure; the parse then decides everything."""
-    if len(raw) < settings.parse_off_loop_min_bytes:
+    """For a body whose model takes item features: the item fetch, with the ids the shed
+    path's byte walk finds (~0.1 ms for 1,000 candidates), before the parse is awaited: a
+    Redis round trip is sent and its reply waits in the socket while the body is parsed (in
+    its thread or on the loop); an in-process lookup is done here on the loop while the
+    parse runs in its thread. None for an in-process lookup when the parse runs here (it is
+    done in assembly), and whenever that walk is unsure; the parse then decides everything."""
+    if item_store.redis is None and slot.parses_here(raw):
         return None
     # The walk costs every large request; only a served model that takes item features gains.
     if all(m.manifest.item_features is None for m in registry.models().values()):

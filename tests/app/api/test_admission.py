@@ -530,3 +530,30 @@ def test_requests_in_flight_together_are_done_when_the_last_one_is() -> None:
         waiter.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_large_body_is_parsed_here_only_while_its_request_is_alone() -> None:
+    from app.api.admission import Slot
+
+    ctl, clock = controller(
+        parse_off_loop_min_bytes=100, parse_alone_here_max_bytes=1000, request_budget_ms=1000
+    )
+    small, large, huge = b"x" * 99, b"x" * 500, b"x" * 1001
+
+    def slot(rows: int) -> Slot:
+        asyncio.run(ctl.acquire(rows, Budget(clock.now, 1.0), b""))
+        return Slot(ctl, b"", Budget(clock.now, 1.0), rows, clock.now)
+
+    first = slot(300)
+    assert first.parses_here(small) and first.parses_here(large)
+    assert not first.parses_here(huge)  # above the alone limit: its thread, as by size
+    clock.now += 1.0  # the next turn of the loop: a second request is admitted beside it
+    second = slot(200)
+    assert not first.parses_here(large) and not second.parses_here(large)
+    assert second.parses_here(small)
+    first.release()
+    assert second.parses_here(large)
+    second.release()
+    off, _ = controller(admission_enabled=False, parse_off_loop_min_bytes=100)
+    unknown = Slot(off, b"", Budget(clock.now, 1.0), 0, None, _held=False)
+    assert not unknown.parses_here(large)  # nothing counted: by size alone

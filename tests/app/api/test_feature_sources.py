@@ -3,12 +3,14 @@ in-process snapshot; scored and logged as assembled."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -312,6 +314,15 @@ def check_answer(resp: Any, model: TreeEnsemble, table: Any) -> None:
     )
 
 
+PARSED_IN: list[str] = []  # the threads parse_waits_for's parses ran in, in order
+PARSE_THREAD = "ltr-parse"  # app.api.admission.parse_pool's threads' names begin so
+
+
+@pytest.fixture(autouse=True)
+def _parsed_in() -> None:
+    PARSED_IN.clear()
+
+
 def parse_waits_for(monkeypatch: pytest.MonkeyPatch, done: Callable[[], bool]) -> list[bool]:
     """Makes the body's parse (in its thread) wait, up to 5 s, until `done()`; records for
     each parse whether it came true. It can only while the parse waits if the event loop
@@ -324,18 +335,26 @@ def parse_waits_for(monkeypatch: pytest.MonkeyPatch, done: Callable[[], bool]) -
         while not done() and time.monotonic() < end:
             time.sleep(0.005)
         seen.append(done())
+        PARSED_IN.append(threading.current_thread().name)
         return wrapped(*args, **kwargs)
 
     monkeypatch.setattr(admission, "decode_request", waiting)
     return seen
 
 
+@pytest.mark.parametrize("alone_here", [0, 1 << 20])  # in its thread / here when alone
 def test_a_large_bodys_redis_fetch_goes_out_while_it_is_parsed(
-    registry: Path, model, table, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    registry: Path,
+    model,
+    table,
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+    alone_here: int,
 ) -> None:
-    """A body parsed off the loop: the ids found by the shed path's byte walk send the MGET
-    while the parse runs in its thread, and the parse's ids then take its reply. A body
-    naming a model the registry lacks sends nothing (the parse answers 404)."""
+    """A body parsed off the loop, or on it as the only request in flight: the ids found by
+    the shed path's byte walk send the MGET before the parse, which Redis answers while the
+    body is parsed, and the parse's ids then take its reply. A body naming a model the
+    registry lacks sends nothing (the parse answers 404)."""
     push_item_set(redis.Redis.from_url(redis_server.url), "ltr:", "catalog", table)
     probe = redis.Redis.from_url(redis_server.url)
     settings = app_settings(
@@ -343,6 +362,7 @@ def test_a_large_bodys_redis_fetch_goes_out_while_it_is_parsed(
         redis_url=redis_server.url,
         redis_deadline_ms=2000,
         parse_off_loop_min_bytes=0,
+        parse_alone_here_max_bytes=alone_here,
         item_row_cache_rows=0,  # the same ids again: every row asked of Redis
     )
     with TestClient(create_app(settings)) as c:
@@ -357,14 +377,12 @@ def test_a_large_bodys_redis_fetch_goes_out_while_it_is_parsed(
         assert unknown.status_code == 404, unknown.text
         assert _mget_calls(probe) == after
     assert seen == [True] and after == before + 1  # one MGET, sent while the parse ran
+    assert PARSED_IN[0].startswith(PARSE_THREAD) is (alone_here == 0), PARSED_IN
     check_answer(resp, model, table)
 
 
-def test_a_large_bodys_snapshot_lookup_runs_while_it_is_parsed(
-    registry: Path, model, table, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The in-process lookup of a body parsed off the loop is done on the loop while the
-    parse runs in its thread (not after it), and the answer is what the rows say."""
+def count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets an entry for each snapshot lookup from now on."""
     looked_up: list[int] = []
     lookup = ItemSnapshot.lookup
 
@@ -373,13 +391,51 @@ def test_a_large_bodys_snapshot_lookup_runs_while_it_is_parsed(
         return lookup(self, *args, **kwargs)
 
     monkeypatch.setattr(ItemSnapshot, "lookup", counted)
-    settings = app_settings(registry=registry, parse_off_loop_min_bytes=0)
+    return looked_up
+
+
+def test_a_large_bodys_snapshot_lookup_runs_while_it_is_parsed(
+    registry: Path, model, table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process lookup of a body parsed off the loop is done on the loop while the
+    parse runs in its thread (not after it), and the answer is what the rows say."""
+    looked_up = count_lookups(monkeypatch)
+    settings = app_settings(
+        registry=registry, parse_off_loop_min_bytes=0, parse_alone_here_max_bytes=0
+    )
     with TestClient(create_app(settings)) as c:
         wait_ready(c)
         seen = parse_waits_for(monkeypatch, lambda: bool(looked_up))
         resp = c.post("/rerank", json={"query": {"features": [2.0, 9.0]}, "candidates": CANDS})
     assert seen == [True] and len(looked_up) == 1  # done once, while the parse ran
+    assert PARSED_IN[0].startswith(PARSE_THREAD), PARSED_IN
     check_answer(resp, model, table)
+
+
+def test_a_lone_requests_body_is_parsed_here_then_looked_up(
+    registry: Path, model, table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The only request in flight: its body (above LTR_PARSE_OFF_LOOP_MIN_BYTES, within
+    LTR_PARSE_ALONE_HERE_MAX_BYTES) is parsed on the loop, and the snapshot looked up after
+    it, once; a body above the alone limit goes to the parse thread as before."""
+    looked_up = count_lookups(monkeypatch)
+    body = orjson.dumps({"query": {"features": [2.0, 9.0]}, "candidates": CANDS})
+    settings = app_settings(
+        registry=registry,
+        parse_off_loop_min_bytes=0,
+        parse_alone_here_max_bytes=len(body),
+    )
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        seen = parse_waits_for(monkeypatch, lambda: bool(looked_up))
+        headers = {"content-type": "application/json"}
+        resp = c.post("/rerank", content=body, headers=headers)
+        assert seen == [False] and len(looked_up) == 1  # after the parse, not beside it
+        assert len(PARSED_IN) == 1 and not PARSED_IN[0].startswith(PARSE_THREAD), PARSED_IN
+        check_answer(resp, model, table)
+        longer = c.post("/rerank", content=body + b" ", headers=headers)
+        assert seen == [False, True] and PARSED_IN[1].startswith(PARSE_THREAD), PARSED_IN
+        check_answer(longer, model, table)
 
 
 def _mget_calls(client: redis.Redis) -> int:

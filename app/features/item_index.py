@@ -91,6 +91,7 @@ class ItemIndex:
             if width
             else np.zeros((n, 0), dtype=np.uint32)
         )
+        self._points.flags.writeable = False  # one type whatever the ids' memory (see below)
         self._constants = np.ascontiguousarray(constants_for(width))
 
     def token_rows(self, tokens: IdTokens) -> np.ndarray | None:
@@ -100,8 +101,13 @@ class ItemIndex:
         if kernel is None or self._points.shape[1] == 0 or self._points.shape[0] == 0:
             return None
         rows = np.empty(tokens.count, dtype=np.int64)
+        # numba compiles a kernel anew for each writable / read-only mix of its arrays (~1 s
+        # on a cold cache, in the request that brings it): the bytes and the ids are always
+        # passed read-only, the types the kernel is compiled for at load.
+        buf = tokens.buf.view()
+        buf.flags.writeable = False
         status = kernel.find_rows(
-            tokens.buf,
+            buf,
             tokens.begin,
             tokens.end,
             tokens.count,

@@ -32,8 +32,9 @@ class LookupKernels:
 def _load() -> LookupKernels:
     from app.features.item_lookup_kernel import find_rows
 
-    buf = np.frombuffer(b'"a",7', dtype=np.uint8)
+    buf = np.frombuffer(b'"a",7', dtype=np.uint8)  # read-only, as ItemIndex passes both
     points = np.zeros((1, 1), dtype=np.uint32)
+    points.flags.writeable = False
     starts = np.zeros(3, dtype=np.int32)
     hashes = np.zeros(1, dtype=np.uint64)
     rows = np.empty(2, dtype=np.int64)

@@ -118,3 +118,27 @@ def test_snapshot_lookup_from_tokens_equals_the_list_lookup() -> None:
     slow, slow_found = snapshot.lookup(keys, columns)
     assert np.array_equal(fast, slow, equal_nan=True)
     assert fast_found.tolist() == slow_found.tolist() == [True, False, True, True, False]
+
+
+@pytest.mark.parametrize("ids_writable", [True, False])  # built in memory / memory-mapped
+@pytest.mark.parametrize("buf_writable", [True, False])  # the body walks' buffers / bytes
+def test_a_lookup_runs_the_kernel_compiled_at_load(
+    ids_writable: bool, buf_writable: bool, tmp_path
+) -> None:
+    """numba compiles a kernel anew for each writable / read-only mix of its arrays (~1 s on
+    a cold cache, in the first request that brings one): whatever the memory of the ids and
+    of the token bytes, a lookup uses what the background load compiled."""
+    from app.features.item_lookup_kernel import find_rows
+
+    ids = np.asarray(["a", "bb", "ccc"], dtype=np.str_)
+    if not ids_writable:
+        np.save(tmp_path / "ids.npy", ids)
+        ids = np.load(tmp_path / "ids.npy", mmap_mode="r")
+    index = ItemIndex(ids)
+    tokens = tokens_of(["ccc", "a", "zz"])
+    if buf_writable:
+        tokens = IdTokens(tokens.buf.copy(), tokens.begin, tokens.end, tokens.count)
+    compiled = len(find_rows.signatures)
+    rows = index.token_rows(tokens)
+    assert rows is not None and rows.tolist() == [2, 0, -1]
+    assert len(find_rows.signatures) == compiled

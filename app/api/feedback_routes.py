@@ -17,7 +17,7 @@ from starlette.responses import Response
 from app.api.dependencies import ImpressionsDep
 from app.api.errors import json_error
 from app.api.request_matrix import decode_body
-from app.api.schemas import MessageResponse, ValidationErrorResponse
+from app.api.schemas import BODY_ERRORS, MessageResponse, ValidationErrorResponse
 from app.impressions.feedback import FeedbackError, FeedbackUnavailable
 
 feedback_router = APIRouter()
@@ -75,6 +75,7 @@ class FeedbackResponse(BaseModel):
         }
     },
     responses={
+        **BODY_ERRORS,
         404: {"model": MessageResponse, "description": "Unknown (or expired) request id."},
         422: {"model": ValidationErrorResponse, "description": "Bad shape, or an id not served."},
         503: {"model": MessageResponse, "description": "Logging off or its store unreachable."},

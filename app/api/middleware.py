@@ -61,6 +61,14 @@ class BufferFull(LtrError):
     pass
 
 
+class UnsupportedEncoding(LtrError):
+    """A body sent with a content coding (RFC 9110 8.4) other than `identity`."""
+
+    def __init__(self, coding: str) -> None:
+        super().__init__(coding)
+        self.coding = coding
+
+
 class ServiceMiddleware:
     def __init__(
         self,
@@ -142,6 +150,10 @@ class ServiceMiddleware:
             metrics.SLOW_CLIENTS.labels("body_timeout").inc()
             detail = f"request body not received within {self.body_read_timeout:g} s"
             await _send_error(send_with_id, 408, detail)
+        except UnsupportedEncoding as exc:
+            # Read as it came, a gzip body failed as "invalid JSON: str is not valid UTF-8".
+            detail = f"Content-Encoding {exc.coding!r} is not supported: send the body uncompressed"
+            await _send_error(send_with_id, 415, detail, accept_encoding=True)
         except BufferFull:
             metrics.SLOW_CLIENTS.labels("buffer_full").inc()
             detail = "too many request bytes in flight on this worker; retry"
@@ -172,7 +184,11 @@ class ServiceMiddleware:
         limit = self.max_body_bytes
         declared = 0
         for name, value in scope["headers"]:
-            if name == b"content-length":
+            if name == b"content-encoding":
+                coding = value.decode("latin-1").strip()
+                if coding.lower() not in ("", "identity"):
+                    raise UnsupportedEncoding(coding[:64])
+            elif name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
@@ -300,7 +316,9 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _send_error(send: Send, status: int, detail: str, retry_after: bool = False) -> None:
+async def _send_error(
+    send: Send, status: int, detail: str, retry_after: bool = False, accept_encoding: bool = False
+) -> None:
     body = orjson.dumps({"detail": detail})
     headers = [
         (b"content-type", b"application/json"),
@@ -310,5 +328,7 @@ async def _send_error(send: Send, status: int, detail: str, retry_after: bool = 
     ]
     if retry_after:
         headers.append((b"retry-after", b"1"))
+    if accept_encoding:  # the codings a 415 for Content-Encoding accepts (RFC 9110 15.5.16)
+        headers.append((b"accept-encoding", b"identity"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

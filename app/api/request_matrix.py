@@ -30,6 +30,8 @@ Loc = tuple[str | int, ...]
 _NUMERIC = frozenset({float, int, type(None)})  # bool is not a number; null is missing
 _CANDIDATE_KEYS = frozenset({"id", "features"})
 _ID_TYPES = frozenset({str, int})
+# JSON parsers read an integer past 64 bits as a float: the id then fails this check.
+ID_TYPE_MESSAGE = "must be a string or an integer of at most 64 bits (send larger ids as strings)"
 
 
 class RequestError(LtrError, ValueError):
@@ -163,7 +165,7 @@ def build_matrix(
             _bad_candidate_keys(cand, (*where, i), features_optional)
         cid = cand["id"]
         if type(cid) is not str and type(cid) is not int:
-            raise RequestError((*where, i, "id"), "must be a string or an integer", "id_type")
+            raise RequestError((*where, i, "id"), ID_TYPE_MESSAGE, "id_type")
         ids.append(cid)
         strings += 3 if type(cid) is str else 2
         if bare:

@@ -31,7 +31,7 @@ from app.api.admission import Shed
 from app.api.body_marks import KERNEL, BodyMarks, ShedKernels
 from app.api.errors import json_error
 from app.api.middleware import safe_request_id
-from app.api.request_matrix import RequestError, decode_body
+from app.api.request_matrix import ID_TYPE_MESSAGE, RequestError, decode_body
 from app.api.schemas import RerankEnvelope
 from app.features.item_lookup import IdTokens
 from app.settings import Settings
@@ -303,7 +303,7 @@ def _fallback(
         for i, cand in enumerate(candidates):
             cid = cand.get("id") if type(cand) is dict else None
             if type(cid) is not str and type(cid) is not int:
-                raise RequestError((*where, i, "id"), "must be a string or an integer", "id_type")
+                raise RequestError((*where, i, "id"), ID_TYPE_MESSAGE, "id_type")
             ids.append(cid)
         split = doc, ids, None
     doc, ids, raw_ids = split

@@ -36,6 +36,7 @@ from app.api.dependencies import (
 )
 from app.api.retrieval_order import split_candidates
 from app.api.schemas import (
+    BODY_ERRORS,
     RERANK_EXAMPLE,
     Health,
     MessageResponse,
@@ -68,8 +69,7 @@ from app.thread_pools import thread_pool
 router = APIRouter()
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    408: {"model": MessageResponse, "description": "Body not received in time."},
-    413: {"model": MessageResponse, "description": "Body larger than LTR_MAX_BODY_BYTES."},
+    **BODY_ERRORS,
     422: {"model": ValidationErrorResponse, "description": "Bad shape or values."},
     404: {"model": MessageResponse, "description": "Unknown `model`."},
     503: {

@@ -244,6 +244,18 @@ class MessageResponse(BaseModel):
     detail: str
 
 
+# What the service middleware answers for any request body before a route sees it
+# (app.api.middleware), for each route's OpenAPI responses.
+BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    408: {"model": MessageResponse, "description": "Body not received in time."},
+    413: {"model": MessageResponse, "description": "Body larger than LTR_MAX_BODY_BYTES."},
+    415: {
+        "model": MessageResponse,
+        "description": "A Content-Encoding other than identity: send the body uncompressed.",
+    },
+}
+
+
 class Health(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
 

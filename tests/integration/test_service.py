@@ -193,6 +193,40 @@ def test_a_chunked_body_over_the_limit_is_413_before_it_ends(tmp_path: Path) -> 
         assert resp.status_code == 413
 
 
+def test_a_gzip_body_is_415_and_the_next_request_is_scored(tmp_path: Path) -> None:
+    """Over the product's own HTTP protocol: a compressed body is refused with a message
+    naming its coding (it used to be a 422 about invalid UTF-8), counted as sent, and the
+    client goes on."""
+    publish(tmp_path, random_ensemble(NF))
+    rows = rows_for(30, seed=4)
+    body = request_body(rows)
+    server = product_server(env(tmp_path))
+    try:
+        server.start().wait_ready()
+        with httpx.Client(base_url=server.url) as client:
+            _gzip_then_plain(client, body)
+    finally:
+        server.stop()
+
+
+def _gzip_then_plain(client: httpx.Client, body: bytes) -> None:
+    import gzip
+
+    resp = client.post(
+        "/rerank",
+        content=gzip.compress(body),
+        headers={"content-type": "application/json", "content-encoding": "gzip"},
+    )
+    assert resp.status_code == 415, resp.text
+    assert resp.headers["accept-encoding"] == "identity"
+    assert "'gzip' is not supported" in resp.json()["detail"]
+    scored = client.post("/rerank", content=body)
+    assert scored.status_code == 200 and not scored.json()["degraded"]
+    metrics = client.get("/metrics").text
+    # Refused before routing, as a 413 is: counted under the route label "unmatched".
+    assert re.search(r'^ltr_http_requests_total\{[^}]*status="415"\} 1\.0$', metrics, re.M)
+
+
 @pytest.mark.parametrize("status", [b"413", b"503"])
 def test_an_answer_before_the_body_reaches_a_client_still_sending_it(
     tmp_path: Path, status: bytes

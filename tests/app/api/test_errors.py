@@ -66,11 +66,43 @@ def test_bad_bodies_are_422_with_a_location(shared_client: TestClient, body, loc
     assert words in detail[0]["msg"]
 
 
+def test_an_integer_id_past_64_bits_is_422_saying_so(shared_client: TestClient) -> None:
+    """The JSON parser reads it as a float: "must be a string or an integer" alone puzzled."""
+    row = orjson.dumps(ROW)
+    raw = b'{"candidates": [{"id": 18446744073709551616, "features": %s}]}' % row
+    resp = shared_client.post("/rerank", content=raw)
+    assert resp.status_code == 422
+    (error,) = resp.json()["detail"]
+    assert error["loc"] == [*C0, "id"] and error["type"] == "id_type"
+    assert error["msg"].endswith("at most 64 bits (send larger ids as strings)")
+
+
 @pytest.mark.parametrize("raw", [b"", b"{", b"[1, 2]", b"null", b"\xff", b'{"candidates": NaN}'])
 def test_malformed_json_is_422(shared_client: TestClient, raw: bytes) -> None:
     resp = shared_client.post("/rerank", content=raw)
     assert resp.status_code == 422
     assert resp.json()["detail"][0]["loc"] == ["body"]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "x-gzip", "deflate", "br", "zstd", "gzip, identity"])
+def test_a_compressed_body_is_415_naming_its_coding(shared_client: TestClient, coding) -> None:
+    """Read as it came, a gzip body was a 422 for "invalid JSON: str is not valid UTF-8"."""
+    import gzip
+
+    body = gzip.compress(orjson.dumps({"candidates": cands(1)}))
+    resp = shared_client.post("/rerank", content=body, headers={"content-encoding": coding})
+    assert resp.status_code == 415
+    assert resp.headers["accept-encoding"] == "identity"
+    assert resp.json()["detail"] == (
+        f"Content-Encoding {coding!r} is not supported: send the body uncompressed"
+    )
+
+
+@pytest.mark.parametrize("coding", ["identity", "IDENTITY", ""])
+def test_an_identity_coding_is_read_as_it_is(shared_client: TestClient, coding: str) -> None:
+    body = orjson.dumps({"candidates": cands(2)})
+    resp = shared_client.post("/rerank", content=body, headers={"content-encoding": coding})
+    assert resp.status_code == 200, resp.text
 
 
 def test_oversized_bodies_are_413_with_or_without_a_length(shared_client: TestClient) -> None:

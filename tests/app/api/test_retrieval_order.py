@@ -149,11 +149,14 @@ def test_fallback_checks_ids_and_envelope() -> None:
         (b'{"candidates": [{"id": "a"}, {"id": "a"}]}', "duplicate_id"),
         (b'{"candidates": [{"id": 1}, {"id": 2}, {"id": 3}]}', "too_long"),
         (b'{"candidates": [{"id": 1.5}]}', "id_type"),
+        (b'{"candidates": [{"id": 18446744073709551616}]}', "id_type"),
         (b'{"candidates": 3}', "list_type"),
     ]:
         with pytest.raises(RequestError) as info:
             fallback_ids(raw, settings)
         assert info.value.type == kind
+        if kind == "id_type":  # as the full parse says it
+            assert "at most 64 bits" in str(info.value)
     with pytest.raises(ValueError, match="request_id"):
         fallback_ids(b'{"request_id": "a\\nb", "candidates": [{"id": 1}]}', settings)
 

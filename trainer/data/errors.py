@@ -14,3 +14,8 @@ def located(path: object, line: int | None, what: str) -> DataFormatError:
     """`<file>:<line>: <what>` (or `<file>: <what>` when no line applies)."""
     where = f"{path}:{line}" if line is not None else f"{path}"
     return DataFormatError(f"{where}: {what}")
+
+
+# Ranking metrics and lambdas take a label as a relevance grade, gain 2^label - 1: a negative
+# one scored NDCG@1 -0.5 and trained on nonsense; LightGBM's lambdarank refuses it too.
+NEGATIVE_LABEL = "is negative: relevance labels are grades >= 0"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import located
+from trainer.data.errors import NEGATIVE_LABEL, located
 from trainer.data.letor_line import LineError, parse_line, strip_comment
 from trainer.data.letor_side import read_group_sizes, read_positions, read_user_ids, side_path
 
@@ -53,6 +53,10 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
         features = features[:, :width] if features.shape[1] > width else _widen(features, width)
     features = np.ascontiguousarray(features[:n])
     labels, qids, has_qid, line_no = found.labels, found.qids, found.has_qid, found.line_no
+    negative = np.flatnonzero(labels[:n] < 0)
+    if negative.size:
+        row = int(negative[0])
+        raise located(path, int(line_no[row]), f"label {labels[row]:g} {NEGATIVE_LABEL}")
     offsets, query_ids = _groups(path, qids[:n], has_qid[:n], line_no[:n])
     user_path, position_path = side_path(path, ".user"), side_path(path, ".position")
     return RankingDataset(

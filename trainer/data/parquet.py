@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import DataFormatError, located
+from trainer.data.errors import NEGATIVE_LABEL, DataFormatError, located
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,6 +61,9 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
     labels = numeric("label")
     if not np.all(np.isfinite(labels)):
         raise _at(path, _first(~np.isfinite(labels)), "label", "missing or not a finite number")
+    if np.any(labels < 0):
+        row = _first(labels < 0)
+        raise _at(path, row, "label", f"{labels[row - 1]:g} {NEGATIVE_LABEL}")
     features = np.empty((table.num_rows, len(feature_names)), dtype=np.float32)
     for j, name in enumerate(feature_names):
         features[:, j] = numeric(name, np.float32)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import DataFormatError, located
+from trainer.data.errors import NEGATIVE_LABEL, DataFormatError, located
 from trainer.data.parquet import RESERVED
 
 if TYPE_CHECKING:
@@ -162,6 +162,11 @@ def read_rows(part: tuple[str, int, int], feature_names: list[str]) -> pd.DataFr
     if bad.any():
         row = start + int(np.flatnonzero(bad)[0]) + 1
         raise located(url, None, f"row {row}, column 'label': missing or not a finite number")
+    negative = np.flatnonzero(labels < 0)
+    if negative.size:
+        row = start + int(negative[0]) + 1
+        value = labels[negative[0]]
+        raise located(url, None, f"row {row}, column 'label': {value:g} {NEGATIVE_LABEL}")
     # qids as strings: one dtype whatever each file stores, for the cross-file duplicate check.
     qids = pc.cast(table.column("qid"), pa.string()).to_pandas()
     columns: dict[str, Any] = {"qid": qids.to_numpy(), "label": labels}

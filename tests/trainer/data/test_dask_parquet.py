@@ -120,6 +120,13 @@ def test_a_bad_label_names_file_and_row(client, tmp_path: Path) -> None:
         open_cluster_dataset(client, str(tmp_path))
 
 
+def test_a_negative_label_names_file_and_row(client, tmp_path: Path) -> None:
+    table = pa.table({"qid": [1, 1, 2], "label": [1.0, 0.0, -1.0], "f1": [0.1, 0.2, 0.3]})
+    pq.write_table(table, tmp_path / "x.parquet")
+    with pytest.raises(DataFormatError, match=r"x\.parquet: row 3, column 'label': -1 is neg"):
+        open_cluster_dataset(client, str(tmp_path))
+
+
 def test_no_data_is_a_clear_error(client, tmp_path: Path) -> None:
     with pytest.raises(DataFormatError, match="no such file or directory"):
         open_cluster_dataset(client, str(tmp_path / "nothing-here"))

@@ -148,6 +148,10 @@ GOOD = "1 qid:1 1:0.5 2:0.25\n"
     [
         ("x qid:1 1:1\n", r":1: label 'x' is not a number"),
         (GOOD + "nan qid:1 1:1\n", r":2: label 'nan' is not a finite number"),
+        # A grade: gain 2^label - 1 made NDCG@1 -0.5 of a query with a -1 label.
+        (GOOD + "-1 qid:1 1:1\n", r":2: label -1 is negative: relevance labels are grades >= 0"),
+        (GOOD + "1 qid:1 1:1 # a comment\n-0.5 qid:1 1:x\n", r":3: value 'x' of feature 1"),
+        (GOOD + "-0.5 qid:1 junk:1 1:1\n", r":2: feature id 'junk' is not an integer"),
         (
             GOOD + "0 qid:2 1:1\n1 qid:1 1:1\n",
             r":3: qid 1 reappears after another query "

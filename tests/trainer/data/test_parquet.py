@@ -70,6 +70,7 @@ def write_table(tmp_path: Path, **columns: list[object]) -> Path:
         ({"label": [1, 1], "f": [1.0, 2.0]}, r"no 'qid' column"),
         ({"qid": [1, 1], "label": [1.0, None]}, r"row 2, column 'label': missing or not a fin"),
         ({"qid": [1, 1], "label": [1.0, float("inf")]}, r"row 2, column 'label'"),
+        ({"qid": [1, 1], "label": [1, -2]}, r"row 2, column 'label': -2 is negative"),
         ({"qid": [1, 1], "label": ["a", "b"]}, r"column 'label': has type string, expected"),
         ({"qid": [1, 1], "label": [1, 0], "name": ["a", "b"]}, r"column 'name': has type str"),
         (

@@ -55,8 +55,8 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
     labels, qids, has_qid, line_no = found.labels, found.qids, found.has_qid, found.line_no
     negative = np.flatnonzero(labels[:n] < 0)
     if negative.size:
-        row = int(negative[0])
-        raise located(path, int(line_no[row]), f"label {labels[row]:g} {NEGATIVE_LABEL}")
+        first = int(negative[0])
+        raise located(path, int(line_no[first]), f"label {labels[first]:g} {NEGATIVE_LABEL}")
     offsets, query_ids = _groups(path, qids[:n], has_qid[:n], line_no[:n])
     user_path, position_path = side_path(path, ".user"), side_path(path, ".position")
     return RankingDataset(

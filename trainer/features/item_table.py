@@ -52,6 +52,9 @@ def read_item_table(path: str | Path, id_column: str = "doc_id") -> ItemTable:
     feature_names = [n for n in names if n != id_column]
     if not feature_names:
         raise located(path, None, "no feature columns beside the id column")
+    if table.num_rows == 0:
+        # Pushed, an empty table went live as a set of 0 items: every item then missing.
+        raise located(path, None, "no item rows")
     id_col = table.column(id_column)
     if id_col.null_count:
         row = int(np.flatnonzero(id_col.is_null().to_numpy(zero_copy_only=False))[0]) + 1

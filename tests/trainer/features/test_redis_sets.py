@@ -113,6 +113,26 @@ def test_cli_push_inspect_diff(redis_server: RedisServer, tmp_path: Path) -> Non
     assert json.loads(same.stdout)["identical"] is True
 
 
+def test_an_empty_item_table_is_refused_the_live_set_kept(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """It used to go live as a set of 0 items: every item of every request then missing."""
+    runner = CliRunner()
+    full, empty = tmp_path / "full.parquet", tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"doc_id": ["p", "q"], "x": [1.0, 2.0]}), full)
+    pq.write_table(
+        pa.table({"doc_id": pa.array([], pa.string()), "x": pa.array([], pa.float64())}), empty
+    )
+    url = ["--redis-url", redis_server.url]
+    push = ["features", "push", "--set", "cat", *url, "--json", "--items"]
+    live = json.loads(runner.invoke(app, [*push, str(full)]).stdout)["version"]
+    refused = runner.invoke(app, [*push, str(empty)])
+    assert refused.exit_code == 2
+    assert refused.stderr.strip() == f"error: {empty}: no item rows"
+    shown = runner.invoke(app, ["features", "inspect", "redis:cat", *url, "--json"])
+    assert json.loads(shown.stdout)["live"] == live
+
+
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(

@@ -16,7 +16,7 @@ from app.api.admission import AdmissionController
 from app.api.body_marks import KERNEL as SHED_IDS
 from app.api.body_scan import KERNEL as BODY_SCAN
 from app.loop_lag import LoopLag
-from app.registry import ModelRegistry
+from app.registry import NOTHING_LOADED, ModelRegistry
 from app.settings import Settings
 
 Answer = tuple[int, dict[str, Any]]
@@ -42,5 +42,7 @@ def readiness(
             return 503, {"status": "shedding", "detail": "shedding load: send less"}
         return 200, {"status": "ready"}
     errors = registry.errors() if registry is not None else {}
-    detail = "; ".join(f"{k}: {v}" for k, v in sorted(errors.items())) or "no model loaded yet"
+    detail = "; ".join(f"{k}: {v}" for k, v in sorted(errors.items()))
+    if not detail:
+        detail = registry.why_none() if registry is not None else NOTHING_LOADED
     return 503, {"status": "not ready", "detail": detail}

@@ -1,6 +1,7 @@
 """Which model version serves under each name, and the announcements that make it reload."""
 
 from app.registry.model_registry import (
+    NOTHING_LOADED,
     AmbiguousModel,
     LoadedModel,
     ModelNotAvailable,
@@ -10,6 +11,7 @@ from app.registry.model_registry import (
 )
 
 __all__ = [
+    "NOTHING_LOADED",
     "AmbiguousModel",
     "LoadedModel",
     "ModelNotAvailable",

@@ -48,6 +48,7 @@ from app.scoring.protocol import Scorer
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
+NOTHING_LOADED = "no model loaded yet"
 
 _NAME = re.compile(NAME_PATTERN)
 WARMUP_ROWS = 8
@@ -130,6 +131,7 @@ class ModelRegistry:
         self._errors: dict[str, str] = {}  # name -> last load error
         self._lock = asyncio.Lock()
         self._scanned = False  # a reload of every model has finished once
+        self._logged_why: str | None = None  # why nothing serves, as last logged
         self.experiments = ExperimentSlots(self.root, self._load)
 
     # Reading: cheap, lock-free, called per request.
@@ -148,6 +150,21 @@ class ModelRegistry:
     def errors(self) -> dict[str, str]:
         return dict(self._errors)
 
+    def why_none(self) -> str:
+        """Why no model serves, for /readyz and /rerank: without the registry's path (public
+        bodies carry none; the log has it)."""
+        reason = NOTHING_LOADED
+        if not self._scanned:
+            return reason
+        if not self.root.is_dir():
+            return f"{reason}: the registry directory does not exist"
+        names = [n for n in list_models(self.root) if _NAME.fullmatch(n)]
+        if not names:
+            return f"{reason}: the registry holds no model"
+        if all(read_current(self.root, n) is None for n in names):
+            return f"{reason}: no model in the registry has a CURRENT version (ltr publish)"
+        return reason
+
     def get(self, name: str | None = None) -> LoadedModel:
         models = self._models
         if name is None:
@@ -156,7 +173,7 @@ class ModelRegistry:
             if len(models) == 1:
                 return next(iter(models.values()))
             if not models:
-                raise ModelNotAvailable("no model is loaded yet")
+                raise ModelNotAvailable(self.why_none())
             raise AmbiguousModel(
                 f"several models are loaded ({', '.join(sorted(models))}); name one in `model`"
             )
@@ -186,7 +203,17 @@ class ModelRegistry:
                     await self.experiments.refresh(model_name, control, force)
             if name is None:
                 self._scanned = True
+                self._log_why_none()
         return report
+
+    def _log_why_none(self) -> None:
+        """A warning with the registry's path when a full scan leaves nothing to serve (once
+        per reason: the poll repeats the scan), where a mistyped LTR_REGISTRY served 503s
+        with nothing in the log to say why."""
+        why = self.why_none() if not self._models else None
+        if why is not None and why != self._logged_why:
+            log.warning("%s (registry %s)", why, self.root.resolve())
+        self._logged_why = why
 
     async def watch(self, poll_seconds: float) -> None:
         """Poll CURRENT files every `poll_seconds` until cancelled (the fallback trigger)."""

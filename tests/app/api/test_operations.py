@@ -22,7 +22,10 @@ def test_readyz_turns_200_once_a_model_is_loaded(
     with make_client(ready=False, registry=root) as client:
         assert client.get("/livez").json() == {"status": "ok"}
         resp = client.get("/readyz")
-        assert resp.status_code == 503 and resp.json()["status"] == "not ready"
+        assert resp.status_code == 503 and resp.json() == {
+            "status": "not ready",
+            "detail": "no model loaded yet: the registry directory does not exist",
+        }
         publish(root, random_ensemble(NF), version="v1")
         auth = {"Authorization": f"Bearer {TOKEN}"}
         assert client.post("/admin/reload", headers=auth).json()["loaded"] == [

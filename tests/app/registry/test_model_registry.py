@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -217,6 +218,37 @@ def test_an_empty_or_missing_registry_loads_nothing(tmp_path: Path) -> None:
     registry = make_registry(tmp_path / "nothing-here")
     report = reload(registry)
     assert report.loaded == report.failed == [] and not registry.ready
+
+
+def test_why_nothing_serves_is_said_without_the_path_and_logged_with_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mistyped LTR_REGISTRY served 503 "no model loaded yet" with nothing in the log."""
+    root = tmp_path / "reg"
+    registry = make_registry(root)
+    assert registry.why_none() == "no model loaded yet"  # before the first scan
+    steps = [  # (a change, why nothing serves then, whether the scan logs it)
+        (lambda: None, "the registry directory does not exist", True),
+        (lambda: root.mkdir(), "the registry holds no model", True),
+        (lambda: None, "the registry holds no model", False),  # the poll again: logged once
+        (lambda: (root / "m" / "v1").mkdir(parents=True), "no model in the registry has a", True),
+    ]
+    for change, why, logs in steps:
+        change()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="app.registry.model_registry"):
+            reload(registry)
+        assert registry.why_none().startswith(f"no model loaded yet: {why}")
+        assert str(tmp_path) not in registry.why_none()
+        with pytest.raises(ModelNotAvailable, match=why):
+            registry.get()
+        logged = [r.getMessage() for r in caplog.records]
+        assert len(logged) == logs and all(why in m and str(root) in m for m in logged), logged
+    publish(root, random_ensemble(NF), version="v2", name="m")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="app.registry.model_registry"):
+        reload(registry)
+    assert registry.ready and not caplog.records
 
 
 def test_a_refused_current_at_start_serves_the_newest_valid_older_version(

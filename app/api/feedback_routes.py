@@ -32,14 +32,15 @@ class FeedbackEvent(BaseModel):
     id: str | int = Field(description="A candidate id the request served.", examples=["d1"])
     type: Literal["click", "purchase", "dwell"]
     value: float | None = Field(
-        None, description="Optional number, e.g. dwell seconds or purchase amount."
+        None, description="Optional number >= 0, e.g. dwell seconds or purchase amount."
     )
 
     @field_validator("value")
     @classmethod
     def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be a finite number")
+        # A dwell of -5 s was recorded, and became a training label's evidence.
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError("must be a finite number >= 0")
         return value
 
 

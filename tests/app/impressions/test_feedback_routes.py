@@ -133,6 +133,8 @@ def test_generated_junk_never_gives_a_500(client: TestClient, body: Any) -> None
     [
         b'{"request_id": "r1", "events": [{"id": "a", "type": "dwell", "value": "5"}]}',
         b'{"request_id": "r1", "events": [{"id": "a", "type": "dwell", "value": true}]}',
+        b'{"request_id": "r1", "events": [{"id": "a", "type": "dwell", "value": -5}]}',
+        b'{"request_id": "r1", "events": [{"id": "a", "type": "purchase", "value": -0.5}]}',
         b'{"request_id": "r1", "events": [{"id": true, "type": "click"}]}',
         b'{"request_id": 5, "events": [{"id": "a", "type": "click"}]}',
         b"\xff\xfe not utf-8",

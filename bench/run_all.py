@@ -22,6 +22,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("lambdamart.md", ["bench.bench_lambdamart", "--write"]),
     ("scoring.md", ["bench.bench_scoring", "--out", str(RESULTS / "scoring.md")]),
     ("service.md", ["bench.bench_service"]),
+    ("shed_cost.md", ["bench.bench_shed_cost"]),
     ("overload.md", ["bench.bench_overload"]),
     ("dnn.md", ["bench.bench_dnn"]),
     ("position_bias.md", ["bench.bench_position_bias"]),

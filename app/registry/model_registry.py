@@ -131,7 +131,8 @@ class ModelRegistry:
         self._errors: dict[str, str] = {}  # name -> last load error
         self._lock = asyncio.Lock()
         self._scanned = False  # a reload of every model has finished once
-        self._logged_why: str | None = None  # why nothing serves, as last logged
+        self._why_none = NOTHING_LOADED  # why nothing serves, as the last full scan found
+        self._logged_why: str | None = None  # ... and as last logged
         self.experiments = ExperimentSlots(self.root, self._load)
 
     # Reading: cheap, lock-free, called per request.
@@ -151,11 +152,13 @@ class ModelRegistry:
         return dict(self._errors)
 
     def why_none(self) -> str:
-        """Why no model serves, for /readyz and /rerank: without the registry's path (public
-        bodies carry none; the log has it)."""
+        """Why no model serves, for /readyz and /rerank, as the last full scan found it (not
+        read per request: a registry on a network filesystem could hold the event loop up);
+        without the registry's path (public bodies carry none; the log has it)."""
+        return self._why_none
+
+    def _find_why_none(self) -> str:
         reason = NOTHING_LOADED
-        if not self._scanned:
-            return reason
         if not self.root.is_dir():
             return f"{reason}: the registry directory does not exist"
         names = [n for n in list_models(self.root) if _NAME.fullmatch(n)]
@@ -203,14 +206,15 @@ class ModelRegistry:
                     await self.experiments.refresh(model_name, control, force)
             if name is None:
                 self._scanned = True
-                self._log_why_none()
+                self._explain_none()
         return report
 
-    def _log_why_none(self) -> None:
-        """A warning with the registry's path when a full scan leaves nothing to serve (once
-        per reason: the poll repeats the scan), where a mistyped LTR_REGISTRY served 503s
-        with nothing in the log to say why."""
-        why = self.why_none() if not self._models else None
+    def _explain_none(self) -> None:
+        """After a full scan that leaves nothing to serve: why, for why_none, and a warning
+        with the registry's path (once per reason: the poll repeats the scan), where a
+        mistyped LTR_REGISTRY served 503s with nothing in the log to say why."""
+        why = self._find_why_none() if not self._models else None
+        self._why_none = why or NOTHING_LOADED
         if why is not None and why != self._logged_why:
             log.warning("%s (registry %s)", why, self.root.resolve())
         self._logged_why = why

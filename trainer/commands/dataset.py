@@ -116,8 +116,11 @@ def dataset_command(
         names, model_name = manifest_names(manifest) if manifest else (None, None)
         logs = read_logs(from_logs)
         wanted = None if all_models else (model or model_name)
-        joined = join_logs(logs, names, rules, wanted)
-        train, valid = split_by_time(joined, valid_after=cutoff, valid_fraction=fraction)
+        try:
+            joined = join_logs(logs, names, rules, wanted)
+            train, valid = split_by_time(joined, valid_after=cutoff, valid_fraction=fraction)
+        except ValueError as exc:  # about what the logs hold: name them
+            raise ValueError(f"{from_logs}: {exc}") from None
         out.mkdir(parents=True, exist_ok=True)
         write_parquet(train.dataset, out / "train.parquet")
         write_parquet(valid.dataset, out / "valid.parquet")

@@ -153,9 +153,9 @@ def test_no_impression_of_the_manifests_model_names_the_others(
     args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(tmp_path / "d")]
     result = runner.invoke(app, [*args, "--manifest", str(model_dir)])
     assert result.exit_code == 2
-    assert one_error_line(result.stderr).endswith(
-        "the logs hold no impressions to train on: of 5 logged, 5 served by models other than "
-        "'m' ('ranker-b': 5)"
+    assert one_error_line(result.stderr) == (
+        f"error: {tmp_path / 'logs'}: the logs hold no impressions to train on: of 5 logged, "
+        "5 served by models other than 'm' ('ranker-b': 5)"
     )
     result = runner.invoke(
         app, [*args, "--manifest", str(model_dir), "--model", "x", "--all-models"]

@@ -177,7 +177,16 @@ def _joined(data: RankingDataset, table: ItemTable | None) -> RankingDataset:
             f"{data.source}: columns {clash[:5]} are also in the item table {table.source}; "
             "a feature comes from one source"
         )
-    rows, _ = as_snapshot(table).lookup(list(data.doc_ids), np.arange(len(table.names)))
+    ids = list(data.doc_ids)
+    rows, found = as_snapshot(table).lookup(ids, np.arange(len(table.names)))
+    if ids and not found.any():
+        # Trained on, every item feature would be missing: surely the wrong id column, or
+        # ids written another way (an integer id 17 is the item "17").
+        raise DataFormatError(
+            f"{data.source}: none of its {len(ids):,} document ids is in the item table "
+            f"{table.source} (its ids look like {str(ids[0])!r}, the table's like "
+            f"{str(table.ids[0]) if table.ids.size else ''!r}): check --id-column"
+        )
     return data.with_columns(rows, table.names)
 
 

@@ -89,6 +89,21 @@ def test_an_item_column_also_in_the_data_is_refused(
     assert "columns ['bm25'] are also in the item table" in result.stderr
 
 
+def test_an_item_table_that_shares_no_id_with_the_data_is_refused(
+    runner: CliRunner, tmp_path: Path, data
+) -> None:
+    """It trained, every item feature missing: integer ids where the data has "doc-..." ones."""
+    train, _, items = data
+    ids = read_item_table(items).ids
+    other = tmp_path / "items.parquet"
+    pq.write_table(pa.table({"doc_id": list(range(len(ids))), "price": [1.0] * len(ids)}), other)
+    result = _train(runner, tmp_path / "v5", "--train", str(train), "--items", str(other))
+    assert result.exit_code == 2
+    assert f"is in the item table {other} (its ids look like " in result.stderr
+    assert "the table's like '0'): check --id-column" in result.stderr
+    assert not (tmp_path / "v5").exists()
+
+
 def test_duplicate_item_ids_name_both_rows(tmp_path: Path) -> None:
     path = tmp_path / "items.parquet"
     pq.write_table(pa.table({"doc_id": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]}), path)

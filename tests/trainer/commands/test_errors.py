@@ -1,0 +1,42 @@
+"""Every expected failure of a command is one `error: ...` line and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tests.trainer.commands.conftest import TRAIN
+from trainer.cli import app
+from trainer.commands.errors import clear_errors
+
+
+@pytest.mark.parametrize(
+    ("raised", "line"),
+    [
+        (NotADirectoryError(20, "Not a directory", "/srv/reg/m"), "/srv/reg/m: not a directory"),
+        (PermissionError(13, "Permission denied", "/srv/reg"), "/srv/reg: permission denied"),
+        (OSError(28, "No space left on device"), "[Errno 28] No space left on device"),
+    ],
+)
+def test_what_the_system_refuses_is_one_line_naming_the_path(
+    raised: OSError, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(typer.Exit) as info, clear_errors():
+        raise raised
+    assert info.value.exit_code == 2
+    assert capsys.readouterr().err == f"error: {line}\n"
+
+
+def test_publishing_into_a_registry_that_is_a_file(runner: CliRunner, tmp_path: Path) -> None:
+    """It was a traceback ending in NotADirectoryError."""
+    version = tmp_path / "v1"
+    args = ["train", "--train", str(TRAIN), "--out", str(version), "--num-trees", "2"]
+    assert runner.invoke(app, [*args, "--threads", "1"]).exit_code == 0
+    registry = tmp_path / "registry"
+    registry.write_text("not a directory")
+    result = runner.invoke(app, ["publish", "--model", str(version), "--registry", str(registry)])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {registry / 'default'}: not a directory\n"

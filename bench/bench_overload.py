@@ -173,12 +173,15 @@ async def closed_loop(port: int, body: bytes, clients: int, seconds: float) -> l
     return out
 
 
-async def open_loop(port: int, body: bytes, rate: float, seconds: float) -> list[Answer]:
+async def open_loop(
+    port: int, body: bytes, rate: float, seconds: float, request: bytes | None = None
+) -> list[Answer]:
     """Arrivals every 1/rate s whatever the answers do; each on an idle connection (new if
     none is idle). Like any production pool, connections idle for longer than the server's
     keep-alive timeout are not reused: the server may close one just as a request goes out
-    (before this rule, that race was the few unanswered requests at high rates)."""
-    request = _rerank_request(port, body)
+    (before this rule, that race was the few unanswered requests at high rates). `request`:
+    the whole HTTP request to send, instead of POST /rerank with `body`."""
+    request = request if request is not None else _rerank_request(port, body)
     out: list[Answer] = []
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
     tasks: set[asyncio.Task[None]] = set()

@@ -56,15 +56,9 @@ async def _phase(
     port: int, pid: int, request: bytes, rate: float, seconds: float
 ) -> tuple[float, int, set[int]]:
     """(server CPU seconds, answers, statuses) of an open loop sending `request`."""
-    original = overload._rerank_request
-    overload._rerank_request = lambda _port, _body: request  # the load generator's request bytes
-    try:
-        before = overload.cpu_seconds(pid)
-        answers = await overload.open_loop(port, b"", rate, seconds)
-        used = overload.cpu_seconds(pid) - before
-    finally:
-        overload._rerank_request = original
-    return used, len(answers), {a.status for a in answers}
+    before = overload.cpu_seconds(pid)
+    answers = await overload.open_loop(port, b"", rate, seconds, request=request)
+    return overload.cpu_seconds(pid) - before, len(answers), {a.status for a in answers}
 
 
 async def measure(rounds: int, seconds: float) -> tuple[dict[str, list[float]], float]:

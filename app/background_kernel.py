@@ -2,7 +2,9 @@
 
 numba's import and a compile take seconds (or a fraction of one from numba's disk cache), so
 a kernel is compiled once per process in a daemon thread, niced, and until it is ready its
-callers take their Python path, which gives the same results.
+callers take their Python path, which gives the same results. Where a warm-up process
+compiles the kernels meanwhile (app.kernel_warmup), the thread waits for it and then loads them
+from numba's cache.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from app.kernel_warmup import wait_for_warmup
 
 log = logging.getLogger(__name__)
 K = TypeVar("K")
@@ -40,6 +44,13 @@ class BackgroundKernel(Generic[K]):
         """Whether the compile has ended, ready or failed (the Python path then serves)."""
         return self._settled.is_set()
 
+    def wait_settled(self, timeout: float | None = None) -> bool:
+        """Blocks until the compile started by `compile_later` has ended (at once when none
+        was started); False on a timeout."""
+        if not self._started:
+            return True
+        return self._settled.wait(timeout)
+
     def compile_now(self) -> K:
         """Compiles (or loads from numba's cache) the kernel on this thread."""
         if self._kernel is None:
@@ -59,10 +70,13 @@ class BackgroundKernel(Generic[K]):
         with contextlib.suppress(AttributeError, OSError):  # Linux nices single threads
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         started = time.perf_counter()
+        waited = wait_for_warmup()  # a warm-up process compiling it: then load its cache
         try:
             self.compile_now()
         except Exception:  # the Python path serves on; requests must not depend on this
             log.exception("compiling the %s kernel failed; using the Python path", self.name)
             self._settled.set()
             return
-        log.info("%s kernel ready in %.2f s", self.name, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        waiting = f" ({waited:.2f} s of it waiting for the warm-up)" if waited else ""
+        log.info("%s kernel ready in %.2f s%s", self.name, seconds, waiting)

@@ -19,11 +19,14 @@ import time
 
 import numpy as np
 
+from app.api.body_marks import KERNEL as SHED_IDS
+from app.api.body_scan import KERNEL as BODY_SCAN
 from app.long_lived import freeze_long_lived
 from app.registry import LoadedModel
 
 log = logging.getLogger(__name__)
 
+READINESS_KERNELS_WAIT_SECONDS = 600.0
 _pending: queue.SimpleQueue[tuple[LoadedModel, bool]] = queue.SimpleQueue()
 _worker: threading.Thread | None = None
 _lock = threading.Lock()
@@ -58,6 +61,11 @@ def _work() -> None:
     _lower_priority()
     while True:
         model, freeze = _pending.get()
+        # /readyz waits for the body scans: their compile (or load from numba's cache) goes
+        # first, not behind this one's, which holds numba's compiler lock and the GIL for
+        # seconds (a first `make run`: 65 s of it beside them).
+        for kernel in (BODY_SCAN, SHED_IDS):
+            kernel.wait_settled(READINESS_KERNELS_WAIT_SECONDS)
         started = time.perf_counter()
         try:
             if warm(model):

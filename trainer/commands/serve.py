@@ -8,12 +8,15 @@ example and publishes it as model `demo` when the registry has no deployed model
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -64,15 +67,24 @@ def serve_command(
     except ValidationError as exc:
         first = exc.errors()[0]
         fail(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
-    if demo and not _has_deployed_model(settings.registry):
-        _publish_demo(settings.registry)
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options
+    from app.kernel_warmup import warmup_process
     from app.log_config import log_config
     from app.metrics import shared_across_workers
 
-    with shared_across_workers(settings.workers):
+    # uvicorn ends a SIGTERM by raising it again once the server has stopped: as an exception,
+    # not the default action, so the demo's processes below are stopped too.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    with ExitStack() as stack:
+        if demo and not _has_deployed_model(settings.registry):
+            if settings.body_scan:
+                # A first run: numba's cache is empty too. The service's kernels compile on the
+                # other core while the demo trains, not in the server (app.kernel_warmup).
+                stack.enter_context(warmup_process())
+            stack.callback(_stop, _publish_demo(settings.registry))
+        stack.enter_context(shared_across_workers(settings.workers))
         uvicorn.run(
             "app.main:create_app",
             factory=True,
@@ -85,13 +97,18 @@ def serve_command(
         )
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _has_deployed_model(registry: Path) -> bool:
     return any(read_current(registry, name) for name in list_models(registry))
 
 
-def _publish_demo(registry: Path) -> None:
+def _publish_demo(registry: Path) -> subprocess.Popen[bytes]:
     """Train on rank.train (early stopping on rank.test) and make it model `demo`'s CURRENT,
-    saying what it does: a first run spends most of its time compiling the numba kernels."""
+    saying what it does: a first run spends most of its time compiling the numba kernels.
+    Returns the process that trains and publishes `demo-items` meanwhile."""
     started = time.monotonic()
     echo_err(f"no model in {registry}: training the demo model on {DEMO_DATA}/rank.train")
     echo_err(
@@ -138,32 +155,28 @@ def _publish_demo(registry: Path) -> None:
         f"published {DEMO_NAME}/{version} ({summary.trees} trees, test NDCG@{params.eval_at} "
         f"{ndcg:.4f}) in {time.monotonic() - started:.0f} s; starting the server"
     )
-    # The id-only example's model trains while the server starts: `demo` answers at once, and
-    # the registry's poll loads `demo-items` when it is published (version directories and
-    # CURRENT are written atomically, so a server stopped meanwhile loses nothing).
-    threading.Thread(
-        target=_publish_demo_items,
-        args=(registry, train, valid, params),
-        name="demo-items",
-        daemon=True,
-    ).start()
+    # The id-only example's model trains while the server starts, in a second process (niced):
+    # `demo` answers at once, and the registry's poll loads `demo-items` when it is published
+    # (version directories and CURRENT are written atomically, so a server stopped meanwhile
+    # loses nothing). In a thread here it held the server's GIL for half a minute.
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer.features.demo",
+            str(registry),
+            str(DEMO_DATA / "rank.train"),
+            str(DEMO_DATA / "rank.test"),
+            params.model_dump_json(),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
 
 
-def _publish_demo_items(registry: Path, train: Any, valid: Any, params: Any) -> None:
-    """`demo-items`: the same data with f21..f300 as item features from the in-process store,
-    so candidates can be sent by id (README, "Candidates by id")."""
-    from app.artifacts.manifest import new_version_id
-    from trainer.features import demo
-
-    version = new_version_id()
-    try:
-        summary = demo.train_demo_items(train, valid, Path(registry) / demo.NAME / version, params)
-    except Exception as exc:  # the demo model serves regardless; say why this one does not
-        echo_err(f"demo-items was not published: {type(exc).__name__}: {exc}")
-        return
-    set_current(registry, demo.NAME, version)
-    ndcg = summary.metrics.get(f"ndcg@{params.eval_at}")
-    echo_err(f"published {demo.NAME}/{version} (item features in-process, test NDCG: {ndcg})")
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.terminate()
+    child.wait()
 
 
 class _DemoProgress(TrainingProgress):

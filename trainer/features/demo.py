@@ -9,6 +9,9 @@ as its in-process snapshot.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -73,3 +76,41 @@ def train_demo_items(
         staged = staging_dir(out)
         result = train_tree_model("native", sourced.train, sourced.valid, params, staged, name=NAME)
         return replace(result, model_dir=attach_sources(staged, out, sourced.plan))
+
+
+def publish(registry: Path, train: RankingDataset, test: RankingDataset, params: Any) -> None:
+    """Train `demo-items` into a new version of `registry` and make it CURRENT, saying so."""
+    from app.artifacts.manifest import new_version_id
+    from app.artifacts.store import set_current
+    from trainer.commands.errors import echo_err
+
+    version = new_version_id()
+    try:
+        summary = train_demo_items(train, test, registry / NAME / version, params)
+    except Exception as exc:  # the demo model serves regardless; say why this one does not
+        echo_err(f"{NAME} was not published: {type(exc).__name__}: {exc}")
+        return
+    set_current(registry, NAME, version)
+    ndcg = summary.metrics.get(f"ndcg@{params.eval_at}")
+    echo_err(f"published {NAME}/{version} (item features in-process, test NDCG: {ndcg})")
+
+
+def main(argv: list[str]) -> None:
+    """`python -m trainer.features.demo REGISTRY TRAIN TEST PARAMS_JSON`: `ltr serve --demo`'s
+    second process, niced so that the server it starts beside comes first."""
+    from trainer.data.loader import load_dataset
+    from trainer.lambdamart.params import LambdaMARTParams
+
+    with contextlib.suppress(AttributeError, OSError):
+        os.nice(10)
+    registry, train_file, test_file, params_json = argv
+    params = LambdaMARTParams.model_validate_json(params_json)
+    train = load_dataset(Path(train_file))
+    test = load_dataset(
+        Path(test_file), num_features=train.num_features, feature_names=train.names()
+    )
+    publish(Path(registry), train, test, params)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,125 @@
+"""The service's compiled kernels (body scan, shed ids, item lookup) compiled in a process of
+their own, before or while the server starts.
+
+With numba's cache empty (a first `make run`, a fresh container), compiling them takes tens
+of seconds (45 s for the body scan alone on a slow 2-vCPU VM), and in the server that work
+holds the worker's GIL in long spurts while the explainer's warm-up and the demo's second
+model want it too: /readyz waited for it 193 s after `make run` began on a fresh clone. A
+second process compiles them on the other core while the demo model trains; the workers then
+load them from numba's on-disk cache (`cache=True`) in a second or two.
+
+The process holds an exclusive `flock` on a lock file for as long as it runs (taken by its
+parent before it starts, so no worker can slip in first); a worker's `BackgroundKernel` waits
+for a shared lock on the same file, named by LTR_KERNEL_WARMUP_LOCK, before it compiles
+(`wait_for_warmup`). Locks go with the process, so a warm-up that dies frees the workers too.
+
+`python -m app.kernel_warmup LOCK_PATH` is that process (its lock arrives as an inherited
+descriptor); it removes the lock file when done, its parent when that did not happen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LOCK_ENV = "LTR_KERNEL_WARMUP_LOCK"
+_FD_ENV = "LTR_KERNEL_WARMUP_FD"
+POLL_SECONDS = 0.1
+# Past this a worker compiles on its own: a warm-up stuck for whatever reason must not keep
+# the compiled paths away for good (compiling twice costs time, never results).
+MAX_WAIT_SECONDS = 600.0
+
+
+@contextlib.contextmanager
+def warmup_process() -> Iterator[subprocess.Popen[bytes]]:
+    """Starts the warm-up process and sets LTR_KERNEL_WARMUP_LOCK for the workers this
+    process starts; on leaving, stops the process if it still runs and removes the lock."""
+    fd, path = tempfile.mkstemp(prefix="ltr-kernel-warmup-", suffix=".lock")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # shared with the child: it holds it from its start
+        child = subprocess.Popen(
+            [sys.executable, "-m", __name__, path],
+            env={**os.environ, _FD_ENV: str(fd)},
+            pass_fds=(fd,),
+            stdout=subprocess.DEVNULL,
+        )
+    except BaseException:
+        os.close(fd)
+        Path(path).unlink(missing_ok=True)
+        raise
+    os.close(fd)  # the lock stays with the child's copy of the descriptor until it exits
+    os.environ[LOCK_ENV] = path
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.terminate()
+        child.wait()
+        os.environ.pop(LOCK_ENV, None)
+        Path(path).unlink(missing_ok=True)
+
+
+def wait_for_warmup(max_wait: float = MAX_WAIT_SECONDS) -> float:
+    """Blocks while a warm-up process named by LTR_KERNEL_WARMUP_LOCK runs; the seconds
+    waited (0 when there is none)."""
+    path = os.environ.get(LOCK_ENV)
+    if not path:
+        return 0.0
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # gone: the warm-up and its parent are done
+        return 0.0
+    started = time.monotonic()
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return time.monotonic() - started
+            except BlockingIOError:
+                if time.monotonic() - started > max_wait:
+                    log.warning("kernel warm-up still running after %.0f s: compiling", max_wait)
+                    return time.monotonic() - started
+                time.sleep(POLL_SECONDS)
+    finally:
+        os.close(fd)
+
+
+def compile_all() -> None:
+    """Compiles (or loads from numba's cache) every kernel the workers compile at start."""
+    from app.api.body_marks import KERNEL as SHED_IDS
+    from app.api.body_scan import KERNEL as BODY_SCAN
+    from app.features.item_lookup import KERNEL as ITEM_LOOKUP
+
+    for kernel in (BODY_SCAN, SHED_IDS, ITEM_LOOKUP):  # the first two are what /readyz awaits
+        started = time.perf_counter()
+        kernel.compile_now()
+        log.info("%s kernel compiled in %.1f s", kernel.name, time.perf_counter() - started)
+
+
+def main(argv: list[str]) -> None:
+    # The inherited descriptor keeps the parent's exclusive lock for this process's lifetime.
+    held = os.environ.get(_FD_ENV)
+    logging.basicConfig(level=logging.INFO, format="kernel warm-up: %(message)s")
+    try:
+        compile_all()
+    finally:
+        if held is not None:
+            # Removed while still locked: a worker that opens it later finds nothing to wait
+            # for, and one already waiting on it is released by the close.
+            with contextlib.suppress(OSError):
+                os.unlink(argv[0])
+            os.close(int(held))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

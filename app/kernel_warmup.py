@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +60,7 @@ def warmup_process() -> Iterator[subprocess.Popen[bytes]]:
         raise
     os.close(fd)  # the lock stays with the child's copy of the descriptor until it exits
     os.environ[LOCK_ENV] = path
+    reap(child)
     try:
         yield child
     finally:
@@ -67,6 +69,12 @@ def warmup_process() -> Iterator[subprocess.Popen[bytes]]:
         child.wait()
         os.environ.pop(LOCK_ENV, None)
         Path(path).unlink(missing_ok=True)
+
+
+def reap(child: subprocess.Popen[bytes]) -> None:
+    """Collects `child`'s exit as soon as it comes, so that it does not stay listed as a
+    defunct process for as long as the server runs."""
+    threading.Thread(target=child.wait, name="reap", daemon=True).start()
 
 
 def wait_for_warmup(max_wait: float = MAX_WAIT_SECONDS) -> float:

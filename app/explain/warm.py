@@ -61,23 +61,27 @@ def _work() -> None:
     _lower_priority()
     while True:
         model, freeze = _pending.get()
-        # /readyz waits for the body scans: their compile (or load from numba's cache) goes
-        # first, not behind this one's, which holds numba's compiler lock and the GIL for
-        # seconds (a first `make run`: 65 s of it beside them).
-        for kernel in (BODY_SCAN, SHED_IDS):
-            kernel.wait_settled(READINESS_KERNELS_WAIT_SECONDS)
-        started = time.perf_counter()
-        try:
-            if warm(model):
-                seconds = time.perf_counter() - started
-                log.info("explainer of %s/%s ready in %.2f s", model.name, model.version, seconds)
-                if freeze and _pending.empty():
-                    # Its tables stay as long as the model; requests are being served, so no
-                    # full collection first (that would be the very pause this avoids).
-                    freeze_long_lived(collect=False)
-        except Exception:  # the next model, and the requests, must not depend on this one
-            log.exception("warming the explainer of %s/%s failed", model.name, model.version)
+        _warm_queued(model, freeze and _pending.empty())
         del model  # not kept alive until the next one arrives
+
+
+def _warm_queued(model: LoadedModel, freeze: bool) -> None:
+    # /readyz waits for the body scans: their compile (or load from numba's cache) goes first,
+    # not behind this one's, which holds numba's compiler lock and the GIL for seconds (a
+    # first `make run`: 65 s of it beside them).
+    for kernel in (BODY_SCAN, SHED_IDS):
+        kernel.wait_settled(READINESS_KERNELS_WAIT_SECONDS)
+    started = time.perf_counter()
+    try:
+        if warm(model):
+            seconds = time.perf_counter() - started
+            log.info("explainer of %s/%s ready in %.2f s", model.name, model.version, seconds)
+            if freeze:
+                # Its tables stay as long as the model; requests are being served, so no full
+                # collection first (that would be the very pause this avoids).
+                freeze_long_lived(collect=False)
+    except Exception:  # the next model, and the requests, must not depend on this one
+        log.exception("warming the explainer of %s/%s failed", model.name, model.version)
 
 
 def _lower_priority() -> None:

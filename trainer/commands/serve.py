@@ -70,7 +70,7 @@ def serve_command(
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options
-    from app.kernel_warmup import warmup_process
+    from app.kernel_warmup import reap, warmup_process
     from app.log_config import log_config
     from app.metrics import shared_across_workers
 
@@ -83,7 +83,9 @@ def serve_command(
                 # A first run: numba's cache is empty too. The service's kernels compile on the
                 # other core while the demo trains, not in the server (app.kernel_warmup).
                 stack.enter_context(warmup_process())
-            stack.callback(_stop, _publish_demo(settings.registry))
+            demo_items = _publish_demo(settings.registry)
+            reap(demo_items)
+            stack.callback(_stop, demo_items)
         stack.enter_context(shared_across_workers(settings.workers))
         uvicorn.run(
             "app.main:create_app",

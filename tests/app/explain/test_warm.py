@@ -26,8 +26,11 @@ def test_explainers_warm_after_the_body_scans_are_loaded(monkeypatch: pytest.Mon
     monkeypatch.setattr(warm, "BODY_SCAN", scans)
     monkeypatch.setattr(warm, "warm", record)
     model = SimpleNamespace(manifest=SimpleNamespace(kind="lambdamart"), name="m", version="v")
-    warm.warm_later(model)  # type: ignore[arg-type]
+    # What the warm-up thread does with each model it is given (its queue is the process's).
+    worker = threading.Thread(target=warm._warm_queued, args=(model, False), daemon=True)
+    worker.start()
     time.sleep(0.3)
     assert not warmed.is_set()
     release.set()
     assert warmed.wait(10)
+    worker.join(10)

@@ -64,9 +64,7 @@ def warmup_process() -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield child
     finally:
-        if child.poll() is None:
-            child.terminate()
-        child.wait()
+        stop(child)
         os.environ.pop(LOCK_ENV, None)
         Path(path).unlink(missing_ok=True)
 
@@ -75,6 +73,13 @@ def reap(child: subprocess.Popen[bytes]) -> None:
     """Collects `child`'s exit as soon as it comes, so that it does not stay listed as a
     defunct process for as long as the server runs."""
     threading.Thread(target=child.wait, name="reap", daemon=True).start()
+
+
+def stop(child: subprocess.Popen[bytes]) -> None:
+    """Terminates `child` if it still runs, and waits for it."""
+    if child.poll() is None:
+        child.terminate()
+    child.wait()
 
 
 def wait_for_warmup(max_wait: float = MAX_WAIT_SECONDS) -> float:

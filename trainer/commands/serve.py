@@ -70,7 +70,7 @@ def serve_command(
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options
-    from app.kernel_warmup import reap, warmup_process
+    from app.kernel_warmup import reap, stop, warmup_process
     from app.log_config import log_config
     from app.metrics import shared_across_workers
 
@@ -85,7 +85,7 @@ def serve_command(
                 stack.enter_context(warmup_process())
             demo_items = _publish_demo(settings.registry)
             reap(demo_items)
-            stack.callback(_stop, demo_items)
+            stack.callback(stop, demo_items)
         stack.enter_context(shared_across_workers(settings.workers))
         uvicorn.run(
             "app.main:create_app",
@@ -173,12 +173,6 @@ def _publish_demo(registry: Path) -> subprocess.Popen[bytes]:
         ],
         stdout=subprocess.DEVNULL,
     )
-
-
-def _stop(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        child.terminate()
-    child.wait()
 
 
 class _DemoProgress(TrainingProgress):

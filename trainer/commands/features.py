@@ -218,6 +218,11 @@ def _load_source(
     path = Path(source)
     if path.is_dir():
         return table_from_version(path)
+    if not path.exists() and not path.suffix:
+        # A bare name is more likely a Redis set than a file that is missing.
+        raise CommandError(
+            f"{source}: no such file or model directory (an item set in Redis is redis:{source})"
+        )
     return read_item_table(path, id_column)
 
 

@@ -149,3 +149,14 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 2 and result.stderr.startswith("error: ")
+
+
+def test_a_bare_set_name_is_pointed_to_its_redis_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["features", "inspect", "cat"])
+    assert result.exit_code == 2
+    assert "redis:cat" in result.stderr and result.stderr.count("\n") == 1
+    missing = CliRunner().invoke(app, ["features", "inspect", "gone.parquet"])
+    assert missing.exit_code == 2 and "redis:" not in missing.stderr

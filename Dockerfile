@@ -24,11 +24,18 @@ COPY trainer ./trainer
 RUN python3 -m venv /opt/pip \
  && python3 -m venv --without-pip /opt/ltr \
  && /opt/pip/bin/pip --python /opt/ltr/bin/python install --prefer-binary ".[serve]"
+# numba's cache of the service's kernels (body scan, shed ids, item lookup), compiled here once
+# for this machine's CPU: `ltr serve` copies it into NUMBA_CACHE_DIR at start, so a new pod loads
+# them in a second instead of compiling for a minute before /readyz (app/numba_cache_seed.py).
+# On another CPU numba compiles as it would have without it.
+# (From /, not /src: the installed package, whose paths numba keys the cache by.)
+RUN cd / && NUMBA_CACHE_DIR=/opt/ltr/numba-seed /opt/ltr/bin/python -m app.kernel_warmup
 
 FROM ${PYTHON_IMAGE} AS serve
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/ltr/bin:$PATH \
     LTR_REGISTRY=/registry LTR_HOST=0.0.0.0 LTR_PORT=8000 LTR_PROBE_PORT=8001 LTR_WORKERS=2 \
-    LTR_COMPILED_CACHE_DIR=/tmp/ltr-compiled NUMBA_CACHE_DIR=/tmp/numba-cache
+    LTR_COMPILED_CACHE_DIR=/tmp/ltr-compiled NUMBA_CACHE_DIR=/tmp/numba-cache \
+    LTR_NUMBA_CACHE_SEED=/opt/ltr/numba-seed
 RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin ltr \
  && mkdir -p /registry && chown ltr:ltr /registry
 COPY --from=build /opt/ltr /opt/ltr

@@ -7,11 +7,13 @@ import uvicorn
 from app.api.http_protocol import uvicorn_options
 from app.log_config import log_config
 from app.metrics import shared_across_workers
+from app.numba_cache_seed import seed_numba_cache
 from app.settings import Settings
 
 
 def main() -> None:
     settings = Settings()
+    seed_numba_cache(settings.numba_cache_seed)
     with shared_across_workers(settings.workers):
         uvicorn.run(
             "app.main:create_app",

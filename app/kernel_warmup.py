@@ -14,7 +14,8 @@ for a shared lock on the same file, named by LTR_KERNEL_WARMUP_LOCK, before it c
 (`wait_for_warmup`). Locks go with the process, so a warm-up that dies frees the workers too.
 
 `python -m app.kernel_warmup LOCK_PATH` is that process (its lock arrives as an inherited
-descriptor); it removes the lock file when done, its parent when that did not happen.
+descriptor); it removes the lock file when done, its parent when that did not happen. Without
+LOCK_PATH it only compiles: the serve image bakes numba's cache that way (app.numba_cache_seed).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def main(argv: list[str]) -> None:
     try:
         compile_all()
     finally:
-        if held is not None:
+        if held is not None and argv:
             # Removed while still locked: a worker that opens it later finds nothing to wait
             # for, and one already waiting on it is released by the close.
             with contextlib.suppress(OSError):

@@ -18,6 +18,9 @@ class Settings(BaseSettings):
     reload_poll_seconds: Annotated[float, Field(ge=0)] = 5.0  # filesystem poll; 0 = off
     admin_token: str | None = None  # POST /admin/reload is refused without it
     compiled_cache_dir: Path | None = None  # where compiled scorers are cached, if anywhere
+    # A numba cache of the service's kernels made when the image was built, copied into
+    # NUMBA_CACHE_DIR at start (app.numba_cache_seed); unset: compiled at start if not cached.
+    numba_cache_seed: Path | None = None
 
     # Server
     host: str = "127.0.0.1"

@@ -282,3 +282,18 @@ def test_readme_quick_start_names_the_two_make_targets() -> None:
         assert re.search(rf"^{target}:", makefile, re.M)
     ci = (ROOT / ".ci" / "run").read_text()
     assert shlex.split(ci.strip().splitlines()[-1]) == ["exec", "make", "test"]
+
+
+def test_the_serve_image_bakes_numbas_cache_and_seeds_it_at_start() -> None:
+    stages = dockerfile_stages()
+    bake = re.search(
+        r"^RUN cd / && NUMBA_CACHE_DIR=(\S+) /opt/ltr/bin/python -m app\.kernel_warmup$",
+        stages["build"],
+        re.M,
+    )
+    assert bake is not None, "the build stage compiles the kernels into the image"
+    # Baked inside the virtualenv that the serve stage copies whole, named by the setting.
+    assert bake.group(1).startswith("/opt/ltr/")
+    env_keys = dict(re.findall(r"(\w+)=(\S+)", stages["serve"]))
+    assert env_keys["LTR_NUMBA_CACHE_SEED"] == bake.group(1)
+    assert env_keys["NUMBA_CACHE_DIR"].startswith("/tmp/")  # writable under the k8s emptyDir

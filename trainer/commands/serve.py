@@ -73,6 +73,9 @@ def serve_command(
     from app.kernel_warmup import reap, stop, warmup_process
     from app.log_config import log_config
     from app.metrics import shared_across_workers
+    from app.numba_cache_seed import seed_numba_cache
+
+    seed_numba_cache(settings.numba_cache_seed)
 
     # uvicorn ends a SIGTERM by raising it again once the server has stopped: as an exception,
     # not the default action, so the demo's processes below are stopped too.

@@ -127,7 +127,7 @@ def main(argv: list[str]) -> None:
     try:
         compile_all()
     finally:
-        if held is not None and argv:
+        if held is not None:
             # Removed while still locked: a worker that opens it later finds nothing to wait
             # for, and one already waiting on it is released by the close.
             with contextlib.suppress(OSError):

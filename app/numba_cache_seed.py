@@ -36,7 +36,10 @@ def seed(baked: Path, cache: Path) -> int:
         if target.exists():
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)  # numba reads the index's own stamp, not the file's
+        # Whole or not at all: another server starting on the same host may be reading it.
+        partial = target.with_name(f".{target.name}.{os.getpid()}.part")
+        shutil.copyfile(source, partial)
+        os.replace(partial, target)
         copied += 1
     return copied
 

@@ -40,14 +40,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 import orjson
 import psutil
 import uvloop
 
+from bench import overload_cpu
 from bench.bench_service import N_FEATURES, _write, payload, train_model
+from bench.overload_cpu import CpuUse
 from tests.support.redis_server import free_port
 from tests.support.uvicorn_server import UvicornServer
 
@@ -245,14 +247,7 @@ def rss_mb(pid: int) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process and its children (the workers)."""
-    total = 0.0
-    with contextlib.suppress(psutil.Error):
-        root = psutil.Process(pid)
-        for proc in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                times = proc.cpu_times()
-                total += times.user + times.system
-    return total
+    return CpuUse.now(pid).server
 
 
 class _Sampler:
@@ -353,8 +348,9 @@ class Phase:
     probes: list[float] = field(default_factory=list)
     rss: tuple[float, float, float] = (float("nan"),) * 3
     port_probes: list[float] = field(default_factory=list)  # /livez on LTR_PROBE_PORT
-    # CPU seconds used during the phase by the server's processes and by this load generator.
-    cpu: tuple[float, float] = (float("nan"),) * 2
+    # CPU seconds used during the phase by the server's processes (and their main threads:
+    # the event loops) and by this load generator.
+    cpu: CpuUse = field(default_factory=lambda: CpuUse(math.nan, math.nan, math.nan))
     # The most connections seen waiting in the listening socket's accept queue (None: unread).
     accept_queue: int | None = None
 
@@ -388,7 +384,7 @@ class Phase:
             f"{np.percentile(probes, 50):.1f} / {np.percentile(probes, 99):.1f} / "
             f"{probes.max():.1f} | {_spread(self.port_probes)} | "
             f"{self.rss[0]:.0f} / {self.rss[1]:.0f} / {self.rss[2]:.0f} | "
-            f"{self.cpu[0]:.1f} / {self.cpu[1]:.1f} | {self.send_lag()} | "
+            f"{self.cpu.server:.1f} / {self.cpu.client:.1f} | {self.send_lag()} | "
             f"{'n/a' if self.accept_queue is None else self.accept_queue} |"
         )
 
@@ -419,10 +415,10 @@ async def measured(name: str, server: UvicornServer, seconds: float, load: Any) 
     for started in (probe, port_probe):
         if started is not None:
             go(started)
-    server_cpu, client_cpu = cpu_seconds(pid), time.process_time()
+    before_cpu = CpuUse.now(pid)
     with RssSampler(pid) as sampler, AcceptQueueSampler(server.port) as accepts:
         answers = await load
-    cpu = (cpu_seconds(pid) - server_cpu, time.process_time() - client_cpu)
+    cpu = CpuUse.now(pid) - before_cpu
     probes = probe_result(probe)
     port_probes = [] if port_probe is None else probe_result(port_probe)
     await asyncio.sleep(1.0)
@@ -430,11 +426,20 @@ async def measured(name: str, server: UvicornServer, seconds: float, load: Any) 
     return Phase(name, seconds, answers, probes, rss, port_probes, cpu, accepts.peak)
 
 
-async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[float, list[str]]:
+class Ladder(NamedTuple):
+    rate: float  # the sustainable rate, req/s (0: not even the first step)
+    notes: list[str]  # each step's outcome
+    cost: tuple[CpuUse, int]  # the CPU the highest passing step used and its answers
+
+
+async def sustainable_rate(
+    port: int, body: bytes, seconds: float, pid: int | None = None
+) -> Ladder:
     """The highest ladder rate whose p99 stays under the budget with every answer scored,
     after a warm-up at the first rate (a fresh worker's first requests are slower, and at the
-    lowest rate one of them is the p99)."""
+    lowest rate one of them is the p99). With the server's `pid`, what its steps' CPU was."""
     best, notes = 0.0, []
+    cost = (CpuUse(0.0, 0.0, 0.0), 0)
     await open_loop(port, body, LADDER[0], seconds)
     for rate in LADDER:
         passed = False
@@ -442,7 +447,9 @@ async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[floa
         # shared machine (another process's burst) should not decide the capacity, and a rate
         # beyond it fails twice.
         for attempt in range(2):
+            before = CpuUse.now(pid) if pid is not None else None
             answers = await open_loop(port, body, rate, seconds)
+            used = CpuUse.now(pid) - before if pid is not None and before is not None else None
             lat = np.array([a.latency for a in answers]) * 1000
             scored = sum(a.scored for a in answers) / max(len(answers), 1)
             p99 = float(np.percentile(lat, 99)) if lat.size else float("inf")
@@ -455,8 +462,10 @@ async def sustainable_rate(port: int, body: bytes, seconds: float) -> tuple[floa
         if not passed:
             break
         best = rate
+        if used is not None:
+            cost = (used, len(answers))
         await asyncio.sleep(0.5)
-    return best, notes
+    return Ladder(best, notes, cost)
 
 
 async def settled(port: int, timeout: float = 30.0) -> None:
@@ -509,6 +518,26 @@ def serve(registry: Path, workers: int, **env: str) -> UvicornServer:
     return server.wait_ready(timeout=600)  # compiling 500 trees is slow on a loaded machine
 
 
+class Config(NamedTuple):
+    name: str
+    rate: float  # sustainable, req/s: measured, or another configuration's
+    notes: list[str]
+    phases: list[Phase]  # 200 closed-loop clients, then 3x
+    workers: int
+    ladder_cost: tuple[CpuUse, int] | None = None  # its ladder's (None: not measured)
+
+    def needs(self) -> overload_cpu.Needs | None:
+        """What 90 % at 3x asks of the CPU, from this configuration's own measurements."""
+        if self.ladder_cost is None:
+            return None
+        answers = self.phases[-1].answers
+        scored = sum(1 for a in answers if a.scored)
+        unscored = sum(1 for a in answers if a.status == 200 and not a.scored)
+        last = self.phases[-1]
+        phase = (last.cpu, scored, unscored, last.seconds)
+        return overload_cpu.needs(self.rate, self.workers, self.ladder_cost, phase)
+
+
 async def overload_config(
     registry: Path,
     name: str,
@@ -517,15 +546,19 @@ async def overload_config(
     quick: bool,
     rate_hint: float,
     ladder: bool = True,
-) -> tuple[str, float, list[str], list[Phase]]:
+) -> Config:
     """`ladder`: measure this configuration's sustainable rate; else overload at 3x
     `rate_hint` (another configuration's: the same capacity) after a short warm-up."""
     body = request_body(N_CANDIDATES)
     server = serve(registry, workers, **env)
+    assert server.proc is not None
+    ladder_cost = None
     try:
         step = 2.0 if quick else 4.0
         if ladder:
-            rate, notes = await sustainable_rate(server.port, body, step)
+            rate, notes, ladder_cost = await sustainable_rate(
+                server.port, body, step, server.proc.pid
+            )
         else:
             await open_loop(server.port, body, LADDER[0], step)
             rate, notes = rate_hint, ["the first configuration's, not measured again"]
@@ -550,7 +583,7 @@ async def overload_config(
         phases = [closed, opened]
     finally:
         server.stop()
-    return name, rate, [*notes, recovery], phases
+    return Config(name, rate, [*notes, recovery], phases, workers, ladder_cost)
 
 
 RECOVERY_CLIENTS, RECOVERY_S, RECOVERY_WINDOW_S = 4, 3.0, 0.25
@@ -593,7 +626,7 @@ async def small_requests(root: Path, quick: bool) -> list[str]:
             if phases:  # the second kind: warmed up, then the first kind's rate
                 await open_loop(server.port, body, LADDER[0], step)
             else:
-                rate, notes = await sustainable_rate(server.port, body, step)
+                rate, notes, _ = await sustainable_rate(server.port, body, step)
             overload = SMALL_OVERLOAD * (rate or 100.0)
             load = open_loop(server.port, body, overload, seconds)
             label = f"{name}: open loop {overload:.0f}/s"
@@ -810,7 +843,7 @@ TABLE_HEAD = [
 
 
 def render(
-    configs: list[tuple[str, float, list[str], list[Phase]]],
+    configs: list[Config],
     hostile: list[str],
     redis: list[str],
     quick: bool,
@@ -839,12 +872,12 @@ def render(
         "answer scored; a step that fails is run once more once the worker has settled):",
         "",
     ]
-    for name, rate, notes, _ in configs:
-        lines.append(f"- {name}: **{rate:.0f} req/s** ({'; '.join(notes)})")
+    for config in configs:
+        lines.append(f"- {config.name}: **{config.rate:.0f} req/s** ({'; '.join(config.notes)})")
     lines += ["", *TABLE_HEAD]
-    for _, rate, _, phases in configs:
-        for phase in phases:
-            lines.append(phase.row(rate))
+    for config in configs:
+        for phase in config.phases:
+            lines.append(phase.row(config.rate))
     lines += [
         "",
         "Goodput counts answers fully scored within the budget. Latencies count from when "
@@ -862,6 +895,7 @@ def render(
         "`LTR_ACCEPT_GREEDILY=false`, the server uvloop makes, which accepts one connection "
         "per turn of the event loop (libuv 1.45 and later); by default the service accepts "
         "every waiting connection, up to 128 per turn (app/accept_loop.py).",
+        *_needs_lines(configs),
     ]
     if small:
         lines += ["", "### Small requests (1 worker)", "", *small]
@@ -885,6 +919,33 @@ def render(
     return "\n".join(lines)
 
 
+def _needs_lines(configs: list[Config]) -> list[str]:
+    """What 90 % at 3x asks of this machine's CPU, for the configurations whose ladder ran."""
+    cpus = os.cpu_count() or 1
+    rows = []
+    for config in configs:
+        needs = config.needs()
+        if needs is not None:
+            rows.append(needs.row(config.name, config.rate, cpus))
+    if not rows:
+        return []
+    return [
+        "",
+        "What 90 % of the sustainable rate scored at 3x asks of this machine's CPU, from the "
+        "CPU each kind of answer took in this run (bench/overload_cpu.py): a scored answer's "
+        "on the ladder's highest passing step, an unscored one's in the 3x phase less its "
+        "scored answers, the load generator's (on the same cores) per request sent at 3x. "
+        "The costs were measured at lower load than 3x, where the cores and caches are less "
+        "contended. Where it is more than the machine has, no admission policy meets the "
+        "target on this machine; "
+        "below it, one thread can still saturate first: each worker's event loop, whose CPU "
+        "in the 3x phase is beside (its waits for the GIL not counted).",
+        "",
+        *overload_cpu.TABLE_HEAD,
+        *rows,
+    ]
+
+
 def model(kind: str) -> tuple[Any, str]:
     """The benchmark model and how to describe it."""
     if kind == "lightgbm":
@@ -906,7 +967,7 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
     configs = []
     first = await overload_config(root, "budget on, 1 worker", 1, {}, quick, 10.0)
     configs.append(first)
-    hint = first[1] or 10.0
+    hint = first.rate or 10.0
     if FEATURES_AS == "names":
         configs.append(await overload_config(root, "budget on, 2 workers", 2, {}, quick, 2 * hint))
         return render(configs, [], [], quick, load, described)
@@ -948,7 +1009,7 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
             2,
             lanes,
             quick,
-            configs[2][1] or 2 * hint,
+            configs[2].rate or 2 * hint,
             False,
         )
     )
@@ -959,7 +1020,7 @@ async def run(quick: bool, kind: str, overload_only: bool = False) -> str:
             root, "uvloop's own accept, 1 worker", 1, one_accept, quick, hint, False
         )
     )
-    two = configs[2][1] or 2 * hint
+    two = configs[2].rate or 2 * hint
     configs.append(
         await overload_config(
             root, "uvloop's own accept, 2 workers", 2, one_accept, quick, two, False

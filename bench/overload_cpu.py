@@ -1,21 +1,22 @@
 """What the overload targets ask of the machine's CPU, from what one run of bench_overload
 measured on it.
 
-Goodput at k times the sustainable rate S (bench_overload: k = 3, target 90 %) means scoring
-0.9 S requests a second and answering the other (k - 0.9) S unscored, while the load generator,
-which shares the cores here, sends k S. With the CPU each kind of answer costs, measured in the
-same run (a scored one on the ladder's highest passing step, where every answer is scored; an
-unscored one from the overload phase, less what its scored answers cost), the target needs
+A phase answered at R answers a second with 90 % of the sustainable rate S scored needs
 
-    cores = 0.9 S c_scored + (k - 0.9) S c_unscored + k S c_generator
+    cores = 0.9 S c_scored + (R - 0.9 S) c_unscored + R c_generator
 
-of the machine. Where that is more than the machine has, no admission policy meets the
-target here. The costs are measured at lower load than 3x, and contention for the cores and
-their caches only raises them (save for the split of a large request's rows over two threads,
-tens of microseconds, which a shedding worker gives up). Below it, one thread can still be what
-saturates: each worker's event loop (the HTTP stack, admission and shedding run there, and
-under overload it holds the GIL most of the time), whose CPU in the 3x phase is reported
-beside.
+where the load generator shares the machine's cores (as here). In the open loop at 3x,
+R = 3 S. With 200 closed-loop clients, every answer within the budget + 20 ms means
+R >= 200 / 0.12 s = 1,667 (Little's law: each client waits for its answer before sending
+again). The costs come from the same run: a scored answer's from the ladder's highest passing
+step, where every answer is scored; an unscored one's from the phase, less what its scored
+answers cost; the generator's per request it sent in the phase. Where the sum is more than
+the machine has, no admission policy meets the target here. The costs are measured at lower
+load than the phase's, and contention for the cores and their caches only raises them (save
+for the split of a large request's rows over two threads, tens of microseconds, which a
+shedding worker gives up). Below it, one thread can still be what saturates: each worker's
+event loop (the HTTP stack, admission and shedding run there, and under overload it holds the
+GIL most of the time), whose CPU in the phase is reported beside.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 
 import psutil
 
-OVERLOAD = 3.0  # k
 TARGET_SHARE = 0.9
 
 
@@ -68,51 +68,59 @@ def _main_thread_seconds(proc: psutil.Process) -> float:
 
 @dataclass(frozen=True)
 class Needs:
-    """What TARGET_SHARE of S at OVERLOAD x S asks for, and how busy the event loops were."""
+    """What scoring TARGET_SHARE of S asks for while a phase is answered at `rate`, and how
+    busy the event loops were in it."""
 
+    rate: float  # answers a second the phase asks for
     scored: float  # server CPU seconds per scored answer
     unscored: float  # per unscored answer (shed or over budget)
     generator: float  # the load generator's per request sent
     cores: float  # what the target needs of the machine, the load generator's included
-    loops_busy: float  # the 3x phase's event-loop threads: CPU over its length, per worker
+    loops_busy: float  # the phase's event-loop threads: CPU over its length, per worker
 
     def row(self, name: str, sustainable: float, cpus: int) -> str:
         verdict = "no: more CPU than the machine has" if self.cores > cpus else "not ruled out"
         return (
-            f"| {name} | {sustainable:.0f} | {1000 * self.scored:.2f} | "
+            f"| {name} | {self.rate:,.0f} | {sustainable:.0f} | {1000 * self.scored:.2f} | "
             f"{1000 * self.unscored:.2f} | {1000 * self.generator:.2f} | "
             f"**{self.cores:.2f}** of {cpus} | {self.loops_busy:.2f} | {verdict} |"
         )
 
 
 TABLE_HEAD = [
-    "| configuration | sustainable req/s (S) | server CPU ms per scored answer "
-    "| per unscored answer at 3x | load generator per request at 3x "
-    "| cores 90 % at 3x needs | each event loop's thread busy at 3x (of one core) "
+    "| phase | answers a second it asks for | sustainable req/s (S) "
+    "| server CPU ms per scored answer | per unscored answer | load generator per request "
+    "| cores the target needs | each event loop's thread busy (of one core) "
     "| can the target be met here? |",
-    "|---|---|---|---|---|---|---|---|",
+    "|---|---|---|---|---|---|---|---|---|",
 ]
+
+
+def closed_loop_rate(clients: int, bound_s: float) -> float:
+    """Little's law: clients that each wait for their answer, for at most bound_s, are
+    answered at least clients / bound_s times a second."""
+    return clients / bound_s
 
 
 def needs(
     sustainable: float,
     workers: int,
     ladder: tuple[CpuUse, int],
-    overload: tuple[CpuUse, int, int, float],
+    phase: tuple[CpuUse, int, int, float],
+    rate: float,
 ) -> Needs | None:
     """ladder: the CPU used by the highest passing step and its answers (all scored);
-    overload: the CPU used by the 3x phase, its scored and unscored answers, its seconds.
-    None when either has nothing to divide by."""
+    phase: the CPU used by an overload phase, its scored and unscored answers, its seconds;
+    rate: the answers a second that phase asks for. None when there is nothing to divide by."""
     used, answered = ladder
-    phase, scored_n, unscored_n, seconds = overload
+    cpu, scored_n, unscored_n, seconds = phase
     if sustainable <= 0 or answered == 0 or unscored_n == 0 or seconds <= 0:
         return None
     scored = used.server / answered
-    unscored = max(phase.server - scored_n * scored, 0.0) / unscored_n
-    generator = phase.client / (scored_n + unscored_n)
+    unscored = max(cpu.server - scored_n * scored, 0.0) / unscored_n
+    generator = cpu.client / (scored_n + unscored_n)
     good = TARGET_SHARE * sustainable
-    rest = (OVERLOAD - TARGET_SHARE) * sustainable
-    cores = good * scored + rest * unscored + OVERLOAD * sustainable * generator
+    cores = good * scored + max(rate - good, 0.0) * unscored + rate * generator
     if not math.isfinite(cores):
         return None
-    return Needs(scored, unscored, generator, cores, phase.loops / seconds / workers)
+    return Needs(rate, scored, unscored, generator, cores, cpu.loops / seconds / workers)

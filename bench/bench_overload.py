@@ -494,6 +494,19 @@ PROBE_PORTS: dict[int, int] = {}  # service port -> its LTR_PROBE_PORT
 
 
 def serve(registry: Path, workers: int, **env: str) -> UvicornServer:
+    """A started `ltr serve`, ready. A free port found can be taken before the server binds
+    it (the load generator's thousands of connections draw from the same ephemeral range):
+    then again on other ports."""
+    for attempt in range(3):
+        try:
+            return _serve_once(registry, workers, env)
+        except RuntimeError as exc:
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _serve_once(registry: Path, workers: int, env: dict[str, str]) -> UvicornServer:
     port = free_port()
     command = [
         sys.executable,

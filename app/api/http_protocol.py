@@ -293,10 +293,10 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             self._linger_timer.cancel()
         super().connection_lost(exc)
         # The flow control and the lingering close refer back to this protocol: cycles that
-        # only the garbage collector frees. 2,000 slow clients cut off every 5 s left 30,000
-        # objects a full collection had to free, a 20-60 ms pause every few seconds, in which
-        # every request waited (a valid request's p99 3-4x idle under bench_overload's hostile
-        # clients); broken here, each connection is freed as it goes.
+        # only the garbage collector frees. 2,000 slow clients cut off every 5 s left ~28,000
+        # objects for each full collection to free, a 20-60 ms pause of the event loop every
+        # few seconds (bench_overload's hostile clients); broken here, each connection is
+        # freed as it goes.
         if isinstance(self.flow, _LaneFlow):
             self.flow.detach()
         if self.cycle is not None and isinstance(self.cycle.transport, _LingeringClose):

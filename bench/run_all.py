@@ -17,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SUMMARY = RESULTS / "summary.md"  # the hand-checked headline table, kept beside the details
+# Every figure the summary has shown, run by run, as first recorded: BENCHMARKS.md's last section.
+SUMMARY_HISTORY = RESULTS / "summary_history.md"
 # (results file, command that writes it), in the order BENCHMARKS.md shows them.
 BENCHES: list[tuple[str, list[str]]] = [
     ("lambdamart.md", ["bench.bench_lambdamart", "--write"]),
@@ -74,6 +76,8 @@ def assemble() -> Path:
                 "#" + line if line.startswith("#") else line for line in text.splitlines()
             )
             parts.append(text + "\n")
+    if SUMMARY_HISTORY.is_file():
+        parts.append(SUMMARY_HISTORY.read_text())
     out = ROOT / "BENCHMARKS.md"
     out.write_text("\n".join(parts))
     return out

@@ -3,9 +3,9 @@
 Admission counts a body's candidates before it is parsed, and a shed request's answer needs
 its ids without parsing it (app.api.retrieval_order): both start from the same positions, so
 one pass finds them and both read them: compiled (app.api.marks_kernel, 32 bytes at a time,
-holding the GIL; numba's app.api.ids_kernel.find_marks where that cannot be compiled), or
-vectorised until that is compiled. A body of 1,000 candidates x 136
-features (954 KB) holds about 10,000 such bytes; the compiled pass took 0.35 ms against 0.46 ms
+the GIL given up once for the pass; numba's app.api.ids_kernel.find_marks where that cannot be
+compiled), or vectorised until that is compiled. A body of 1,000 candidates x 136 features
+(954 KB) holds about 10,000 such bytes; the compiled pass took 0.35 ms against 0.46 ms
 for numpy's five passes alone, and 0.35 against 4.4 ms beside a busy thread (each numpy pass
 gives the GIL up).
 

@@ -94,10 +94,8 @@ def _is_mark(byte: int) -> bool:
     return byte == _QUOTE or (byte & 0xD9) == 0x59
 
 
-# Not nogil: it runs on the event loop's thread for every /rerank body, and giving the GIL up
-# would mean waiting to take it back behind whichever thread took it (the five numpy passes it
-# replaces gave it up five times: 32 ms beside a busy thread, docs/OPERATIONS.md).
-@njit(cache=True)
+# Without the GIL, as the vector pass it stands in for (app.api.marks_kernel says why).
+@njit(cache=True, nogil=True)
 def find_marks(data: np.ndarray, out: np.ndarray) -> int:
     """app.api.body_marks.BodyMarks.of's marks: the offsets of data's (uint8 [n_bytes]) quotes
     and brackets, ascending, written to out (int64); how many, or -1 when out is too short.

@@ -101,9 +101,16 @@ def ir() -> str:
     return _pass_ir(_NAME, "", "", "", block, "  %result = add i64 %k, 0")
 
 
-# PYFUNCTYPE keeps the GIL: the pass runs on the event loop's thread, where giving the GIL up
-# means waiting for it again behind a busy thread (see app.scoring.compiled).
-_ENTRY = ctypes.PYFUNCTYPE(
+# Both passes give the GIL up (CFUNCTYPE). They run on the event loop's thread for every large
+# /rerank body (admission's row count, a shed answer's ids), and under overload the request
+# threads' decodes and scorings wait for the GIL between their native calls: at 3x on one
+# worker (1,000-candidate bodies; the loop's thread 0.9 busy, ~0.45 of a core idle), 88 req/s
+# were scored within budget with both holding it, 103 with the structure pass giving it up (7
+# alternating pairs) and 113 with both (4 pairs), and a third as many answers came past
+# budget + 20 ms (BENCHMARKS.md). Taking it back costs the loop at most a switch interval
+# (LTR_GIL_SWITCH_INTERVAL_MS) per pass; the numpy passes these replaced gave it up five times
+# per body.
+_ENTRY = ctypes.CFUNCTYPE(
     ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64
 )
 
@@ -181,7 +188,7 @@ def structure_ir() -> str:
     return _pass_ir(_STRUCTURE, params, entry, state, "\n".join(lines), exit_value)
 
 
-_STRUCTURE_ENTRY = ctypes.PYFUNCTYPE(
+_STRUCTURE_ENTRY = ctypes.CFUNCTYPE(
     ctypes.c_int64,
     ctypes.c_void_p,
     ctypes.c_int64,

@@ -3,6 +3,9 @@ and by numpy until that is compiled)."""
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -139,6 +142,40 @@ def test_the_compiled_passes_find_every_mark_and_report_a_short_buffer(
     room = np.empty(expected.size, dtype=np.int64)
     assert find_marks(data, room) == expected.size
     np.testing.assert_array_equal(room, expected)
+
+
+@pytest.mark.parametrize(
+    "scan",
+    [_VECTOR_PASS, marks_kernel.compile_find_structure(), ids_kernel.find_marks],
+    ids=["marks", "structure", "numba"],
+)
+def test_the_passes_give_the_gil_up_while_they_run(scan: Any) -> None:
+    """They run on the event loop's thread for every large body, and under overload the request
+    threads' decodes and scorings wait for the GIL meanwhile (app.api.marks_kernel)."""
+    data = np.full(32 * 2**20, ord("1"), dtype=np.uint8)  # no marks: milliseconds of scanning
+    out = np.empty(16, dtype=np.int64)
+    assert scan(data, out) == 0  # compiled now, not while counting
+    counted = [0]
+    stop = threading.Event()
+
+    def count() -> None:
+        while not stop.is_set():
+            counted[0] += 1
+
+    interval = sys.getswitchinterval()
+    # Longer than the scan: holding the GIL, this thread would not be made to give it up.
+    sys.setswitchinterval(0.5)
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        time.sleep(0.01)  # the counter counts; this thread then waits to take the GIL back
+        before = counted[0]
+        scan(data, out)
+        assert counted[0] > before
+    finally:
+        stop.set()
+        counter.join()
+        sys.setswitchinterval(interval)
 
 
 @given(st.integers(0, 200), st.integers(0, 96))

@@ -636,7 +636,7 @@ async def recovered(port: int, body: bytes) -> str:
 async def small_requests(root: Path, quick: bool) -> list[str]:
     """100-candidate requests on 1 worker: the sustainable rate, then SMALL_OVERLOAD x it in
     an open loop, with the service's accept (every waiting connection per turn) and with
-    uvloop's own (one per turn)."""
+    uvloop's own (one per turn); with the service's, then CLOSED_CLIENTS closed-loop clients."""
     body = request_body(SMALL_CANDIDATES)
     seconds, step = (8.0, 2.0) if quick else (20.0, 4.0)
     rate, notes, phases = 0.0, ["not measured"], []
@@ -653,13 +653,19 @@ async def small_requests(root: Path, quick: bool) -> list[str]:
             load = open_loop(server.port, body, overload, seconds)
             label = f"{name}: open loop {overload:.0f}/s"
             phases.append(await measured(label, server, seconds, load))
+            if len(phases) == 1:  # the default: also as many closed-loop clients as above
+                await settled(server.port)
+                closed = closed_loop(server.port, body, CLOSED_CLIENTS, seconds)
+                label = f"{name}: {CLOSED_CLIENTS} closed-loop clients"
+                phases.append(await measured(label, server, seconds, closed))
         finally:
             server.stop()
     lines = [
         f"Sustainable rate of {SMALL_CANDIDATES}-candidate requests "
         f"({len(body) / 1000:,.0f} KB), 1 worker, the service's accept: **{rate:.0f} req/s** "
         f"({'; '.join(notes)}). Then {SMALL_OVERLOAD}x that rate for {seconds:.0f} s on a "
-        "fresh worker of each kind (the load generator cannot send 3x this rate):",
+        "fresh worker of each kind (the load generator cannot send 3x this rate), and "
+        f"{CLOSED_CLIENTS} closed-loop clients on the first:",
         "",
         *TABLE_HEAD,
         *(phase.row(rate) for phase in phases),

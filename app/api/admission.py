@@ -70,6 +70,16 @@ GROWTH = 0.1  # gradient: at most this share of a request's rows added per fast 
 # more (BENCHMARKS.md). Counting from the probe's end instead scored less at 3x.
 PROBE_INTERVAL_S = 0.1
 EARLY_REFUSAL_WINDOW_S = 0.05  # 503 mode: refuse unread while the last shed is this recent
+# Requests parsed and scored on the event loop are admitted together in one turn of the loop
+# while their estimated work fits in this share of the budget beyond the loop's lag: with many
+# clients a turn reads many requests, and one admission per turn left most of each turn to its
+# shed answers. Side by side (100 candidates, 1 worker, 2 vCPUs, alternating runs), scored
+# within budget: 64 closed-loop clients (wrk) 589-636 against 357-378 req/s, 200 of them
+# 36-95 against 1-2, an open loop at 1,300/s 901-973 against 802-825 (0-0.2 % of answers past
+# budget + 20 ms against none) and at 1,000/s all (p50 2 ms against 27 ms, queued one per
+# turn). A quarter of the budget scored 257-305 req/s with 200 clients but answered 0.8-1.4 %
+# of them past budget + 20 ms (0.1-0.9 % before); a sixteenth gained nothing with 200.
+TURN_ROOM_SHARE = 0.125
 # While shedding, requests up to this many rows are still scored inline: ~0.3 ms of a 500-tree
 # model, less than a hand-back to a busy loop costs them.
 CROWDED_INLINE_MAX_ROWS = 128
@@ -146,6 +156,7 @@ class _Waiter:
     rows: int
     seconds: float  # its estimated service time
     future: asyncio.Future[None]
+    on_loop: bool  # parsed and scored on the event loop's thread (a small request)
 
 
 @dataclass
@@ -178,6 +189,10 @@ class AdmissionController:
     core_beside_loop: bool = field(default=True, init=False)
     # The loop that admitted a request in its current turn (None: none did).
     _turn_loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    # The estimated work of the requests admitted in the current turn, all served on the loop
+    # (inf once one served off it is), and how much a turn may admit (see acquire).
+    _turn_work: float = field(default=0.0, init=False)
+    _turn_room: float = field(default=0.0, init=False)
     # Called when rows are given back: the reception lanes' fresh lane waits for room
     # (app.api.reception_lanes).
     room_freed: Callable[[], None] = field(default_factory=lambda: _nothing, init=False)
@@ -261,6 +276,24 @@ class AdmissionController:
         """Whether a request was admitted in this turn of the running loop."""
         return self._turn_loop is not None and self._turn_loop is _running_loop()
 
+    def _turn_full(self, seconds: float, on_loop: bool) -> bool:
+        """Whether this turn of the loop has no room left for a request of `seconds`."""
+        if not self._turn_taken():
+            return False
+        return not on_loop or self._turn_work + seconds > self._turn_room
+
+    def on_loop(self, rows: int, size: int) -> bool:
+        """Whether a request of `rows` and a body of `size` bytes is parsed and scored on the
+        event loop's thread (Slot.parses_here and Slot.inline_max_rows, for any company)."""
+        return size < self.settings.parse_off_loop_min_bytes and rows <= self.inline_rows(
+            self.shedding and self.core_beside_loop
+        )
+
+    def inline_rows(self, crowded: bool) -> int:
+        """Up to how many rows a request is scored on the event loop's thread (Slot's)."""
+        inline = self.settings.inline_scoring_max_rows
+        return min(inline, CROWDED_INLINE_MAX_ROWS) if crowded else inline
+
     def serving_only(self, rows: int) -> bool:
         """Whether the rows admitted are one request's `rows` alone, none waiting (False
         without admission control: nothing is counted then)."""
@@ -269,8 +302,10 @@ class AdmissionController:
     def _within_limit(self, rows: int) -> bool:
         return self.in_flight == 0 or self.in_flight + rows <= self.limit
 
-    def _fits(self, rows: int) -> bool:
-        return not self._turn_taken() and self._within_limit(rows)
+    def _fits(self, waiter: _Waiter) -> bool:
+        return not self._turn_full(waiter.seconds, waiter.on_loop) and self._within_limit(
+            waiter.rows
+        )
 
     async def acquire(self, rows: int, budget: Budget, body: bytes) -> float:
         """Admit `rows`; the admission time. Raises Shed when the budget cannot be met."""
@@ -283,13 +318,17 @@ class AdmissionController:
         expected = self._expected(rows, service)
         if now + hidden + expected > budget.scoring_deadline and not self._probe(now, budget):
             raise self._shed(self._refusal(budget, expected, hidden), body)
-        # One admission per turn of the loop: a turn runs every request the loop read in its
-        # last one, and an admitted request's parse and scoring (inline when small) held the
-        # loop for all of them, the sockets unread meanwhile. The rest wait in the queue below
-        # for the next turn, their waits seen and bounded; the loop reads between them.
+        # One admission per turn of the loop, or a few small ones: a turn runs every request
+        # the loop read in its last one, and an admitted request's parse and scoring (inline
+        # when small) held the loop for all of them, the sockets unread meanwhile. The rest
+        # wait in the queue below for the next turn, their waits seen and bounded; the loop
+        # reads between them. Requests served on the loop share a turn while their estimated
+        # work fits in TURN_ROOM_SHARE of the budget beyond the loop's lag.
+        on_loop = self.on_loop(rows, len(body))
+        self._turn_room = max(TURN_ROOM_SHARE * budget.seconds - hidden, 0.0)
         within_limit = self._within_limit(rows)
-        if not self._waiters and within_limit and not self._turn_taken():
-            self._take(rows, service)
+        if not self._waiters and within_limit and not self._turn_full(service, on_loop):
+            self._take(rows, service, on_loop)
             return now
         # The work ahead, done one request after another (the event loop parses serially):
         # what is left of the requests in flight when the limit holds this one back (else it
@@ -305,7 +344,7 @@ class AdmissionController:
             max_wait = min(max_wait, self.settings.admission_max_queue_share * budget.seconds)
         if ahead + hidden > max_wait:
             raise self._shed(SHED, body)
-        waiter = _Waiter(rows, service, asyncio.get_running_loop().create_future())
+        waiter = _Waiter(rows, service, asyncio.get_running_loop().create_future(), on_loop)
         self._waiters.append(waiter)
         self.queued_rows += rows
         self.queued_seconds += service
@@ -356,12 +395,14 @@ class AdmissionController:
         metrics.ADMISSION_IN_FLIGHT_ROWS.set(self.in_flight)
         self.room_freed()
 
-    def _take(self, rows: int, seconds: float) -> None:
+    def _take(self, rows: int, seconds: float, on_loop: bool) -> None:
         now = self.clock()
         loop = _running_loop()
         if loop is not None and self._turn_loop is not loop:
             self._turn_loop = loop
+            self._turn_work = 0.0
             loop.call_soon(self._next_turn, loop)
+        self._turn_work += seconds if on_loop else math.inf
         if self.in_flight > 0:
             self._last_shared = now
             # Served together: their service times, measured together, hold the overlap; the
@@ -391,12 +432,12 @@ class AdmissionController:
         self._grant()  # a large waiter at the head may have blocked smaller ones
 
     def _grant(self) -> None:
-        while self._waiters and self._fits(self._waiters[0].rows):
+        while self._waiters and self._fits(self._waiters[0]):
             waiter = self._waiters.popleft()
             self._dequeued(waiter)
             if waiter.future.done():
                 continue
-            self._take(waiter.rows, waiter.seconds)
+            self._take(waiter.rows, waiter.seconds, waiter.on_loop)
             waiter.future.set_result(None)
         metrics.ADMISSION_QUEUED_ROWS.set(self.queued_rows)
 
@@ -464,8 +505,7 @@ class Slot:
         held the loop ~3 ms per 1,000 rows (1,000-candidate requests at 3x overload, 1 worker
         on 2 vCPUs, alternating point runs: answers' p99 100 against 145 ms, scored within
         budget 58 against 53 req/s)."""
-        inline = self.controller.settings.inline_scoring_max_rows
-        return min(inline, CROWDED_INLINE_MAX_ROWS) if self.crowded else inline
+        return self.controller.inline_rows(self.crowded)
 
     def lookup_time(self) -> LookupTime:
         """What the budget allows the feature-store lookups (Redis): until the scoring

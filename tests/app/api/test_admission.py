@@ -430,23 +430,62 @@ def test_a_request_admitted_while_shedding_is_scored_in_a_thread_unless_tiny() -
     assert where[0].startswith("ltr-score-request") and where[1] == main
 
 
-def test_one_request_is_admitted_per_turn_of_the_loop() -> None:
+def _requests(
+    adm: AdmissionController, names: list[str], budget: Budget, body: bytes = b""
+) -> tuple[list[str], list[asyncio.Task[None]]]:
+    """Requests of 100 rows, each served at once (inline); the order they were admitted in."""
+    order: list[str] = []
+
+    async def request(name: str) -> None:
+        await adm.acquire(100, budget, body)
+        order.append(name)
+        adm.release(100, None)  # scored inline: done within its turn
+
+    return order, [asyncio.create_task(request(n)) for n in names]
+
+
+def test_small_requests_share_a_turn_of_the_loop_while_their_work_fits_its_room() -> None:
     async def scenario() -> None:
-        adm, clock = controller(admission_initial_rows=4000)  # room for all three
-        adm.service = ServiceTime(intercept=0.0, slope=1e-6)
-        budget = Budget(clock.now, 10.0)
-        order: list[str] = []
+        adm, clock = controller(admission_initial_rows=4000)  # room for all of them
+        adm.service = ServiceTime(intercept=0.0, slope=5e-5)  # 100 rows: 5 ms
+        # A turn's room: an eighth of the 100 ms budget, 12.5 ms: two requests of 5 ms.
+        order, tasks = _requests(adm, ["a", "b", "c", "d", "e"], Budget(clock.now, 0.1))
+        await asyncio.sleep(0)  # the turn that runs all five
+        assert order == ["a", "b"] and adm.queued_rows == 300
+        await asyncio.sleep(0)  # the next turn grants two more
+        assert adm.queued_rows == 100
+        await settle()
+        await asyncio.gather(*tasks)
+        assert order == ["a", "b", "c", "d", "e"] and adm.queued_rows == 0
 
-        async def request(name: str) -> None:
-            await adm.acquire(100, budget, b"")
-            order.append(name)
-            adm.release(100, None)  # scored inline: done within its turn
+    asyncio.run(scenario())
 
-        tasks = [asyncio.create_task(request(n)) for n in ("a", "b", "c")]
+
+def test_the_loop_lag_takes_from_a_turns_room() -> None:
+    async def scenario() -> None:
+        adm, clock = controller(admission_initial_rows=4000)
+        adm.service = ServiceTime(intercept=0.0, slope=5e-5)  # 100 rows: 5 ms
+        adm.loop_lag.recent = 0.005  # the room: 12.5 - 5 ms, one request of 5 ms
+        order, tasks = _requests(adm, ["a", "b", "c"], Budget(clock.now, 0.1))
+        await asyncio.sleep(0)
+        assert order == ["a"] and adm.queued_rows == 200
+        await settle()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_served_off_the_loop_is_admitted_alone_in_its_turn() -> None:
+    async def scenario() -> None:
+        adm, clock = controller(admission_initial_rows=4000, parse_off_loop_min_bytes=10)
+        adm.service = ServiceTime(intercept=0.0, slope=1e-6)  # 0.1 ms each: room for many
+        # Bodies parsed in a thread: their work leaves the loop, where several at once would
+        # only contend for the cores, so one admission per turn.
+        order, tasks = _requests(adm, ["a", "b", "c"], Budget(clock.now, 10.0), b"x" * 10)
         await asyncio.sleep(0)  # the turn that runs all three
         assert order == ["a"] and adm.queued_rows == 200  # b and c wait for the next turns
         await asyncio.sleep(0)
-        assert order == ["a"]  # the next turn grants b, which runs in the one after
+        assert order == ["a"] and adm.queued_rows == 100  # the next turn grants b alone
         await settle()
         await asyncio.gather(*tasks)
         assert order == ["a", "b", "c"] and adm.queued_rows == 0

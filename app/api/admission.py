@@ -285,9 +285,13 @@ class AdmissionController:
     def on_loop(self, rows: int, size: int) -> bool:
         """Whether a request of `rows` and a body of `size` bytes is parsed and scored on the
         event loop's thread (Slot.parses_here and Slot.inline_max_rows, for any company)."""
-        return size < self.settings.parse_off_loop_min_bytes and rows <= self.inline_rows(
+        return self.small_body(size) and rows <= self.inline_rows(
             self.shedding and self.core_beside_loop
         )
+
+    def small_body(self, size: int) -> bool:
+        """Whether a body of `size` bytes is parsed on the event loop whatever else runs."""
+        return size < self.settings.parse_off_loop_min_bytes
 
     def inline_rows(self, crowded: bool) -> int:
         """Up to how many rows a request is scored on the event loop's thread (Slot's)."""
@@ -522,11 +526,10 @@ class Slot:
         """Whether `decoding` parses this body on the event loop: a small one, or one of up
         to LTR_PARSE_ALONE_HERE_MAX_BYTES while its request is the only one admitted."""
         controller = self.controller
-        settings = controller.settings
-        if len(raw) < settings.parse_off_loop_min_bytes:
+        if controller.small_body(len(raw)):
             return True
-        return len(raw) <= settings.parse_alone_here_max_bytes and controller.serving_only(
-            self.rows
+        return len(raw) <= controller.settings.parse_alone_here_max_bytes and (
+            controller.serving_only(self.rows)
         )
 
     def decoding(self, raw: bytes) -> Awaitable[tuple[dict[str, Any], object]]:

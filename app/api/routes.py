@@ -50,6 +50,8 @@ from app.artifacts.manifest import NAME_PATTERN
 from app.errors import LtrError
 from app.experiments.score_both import SPARE_CORE, NativeBeside
 from app.experiments.serving import (
+    ExperimentRanking,
+    Scored,
     candidate_inputs,
     explain_experiment,
     rank_in_experiment,
@@ -215,7 +217,7 @@ async def _rank(
     slot: Slot,
 ) -> dict[str, Any]:
     """The ranked answer, with `_order` (input index of each result) and, in an experiment,
-    `_experiment` (its log record): both removed before it is sent."""
+    `_experiment` (its log record) and `_trial` (its ranking): removed before it is sent."""
     doc, envelope, model, rows = parsed.doc, parsed.envelope, parsed.model, parsed.rows
     features, user_vector = rows.features, rows.user_vector
     score = ModelScoring(
@@ -248,6 +250,7 @@ async def _rank(
             parsed.request_id, trial.model, rows.ids, trial.scores, None, rows.user, trial.order
         )
         body["_experiment"] = trial.log
+        body["_trial"] = trial
     if rows.items is not None:
         report_items(body, rows.items)
     return body
@@ -263,6 +266,7 @@ async def _respond(
     """The answer as JSON, with explanations when the request asked for them."""
     envelope, features, rows = parsed.envelope, parsed.rows.features, parsed.rows
     experiment = body.pop("_experiment", None)
+    trial: ExperimentRanking | None = body.pop("_trial", None)
     if envelope.explain:
         body["results"] = body["results"].dicts()
         extra = parsed.user_columns
@@ -272,8 +276,23 @@ async def _respond(
             item["missing_features"] = missing[i]
         body["user_cluster"] = rows.user.cluster if rows.user else None
         top = 5 if envelope.explain is True else envelope.explain.top
-        model, user_vector = parsed.model, rows.user_vector
-        await _explain(body, model, features[order], user_vector, top, settings, limiter, slot)
+        results = body["results"][: settings.explain_max_results]
+        served = Scored(parsed.model, features, rows.user_vector)
+        for scored, positions in _explained_by(served, trial, len(results)):
+            picked = [order[p] for p in positions]
+            error = await _explain(
+                [results[p] for p in positions],
+                scored.model,
+                scored.features[picked],
+                scored.user,
+                top,
+                settings,
+                limiter,
+                slot,
+            )
+            if error is not None:
+                body["explanation_error"] = error
+                break
         if experiment is not None:
             explain_experiment(body, experiment)
     else:
@@ -343,8 +362,22 @@ class ModelScoring:
         return await loop.run_in_executor(pool, self.now, model, features, user)
 
 
+def _explained_by(
+    served: Scored, trial: ExperimentRanking | None, count: int
+) -> list[tuple[Scored, list[int]]]:
+    """The first `count` served results' positions, grouped by the version whose score each
+    shows (in an experiment, the arm's or its team's), that version first seen first."""
+    if trial is None:
+        return [(served, list(range(count)))]
+    groups: dict[int, tuple[Scored, list[int]]] = {}
+    for position in range(count):
+        scored = trial.scored_by(position)
+        groups.setdefault(id(scored), (scored, []))[1].append(position)
+    return list(groups.values())
+
+
 async def _explain(
-    body: dict[str, Any],
+    results: list[dict[str, Any]],
     model: LoadedModel,
     rows: np.ndarray,
     user: np.ndarray | None,
@@ -352,18 +385,16 @@ async def _explain(
     settings: Settings,
     limiter: anyio.CapacityLimiter,
     slot: Slot,
-) -> None:
-    """Adds `explanation` to the first `explain_max_results` results, in a worker thread and
-    within what is left of the request's latency budget; past it the ranking goes out with
-    `explanation_error` instead (the thread finishes on its own, warming the explainer)."""
+) -> str | None:
+    """Adds `explanation` to `results` (rows: their features, float32 [len(results), k]) by
+    `model`, in a worker thread and within what is left of the request's latency budget; past
+    it, the error to answer with instead (the thread finishes on its own, warming the
+    explainer)."""
     from app.explain.ranked import ExplainUnavailable, explain_rows
 
-    results = body["results"][: settings.explain_max_results]
     scores = np.array([r["score"] for r in results], dtype=np.float64)
     work = asyncio.ensure_future(
-        anyio.to_thread.run_sync(
-            explain_rows, model, rows[: len(results)], user, top, scores, limiter=limiter
-        )
+        anyio.to_thread.run_sync(explain_rows, model, rows, user, top, scores, limiter=limiter)
     )
     if slot.controller.enabled:
         left = slot.budget.due - slot.controller.clock()
@@ -371,19 +402,18 @@ async def _explain(
         if work not in done:
             work.add_done_callback(lambda task: task.cancelled() or task.exception())
             budget_ms = slot.budget.seconds * 1000
-            body["explanation_error"] = (
+            return (
                 f"explanations did not fit in the request's {budget_ms:g} ms latency budget; "
                 "send a larger x-request-timeout-ms (the first explanation also loads the "
                 "explainer)"
             )
-            return
     try:
         explanations = await work
     except ExplainUnavailable as exc:
-        body["explanation_error"] = str(exc)
-        return
+        return str(exc)
     for item, explanation in zip(results, explanations, strict=True):
         item["explanation"] = explanation
+    return None
 
 
 def _ranked(

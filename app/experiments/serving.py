@@ -63,12 +63,29 @@ class Scoring(Protocol):
 
 
 @dataclass(frozen=True)
+class Scored:
+    """A version and the inputs it scored a request with: what explains its scores."""
+
+    model: Any  # LoadedModel
+    features: np.ndarray  # float32 [n, n_features]
+    user: np.ndarray | None
+
+
+@dataclass(frozen=True)
 class ExperimentRanking:
     model: Any  # the LoadedModel the response names (the arm served; control when interleaved)
     scores: np.ndarray  # float64 [n], the score shown for each input row
     order: list[int]  # input indices in served order, cut to top_k
     log: dict[str, Any]  # the impression's `experiment` field
     teams: list[int] | None  # team of each served result (interleave), else None
+    served: Scored  # the arm served (ab) or the control (interleave)
+    candidate: Scored | None = None  # interleave: the candidate, whose scores its teams show
+
+    def scored_by(self, position: int) -> Scored:
+        """The version whose score the `position`-th served result shows."""
+        if self.teams is None or self.candidate is None or self.teams[position] == CONTROL:
+            return self.served
+        return self.candidate
 
 
 def ranking_order(scores: np.ndarray) -> np.ndarray:
@@ -116,7 +133,8 @@ async def rank_in_experiment(
         features, user = control_inputs if arm != CANDIDATE else await candidate_inputs(candidate)
         scores = await score(model, features, user)
         order = ranking_order(scores)[:top_k].tolist()
-        return ExperimentRanking(model, scores, order, _experiment_log(spec, arm, None), None)
+        log = _experiment_log(spec, arm, None)
+        return ExperimentRanking(model, scores, order, log, None, Scored(model, features, user))
     # A request small enough to score on the loop scores both versions there: at once, the
     # candidate on a second thread, when its scoring is expected to take well over the
     # hand-off (~0.1 ms to wake a thread) and a core sat idle lately; else one after the other
@@ -153,7 +171,13 @@ async def rank_in_experiment(
     )
     team_list = teams.tolist()
     return ExperimentRanking(
-        control, shown, merged, _experiment_log(spec, None, team_list), team_list
+        control,
+        shown,
+        merged,
+        _experiment_log(spec, None, team_list),
+        team_list,
+        Scored(control, *control_inputs),
+        Scored(candidate, own_features, own_user),
     )
 
 

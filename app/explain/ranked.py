@@ -110,9 +110,15 @@ def explain_rows(
     return out
 
 
-def _shown_value(value: float) -> float | None:
-    """The float32 value the model saw, printed as its shortest decimal (0.1, not 0.100000001)."""
-    return None if np.isnan(value) else float(str(np.float32(value)))
+def _shown_value(value: float) -> float | str | None:
+    """The float32 value the model saw, printed as its shortest decimal (0.1, not 0.100000001);
+    None when missing, and "Infinity" / "-Infinity" for a value beyond float32's range (JSON
+    has no infinities, and null would say missing)."""
+    if np.isnan(value):
+        return None
+    if np.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float(str(np.float32(value)))
 
 
 __all__ = [

@@ -75,8 +75,12 @@ class ItemSnapshot:
             return np.full((n, len(columns)), np.nan, dtype=np.float32), np.zeros(n, dtype=bool)
         rows = self.index.token_rows(tokens) if tokens is not None and tokens.count == n else None
         if rows is None:
-            keys = np.asarray([i if type(i) is str else str(i) for i in ids], dtype=np.str_)
-            rows = self.index.rows(keys)
+            names = [i if type(i) is str else str(i) for i in ids]
+            rows = self.index.rows(np.asarray(names, dtype=np.str_))
+            # numpy's unicode arrays drop trailing NULs, so "a\x00" would be found as "a"; no
+            # stored id ends in one (write_snapshot refuses them).
+            for k in (k for k, name in enumerate(names) if name[-1:] == "\x00"):
+                rows[k] = -1
         found = rows >= 0
         pos = rows if found.all() else rows[found]
         identity = is_identity(columns, self.matrix.shape[1])
@@ -96,7 +100,11 @@ def write_snapshot(
 
     ids: unique strings [n]; matrix: float [n, k]. Returns ({file name: path}, n_items).
     """
-    id_array = np.asarray(list(ids), dtype=np.str_)
+    id_list = list(ids)
+    for row, name in enumerate(id_list):
+        if "\x00" in name:
+            raise SnapshotError(f"item id at row {row} ({name!r}) contains a NUL character")
+    id_array = np.asarray(id_list, dtype=np.str_)
     values = np.asarray(matrix, dtype=np.float32)
     if id_array.ndim != 1 or values.ndim != 2 or values.shape[0] != id_array.shape[0]:
         raise SnapshotError("item ids and feature rows do not line up")

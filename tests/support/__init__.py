@@ -37,6 +37,13 @@ def random_ensemble(
     return TreeEnsemble(num_features, trees, base_score=0.5)
 
 
+def with_covers(ensemble: TreeEnsemble, seed: int = 3) -> TreeEnsemble:
+    """`ensemble` with random training counts at its leaves (what TreeSHAP needs)."""
+    rng = np.random.default_rng(seed)
+    trees = [t.with_leaf_covers(rng.integers(1, 50, t.num_leaves)) for t in ensemble.trees]
+    return TreeEnsemble(ensemble.num_features, trees, ensemble.base_score)
+
+
 def feature_names(num_features: int) -> list[str]:
     return [f"f{i}" for i in range(num_features)]
 

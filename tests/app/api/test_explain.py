@@ -12,10 +12,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from app.artifacts.manifest import Manifest, MissingValueRule
 from app.artifacts.store import set_current, write_version
-from app.artifacts.tree_dump import TreeEnsemble
 from app.explain.treeshap import TreeShapExplainer
 from tests.app.api.conftest import NF, ClientFactory
-from tests.support import feature_names, publish, random_ensemble
+from tests.support import feature_names, publish, random_ensemble, with_covers
 
 RNG = np.random.default_rng(16)
 # The first explanation in a process loads the kernel: far longer than the default 100 ms.
@@ -26,12 +25,6 @@ def random_rows(n: int) -> np.ndarray:
     rows = RNG.normal(0, 1, (n, NF)).round(3).astype(np.float32)
     rows[RNG.random((n, NF)) < 0.2] = np.nan
     return rows
-
-
-def _covered(ensemble: TreeEnsemble, seed: int = 3) -> TreeEnsemble:
-    rng = np.random.default_rng(seed)
-    trees = [t.with_leaf_covers(rng.integers(1, 50, t.num_leaves)) for t in ensemble.trees]
-    return TreeEnsemble(ensemble.num_features, trees, ensemble.base_score)
 
 
 def _linear_onnx(weights: np.ndarray) -> bytes:
@@ -69,7 +62,7 @@ def _candidates(rows: np.ndarray) -> list[dict]:
 def test_tree_explanations_are_treeshap_of_the_returned_results(
     make_client: ClientFactory, registry_dir: Path
 ) -> None:
-    model = _covered(random_ensemble(NF, num_trees=10, depth=3, seed=11))
+    model = with_covers(random_ensemble(NF, num_trees=10, depth=3, seed=11))
     publish(registry_dir, model, name="shap", version="v1")
     rows = random_rows(12).astype(np.float32)
     rows[2, 1] = np.nan
@@ -98,7 +91,7 @@ def test_tree_explanations_are_treeshap_of_the_returned_results(
 def test_explain_true_shows_five_and_is_limited_to_the_configured_results(
     make_client: ClientFactory, registry_dir: Path
 ) -> None:
-    publish(registry_dir, _covered(random_ensemble(NF, seed=5)), name="shap", version="v1")
+    publish(registry_dir, with_covers(random_ensemble(NF, seed=5)), name="shap", version="v1")
     rows = random_rows(9).astype(np.float32)
     with make_client(explain_max_results=2, **LONG_BUDGET) as client:
         got = client.post(
@@ -106,6 +99,29 @@ def test_explain_true_shows_five_and_is_limited_to_the_configured_results(
         ).json()
     assert [("explanation" in r) for r in got["results"]] == [True, True] + [False] * 7
     assert all(len(r["explanation"]["features"]) <= 5 for r in got["results"][:2])
+
+
+def test_values_beyond_float32_are_shown_as_infinities_not_as_missing(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    ensemble = with_covers(random_ensemble(NF, num_trees=10, depth=3, seed=11))
+    publish(registry_dir, ensemble, name="shap", version="v1")
+    values = [1e308, -3.5e38, None, 0.25] + [0.0] * (NF - 4)
+    body = {
+        "model": "shap",
+        "candidates": [{"id": "a", "features": values}],
+        "explain": {"top": NF},
+    }
+    with make_client(**LONG_BUDGET) as client:
+        got = client.post("/rerank", json=body).json()["results"][0]
+    shown = {f["name"]: f["value"] for f in got["explanation"]["features"]}
+    names = feature_names(NF)
+    assert got["missing_features"] == 1
+    expected = {names[0]: "Infinity", names[1]: "-Infinity", names[2]: None, names[3]: 0.25}
+    assert {k: v for k, v in shown.items() if k in expected} == {
+        k: v for k, v in expected.items() if k in shown
+    }
+    assert names[0] in shown or names[1] in shown  # the trees split on them: some contribute
 
 
 def test_a_dump_without_covers_says_so_and_still_ranks(client: TestClient) -> None:
@@ -157,7 +173,7 @@ def test_a_version_pruned_from_disk_still_ranks(
 ) -> None:
     import shutil
 
-    publish(registry_dir, _covered(random_ensemble(NF, seed=8)), name="gone", version="v1")
+    publish(registry_dir, with_covers(random_ensemble(NF, seed=8)), name="gone", version="v1")
     rows = random_rows(3).astype(np.float32)
     with make_client(explain_warm=False, **LONG_BUDGET) as client:  # warmed: already read
         shutil.rmtree(registry_dir / "gone" / "v1")
@@ -174,7 +190,7 @@ def test_explanations_past_the_budget_leave_the_ranking_intact(
 
     import app.explain.ranked as ranked
 
-    publish(registry_dir, _covered(random_ensemble(NF, seed=9)), name="shap", version="v1")
+    publish(registry_dir, with_covers(random_ensemble(NF, seed=9)), name="shap", version="v1")
     real = ranked.explain_rows
 
     def slow(*args, **kwargs):
@@ -207,7 +223,7 @@ def test_a_served_tree_model_is_warmed_before_anyone_explains(
 ) -> None:
     """The explainer is built and the kernel loaded in the background once the model serves,
     so the first explained request fits the default latency budget."""
-    publish(registry_dir, _covered(random_ensemble(NF, seed=12)), name="shap", version="v1")
+    publish(registry_dir, with_covers(random_ensemble(NF, seed=12)), name="shap", version="v1")
     rows = random_rows(6).astype(np.float32)
     with make_client() as client:
         model = client.app.state.registry.get("shap")  # type: ignore[attr-defined]
@@ -221,7 +237,7 @@ def test_a_served_tree_model_is_warmed_before_anyone_explains(
 def test_without_warm_up_the_explainer_waits_for_the_first_explanation(
     make_client: ClientFactory, registry_dir: Path
 ) -> None:
-    publish(registry_dir, _covered(random_ensemble(NF, seed=13)), name="shap", version="v1")
+    publish(registry_dir, with_covers(random_ensemble(NF, seed=13)), name="shap", version="v1")
     rows = random_rows(3).astype(np.float32)
     with make_client(explain_warm=False, **LONG_BUDGET) as client:
         model = client.app.state.registry.get("shap")  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from app.experiments.spec import TEAM_NAMES, ExperimentSpec
 from app.registry.experiments import write_active
 from app.scoring import beside
 from tests.app.api.conftest import NF, ClientFactory
-from tests.support import publish, random_ensemble
+from tests.support import publish, random_ensemble, with_covers
 
 
 def start(registry: Path, mode: str, traffic: float = 1.0) -> ExperimentSpec:
@@ -115,6 +115,49 @@ def test_ab_serves_the_assigned_arm(make_client: ClientFactory, registry_dir: Pa
             assert scores == sorted(scores, reverse=True)
             seen[out["experiment"]["arm"]] = version
     assert seen == {"control": "v1", "candidate": "v2"}
+
+
+@pytest.mark.parametrize("mode", ["interleave", "ab"])
+def test_each_result_is_explained_by_the_version_whose_score_it_shows(
+    mode: str, make_client: ClientFactory, registry_dir: Path
+) -> None:
+    # Every feature shown: expected value + contributions is the score of the version that
+    # explained it, so `rest` is ~0 only when that version is the one whose score is shown.
+    for version, seed in (("v1", 21), ("v2", 22)):
+        ensemble = with_covers(random_ensemble(NF, num_trees=10, seed=seed))
+        publish(registry_dir, ensemble, name="shap", version=version, current=version == "v1")
+    spec = ExperimentSpec(
+        name="e-shap",
+        model="shap",
+        control="v1",
+        candidate="v2",
+        mode=mode,  # type: ignore[arg-type]
+        traffic=1.0,
+        salt="salt",
+        started_at=dt.datetime.now(dt.UTC),
+    )
+    write_active(registry_dir, spec)
+    with make_client() as client:
+        answers = [
+            client.post(
+                "/rerank", json=body(user=f"user{i}", model="shap", explain={"top": NF})
+            ).json()
+            for i in range(1 if mode == "interleave" else 12)
+        ]
+    by_version: dict[str, set[float]] = {}
+    for answer in answers:
+        for result in answer["results"]:
+            explanation = result["explanation"]
+            assert abs(explanation["rest"]) < 1e-9, (result["id"], explanation["rest"])
+            version = (
+                answer["model"]["version"]
+                if mode == "ab"
+                else ("v1" if result["team"] == "control" else "v2")
+            )
+            by_version.setdefault(version, set()).add(explanation["expected_value"])
+    assert set(by_version) == {"v1", "v2"}
+    assert len(by_version["v1"]) == len(by_version["v2"]) == 1  # one expected value each
+    assert by_version["v1"] != by_version["v2"]
 
 
 def test_requests_outside_the_traffic_share_are_not_in_it(

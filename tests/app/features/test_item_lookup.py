@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import orjson
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 from app.features import item_lookup
 from app.features.item_index import ItemIndex, id_hashes
 from app.features.item_lookup import IdTokens
-from app.features.item_snapshot import ItemSnapshot
+from app.features.item_snapshot import ItemSnapshot, SnapshotError, write_snapshot
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,6 +120,21 @@ def test_snapshot_lookup_from_tokens_equals_the_list_lookup() -> None:
     slow, slow_found = snapshot.lookup(keys, columns)
     assert np.array_equal(fast, slow, equal_nan=True)
     assert fast_found.tolist() == slow_found.tolist() == [True, False, True, True, False]
+
+
+def test_an_id_with_trailing_nuls_is_not_the_stored_id_without_them() -> None:
+    # numpy's unicode arrays drop trailing NULs: "doc-7\x00" must not read doc-7's row.
+    ids = np.asarray(["doc-7", "doc-8"], dtype=np.str_)
+    snapshot = ItemSnapshot(ids, np.ones((2, 3), dtype=np.float32), ["a", "b", "c"])
+    keys: list[str | int] = ["doc-7\x00", "doc-7", "doc-8\x00\x00", "doc-\x008"]
+    values, found = snapshot.lookup(keys, np.arange(3))
+    assert found.tolist() == [False, True, False, False]
+    assert np.isnan(values[0]).all() and not np.isnan(values[1]).any()
+
+
+def test_a_snapshot_refuses_ids_with_nul_characters(tmp_path: Path) -> None:
+    with pytest.raises(SnapshotError, match=r"row 1 .*NUL"):
+        write_snapshot(tmp_path, ["a", "b\x00"], np.zeros((2, 1)))
 
 
 @pytest.mark.parametrize("ids_writable", [True, False])  # built in memory / memory-mapped

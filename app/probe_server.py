@@ -71,7 +71,13 @@ class ProbeServer:
             # for the client's delayed ACK, 40 ms on Linux.
             disable_nagle_algorithm = True
 
+            def do_HEAD(self) -> None:
+                self._answer(with_body=False)
+
             def do_GET(self) -> None:
+                self._answer(with_body=True)
+
+            def _answer(self, with_body: bool) -> None:
                 route = routes.get(self.path.split("?", 1)[0])
                 if route is None:
                     status, body, kind = 404, b'{"detail":"not found"}', "application/json"
@@ -85,7 +91,8 @@ class ProbeServer:
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if with_body:
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None  # probes every few seconds would flood the access log

@@ -5,12 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LTR_", env_file=".env", extra="ignore")
+
+    @field_validator(
+        "default_model",
+        "admin_token",
+        "compiled_cache_dir",
+        "numba_cache_seed",
+        "redis_url",
+        "impressions_jsonl",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        # `LTR_REDIS_URL=` in a compose file or a shell means "no Redis", as the CLI reads it;
+        # taken as a URL, the service logged an error and degraded every item-feature answer.
+        return None if isinstance(value, str) and not value.strip() else value
 
     # Models
     registry: Path = Path("registry")

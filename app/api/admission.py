@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -128,20 +129,24 @@ def request_budget(request: Request, settings: Settings) -> Budget:
     state = request.scope.get("state", {})
     arrived = state.get(ARRIVED_STATE, time.perf_counter())
     seconds = settings.request_budget_ms / 1000.0
-    raw = request.headers.get(TIMEOUT_HEADER)
-    if raw is not None:
-        try:
-            ms = float(raw)
-        except ValueError:
-            ms = math.nan
+    given = request.headers.getlist(TIMEOUT_HEADER)
+    if given:
+        # Digits with an optional decimal part only: float() would also take "1_000", "+50",
+        # "1e3" or "inf", spellings no client means as a budget. Given twice, which one?
+        raw = given[0].strip()
+        ms = float(raw) if len(given) == 1 and _DECIMAL.fullmatch(raw) else math.nan
         if not (0 < ms <= settings.max_request_budget_ms):
             raise RequestError(
                 ("header", TIMEOUT_HEADER),
-                f"must be a number of milliseconds in (0, {settings.max_request_budget_ms:g}]",
+                "must be given once, as a decimal number of milliseconds in "
+                f"(0, {settings.max_request_budget_ms:g}] (such as 50 or 12.5)",
                 "timeout_value",
             )
         seconds = ms / 1000.0
     return Budget(arrived, seconds)
+
+
+_DECIMAL = re.compile(r"[0-9]{1,16}(?:\.[0-9]{1,16})?")
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -34,6 +34,11 @@ from app import metrics
 from app.errors import LtrError
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # bodies read (and reserved) here
+# HEAD is answered as GET without the body (RFC 9110 9.3.2) on the read-only routes that
+# probes and load balancers check; the methods metrics label by name (any other: "other", so
+# a client cannot add label values).
+HEAD_AS_GET = frozenset({"/livez", "/readyz", "/metrics", "/models"})
+METHOD_LABELS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 ARRIVED_STATE = "arrived"  # scope state: time.perf_counter() when the request began to arrive
 # Scope state: a future done when the body's reception lane opens (app.api.reception_lanes);
 # until then the body waits in its socket, but for the first read, of at most FIRST_READ_BYTES.
@@ -142,6 +147,11 @@ class ServiceMiddleware:
                     await answer(scope, receive, send_with_id)
                     return
                 receive = _replay(body, receive)
+            if scope["method"] == "HEAD" and scope["path"] in HEAD_AS_GET:
+                as_get = {**scope, "method": "GET"}
+                await self.app(as_get, receive, _bodiless(send_with_id))
+                label = getattr(as_get.get("route"), "path", label)
+                return
             await self.app(scope, receive, send_with_id)
         except BodyTooLarge:
             detail = f"request body larger than {self.max_body_bytes} bytes"
@@ -175,8 +185,9 @@ class ServiceMiddleware:
                 status = 500 if failed else CLIENT_CLOSED
             code = str(status)
             elapsed = time.perf_counter() - started
-            metrics.REQUESTS.labels(label, scope["method"], code).inc()
-            metrics.REQUEST_SECONDS.labels(label, scope["method"], code).observe(elapsed)
+            method = scope["method"] if scope["method"] in METHOD_LABELS else "other"
+            metrics.REQUESTS.labels(label, method, code).inc()
+            metrics.REQUEST_SECONDS.labels(label, method, code).observe(elapsed)
 
     async def _read_body(self, scope: Scope, receive: Receive, held: list[int]) -> bytes | None:
         """The whole body, None if the client disconnected; BodyTooLarge past the limit,
@@ -301,6 +312,17 @@ def _request_id(scope: Scope) -> str:
     # worker process): os.urandom gives the GIL up, and on a busy worker the event loop's thread
     # then waited ~0.2 ms per request to get it back.
     return f"{getrandbits(128):032x}"
+
+
+def _bodiless(send: Send) -> Send:
+    """`send` with the body left out (a HEAD answer keeps the GET answer's headers)."""
+
+    async def bodiless(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return bodiless
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -31,7 +31,7 @@ from app.api.admission import Shed
 from app.api.body_marks import KERNEL, BodyMarks, ShedKernels
 from app.api.errors import json_error
 from app.api.middleware import safe_request_id
-from app.api.request_matrix import ID_TYPE_MESSAGE, RequestError, decode_body
+from app.api.request_matrix import ID_TYPE_MESSAGE, RequestError, decode_body, duplicate_id
 from app.api.schemas import RerankEnvelope
 from app.features.item_lookup import IdTokens
 from app.settings import Settings
@@ -317,7 +317,7 @@ def _fallback(
             where, f"{n} candidates; at most {settings.max_candidates} allowed", "too_long"
         )
     if len(set(ids)) != n:
-        raise RequestError(where, "candidate ids must be unique", "duplicate_id")
+        duplicate_id(ids, where)  # names the repeated id and both candidates
     return envelope, ids, raw_ids
 
 

@@ -69,7 +69,10 @@ class ExplainOptions(BaseModel):
 
 
 def _explain_shape(value: Any) -> Any:
-    """One clear error for an `explain` that is neither a boolean nor an object."""
+    """One clear error for an `explain` that is neither a boolean nor an object; null is
+    false, as null is "not given" for the body's other optional fields."""
+    if value is None:
+        return False
     if not isinstance(value, bool | dict | ExplainOptions):
         raise PydanticCustomError(
             "bool_type", 'Input should be a valid boolean or an object like {"top": 5}'

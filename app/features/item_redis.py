@@ -115,6 +115,8 @@ class RedisItemBackend:
         reply, error = await self.store.run(deadline, _pipelined(("get", meta), keys))
         if error is not None:
             return RedisItems(None, None, error)
+        if reply[0] is None:  # the pointer names a version whose meta is gone: none is live
+            return RedisItems(None, None, ITEM_SET_MISSING)
         names = _meta_names(reply[0])
         if names is None:
             return RedisItems(None, None, ITEM_SET_MALFORMED)

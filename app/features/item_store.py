@@ -109,7 +109,7 @@ class ItemFeatureStore:
         deadline = self._store.new_deadline(lookup)
         got = await self.redis.fetch(items.set, ids, deadline)
         if got.error is not None or got.set_version is None or got.values is None:
-            return _from_snapshot(snapshot, names, ids, [f"item_store_{got.error}"], tokens)
+            return _from_snapshot(snapshot, names, ids, [_store_reason(got.error)], tokens)
         columns = column_index(got.set_version.names, names)
         if columns is None:
             return _from_snapshot(snapshot, names, ids, [ITEM_SET_MISMATCH], tokens)
@@ -120,6 +120,13 @@ class ItemFeatureStore:
         if malformed:
             reasons.append(ITEM_FEATURES_MALFORMED)
         return ItemFeatures(matrix, missing, bool(malformed), reasons, "redis")
+
+
+def _store_reason(error: str | None) -> str:
+    """The response's reason for a failed Redis fetch: the set's own state as it is named
+    (`item_set_missing_in_redis`), Redis's (`redis_timeout`, ...) as `item_store_...`."""
+    error = error or "redis_unavailable"
+    return error if error.startswith("item_") else f"item_store_{error}"
 
 
 @lru_cache(maxsize=256)

@@ -132,7 +132,9 @@ class ImpressionLog:
             log.exception("could not build an impression record")
             DROPPED.labels("impression", "encode_error").inc()
             return
-        if self.sink.submit(record):
+        # A request id used again keeps its first impression, as `ltr dataset` does: feedback
+        # on it refers to what was first served under it.
+        if self.sink.submit(record) and not self.index.get(request_id)[0]:
             self.index.put(request_id, Served(set(served)))
 
     async def record_feedback(

@@ -159,7 +159,8 @@ class RedisStreamWriter:
             pipe.xadd(stream, {"data": to_json(record)}, maxlen=self.maxlen, approximate=True)
             if impression:
                 ids = orjson.dumps(record["ids"])
-                pipe.set(f"{self.prefix}imp:{record['request_id']}", ids, ex=self.ttl)
+                # nx: a reused request id keeps its first impression (ImpressionLog.log_rerank)
+                pipe.set(f"{self.prefix}imp:{record['request_id']}", ids, ex=self.ttl, nx=True)
         await pipe.execute()
 
     async def close(self) -> None:

@@ -127,10 +127,13 @@ def test_over_budget_answers_in_retrieval_order_within_the_budget(server: Uvicor
         # The default budget scores it (a busy machine may make one attempt late).
         scored = [post(client, raw).json() for _ in range(5)]
         assert any(not a["degraded"] and a["results"][0]["score"] is not None for a in scored)
-        for bad in ("abc", "0", "-5", "1e9"):
+        for bad in ("abc", "0", "-5", "1e9", "1_000", "+50", "1e3", "inf", "12.5.1", ""):
             resp = post(client, raw, **{"x-request-timeout-ms": bad})
-            assert resp.status_code == 422
+            assert resp.status_code == 422, bad
             assert resp.json()["detail"][0]["loc"] == ["header", "x-request-timeout-ms"]
+        twice = [("x-request-timeout-ms", "50"), ("x-request-timeout-ms", "abc")]
+        assert client.post("/rerank", content=raw, headers=twice).status_code == 422
+        assert post(client, raw, **{"x-request-timeout-ms": "1000.5"}).status_code == 200
 
 
 def test_the_budget_counts_from_the_first_bytes_of_the_request(server: UvicornServer) -> None:

@@ -18,6 +18,7 @@ from app.artifacts.manifest import new_version_id
 from app.artifacts.store import set_current
 from app.scoring.reference import predict
 from tests.support import feature_names, publish, random_ensemble
+from tests.support.redis_server import free_port
 from tests.support.uvicorn_server import product_server, uvicorn_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -207,6 +208,48 @@ def test_a_gzip_body_is_415_and_the_next_request_is_scored(tmp_path: Path) -> No
             _gzip_then_plain(client, body)
     finally:
         server.stop()
+
+
+def test_head_probes_answer_without_a_body_and_odd_methods_share_a_label(
+    tmp_path: Path,
+) -> None:
+    """Load balancers and probes may send HEAD; a method a client invents must not add a
+    metrics label value."""
+    publish(tmp_path, random_ensemble(NF))
+    probe_port = free_port()
+    server = product_server(env(tmp_path, LTR_PROBE_PORT=str(probe_port)))
+    try:
+        server.start().wait_ready()
+        for port in (server.port, probe_port):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                for path in ("/livez", "/readyz", "/metrics", "/models")[
+                    : 4 if port == server.port else 3
+                ]:
+                    conn.sendall(b"HEAD %s HTTP/1.1\r\nhost: x\r\n\r\n" % path.encode())
+                    head = _read_head(conn)
+                    assert head.startswith(b"HTTP/1.1 200"), (port, path, head)
+                    assert re.search(rb"content-length: [1-9]", head, re.I), head
+                # No body came: the next answer on the connection starts right after the head.
+                conn.sendall(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n")
+                assert _read_head(conn).startswith(b"HTTP/1.1 200")
+        with httpx.Client(base_url=server.url) as client:
+            for method in ("PROPFIND", "PURGE", "M-SEARCH"):
+                assert client.request(method, "/livez").status_code == 405
+            metrics = client.get("/metrics").text
+        methods = set(re.findall(r'^ltr_http_requests_total\{method="([^"]+)"', metrics, re.M))
+        assert methods <= {"GET", "HEAD", "other"} and "other" in methods, methods
+        assert re.search(r'^ltr_http_requests_total\{method="HEAD",route="/livez"', metrics, re.M)
+    finally:
+        server.stop()
+
+
+def _read_head(conn: socket.socket) -> bytes:
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = conn.recv(1)
+        assert chunk, head
+        head += chunk
+    return head
 
 
 def _gzip_then_plain(client: httpx.Client, body: bytes) -> None:

@@ -60,6 +60,14 @@ def test_a_shed_request_with_bad_ids_or_model_gets_the_routes_error(
         assert resp.json()["detail"][0]["type"] == kind
 
 
+def test_a_shed_requests_duplicate_id_is_named_as_a_scored_ones_is(client: TestClient) -> None:
+    payload = {"candidates": [{"id": i, "features": {}} for i in ("a", "b", "a")]}
+    shed = client.post("/rerank", json=payload, headers=SHED_NOW).json()["detail"][0]
+    scored = client.post("/rerank", json=payload).json()["detail"][0]
+    assert shed["loc"] == scored["loc"] == ["body", "candidates", 2, "id"]
+    assert shed["msg"] == scored["msg"] == "duplicate id 'a' (also candidates[0])"
+
+
 def test_a_bad_budget_header_is_reported_by_the_route(client: TestClient) -> None:
     resp = client.post("/rerank", json=body(), headers={"x-request-timeout-ms": "soon"})
     assert resp.status_code == 422

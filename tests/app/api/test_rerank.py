@@ -96,6 +96,9 @@ def test_top_k_request_id_and_explain(client: TestClient, ensemble) -> None:
     resp = client.post("/rerank", json={"candidates": cands[:2]}, headers={"x-request-id": "h-7"})
     assert resp.json()["request_id"] == "h-7"
     assert "missing_features" not in resp.json()["results"][0]
+    # null is "not given" for explain as for the other optional fields.
+    resp = client.post("/rerank", json={"candidates": cands[:2], "explain": None, "top_k": None})
+    assert resp.status_code == 200 and "missing_features" not in resp.json()["results"][0]
 
 
 def test_ties_keep_input_order(make_client: ClientFactory, registry_dir: Path) -> None:

@@ -126,9 +126,20 @@ def test_a_set_without_the_model_features_is_a_mismatch(redis_server: RedisServe
     assert got.reasons == ["item_set_mismatch", "item_features_unavailable"] and got.degraded
 
 
-def test_no_live_set_is_reported(redis_server: RedisServer) -> None:
+def test_no_live_set_is_reported_by_its_documented_name(redis_server: RedisServer) -> None:
     got = asyncio.run(fetch(settings(redis_server.url), ["d1"]))
-    assert got.reasons[0] == "item_store_item_set_missing_in_redis"
+    assert got.reasons[0] == "item_set_missing_in_redis"
+
+
+def test_a_pointer_to_a_version_without_meta_is_no_live_set(redis_server: RedisServer) -> None:
+    redis.Redis.from_url(redis_server.url).set("ltr:itemset:s", "v-gone")
+    got = asyncio.run(fetch(settings(redis_server.url), ["d1"]))
+    assert got.reasons == ["item_set_missing_in_redis", "item_features_unavailable"]
+
+
+def test_a_blank_redis_url_is_no_redis() -> None:
+    assert Settings(redis_url="  ").redis_url is None
+    assert Settings(redis_url="").redis_url is None
 
 
 def test_snapshot_setting_never_asks_redis(redis_server: RedisServer, tmp_path: Path) -> None:

@@ -63,6 +63,39 @@ def test_feedback_errors(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+def test_a_reused_request_id_takes_feedback_on_its_first_impression(tmp_path: Path) -> None:
+    # `ltr dataset` keeps a request id's first impression: feedback must refer to that one.
+    async def go() -> tuple[int, int]:
+        log = ImpressionLog(jsonl_settings(tmp_path))
+        log.log_rerank(answer("r", ["a", "b"], [0, 1]), None, None, None, ["a", "b"], features(2))
+        log.log_rerank(answer("r", ["c"], [0]), None, None, None, ["c"], features(1))
+        with pytest.raises(FeedbackError, match="did not serve candidate"):
+            await log.record_feedback("r", [click("c")])
+        return await log.record_feedback("r", [click("a")])
+
+    assert asyncio.run(go()) == (1, 0)
+
+
+def test_another_replica_sees_a_reused_request_ids_first_impression(
+    redis_server: RedisServer,
+) -> None:
+    config = settings(redis_url=redis_server.url)
+
+    async def go() -> None:
+        serving, other = ImpressionLog(config), ImpressionLog(config)
+        serving.log_rerank(answer("r", ["a"], [0]), None, None, None, ["a"], features(1))
+        serving.log_rerank(answer("r", ["c"], [0]), None, None, None, ["c"], features(1))
+        assert serving.sink is not None
+        await serving.sink.flush()
+        assert await other.record_feedback("r", [click("a")]) == (1, 0)
+        with pytest.raises(FeedbackError):
+            await other.record_feedback("r", [click("c")])
+        await serving.close()
+        await other.close()
+
+    asyncio.run(go())
+
+
 def test_disabled_log_is_inert(tmp_path: Path) -> None:
     log = ImpressionLog(jsonl_settings(tmp_path, impressions_enabled=False))
     assert not log.enabled

@@ -8,6 +8,7 @@ import numpy as np
 from app.artifacts.store import Artifact
 from app.scoring.loader import load_scorer
 from trainer.data.dataset import RankingDataset
+from trainer.data.model_rows import model_columns
 
 
 def score_dataset(
@@ -17,12 +18,16 @@ def score_dataset(
 
     `user_vectors`: float32 [n_queries, embedding_dim], the user-cluster embedding of each query
     list, for models with user clusters (appended to the features or fed as the ONNX `user`
-    input, as the manifest says).
+    input, as the manifest says). Named columns are matched to the model's by name, and item
+    features `data` lacks are joined by its document ids from the version's snapshot.
     """
     manifest = artifact.manifest
     uc = manifest.user_clusters
     if uc is not None and user_vectors is None:
         raise ValueError(f"model {manifest.name} needs user-cluster vectors for each query")
+    # By name: the nightly gate scores the deployed model on the candidate's columns, which
+    # may be another order (a width check alone scored them silently wrong).
+    data = model_columns(artifact, data)
     expected = len(manifest.request_feature_names)
     if data.num_features != expected:
         raise ValueError(

@@ -20,7 +20,14 @@ ONNX_CHUNK_ROWS = 65_536
 
 def evaluate_command(
     model: Annotated[Path, typer.Option("--model", help="Version directory (ltr train --out).")],
-    data: Annotated[Path, typer.Option("--data", help="Judged data (LETOR text or Parquet).")],
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            help="Judged data (LETOR text or Parquet; for a model with item features, Parquet "
+            "with the document id column its item features are joined by).",
+        ),
+    ],
     empty_query_ndcg: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Metric value of a query with no relevant doc.")
     ] = 1.0,
@@ -39,10 +46,17 @@ def evaluate_command(
             "as a request without a profile."
         ),
     ] = None,
+    items: Annotated[
+        Path | None,
+        typer.Option(
+            help="Models with item features: the item table (Parquet) to join by the data's "
+            "document id column, instead of the snapshot the version carries."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """NDCG@1/3/5/10, MAP, MRR, ERR@10 and DCG@10 of a model version on a data file."""
-    from trainer.data.loader import load_dataset
+    from trainer.data.model_rows import load_model_rows
     from trainer.dnn.user_clusters import ClusterConfigError
     from trainer.dnn.user_profiles import ProfileTableError
     from trainer.metrics.report import ranking_report
@@ -58,7 +72,8 @@ def evaluate_command(
                 f"{model}: the model uses user-cluster embeddings: pass --user-profiles FILE "
                 "(the user_id → profile table) so each list gets its user's vector"
             )
-        dataset = load_dataset(data, feature_names=manifest.request_feature_names)
+        rows = load_model_rows(artifact, data, items)
+        dataset = rows.data
         if propensities is not None:  # clicks, scored without the served ranking's bias
             from trainer.clicks.ipw_eval import ipw_relabel
             from trainer.clicks.propensity import load_propensities
@@ -80,6 +95,8 @@ def evaluate_command(
     }
     if users is not None:
         out["users"] = users
+    if rows.items is not None:
+        out["items"] = rows.items.summary()
     if as_json:
         typer.echo(orjson.dumps(out).decode())
         return
@@ -91,6 +108,8 @@ def evaluate_command(
             f"  users     {users['lists_with_profile']} of {users['lists']} lists with a profile; "
             f"resolved to: {', '.join(f'{k} {v}' for k, v in users['resolved_to'].items())}"
         )
+    if rows.items is not None:
+        typer.echo(f"  items     {rows.items.text()}")
 
 
 def _scores_with_users(

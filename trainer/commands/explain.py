@@ -41,11 +41,18 @@ def explain_command(
     ] = DEFAULT_ROWS,
     top: Annotated[int, typer.Option(min=1, help="Features to show.")] = 10,
     seed: Annotated[int, typer.Option(help="Row sample seed.")] = 0,
+    items: Annotated[
+        Path | None,
+        typer.Option(
+            help="Models with item features: the item table (Parquet) to join by document id, "
+            "instead of the snapshot the version carries."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Per-feature contributions: a pair of documents, one query, or the whole data (HTML)."""
     from trainer.data.errors import DataFormatError
-    from trainer.data.loader import load_dataset
+    from trainer.data.model_rows import load_model_rows
     from trainer.explain.contributions import artifact_contributions
 
     with clear_errors(ArtifactError, TreeDumpError, DataFormatError, ExplainUnavailable):
@@ -53,14 +60,16 @@ def explain_command(
             raise CommandError("--pair needs --query (the query both documents belong to)")
         artifact = load_version(model)
         names = artifact.manifest.feature_names
-        dataset = load_dataset(data, feature_names=names)
+        rows_in = load_model_rows(artifact, data, items)
+        dataset, joined = rows_in.data, rows_in.items
         if query is None:
             sample = np.random.default_rng(seed).permutation(dataset.num_docs)[:rows]
             sample.sort()
             features = dataset.features[sample]
             method, phi, _ = artifact_contributions(artifact, features)
+            sampled = None if joined is None else joined.summary(sample)
             _global(artifact.manifest.name, artifact.manifest.version, method, names, features,
-                    phi, out, top, as_json)  # fmt: skip
+                    phi, out, top, as_json, sampled)  # fmt: skip
             return
         lo, hi = _query_rows(dataset.query_ids, dataset.group_offsets, query, data)
         features = dataset.features[lo:hi]
@@ -71,10 +80,14 @@ def explain_command(
         else:
             report = _query_report(method, names, features, phi, scores, top)
     report = {"query": query, "model": artifact.manifest.version, **report}
+    if joined is not None:
+        report["items"] = joined.summary(slice(lo, hi))
     if as_json:
         typer.echo(orjson.dumps(report).decode())
-    else:
-        typer.echo(_pair_text(report) if pair is not None else _query_text(report))
+        return
+    typer.echo(_pair_text(report) if pair is not None else _query_text(report))
+    if joined is not None:
+        typer.echo(f"items: {joined.text(slice(lo, hi))}")
 
 
 def _query_rows(
@@ -210,6 +223,7 @@ def _global(
     out: Path,
     top: int,
     as_json: bool,
+    items: dict[str, Any] | None,
 ) -> None:
     from trainer.explain.global_view import summarise
     from trainer.explain.html_report import render_page
@@ -219,10 +233,16 @@ def _global(
         out.write_text(render_page(f"Why {name} {version} ranks as it does", summary))
     except OSError as exc:
         raise CommandError(f"{out}: cannot write the report ({exc.strerror})") from None
+    extra = {} if items is None else {"items": items}
     if as_json:
-        typer.echo(orjson.dumps({"report": str(out), **summary}).decode())
+        typer.echo(orjson.dumps({"report": str(out), **summary, **extra}).decode())
         return
     typer.echo(f"{out}: {summary['rows']} rows, {method}")
+    if items is not None:
+        typer.echo(
+            f"  items: {items['missing']} of {items['documents']} documents not in "
+            f"{items['source']} (missing item features)"
+        )
     for f in summary["features"][:top]:
         typer.echo(f"  {f['name']:<24} mean |contribution| {f['mean_abs']:.5g}")
 

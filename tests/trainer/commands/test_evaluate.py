@@ -13,7 +13,7 @@ from app.artifacts.manifest import (
     Manifest,
     MissingValueRule,
 )
-from app.artifacts.store import write_version_dir
+from app.artifacts.store import load_version, write_version_dir
 from app.scoring.onnx_scorer import OnnxScorer
 from trainer.cli import app
 from trainer.data.loader import load_dataset
@@ -159,3 +159,211 @@ def test_network_model_scores_through_onnxruntime(runner: CliRunner, tmp_path: P
     np.testing.assert_allclose(onnx_scores, test.features @ weights, rtol=1e-4, atol=1e-4)
     expected = ranking_report(onnx_scores, test.labels, test.group_offsets)
     assert {k: report[k] for k in REPORT_KEYS} == expected
+
+
+# Models trained with item features (`ltr train --items`): evaluated on data with document ids.
+
+ITEM_FAST = ["--num-trees", "8", "--num-leaves", "7", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def sourced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    from tests.support.item_data import write_sourced_data
+
+    return write_sourced_data(tmp_path_factory.mktemp("sourced"), n_queries=30)
+
+
+@pytest.fixture(scope="module")
+def item_model(sourced: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    train, _, items = sourced
+    out = tmp_path_factory.mktemp("items") / "base"
+    args = ["train", "--train", str(train), "--items", str(items), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--query-features", "query_length", *ITEM_FAST])
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+def served_rows(model: Path, data: Path, items: Path) -> tuple[np.ndarray, int]:
+    """The rows the service assembles, built here by hand: each feature from the data or, for an
+    item feature, the item table's row of the document's id (NaN when it has none); and how many
+    documents the table lacks."""
+    import pyarrow.parquet as pq
+
+    manifest = load_version(model).manifest
+    rows = pq.read_table(data).to_pydict()
+    table = pq.read_table(items).to_pydict()
+    where = {str(i): k for k, i in enumerate(table["doc_id"])}
+    at = [where.get(str(i)) for i in rows["doc_id"]]
+    columns = [
+        [np.nan if k is None else table[name][k] for k in at]
+        if manifest.source(name) == "item"
+        else rows[name]
+        for name in manifest.feature_names
+    ]
+    return np.asarray(columns, dtype=np.float32).T.copy(), sum(k is None for k in at)
+
+
+def served_report(model: Path, data: Path, items: Path) -> tuple[dict[str, float], int]:
+    from app.scoring.loader import load_scorer
+
+    features, missing = served_rows(model, data, items)
+    truth = load_dataset(data, id_column="doc_id")
+    scores = load_scorer(load_version(model)).score(features)
+    return ranking_report(scores, truth.labels, truth.group_offsets), missing
+
+
+def test_item_model_scores_what_the_service_scores(
+    runner: CliRunner, item_model: Path, sourced: tuple[Path, Path, Path]
+) -> None:
+    _, valid, items = sourced
+    args = ["evaluate", "--model", str(item_model), "--data", str(valid)]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    expected, missing = served_report(item_model, valid, items)
+    for key in REPORT_KEYS:
+        assert report[key] == pytest.approx(expected[key], abs=1e-9)
+    assert missing > 0  # the data has documents the items lack: missing values, as served
+    assert report["items"] == {
+        "source": f"{item_model} (item set items@{read_item_version(item_model)})",
+        "id_column": "doc_id",
+        "documents": 300,
+        "missing": missing,
+    }
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0, human.stderr
+    assert f"items     {missing} of 300 documents not in {item_model}" in human.stdout
+
+
+def read_item_version(model: Path) -> str:
+    items = load_version(model).manifest.item_features
+    assert items is not None
+    return str(items.version)
+
+
+def test_items_flag_joins_that_table_instead_of_the_snapshot(
+    runner: CliRunner, item_model: Path, sourced: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    _, valid, items = sourced
+    table = pq.read_table(items)
+    price = table.column_names.index("price")
+    table = table.set_column(price, "price", pc.negate(table.column("price")))  # a new catalogue
+    # Another column order and half the items: matched by name, the rest missing.
+    table = table.select(["popularity", "doc_id", "ctr", "price"]).slice(0, 150)
+    today = tmp_path / "today.parquet"
+    pq.write_table(table, today)
+    args = ["evaluate", "--model", str(item_model), "--data", str(valid), "--json"]
+    report = json.loads(runner.invoke(app, [*args, "--items", str(today)]).stdout)
+    expected, missing = served_report(item_model, valid, today)
+    assert {k: report[k] for k in REPORT_KEYS} == pytest.approx(
+        {k: expected[k] for k in REPORT_KEYS}, abs=1e-9
+    )
+    assert report["items"]["source"] == str(today) and report["items"]["missing"] == missing
+    snapshot = json.loads(runner.invoke(app, args).stdout)
+    assert snapshot["ndcg@10"] != report["ndcg@10"]
+
+
+def test_data_columns_are_matched_by_name(
+    runner: CliRunner, item_model: Path, sourced: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    _, valid, _ = sourced
+    table = pq.read_table(valid)
+    shuffled = tmp_path / "shuffled.parquet"
+    pq.write_table(table.select(["query_length", "title_match", "qid", "bm25", "label", "doc_id"]),
+                   shuffled)  # fmt: skip
+    args = ["evaluate", "--model", str(item_model), "--json", "--data"]
+    a = json.loads(runner.invoke(app, [*args, str(valid)]).stdout)
+    b = json.loads(runner.invoke(app, [*args, str(shuffled)]).stdout)
+    assert {k: a[k] for k in REPORT_KEYS} == {k: b[k] for k in REPORT_KEYS}
+
+
+def _variant(valid: Path, tmp_path: Path, name: str) -> Path:
+    """A copy of `valid` with one thing wrong."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(valid)
+    n = table.num_rows
+    i = table.column_names.index("doc_id")
+    if name == "no_id":
+        table = table.drop(["doc_id"])
+    elif name == "float_id":
+        table = table.set_column(i, "doc_id", pa.array(np.arange(n, dtype=np.float64)))
+    elif name == "list_id":
+        table = table.set_column(i, "doc_id", pa.array([[1]] * n))
+    elif name == "clash":
+        table = table.append_column("price", pa.array(np.zeros(n)))
+    elif name == "varying_query":
+        j = table.column_names.index("query_length")
+        table = table.set_column(j, "query_length", pa.array(np.arange(n, dtype=np.float64)))
+    path = tmp_path / f"{name}.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("variant", "message"),
+    [
+        ("no_id", "no document id column 'doc_id'; the model reads item features (price, ctr, "),
+        ("float_id", "column 'doc_id': has type double, expected document ids as strings or "),
+        ("list_id", "column 'doc_id': has type list<element: int64>, expected document ids"),
+        ("clash", "columns ['price'] are item features of the model, joined by 'doc_id'"),
+        ("varying_query", "row 2, column 'query_length': a query feature must be the same"),
+    ],
+)
+def test_data_errors_name_the_file_and_column(
+    runner: CliRunner,
+    item_model: Path,
+    sourced: tuple[Path, Path, Path],
+    tmp_path: Path,
+    variant: str,
+    message: str,
+) -> None:
+    data = _variant(sourced[1], tmp_path, variant)
+    result = runner.invoke(app, ["evaluate", "--model", str(item_model), "--data", str(data)])
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr).startswith(f"error: {data}: {message}")
+
+
+def test_item_source_errors(
+    runner: CliRunner,
+    item_model: Path,
+    version_dir: Path,
+    sourced: tuple[Path, Path, Path],
+    tmp_path: Path,
+) -> None:
+    import pyarrow.parquet as pq
+
+    _, valid, items = sourced
+    args = ["evaluate", "--data", str(valid), "--model"]
+    letor = runner.invoke(app, ["evaluate", "--model", str(item_model), "--data", str(TEST)])
+    assert "give Parquet data with a 'doc_id' column" in one_error_line(letor.stderr)
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("not parquet")
+    result = runner.invoke(app, [*args, str(item_model), "--items", str(junk)])
+    assert one_error_line(result.stderr).startswith(f"error: {junk}: not a readable Parquet")
+    no_ctr = tmp_path / "no_ctr.parquet"
+    pq.write_table(pq.read_table(items).drop(["ctr"]), no_ctr)
+    result = runner.invoke(app, [*args, str(item_model), "--items", str(no_ctr)])
+    assert f"error: {no_ctr}: no item feature columns ctr" in one_error_line(result.stderr)
+    result = runner.invoke(app, [*args, str(version_dir), "--items", str(items)])
+    assert "reads no item features" in one_error_line(result.stderr)
+    # A version whose item set is served from Redis only: the table must be given.
+    artifact = load_version(item_model)
+    item_set = artifact.manifest.item_features
+    assert item_set is not None
+    bare = item_set.model_copy(update={"matrix_file": None, "ids_file": None})
+    manifest = artifact.manifest.model_copy(update={"item_features": bare, "version": "redis"})
+    redis_only = write_version_dir(
+        tmp_path / "redis", manifest, {"model.json": artifact.files["model.json"]}
+    )
+    result = runner.invoke(app, [*args, str(redis_only)])
+    assert "carries no snapshot of its item set" in one_error_line(result.stderr)
+    assert "pass --items FILE" in result.stderr
+    result = runner.invoke(app, [*args, str(redis_only), "--items", str(items), "--json"])
+    assert result.exit_code == 0, result.stderr

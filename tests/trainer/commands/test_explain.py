@@ -160,3 +160,63 @@ def test_networks_are_explained_by_occlusion(runner: CliRunner, tmp_path: Path) 
         j = int(f["name"][1:]) - 1
         assert f["difference"] == pytest.approx(diff[j], abs=1e-5)
     assert report["difference"] == pytest.approx(diff.sum(), abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def item_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(a version trained with item features, its validation data, the item table)."""
+    from tests.support.item_data import write_sourced_data
+
+    root = tmp_path_factory.mktemp("items")
+    train, valid, items = write_sourced_data(root, n_queries=30)
+    out = root / "v1"
+    args = ["train", "--train", str(train), "--items", str(items), "--out", str(out), *FAST]
+    result = CliRunner().invoke(app, [*args, "--query-features", "query_length"])
+    assert result.exit_code == 0, result.stderr
+    return out, valid, items
+
+
+def test_item_features_are_joined_by_document_id(
+    runner: CliRunner, item_model: tuple[Path, Path, Path]
+) -> None:
+    from app.scoring.loader import load_scorer
+
+    from .test_evaluate import served_rows
+
+    model, valid, items = item_model
+    rows, _ = served_rows(model, valid, items)
+    data = load_dataset(valid, id_column="doc_id")
+    lo, hi = (int(x) for x in data.group_offsets[:2])
+    query = str(data.query_ids[0])
+    args = ["explain", "--model", str(model), "--data", str(valid), "--query", query, "--json"]
+    result = runner.invoke(app, [*args, "--top", "6"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    served = load_scorer(load_version(model)).score(rows[lo:hi])
+    assert [d["score"] for d in report["documents"]] == pytest.approx(
+        sorted(served.tolist(), reverse=True), abs=1e-9
+    )
+    names = load_version(model).manifest.feature_names
+    for doc in report["documents"]:
+        row = rows[lo + doc["document"] - 1]
+        for f in doc["features"]:
+            value = row[names.index(f["name"])]
+            assert f["value"] == (None if np.isnan(value) else pytest.approx(value))
+    missing = int(np.isnan(rows[lo:hi, names.index("price")]).sum())
+    assert report["items"]["documents"] == hi - lo and report["items"]["missing"] == missing
+    text = runner.invoke(app, args[:-1]).stdout
+    assert f"items: {missing} of {hi - lo} documents not in {model}" in text
+
+
+def test_item_model_global_view_and_errors(
+    runner: CliRunner, item_model: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    model, valid, items = item_model
+    args = ["explain", "--model", str(model), "--out", str(tmp_path / "why.html"), "--data"]
+    result = runner.invoke(app, [*args, str(valid), "--items", str(items), "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["items"]["source"] == str(items) and summary["items"]["documents"] == 300
+    assert 0 < summary["items"]["missing"] < 300
+    result = runner.invoke(app, [*args, str(TEST)])
+    assert "give Parquet data with a 'doc_id' column" in one_error_line(result.stderr)

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,21 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+def pipelines_die_at(monkeypatch: Any, call: int) -> dict[str, int]:
+    """From now on, the `call`-th redis-py pipeline execution raises ConnectionError (as a
+    connection lost half-way through a push); the counter it returns can be reset."""
+    import redis
+
+    real = redis.client.Pipeline.execute
+    calls = {"n": 0}
+
+    def dies_half_way(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise redis.ConnectionError("connection lost")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", dies_half_way)
+    return calls

@@ -45,13 +45,16 @@ def push_command(
     prefix: Prefix = None,
     as_json: AsJson = False,
 ) -> None:
-    """Write a whole new version, verify it, then switch the live pointer (atomic)."""
+    """Write a whole new version, verify it, then switch the live pointer (atomic); the live
+    version pushed again is verified and what Redis lost rewritten."""
     from trainer.data.errors import DataFormatError
     from trainer.features.redis_sets import PushError, push_item_set
+    from trainer.features.set_keys import check_name
 
     if (items is None) == (model is None):
         fail("give exactly one of --items FILE or --model VERSION_DIR")
     with clear_errors(DataFormatError, PushError, ValueError, *_redis_errors()):
+        check_name("item set", set_name)
         table = _table(items, model, id_column)
         version = _model_set_version(model)
         with _client(redis_url) as client:
@@ -64,12 +67,16 @@ def push_command(
         "features": len(table.names),
         "seconds": round(result.seconds, 3),
         "unchanged": result.unchanged,
+        "repaired": result.repaired,
         "expiring": result.expired,
     }
     if as_json:
         typer.echo(orjson.dumps(summary).decode())
     elif result.unchanged:
-        typer.echo(f"{set_name}: {result.version} is already live ({result.items} items)")
+        typer.echo(
+            f"{set_name}: {result.version} is already live ({result.items} items verified, "
+            f"{result.repaired} rewritten)"
+        )
     else:
         typer.echo(
             f"{set_name}: {result.version} live ({result.items} items x {len(table.names)} "
@@ -82,7 +89,7 @@ def inspect_command(
     source: Annotated[
         str, typer.Argument(help="redis:SET[@VERSION], items.parquet or a model dir")
     ],
-    sample: Annotated[int, Opt(help="Items to show.")] = 3,
+    sample: Annotated[int, Opt(min=0, help="Items to show.")] = 3,
     id_column: IdColumn = "doc_id",
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
@@ -130,8 +137,11 @@ def diff_command(
         right = _load_source(b, id_column, redis_url, prefix)
         report = diff_tables(left, right)
     typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2 if not as_json else 0).decode())
-    if report["identical"] is False and not as_json:
-        echo_err("the sets differ")
+    if report["identical"] is False:
+        # As diff(1): 0 the same, 1 different, 2 trouble, so a script can test it.
+        if not as_json:
+            echo_err("the sets differ")
+        raise typer.Exit(1)
 
 
 @features_app.command("rollback")
@@ -141,11 +151,15 @@ def rollback_command(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Point the set back at an earlier, still complete version."""
+    """Point the set back at an earlier version, verified complete (every item, right size)."""
     from trainer.features.redis_sets import PushError, switch_version
+    from trainer.features.set_keys import check_name
 
-    with clear_errors(PushError, *_redis_errors()), _client(redis_url) as client:
-        previous = switch_version(client, _prefix(prefix), set_name, to)
+    with clear_errors(PushError, *_redis_errors()):
+        check_name("item set", set_name)
+        check_name("version", to)
+        with _client(redis_url) as client:
+            previous = switch_version(client, _prefix(prefix), set_name, to)
     typer.echo(f"{set_name}: {to} live again (was {previous})")
 
 
@@ -153,24 +167,29 @@ def _inspect_redis(
     source: str, sample: int, redis_url: str | None, prefix: str | None
 ) -> dict[str, Any]:
     from trainer.features.redis_sets import live_version, read_meta, sample_items, versions_key
+    from trainer.features.set_keys import item_counts
 
-    set_name, _, version = source[len("redis:") :].partition("@")
+    set_name, version = _redis_source(source)
     pre = _prefix(prefix)
     with _client(redis_url) as client:
         live = live_version(client, pre, set_name)
         listed = [v.decode() for v in client.zrange(versions_key(pre, set_name), 0, -1)]
-        versions = []
-        for v in sorted(set(listed) | ({live} if live else set())):
-            info = read_meta(client, pre, set_name, v) or {}
-            versions.append(
-                {
-                    "version": v,
-                    "live": v == live,
-                    "items": info.get("count"),
-                    "complete": bool(info),
-                    "created_at": info.get("created_at"),
-                }
-            )
+        known = sorted(set(listed) | ({live} if live else set()))
+        metas = {v: read_meta(client, pre, set_name, v) or {} for v in known}
+        widths = {v: 4 * len(m["names"]) for v, m in metas.items() if m}
+        present = item_counts(client, pre, set_name, widths) if widths else {}
+        versions = [
+            {
+                "version": v,
+                "live": v == live,
+                "items": info.get("count"),
+                "items_present": present.get(v, 0),  # keys there and of the right size
+                # As rollback checks it: every item's key there, of the right size.
+                "complete": bool(info) and present.get(v) == info.get("count"),
+                "created_at": info.get("created_at"),
+            }
+            for v, info in metas.items()
+        ]
         shown = version or live
         rows: list[dict[str, Any]] = []
         meta = read_meta(client, pre, set_name, shown) if shown else None
@@ -194,11 +213,27 @@ def _inspect_redis(
 def _row(item_id: str, values: np.ndarray, names: list[str]) -> dict[str, Any]:
     return {
         "id": item_id,
-        "features": {
-            n: (None if np.isnan(v) else float(v))
-            for n, v in zip(names, values.tolist(), strict=True)
-        },
+        "features": {n: _value(v) for n, v in zip(names, values.tolist(), strict=True)},
     }
+
+
+def _value(value: float) -> float | str | None:
+    """JSON has no infinity (orjson writes null, which reads as missing): spelled out as the
+    service's explanations do."""
+    if np.isnan(value):
+        return None
+    if np.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float(value)
+
+
+def _redis_source(source: str) -> tuple[str, str]:
+    """(set, version or "") of `redis:SET[@VERSION]`, both checked as names."""
+    from trainer.features.set_keys import check_name
+
+    set_name, _, version = source[len("redis:") :].partition("@")
+    check_name("item set", set_name)
+    return set_name, check_name("version", version) if version else ""
 
 
 def _load_source(
@@ -208,7 +243,7 @@ def _load_source(
     from trainer.features.redis_sets import live_version, read_item_set
 
     if source.startswith("redis:"):
-        set_name, _, version = source[len("redis:") :].partition("@")
+        set_name, version = _redis_source(source)
         with _client(redis_url) as client:
             pre = _prefix(prefix)
             chosen = version or live_version(client, pre, set_name)
@@ -260,12 +295,41 @@ def _client(redis_url: str | None) -> redis.Redis:
     url = redis_url or os.environ.get("LTR_REDIS_URL")
     if not url:
         raise CommandError("no Redis: give --redis-url or set LTR_REDIS_URL")
+    client: redis.Redis | None = None
     try:
         client = redis.Redis.from_url(url, socket_timeout=30)
         client.ping()
     except (redis.RedisError, ValueError) as exc:
-        raise CommandError(f"cannot reach Redis at {url}: {exc}") from None
+        what = str(exc)
+        given = client is not None and client.get_connection_kwargs().get("password")
+        if _asks_for_password(exc) and not given:
+            what = "it needs a password (redis://:PASSWORD@host:port/db)"
+        raise CommandError(f"cannot reach Redis at {redacted(url)}: {what}") from None
     return client
+
+
+def _asks_for_password(exc: Exception) -> bool:
+    import redis
+
+    text = str(exc)
+    # RESP3 (HELLO) and RESP2 (NOAUTH) say it differently.
+    return isinstance(exc, redis.AuthenticationError) or text.startswith(("NOAUTH", "HELLO"))
+
+
+def redacted(url: str) -> str:
+    """`url` with its password (or a lone user part, which may be one) shown as `***`."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(an unparsable URL)"
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    hidden = f"{user}:***" if colon else "***"
+    return parts._replace(netloc=f"{hidden}@{host}").geturl()
 
 
 def register(app: typer.Typer) -> None:

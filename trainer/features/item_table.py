@@ -14,6 +14,7 @@ import numpy as np
 
 from app.features.item_snapshot import ItemSnapshot
 from trainer.data.errors import DataFormatError, located
+from trainer.features.item_columns import check_feature_names, feature_values, item_ids
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,12 @@ class ItemTable:
 
 def read_item_table(path: str | Path, id_column: str = "doc_id") -> ItemTable:
     """Read a Parquet item table; every column but `id_column` is a numeric feature."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     from trainer.data.parquet import open_table
 
     path = Path(path)
+    if path.is_dir():
+        raise located(path, None, "is a directory; an item table is one Parquet file")
+    _check_distinct_columns(path)
     table = open_table(path)
     names = table.column_names
     if id_column not in names:
@@ -52,25 +53,30 @@ def read_item_table(path: str | Path, id_column: str = "doc_id") -> ItemTable:
     feature_names = [n for n in names if n != id_column]
     if not feature_names:
         raise located(path, None, "no feature columns beside the id column")
+    check_feature_names(path, feature_names)
     if table.num_rows == 0:
         # Pushed, an empty table went live as a set of 0 items: every item then missing.
         raise located(path, None, "no item rows")
-    id_col = table.column(id_column)
-    if id_col.null_count:
-        row = int(np.flatnonzero(id_col.is_null().to_numpy(zero_copy_only=False))[0]) + 1
-        raise DataFormatError(f"{path}: row {row}, column {id_column!r}: null item id")
-    ids = np.asarray(pc.cast(id_col, pa.string()).to_numpy(zero_copy_only=False), dtype=np.str_)
+    ids = item_ids(path, table, id_column)
     matrix = np.empty((table.num_rows, len(feature_names)), dtype=np.float32)
     for j, name in enumerate(feature_names):
-        column = table.column(name)
-        kind = column.type
-        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
-        if not (numeric or pa.types.is_boolean(kind)):
-            raise DataFormatError(f"{path}: column {name!r}: has type {kind}, expected a number")
-        cast = pc.cast(column, pa.float64(), safe=False).fill_null(np.nan)
-        matrix[:, j] = np.asarray(cast.to_numpy(), dtype=np.float32)
+        matrix[:, j] = feature_values(path, table, name)
     _check_unique(path, ids, id_column)
     return ItemTable(ids, matrix, feature_names, str(path))
+
+
+def _check_distinct_columns(path: Path) -> None:
+    """Arrow cannot read a file with a repeated column name (its error is a schema dump): say
+    so as `open_table` does, from the schema alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except (pa.ArrowException, OSError):
+        return  # open_table names the missing or unreadable file
+    if len(set(names)) != len(names):
+        raise located(path, None, "duplicate column names")
 
 
 def _check_unique(path: Path, ids: np.ndarray, id_column: str) -> None:

@@ -4,14 +4,16 @@ Keys as `app.features.item_redis` reads them. A push writes every item of the ne
 (MSET batches, pipelined), reads every value back and compares it byte for byte, writes the
 version's meta, and only then points `{prefix}itemset:{set}` at it with one atomic `SET ... GET`.
 A push that fails or is killed before that last step leaves the pointer (what is served)
-untouched; its partial keys are expired by the next push. After the switch, versions other
-than the live one and the one it replaced (kept for a rollback) get a TTL and vanish.
+untouched; a failed push deletes its partial keys (best effort), a killed one's are expired by
+the next push. Pushing the live version again verifies it and rewrites what is missing or wrong.
+After the switch, versions other than the live one and the one it replaced (kept for a
+rollback) get a TTL and vanish.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,18 +21,13 @@ import numpy as np
 import orjson
 import redis
 
-from app.errors import LtrError
 from app.features.item_redis import item_prefix, meta_key, pointer_key
 from trainer.features.item_table import ItemTable
+from trainer.features.set_keys import check_name, item_counts, scan_batches, version_pattern
+from trainer.features.set_writes import BATCH, PackedItems, mismatches, refused, repair, write_items
+from trainer.features.set_writes import PushError as PushError  # callers import it from here
 
-BATCH = 5_000  # items per MSET / MGET
-BATCHES_PER_ROUND_TRIP = 8
 EXPIRE_SECONDS = 24 * 3600
-SCAN_COUNT = 10_000
-
-
-class PushError(LtrError, RuntimeError):
-    """The new version could not be written or did not read back as written."""
 
 
 def versions_key(prefix: str, set_name: str) -> str:
@@ -47,6 +44,7 @@ class PushResult:
     seconds: float
     unchanged: bool
     expired: list[str]
+    repaired: int = 0  # items of an already live version rewritten because Redis lost them
 
 
 def push_item_set(
@@ -61,42 +59,39 @@ def push_item_set(
 ) -> PushResult:
     """Write `table` as version `version` (default: its content id) and make it live."""
     started = time.perf_counter()
-    version = version or table.version()
+    check_name("item set", set_name)
+    version = check_name("version", version or table.version())
     pointer = pointer_key(prefix, set_name)
     live = _text(client.get(pointer))
-    if live == version and _meta(client, prefix, set_name, version) is not None:
-        return PushResult(set_name, version, live, len(table.ids), 0.0, True, [])
-    client.zadd(versions_key(prefix, set_name), {version: time.time()})
+    known = _meta(client, prefix, set_name, version) is not None
     rows = np.ascontiguousarray(table.matrix, dtype="<f4")
-    width = 4 * rows.shape[1]
-    buffer = rows.tobytes()
-    head = item_prefix(prefix, set_name, version)
-    keys = [head + str(i) for i in table.ids.tolist()]
-    n = len(keys)
-    for done, batch in _rounds(n):
-        pipe = client.pipeline(transaction=False)
-        for lo, hi in batch:
-            pipe.mset({keys[i]: buffer[i * width : (i + 1) * width] for i in range(lo, hi)})
-        pipe.execute()
-        if progress is not None:
-            progress(done, 2 * n)
-    for done, batch in _rounds(n):
-        pipe = client.pipeline(transaction=False)
-        for lo, hi in batch:
-            pipe.mget(keys[lo:hi])
-        for (lo, hi), values in zip(batch, pipe.execute(), strict=True):
-            if None in values or b"".join(values) != buffer[lo * width : hi * width]:
-                _read_back_error(keys, values, buffer, lo, width, live)
-        if progress is not None:
-            progress(n + done, 2 * n)
-    meta = {
-        "names": table.names,
-        "count": n,
-        "created_at": time.time(),
-        "source": table.source,
-    }
-    client.set(meta_key(prefix, set_name, version), orjson.dumps(meta))
-    previous = _text(client.set(pointer, version, get=True))
+    packed = PackedItems(
+        [item_prefix(prefix, set_name, version) + str(i) for i in table.ids.tolist()],
+        rows.tobytes(),
+        4 * rows.shape[1],
+    )
+    n = len(packed.keys)
+    if live == version and known:
+        repaired = _guarded(lambda: repair(client, packed), live)
+        seconds = time.perf_counter() - started
+        return PushResult(set_name, version, live, n, seconds, True, [], repaired)
+    meta = {"names": table.names, "count": n, "created_at": time.time(), "source": table.source}
+
+    def write() -> None:
+        client.zadd(versions_key(prefix, set_name), {version: time.time()})
+        write_items(client, packed, range(n), progress, 2 * n)
+        bad = mismatches(client, packed, range(n), progress, 2 * n)
+        if bad:
+            raise PushError(f"item {packed.keys[bad[0]]!r} did not read back as written")
+        client.set(meta_key(prefix, set_name, version), orjson.dumps(meta))
+
+    # A version Redis already held (the one kept for rollback) is left as it was.
+    discard = None if known else lambda: _discard(client, prefix, set_name, version, packed)
+    _guarded(write, live, discard)
+    try:
+        previous = _text(client.set(pointer, version, get=True))
+    except redis.ResponseError as exc:  # refused, so not run: nothing switched
+        raise _failed(exc, live, discard is not None and discard()) from None
     expired = expire_old_versions(client, prefix, set_name, {version, previous}, expire_seconds)
     seconds = time.perf_counter() - started
     return PushResult(set_name, version, previous, n, seconds, False, expired)
@@ -104,13 +99,21 @@ def push_item_set(
 
 def switch_version(client: redis.Redis, prefix: str, set_name: str, version: str) -> str | None:
     """Point the set at an existing, complete `version` (a rollback); returns the previous one."""
+    check_name("item set", set_name)
+    check_name("version", version)
     meta = _meta(client, prefix, set_name, version)
     if meta is None:
         raise PushError(f"item set {set_name!r} has no complete version {version!r} in Redis")
-    key = f"{item_prefix(prefix, set_name, version)}*"
+    found = item_counts(client, prefix, set_name, {version: 4 * len(meta["names"])})[version]
+    if found != meta.get("count"):
+        raise PushError(
+            f"item set {set_name!r} version {version!r} is incomplete in Redis: {found:,} of "
+            f"{meta.get('count')} items present with {len(meta['names'])} features; push its "
+            "table again instead"
+        )
     if client.ttl(meta_key(prefix, set_name, version)) > 0:
         # Revived: its keys must not vanish while it serves.
-        for batch in _scan_batches(client, key):
+        for batch in scan_batches(client, version_pattern(prefix, set_name, version)):
             pipe = client.pipeline(transaction=False)
             for k in batch:
                 pipe.persist(k)
@@ -127,7 +130,7 @@ def expire_old_versions(
     vkey = versions_key(prefix, set_name)
     old = [v for v in (_text(x) for x in client.zrange(vkey, 0, -1)) if v and v not in keep]
     for version in old:
-        for batch in _scan_batches(client, f"{item_prefix(prefix, set_name, version)}*"):
+        for batch in scan_batches(client, version_pattern(prefix, set_name, version)):
             pipe = client.pipeline(transaction=False)
             for k in batch:
                 pipe.expire(k, seconds, nx=True)
@@ -149,6 +152,8 @@ def read_meta(
 
 def read_item_set(client: redis.Redis, prefix: str, set_name: str, version: str) -> ItemTable:
     """A whole version back from Redis (for `ltr features diff`)."""
+    check_name("item set", set_name)
+    check_name("version", version)
     meta = _meta(client, prefix, set_name, version)
     if meta is None:
         raise PushError(f"item set {set_name!r} has no complete version {version!r} in Redis")
@@ -156,7 +161,7 @@ def read_item_set(client: redis.Redis, prefix: str, set_name: str, version: str)
     head = item_prefix(prefix, set_name, version)
     ids: list[str] = []
     rows: list[bytes] = []
-    for batch in _scan_batches(client, f"{head}*"):
+    for batch in scan_batches(client, version_pattern(prefix, set_name, version)):
         values = client.mget(batch)
         for k, v in zip(batch, values, strict=True):
             if isinstance(v, bytes) and len(v) == 4 * len(names):
@@ -172,7 +177,8 @@ def sample_items(
 ) -> list[tuple[str, bytes]]:
     head = item_prefix(prefix, set_name, version)
     keys: list[Any] = []
-    for batch in _scan_batches(client, f"{head}*", scan_count=max(count, 100)):
+    pattern = version_pattern(prefix, set_name, version)
+    for batch in scan_batches(client, pattern, scan_count=max(count, 100)):
         keys.extend(batch)
         if len(keys) >= count:
             break
@@ -185,35 +191,41 @@ def sample_items(
     ]
 
 
-def _read_back_error(
-    keys: list[str], values: list[Any], buffer: bytes, lo: int, width: int, live: str | None
-) -> None:
-    for i, value in enumerate(values):
-        if value != buffer[(lo + i) * width : (lo + i + 1) * width]:
-            raise PushError(
-                f"item {keys[lo + i]!r} did not read back as written; the live version "
-                f"({live}) is unchanged"
-            )
+def _guarded(
+    step: Callable[[], Any], live: str | None, discard: Callable[[], bool] | None = None
+) -> Any:
+    """Run `step`; on failure delete the partial version when `discard` is given (best effort:
+    a killed push's keys are expired by the next push instead), and say what is still served."""
+    try:
+        return step()
+    except (PushError, redis.ResponseError) as exc:
+        raise _failed(exc, live, discard is not None and discard()) from None
+    except redis.TimeoutError:
+        raise  # Redis is not answering: deleting would only wait again
+    except Exception:
+        if discard is not None:
+            discard()
+        raise
 
 
-def _rounds(n: int) -> Iterator[tuple[int, list[tuple[int, int]]]]:
-    """(items done after this round, [(lo, hi) batches]) covering 0..n."""
-    step = BATCH * BATCHES_PER_ROUND_TRIP
-    for start in range(0, n, step):
-        stop = min(start + step, n)
-        yield stop, [(lo, min(lo + BATCH, stop)) for lo in range(start, stop, BATCH)]
+def _failed(exc: Exception, live: str | None, deleted: bool) -> PushError:
+    what = str(exc) if isinstance(exc, PushError) else refused(exc)
+    note = "; its partial keys were deleted" if deleted else ""
+    return PushError(f"{what}; the live version ({live}) is unchanged{note}")
 
 
-def _scan_batches(
-    client: redis.Redis, match: str, scan_count: int = SCAN_COUNT
-) -> Iterator[list[Any]]:
-    cursor: int = 0
-    while True:
-        cursor, keys = client.scan(cursor=cursor, match=match, count=scan_count)
-        if keys:
-            yield list(keys)
-        if cursor == 0:
-            return
+def _discard(
+    client: redis.Redis, prefix: str, set_name: str, version: str, packed: PackedItems
+) -> bool:
+    """Delete a failed push's keys; False when Redis would not."""
+    try:
+        for start in range(0, len(packed.keys), BATCH):
+            client.delete(*packed.keys[start : start + BATCH])
+        client.delete(meta_key(prefix, set_name, version))
+        client.zrem(versions_key(prefix, set_name), version)
+    except redis.RedisError:
+        return False
+    return True
 
 
 def _meta(client: redis.Redis, prefix: str, set_name: str, version: str) -> dict[str, Any] | None:

@@ -12,10 +12,10 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, pipelines_die_at
 from tests.support.sourced_model import item_table
 from trainer.cli import app
-from trainer.features import redis_sets
+from trainer.features import set_writes
 from trainer.features.redis_sets import PushError, push_item_set, read_item_set, switch_version
 
 NAMES = ["x", "y"]
@@ -41,18 +41,9 @@ def test_an_interrupted_push_changes_nothing_served(
 ) -> None:
     client = redis.Redis.from_url(redis_server.url)
     live = push_item_set(client, "ltr:", "s", item_table(50, NAMES, seed=1)).version
-    monkeypatch.setattr(redis_sets, "BATCH", 10)
-    monkeypatch.setattr(redis_sets, "BATCHES_PER_ROUND_TRIP", 1)
-    calls = {"n": 0}
-    real = redis.client.Pipeline.execute
-
-    def dies_half_way(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise redis.ConnectionError("connection lost")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(redis.client.Pipeline, "execute", dies_half_way)
+    monkeypatch.setattr(set_writes, "BATCH", 10)
+    monkeypatch.setattr(set_writes, "BATCHES_PER_ROUND_TRIP", 1)
+    pipelines_die_at(monkeypatch, 3)
     with pytest.raises(redis.ConnectionError):
         push_item_set(client, "ltr:", "s", item_table(50, NAMES, seed=2))
     assert client.get("ltr:itemset:s") == live.encode()

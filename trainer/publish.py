@@ -38,6 +38,9 @@ class PublishResult:
     removed: list[str]
     redis_pushed: bool
     item_set: str | None = None  # "set@version" made live in Redis before CURRENT moved
+    # "set@version" the model was trained with but, without a Redis URL, not pushed: services
+    # serve it from the version's in-process snapshot until it is pushed.
+    item_set_not_pushed: str | None = None
 
 
 def install_version(source: Path, registry: Path, name: str | None = None) -> Artifact:
@@ -69,8 +72,9 @@ def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> None:
 
 def push_model_item_set(artifact: Artifact, redis_url: str, prefix: str) -> str:
     """Make the item set version the model was trained with live in Redis: switch back to it
-    when Redis still holds it complete, else push it from the snapshot the version carries.
-    Returns "set@version"; ArtifactError when neither is possible."""
+    when Redis still holds it complete, else push it from the snapshot the version carries
+    (which also rewrites the item keys an incomplete version lost). Returns "set@version";
+    ArtifactError when neither is possible."""
     import redis
 
     from trainer.features.item_table import table_from_version
@@ -82,8 +86,13 @@ def push_model_item_set(artifact: Artifact, redis_url: str, prefix: str) -> str:
     try:
         with redis.Redis.from_url(redis_url, socket_timeout=30) as client:
             if items.version and read_meta(client, prefix, items.set, items.version) is not None:
-                switch_version(client, prefix, items.set, items.version)
-                return label
+                try:
+                    switch_version(client, prefix, items.set, items.version)
+                    return label
+                except PushError:
+                    # Incomplete (Redis evicted or lost keys): the push below repairs it.
+                    if not items.has_snapshot:
+                        raise
             if not items.has_snapshot:
                 raise ArtifactError(
                     f"{artifact.path}: item set {label} is not in Redis and the version "
@@ -155,7 +164,12 @@ def publish(
         except Exception as exc:
             log.warning("could not announce on Redis (services will poll): %s", exc)
     removed = prune_versions(registry, m.name, keep)
-    return PublishResult(m.name, m.version, previous, artifact.path, removed, pushed, item_set)
+    not_pushed = None
+    if not redis_url and m.item_features is not None:
+        not_pushed = f"{m.item_features.set}@{m.item_features.version}"
+    return PublishResult(
+        m.name, m.version, previous, artifact.path, removed, pushed, item_set, not_pushed
+    )
 
 
 def rollback(

@@ -37,6 +37,18 @@ def random_ensemble(
     return TreeEnsemble(num_features, trees, base_score=0.5)
 
 
+def stump(leaf: float = 1.0, feature: int = 0, threshold: float = 0.5) -> Tree:
+    """One split: `feature` <= `threshold` (or missing) scores 0, above it `leaf`."""
+    return Tree(
+        split_feature=np.array([feature], np.int32),
+        threshold=np.array([threshold]),
+        left=np.array([~0], np.int32),
+        right=np.array([~1], np.int32),
+        default_left=np.array([True]),
+        leaf_value=np.array([0.0, leaf]),
+    )
+
+
 def with_covers(ensemble: TreeEnsemble, seed: int = 3) -> TreeEnsemble:
     """`ensemble` with random training counts at its leaves (what TreeSHAP needs)."""
     rng = np.random.default_rng(seed)

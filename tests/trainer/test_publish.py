@@ -18,7 +18,8 @@ from app.artifacts.manifest import (
     new_version_id,
 )
 from app.artifacts.store import ArtifactError, list_versions, read_current, write_version_dir
-from app.artifacts.tree_dump import Tree, TreeEnsemble
+from app.artifacts.tree_dump import TreeEnsemble
+from tests.support import stump
 from tests.support.redis_server import RedisServer
 from trainer.publish import publish, rollback
 
@@ -28,14 +29,7 @@ SCHEME = ClusterScheme(fields=[BucketedField(name="country", kind="categorical")
 def make_version(root: Path, leaf: float = 1.0, clusters: bool = False) -> Path:
     version = new_version_id()
     names = ["a", "b"] + (["u0", "u1"] if clusters else [])
-    tree = Tree(
-        split_feature=np.array([0], np.int32),
-        threshold=np.array([0.5]),
-        left=np.array([~0], np.int32),
-        right=np.array([~1], np.int32),
-        default_left=np.array([True]),
-        leaf_value=np.array([0.0, leaf]),
-    )
+    tree = stump(leaf)
     files = {"model.json": TreeEnsemble(len(names), [tree]).to_json_bytes()}
     uc = None
     if clusters:

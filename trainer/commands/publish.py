@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from app.artifacts.store import ArtifactError
-from trainer.commands.errors import clear_errors, fail
+from trainer.commands.errors import clear_errors, echo_err, fail
 
 
 def publish_command(
@@ -62,13 +62,26 @@ def publish_command(
                 "removed": res.removed,
                 "redis_pushed": res.redis_pushed,
                 "item_set": res.item_set,
+                "item_set_not_pushed": res.item_set_not_pushed,
             }
+            if res.item_set_not_pushed is not None:
+                echo_err(_not_pushed_note(res.item_set_not_pushed, res.path))
     if as_json:
         typer.echo(orjson.dumps(out).decode())
     elif rollback:
         typer.echo(f"{out['name']}: CURRENT {out['from']} -> {out['to']}")
     else:
         typer.echo(f"published {out['name']} {out['version']} (previous: {out['previous']})")
+
+
+def _not_pushed_note(label: str, path: Path) -> str:
+    """An operator who meant the set to go to Redis learns it did not, and how to push it."""
+    set_name = label.split("@", 1)[0]
+    return (
+        f"note: item set {label} was not pushed to Redis (no --redis-url): services use the "
+        f"model's in-process snapshot; push it with `ltr features push --set {set_name} "
+        f"--model {path}` or publish with --redis-url"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ import orjson
 import typer
 
 from app.artifacts.store import ArtifactError
-from trainer.commands.errors import CommandError, clear_errors, fail
+from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
 from trainer.config import ConfigError, build_params, read_config
 from trainer.data.errors import DataFormatError
 from trainer.export import ExportError, check_out_dir
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from trainer.dnn.options import DNNOptions
     from trainer.engines.training_result import TrainingResult
     from trainer.engines.user_embeddings import TreeUserOptions, TreeUserTable
+    from trainer.features.source_checks import ItemCoverage
     from trainer.lambdamart.lambdas import LambdaObjective
     from trainer.lambdamart.params import LambdaMARTParams
 
@@ -414,7 +415,7 @@ def train_command(
 
             path = attach_sources(result.model_dir, final_out, sourced[0].plan)
             result = replace(result, model_dir=path)
-    _print_summary(result, as_json)
+    _print_summary(result, as_json, sourced[0].coverage if sourced else [])
 
 
 def _staging(out: Path) -> Path:
@@ -467,6 +468,11 @@ def _load(
     data = load_sourced(spec, train_file, valid_file)
     if sourced is not None:
         sourced.append(data)
+    for coverage in data.coverage:
+        if coverage.missing:
+            # Training goes on (serving gives an unknown item NaN too), but a table that
+            # lacks half the documents is more likely the wrong table or an old one.
+            echo_err(f"warning: {coverage.warning()}")
     return data.train, data.valid
 
 
@@ -586,9 +592,10 @@ def _train_dnn(
             raise CommandError(str(exc)) from None
 
 
-def _print_summary(result: TrainingResult, as_json: bool) -> None:
+def _print_summary(result: TrainingResult, as_json: bool, coverage: list[ItemCoverage]) -> None:
     if as_json:
-        typer.echo(orjson.dumps(result.as_json()).decode())
+        extra = {"item_coverage": [c.as_json() for c in coverage]} if coverage else {}
+        typer.echo(orjson.dumps({**result.as_json(), **extra}).decode())
         return
     typer.echo(str(result.model_dir))
     metrics = " ".join(

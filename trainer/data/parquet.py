@@ -86,13 +86,12 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
 
 
 def _doc_ids(path: Path, table: pa.Table, id_column: str) -> np.ndarray:
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    """The ids as the item table reads its own (they are joined to it): the same refusals of
+    nulls, non-text types and NUL characters, the same messages."""
+    # Imported here: item_columns imports this module (RESERVED).
+    from trainer.features.item_columns import item_ids
 
-    column = table.column(id_column)
-    if column.null_count:
-        raise _at(path, _first(column.is_null().to_numpy(zero_copy_only=False)), id_column, "null")
-    return np.asarray(pc.cast(column, pa.string()).to_numpy(zero_copy_only=False), dtype=np.str_)
+    return item_ids(path, table, id_column)
 
 
 def open_table(path: Path) -> pa.Table:
@@ -104,10 +103,13 @@ def open_table(path: Path) -> pa.Table:
     if not path.is_file():
         raise located(path, None, "no such file")
     try:
-        table = pq.read_table(path)
+        # The schema first: reading a file with a repeated column name fails with a
+        # multi-line dump of the whole schema.
+        names = pq.read_schema(path).names
+        table = None if len(set(names)) != len(names) else pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
         raise located(path, None, f"not a readable Parquet file ({exc})") from None
-    if len(set(table.column_names)) != len(table.column_names):
+    if table is None:
         raise located(path, None, "duplicate column names")
     return table
 

@@ -45,8 +45,7 @@ def read_item_table(path: str | Path, id_column: str = "doc_id") -> ItemTable:
     path = Path(path)
     if path.is_dir():
         raise located(path, None, "is a directory; an item table is one Parquet file")
-    _check_distinct_columns(path)
-    table = open_table(path)
+    table = open_table(path)  # refuses repeated column names too
     names = table.column_names
     if id_column not in names:
         raise located(path, None, f"no id column {id_column!r} (columns: {', '.join(names)})")
@@ -63,20 +62,6 @@ def read_item_table(path: str | Path, id_column: str = "doc_id") -> ItemTable:
         matrix[:, j] = feature_values(path, table, name)
     _check_unique(path, ids, id_column)
     return ItemTable(ids, matrix, feature_names, str(path))
-
-
-def _check_distinct_columns(path: Path) -> None:
-    """Arrow cannot read a file with a repeated column name (its error is a schema dump): say
-    so as `open_table` does, from the schema alone."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError):
-        return  # open_table names the missing or unreadable file
-    if len(set(names)) != len(names):
-        raise located(path, None, "duplicate column names")
 
 
 def _check_unique(path: Path, ids: np.ndarray, id_column: str) -> None:

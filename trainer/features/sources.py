@@ -36,6 +36,7 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 from trainer.data.loader import align_features, load_dataset
 from trainer.features.item_table import ItemTable, as_snapshot, read_item_table
+from trainer.features.source_checks import ItemCoverage, check_query_names
 
 
 class SpecError(LtrError, ValueError):
@@ -113,18 +114,20 @@ class SourcedData:
     train: RankingDataset
     valid: RankingDataset | None
     plan: SourcePlan
+    coverage: list[ItemCoverage]  # per data file (train, valid) when an item table is joined
 
 
 def load_sourced(spec: FeatureSpec, train_file: Path, valid_file: Path | None) -> SourcedData:
     """Training (and validation) data with the item table joined and the sources checked."""
     table = read_item_table(spec.items, spec.id_column) if spec.items is not None else None
     id_column = data_id_column(spec, train_file)
-    train = apply_sources(load_dataset(train_file, id_column=id_column), spec, table)
+    train, coverage = _sourced(load_dataset(train_file, id_column=id_column), spec, table)
     valid = None
     if valid_file is not None:
-        valid = apply_sources(load_dataset(valid_file, id_column=id_column), spec, table)
+        valid, valid_coverage = _sourced(load_dataset(valid_file, id_column=id_column), spec, table)
         valid = align_features(valid, train.names())
-    return SourcedData(train, valid, source_plan(spec, table))
+        coverage += valid_coverage
+    return SourcedData(train, valid, source_plan(spec, table), coverage)
 
 
 def data_id_column(spec: FeatureSpec, data_file: Path) -> str | None:
@@ -138,9 +141,16 @@ def apply_sources(
     data: RankingDataset, spec: FeatureSpec, table: ItemTable | None
 ) -> RankingDataset:
     """`data` with the item table joined on its document ids and its query columns checked."""
-    joined = _joined(data, table)
+    return _sourced(data, spec, table)[0]
+
+
+def _sourced(
+    data: RankingDataset, spec: FeatureSpec, table: ItemTable | None
+) -> tuple[RankingDataset, list[ItemCoverage]]:
+    check_query_names(data, spec, table)
+    joined, coverage = _joined(data, table)
     check_query_columns(joined, spec.query)
-    return joined
+    return joined, coverage
 
 
 def source_plan(spec: FeatureSpec, table: ItemTable | None) -> SourcePlan:
@@ -167,9 +177,11 @@ def _has_column(path: Path, column: str) -> bool:
         return False  # the loader reports the unreadable file
 
 
-def _joined(data: RankingDataset, table: ItemTable | None) -> RankingDataset:
+def _joined(
+    data: RankingDataset, table: ItemTable | None
+) -> tuple[RankingDataset, list[ItemCoverage]]:
     if table is None:
-        return data
+        return data, []
     assert data.doc_ids is not None
     clash = sorted(set(data.names()) & set(table.names))
     if clash:
@@ -187,7 +199,8 @@ def _joined(data: RankingDataset, table: ItemTable | None) -> RankingDataset:
             f"{table.source} (its ids look like {str(ids[0])!r}, the table's like "
             f"{str(table.ids[0]) if table.ids.size else ''!r}): check --id-column"
         )
-    return data.with_columns(rows, table.names)
+    coverage = ItemCoverage(data.source, table.source, len(ids), int(len(ids) - found.sum()))
+    return data.with_columns(rows, table.names), [coverage]
 
 
 def check_query_columns(data: RankingDataset, names: list[str]) -> None:

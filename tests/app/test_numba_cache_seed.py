@@ -47,7 +47,9 @@ def test_a_seeded_cache_is_what_numba_loads(tmp_path: Path) -> None:
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(baked)}
     env.pop("LTR_KERNEL_WARMUP_LOCK", None)
-    subprocess.run([sys.executable, "-c", compile_it], env=env, check=True, timeout=600)
+    compiled = subprocess.run(
+        [sys.executable, "-c", compile_it], env=env, check=True, timeout=600, capture_output=True
+    )
     assert seed(baked, cache) > 0
     env["NUMBA_CACHE_DIR"] = str(cache)
     before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
@@ -56,4 +58,6 @@ def test_a_seeded_cache_is_what_numba_loads(tmp_path: Path) -> None:
     )
     after = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
     assert after == before, "the kernel was compiled again and saved"
-    assert float(out.stdout) < 3.0
+    # Against the compile in the same run, not a fixed time: a loaded CI machine took 3.3 s to
+    # load (and 8.3 s to compile) where a quiet one takes well under a second.
+    assert float(out.stdout) < 0.6 * float(compiled.stdout)

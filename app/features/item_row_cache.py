@@ -5,8 +5,9 @@ switches the pointer; versions are content hashes of the table), so a row read o
 right for as long as that version is live: no TTL, no invalidation beyond the pointer, which
 every fetch still reads. A search's candidates repeat across requests (popular items, head
 queries), and each row found here is a key Redis does not look up: on a 1M-item set Redis
-spends ~2 us of its single thread per key, most of a 1,000-item MGET. Rows absent from the
-version (None) are kept too: they stay absent.
+spends ~2 us of its single thread per key, most of a 1,000-item MGET. Only well-formed rows
+are kept: a row Redis lacks or holds malformed may be Redis's loss (eviction, a partial
+restart) that pushing the same version again repairs, and a cached absence would outlive it.
 
 Bounded by rows (`LTR_ITEM_ROW_CACHE_ROWS`, 0 = off), oldest written first out: a hit costs one
 dict lookup and no bookkeeping, and with skewed traffic the popular rows are read again soon
@@ -70,8 +71,11 @@ class ItemRowCache:
             _HITS.inc(hits)
             _MISSES.inc(misses)
 
-    def keep(self, set_name: str, version: str, ids: list[str], rows: list[Row]) -> None:
-        """Remembers rows just read under `version` (another version's rows are dropped)."""
+    def keep(
+        self, set_name: str, version: str, ids: list[str], rows: list[Row], size: int = 0
+    ) -> None:
+        """Remembers the rows of `size` bytes (any size when 0) just read under `version`
+        (another version's rows are dropped)."""
         if not self.enabled or not ids:
             return
         held = self._sets.get(set_name)
@@ -79,7 +83,11 @@ class ItemRowCache:
             held = (version, {})
             self._sets[set_name] = held
         cached = held[1]
-        cached.update(zip(ids, rows, strict=True))
+        cached.update(
+            (i, row)
+            for i, row in zip(ids, rows, strict=True)
+            if row and len(row) == (size or len(row))
+        )
         excess = len(cached) - self.capacity
         if excess > 0:  # a plain dict: 0.20 ms for 470 rows in and out, OrderedDict 0.24
             for key in list(islice(cached, excess)):

@@ -175,7 +175,7 @@ class ImpressionLog:
             raise FeedbackUnavailable(f"impression store unavailable: {exc}") from None
         if raw is None:
             raise UnknownRequest(f"unknown request id {request_id!r}")
-        served = Served(set(orjson.loads(raw)))
+        served = Served(_served_ids(raw, request_id))
         self.index.put(request_id, served)
         return served
 
@@ -213,3 +213,16 @@ def log_impression(
     Never raises and never waits."""
     if impressions is not None and impressions.enabled:
         impressions.log_rerank(body, query_id, user_id, user_cluster, ids, features)
+
+
+def _served_ids(raw: Any, request_id: str) -> set[Any]:
+    """The ids of an impression record read from Redis (a JSON list of strings and integers,
+    as ImpressionSink writes it); anything else there, written by another program, is no
+    impression of ours."""
+    try:
+        ids = orjson.loads(raw) if isinstance(raw, bytes | str) else None
+    except orjson.JSONDecodeError:
+        ids = None
+    if not isinstance(ids, list) or not all(type(i) is str or type(i) is int for i in ids):
+        raise UnknownRequest(f"request id {request_id!r}: its impression record is unreadable")
+    return set(ids)

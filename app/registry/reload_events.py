@@ -25,13 +25,18 @@ log = logging.getLogger(__name__)
 
 _NAME = re.compile(NAME_PATTERN)
 CONNECT_TIMEOUT_S = 1.0
+MAX_EVENT_BYTES = 4096
 
 
 def parse_event(data: bytes | str) -> tuple[str, str] | None:
     """(model, version) from a JSON announcement, or None when it is not a valid one."""
+    # An announcement is two short names; anyone who can publish on the channel could send
+    # megabytes, or 100,000 nested brackets (RecursionError), which ended the listener.
+    if len(data) > MAX_EVENT_BYTES:
+        return None
     try:
         event = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
         return None
     if not isinstance(event, dict):
         return None
@@ -82,6 +87,8 @@ async def listen_for_reloads(
                 exc,
                 backoff,
             )
+        except Exception:  # a bug must cost a reconnect, not the listener for good
+            log.exception("reload events: listener failed; reconnecting in %.1f s", backoff)
         finally:
             await client.aclose()
         await asyncio.sleep(backoff)

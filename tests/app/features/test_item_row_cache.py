@@ -24,10 +24,11 @@ from trainer.features.redis_sets import push_item_set
 
 def test_rows_are_kept_per_version_and_bounded() -> None:
     cache = ItemRowCache(3)
-    cache.keep("s", "v1", ["a", "b"], [b"A", None])
-    rows, lacking = cache.lookup("s", "v1", ["b", "c", "a"])
-    assert rows == [None, MISSING, b"A"] and lacking == [1]  # None: known to be absent
-    cache.keep("s", "v1", ["c", "d"], [b"C", b"D"])
+    cache.keep("s", "v1", ["a", "b", "e"], [b"A", None, b"EE"], size=1)
+    rows, lacking = cache.lookup("s", "v1", ["b", "c", "a", "e"])
+    # Absent and malformed rows are asked of Redis again: a push may repair what Redis lost.
+    assert rows == [MISSING, MISSING, b"A", MISSING] and lacking == [0, 1, 3]
+    cache.keep("s", "v1", ["c", "d", "b"], [b"C", b"D", b"B"])
     assert len(cache) == 3  # the oldest row ("a") went first
     assert cache.lookup("s", "v1", ["a", "d"])[1] == [0]
     assert cache.lookup("s", "v2", ["c"])[1] == [0]  # another version: nothing
@@ -89,11 +90,12 @@ def test_cached_rows_are_not_asked_again(redis_server: RedisServer) -> None:
         fetches(redis_server.url, 100, [first, again, more], client)
     )
     assert a.matrix.tobytes() == expected(table, first).tobytes() and a_calls == 1
-    assert b.matrix.tobytes() == expected(table, again).tobytes() and b_calls == 0
-    assert b.missing == 1 and b.reasons == ["item_features_missing"]  # "nope", cached absent
+    # "nope" is asked again: an absence is not cached (a re-push may fill it).
+    assert b.matrix.tobytes() == expected(table, again).tobytes() and b_calls == 1
+    assert b.missing == 1 and b.reasons == ["item_features_missing"]
     assert c.matrix.tobytes() == expected(table, ["d7", "d9", "3"]).tobytes() and c_calls == 1
-    assert hits() - hits_before == 4  # again: 3; more: d7
-    assert misses() - misses_before == 5  # first: 3; more: d9, 3
+    assert hits() - hits_before == 3  # again: d7, d1; more: d7
+    assert misses() - misses_before == 6  # first: 3; again: nope; more: d9, 3
 
 
 def test_without_the_cache_every_row_is_asked(redis_server: RedisServer) -> None:

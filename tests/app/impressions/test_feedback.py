@@ -110,6 +110,23 @@ def test_a_bad_answer_is_counted_not_raised(tmp_path: Path) -> None:
     assert dropped("impression", "encode_error") == before + 1
 
 
+@pytest.mark.parametrize("value", [b"5", b'[{"a":1}]', b"garbage{", b"[[1,2]]", b'"d1"'])
+def test_an_unreadable_impression_in_redis_is_an_unknown_request(
+    redis_server: RedisServer, value: bytes
+) -> None:
+    import redis
+
+    redis.Redis.from_url(redis_server.url).set("ltr:imp:odd", value)
+
+    async def go() -> None:
+        log = ImpressionLog(settings(redis_url=redis_server.url))
+        with pytest.raises(UnknownRequest, match="unreadable"):
+            await log.record_feedback("odd", [click("d1")])
+        await log.close()
+
+    asyncio.run(go())
+
+
 def test_another_replica_answers_from_redis(redis_server: RedisServer) -> None:
     config = settings(redis_url=redis_server.url)
 

@@ -29,6 +29,8 @@ PREFIX = "t:"
         (b'{"model": "m", "version": 3}', None),
         (b'{"model": "../etc", "version": "v1"}', None),
         (b'{"model": "m", "version": ""}', None),
+        (b"[" * 100_000 + b"]" * 100_000, None),  # json's RecursionError
+        (b'{"model": "m", "version": "v1", "pad": "' + b"x" * 5000 + b'"}', None),
     ],
 )
 def test_parse_event(data: bytes | str, expected: tuple[str, str] | None) -> None:
@@ -81,6 +83,7 @@ def test_announcements_reach_the_callback_across_a_redis_restart(
             with redis.Redis.from_url(redis_server.url) as client:
                 client.publish(f"{PREFIX}events", "junk")
                 client.publish(f"{PREFIX}events", '{"model": "m"}')
+                client.publish(f"{PREFIX}events", "[" * 100_000 + "]" * 100_000)
             await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "boom")
             await asyncio.to_thread(announce, redis_server.url, PREFIX, "m", "v1")
             await _until(lambda: len(seen) >= 2, "two announcements")

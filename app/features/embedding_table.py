@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -29,6 +30,14 @@ from app.features.field_combinations import combination_buckets, parse_combinati
 
 FIELD_ROW_PREFIX = "field:"
 EXTRA_VECTORS_CACHED = 16384
+# A cluster vector read from Redis may be at most this many times larger in magnitude than the
+# largest value of the version's own table (taken as at least 1.0). Redis holds the same
+# version's rows (`ltr publish --redis-url` pushes the artifact's), so values an order of
+# magnitude past anything training produced are corrupt; the headroom spares a row refreshed
+# by other means. The network feeds the vector to its first layer unscaled (the features are
+# standardised, the embedding is not), so 1e30 swamps every feature and 3e38 overflows
+# float32: every score alike, or NaN.
+REDIS_MAGNITUDE_HEADROOM = 16.0
 
 
 def field_key(field_name: str, token: str) -> str:
@@ -65,6 +74,13 @@ class EmbeddingTable:
     @property
     def unknown(self) -> str:
         return self.user_clusters.scheme.unknown
+
+    @cached_property
+    def redis_bound(self) -> float:
+        """The largest magnitude a Redis copy of a cluster row may hold (see
+        REDIS_MAGNITUDE_HEADROOM)."""
+        largest = float(np.max(np.abs(self.vectors))) if self.vectors.size else 0.0
+        return REDIS_MAGNITUDE_HEADROOM * max(largest, 1.0)
 
     def resolve(self, cid: str) -> str:
         """The finest id along `cid`'s fallback chain that this table holds."""

@@ -6,13 +6,17 @@ packed float32 little-endian in the set's order; `{prefix}itemset:{set}` → the
 `set_version`, switched only after a complete, verified write (`ltr features push`);
 `{prefix}itemset:{set}:{set_version}:meta` → JSON `{"names": [...], "count": n, ...}`.
 
-A request sends `GET pointer` and `MGET` of its items' keys under the version it last saw in
-one pipeline; only when the pointer has moved (once per push) does a second round trip read
-the new version's meta and items. Versions are immutable, so their meta is cached for good.
+A request sends `GETRANGE pointer` and `MGET` of its items' keys under the version it last
+saw in one pipeline; only when the pointer has moved (once per push) does a second round trip
+read the new version's meta and items. Versions are immutable, so their meta is cached for good.
+The pointer and the meta are read with a size bound: a huge value written there by mistake
+would otherwise be pulled by every request, time out, and open the breaker every lookup shares;
+beyond the bound it is the set's own fault (no live set, malformed meta), not Redis's.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -21,12 +25,18 @@ import hiredis
 import numpy as np
 import orjson
 
+from app.artifacts.manifest import NAME_PATTERN
 from app.features.item_row_cache import ItemRowCache
 from app.features.redis_store import Deadline, RedisStore
 
 ITEM_SET_MISSING = "item_set_missing_in_redis"
 ITEM_SET_MALFORMED = "item_set_meta_malformed"
 META_CACHE_MAX = 64
+# A version id is at most 64 characters (NAME_PATTERN); a few more leave room for stray
+# whitespace, and anything this long is not one.
+POINTER_READ = 128
+META_READ = 1 << 20  # feature names: ~100 KB for thousands of them
+_VERSION = re.compile(NAME_PATTERN)
 
 
 def item_prefix(prefix: str, set_name: str, version: str) -> str:
@@ -88,34 +98,37 @@ class RedisItemBackend:
             if self.rows.enabled:
                 return await self._cached_fetch(set_name, known, ids, deadline)
             keys = item_keys(prefix, set_name, known.version, ids)
-            reply, error = await self.store.run(deadline, _pipelined(("get", pointer), keys))
+            reply, error = await self.store.run(deadline, _pipelined(_pointer_read(pointer), keys))
             if error is not None:
                 return RedisItems(None, None, error)
-            live = _text(reply[0])
+            live = _version(reply[0])
             if live == known.version:
                 return RedisItems(reply[1], known)
         else:
-            reply, error = await self.store.run(deadline, lambda c: c.get(pointer))
+            reply, error = await self.store.run(
+                deadline, lambda c: c.getrange(pointer, 0, POINTER_READ - 1)
+            )
             if error is not None:
                 return RedisItems(None, None, error)
-            live = _text(reply)
+            live = _version(reply)
         if live is None:
             self._live.pop(set_name, None)
             return RedisItems(None, None, ITEM_SET_MISSING)
         keys = item_keys(prefix, set_name, live, ids)
         cached = self._meta.get((set_name, live))
         if cached is not None:
-            reply, error = await self.store.run(deadline, _pipelined(("get", pointer), keys))
+            reply, error = await self.store.run(deadline, _pipelined(_pointer_read(pointer), keys))
             if error is not None:
                 return RedisItems(None, None, error)
             self._live[set_name] = cached
-            self._kept(set_name, live, ids, reply[1])
+            self._kept(set_name, cached, ids, reply[1])
             return RedisItems(reply[1], cached)
         meta = meta_key(prefix, set_name, live)
-        reply, error = await self.store.run(deadline, _pipelined(("get", meta), keys))
+        read = ("GETRANGE", meta, "0", str(META_READ))  # one byte past the bound: over it
+        reply, error = await self.store.run(deadline, _pipelined(read, keys))
         if error is not None:
             return RedisItems(None, None, error)
-        if reply[0] is None:  # the pointer names a version whose meta is gone: none is live
+        if not reply[0]:  # the pointer names a version whose meta is gone: none is live
             return RedisItems(None, None, ITEM_SET_MISSING)
         names = _meta_names(reply[0])
         if names is None:
@@ -125,14 +138,16 @@ class RedisItemBackend:
             self._meta.pop(next(iter(self._meta)))
         self._meta[(set_name, live)] = version
         self._live[set_name] = version
-        self._kept(set_name, live, ids, reply[1])
+        self._kept(set_name, version, ids, reply[1])
         return RedisItems(reply[1], version)
 
-    def _kept(self, set_name: str, version: str, ids: Sequence[Any], rows: list[Any]) -> None:
-        """Rows read from Redis for all of `ids`, into the row cache."""
+    def _kept(
+        self, set_name: str, version: SetVersion, ids: Sequence[Any], rows: list[Any]
+    ) -> None:
+        """Rows read from Redis for all of `ids`, into the row cache (well-formed ones)."""
         if not self.rows.enabled:
             return
-        self.rows.keep(set_name, version, _names(ids), rows)
+        self.rows.keep(set_name, version.version, _names(ids), rows, 4 * len(version.names))
         self.rows.served(0, len(ids))
 
     async def _cached_fetch(
@@ -145,17 +160,17 @@ class RedisItemBackend:
         wanted = [names[j] for j in misses]
         pointer = pointer_key(self.store.prefix, set_name)
         reply, error = await self.store.run(
-            deadline, _pipelined(("get", pointer), [head + name for name in wanted])
+            deadline, _pipelined(_pointer_read(pointer), [head + name for name in wanted])
         )
         if error is not None:
             return RedisItems(None, None, error)
-        if _text(reply[0]) != known.version:  # a push switched it: read all under the new one
+        if _version(reply[0]) != known.version:  # a push switched it: read all under the new one
             self._live.pop(set_name, None)
             return await self.fetch(set_name, ids, deadline)
         fetched = reply[1]
         for j, row in zip(misses, fetched, strict=True):
             rows[j] = row
-        self.rows.keep(set_name, known.version, wanted, fetched)
+        self.rows.keep(set_name, known.version, wanted, fetched, 4 * len(known.names))
         self.rows.served(len(ids) - len(misses), len(misses))
         return RedisItems(cast(list[bytes | None], rows), known)
 
@@ -181,7 +196,11 @@ def decode_rows(values: Sequence[bytes | None], width: int) -> tuple[np.ndarray,
     return out, found, malformed
 
 
-def _pipelined(first: tuple[str, str], keys: list[str]) -> Any:
+def _pointer_read(pointer: str) -> tuple[str, ...]:
+    return ("GETRANGE", pointer, "0", str(POINTER_READ - 1))
+
+
+def _pipelined(first: tuple[str, ...], keys: list[str]) -> Any:
     """One round trip: `first` (a one-key command) and `MGET keys`, written as one buffer.
 
     redis-py's asyncio client packs commands in Python, about 1 us per argument: a
@@ -189,8 +208,7 @@ def _pipelined(first: tuple[str, str], keys: list[str]) -> Any:
     by hiredis (C) and sent on a pooled connection, whose replies hiredis also parses; a
     connection left mid-reply (deadline, error) is dropped, never returned to the pool.
     """
-    command, key = first
-    packed = _pack((command.upper(), key)) + (_pack(("MGET", *keys)) if keys else b"")
+    packed = _pack(first) + (_pack(("MGET", *keys)) if keys else b"")
 
     async def call(client: Any) -> list[Any]:
         pool = client.connection_pool
@@ -214,15 +232,18 @@ def _pack(args: tuple[str, ...]) -> bytes:
     return bytes(hiredis.pack_command(args))  # type: ignore[arg-type]
 
 
-def _text(raw: Any) -> str | None:
-    if raw is None:
+def _version(raw: Any) -> str | None:
+    """The version a pointer names; None for none (empty: GETRANGE of a missing key) and for
+    one no push writes (too long, garbage), which must not become keys to look up."""
+    if not raw:
         return None
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    return text.strip() or None
+    text = text.strip()
+    return text if _VERSION.fullmatch(text) else None
 
 
 def _meta_names(raw: Any) -> tuple[str, ...] | None:
-    if not isinstance(raw, bytes):
+    if not isinstance(raw, bytes) or len(raw) > META_READ:
         return None
     try:
         doc = orjson.loads(raw)

@@ -71,11 +71,9 @@ class ItemRowCache:
             _HITS.inc(hits)
             _MISSES.inc(misses)
 
-    def keep(
-        self, set_name: str, version: str, ids: list[str], rows: list[Row], size: int = 0
-    ) -> None:
-        """Remembers the rows of `size` bytes (any size when 0) just read under `version`
-        (another version's rows are dropped)."""
+    def keep(self, set_name: str, version: str, ids: list[str], rows: list[Row], size: int) -> None:
+        """Remembers the rows of `size` bytes just read under `version` (another version's
+        rows are dropped)."""
         if not self.enabled or not ids:
             return
         held = self._sets.get(set_name)
@@ -84,9 +82,7 @@ class ItemRowCache:
             self._sets[set_name] = held
         cached = held[1]
         cached.update(
-            (i, row)
-            for i, row in zip(ids, rows, strict=True)
-            if row and len(row) == (size or len(row))
+            (i, row) for i, row in zip(ids, rows, strict=True) if row and len(row) == size
         )
         excess = len(cached) - self.capacity
         if excess > 0:  # a plain dict: 0.20 ms for 470 rows in and out, OrderedDict 0.24

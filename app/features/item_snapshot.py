@@ -31,11 +31,20 @@ class SnapshotError(LtrError, ValueError):
 class ItemSnapshot:
     """Rows of one item feature set, by item id."""
 
-    def __init__(self, ids: np.ndarray, matrix: np.ndarray, names: Sequence[str]) -> None:
+    def __init__(
+        self,
+        ids: np.ndarray,
+        matrix: np.ndarray,
+        names: Sequence[str],
+        version: str | None = None,
+    ) -> None:
         self.ids = ids  # unicode [n_items], sorted, unique
         self.matrix = matrix  # float32 [n_items, len(names)]
         self._values = np.asarray(matrix)  # the same memory, indexed without memmap's wrapper
         self.names = list(names)
+        # The set version these rows are (a content hash): Redis serving the same version
+        # must hold the same rows, so one it lacks is one it lost.
+        self.version = version
         self.index = ItemIndex(ids)
 
     def __len__(self) -> int:
@@ -60,7 +69,7 @@ class ItemSnapshot:
             raise SnapshotError(f"{ids_path}: expected {matrix.shape[0]} unicode item ids")
         if ids.shape[0] > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             raise SnapshotError(f"{ids_path}: item ids must be sorted and unique")
-        return cls(ids, matrix, items.names)
+        return cls(ids, matrix, items.names, items.version)
 
     def lookup(
         self, ids: Sequence[Any], columns: np.ndarray, tokens: IdTokens | None = None

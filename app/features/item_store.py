@@ -6,6 +6,11 @@ Backend (`LTR_ITEM_STORE`): `redis` when `LTR_REDIS_URL` is set and the setting 
 raises: an item the store does not know gets missing values (NaN, the model's missing-value
 rule) and is counted (`item_features_missing`); Redis failing falls back to the snapshot when
 the model carries one, else every item is missing; both are `degraded` with a reason.
+
+Set versions are content hashes, so when Redis's live version is the snapshot's, a row Redis
+lacks or holds malformed is one Redis lost (eviction under `maxmemory`, a partial restart):
+it comes from the snapshot (`item_rows_lost_in_redis`, degraded). Under another version an
+absent id is simply not in that catalog.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ ITEM_FEATURES_MISSING = "item_features_missing"  # the store answered but lacks 
 ITEM_FEATURES_MALFORMED = "item_features_malformed"
 ITEM_SET_MISMATCH = "item_set_mismatch"  # the live set lacks features the model needs
 ITEM_SNAPSHOT_FALLBACK = "item_features_from_snapshot"
+ITEM_ROWS_LOST = "item_rows_lost_in_redis"  # the snapshot's own version, with rows gone
 ITEM_STORE_UNAVAILABLE = "item_features_unavailable"  # no Redis answer and no snapshot
 ITEM_STORE_ERROR = "item_features_error"
 # Reasons that are not an outage: the response is not `degraded` for them alone.
@@ -47,6 +53,10 @@ FETCH_SECONDS = Histogram(
 )
 ITEMS_MISSING = Counter(
     "ltr_item_features_missing_total", "Candidates scored without their item features."
+)
+ROWS_LOST = Counter(
+    "ltr_item_rows_lost_in_redis_total",
+    "Item rows the live Redis version lacked or held malformed, served from the snapshot.",
 )
 
 Backend = Literal["redis", "snapshot", "none"]
@@ -116,7 +126,15 @@ class ItemFeatureStore:
         rows, found, malformed = decode_rows(got.values, len(got.set_version.names))
         matrix = rows if is_identity(columns, rows.shape[1]) else rows[:, columns]
         missing = len(ids) - int(found.sum())
-        reasons = [ITEM_FEATURES_MISSING] if missing else []
+        if not missing:  # the usual case, kept free of the checks below
+            return ItemFeatures(matrix, 0, False, [], "redis")
+        if malformed and missing == len(ids):
+            # Not one row of the width the meta gives: the meta does not describe the rows
+            # (names added or dropped), so none of this version can be read.
+            return _from_snapshot(snapshot, names, ids, [ITEM_FEATURES_MALFORMED], tokens)
+        if snapshot is not None and snapshot.version == got.set_version.version:
+            return _refilled(matrix, found, malformed, snapshot, names, ids)
+        reasons = [ITEM_FEATURES_MISSING]
         if malformed:
             reasons.append(ITEM_FEATURES_MALFORMED)
         return ItemFeatures(matrix, missing, bool(malformed), reasons, "redis")
@@ -159,6 +177,37 @@ def _from_snapshot(
         reasons = [*reasons, ITEM_FEATURES_MISSING]
     degraded = any(r not in NOT_DEGRADED for r in reasons)
     return ItemFeatures(matrix, missing, degraded, reasons, "snapshot")
+
+
+def _refilled(
+    matrix: np.ndarray,
+    found: np.ndarray,
+    malformed: int,
+    snapshot: ItemSnapshot,
+    names: tuple[str, ...],
+    ids: Sequence[Any],
+) -> ItemFeatures:
+    """Redis's rows of the snapshot's own version, the ones it lacks (`found` False) taken
+    from the snapshot where it has them: those Redis lost."""
+    holes = np.flatnonzero(~found)
+    columns = column_index(tuple(snapshot.names), names)
+    lost = 0
+    if columns is not None:
+        values, known = snapshot.lookup([ids[j] for j in holes.tolist()], columns)
+        lost = int(known.sum())
+        if lost:
+            if not matrix.flags.writeable:  # decode_rows may hand out Redis's buffer
+                matrix = matrix.copy()
+            matrix[holes[known]] = values[known]
+    missing = len(holes) - lost
+    reasons = [ITEM_ROWS_LOST, ITEM_SNAPSHOT_FALLBACK] if lost else []
+    if malformed:
+        reasons.append(ITEM_FEATURES_MALFORMED)
+    if missing:
+        reasons.append(ITEM_FEATURES_MISSING)
+    if lost:
+        ROWS_LOST.inc(lost)
+    return ItemFeatures(matrix, missing, bool(lost or malformed), reasons, "redis")
 
 
 def _all_missing(n: int, width: int, reasons: list[str]) -> ItemFeatures:

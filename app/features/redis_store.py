@@ -3,7 +3,9 @@
 Redis is a soft dependency: a lookup never waits past its deadline (connecting included),
 never raises, and says why it failed so the caller can fall back and report `degraded`.
 Keys (Redis contract): `{prefix}user:{user_id}` → cluster id; `{prefix}emb:{model}:{version}`
-hash of cluster id → float32 bytes.
+hash of cluster id → float32 bytes. A string value is read with a size bound (GETRANGE), so a
+huge value someone wrote is a bad value, answered in one short reply, not a transfer that
+misses the deadline and counts against the breaker shared by every user and model.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.errors import LtrError
 from app.features.circuit_breaker import CircuitBreaker
+from app.features.clusters import MAX_CLUSTER_ID_LENGTH
+from app.features.redis_fault_log import RedisFaultLog
 from app.loop_lag import LoopLag
 from app.settings import Settings
 
@@ -115,6 +119,7 @@ class RedisStore:
         self._client: aioredis.Redis | None = None
         self.loop_lag = LoopLag()
         self.liveness = Liveness()
+        self.faults = RedisFaultLog(clock)
 
     @property
     def enabled(self) -> bool:
@@ -142,10 +147,7 @@ class RedisStore:
             async with asyncio.timeout(self.deadline_s):
                 await self._client.ping()
         except (TimeoutError, RedisError, OSError) as exc:
-            log.warning(
-                "redis at start: %s; serving from the in-process store until it answers",
-                type(exc).__name__,
-            )
+            self.faults.failed(f"at start: {type(exc).__name__}")
 
     async def close(self) -> None:
         await self.loop_lag.stop()
@@ -165,15 +167,19 @@ class RedisStore:
         return Deadline(now, self.loop_lag.total, self.deadline_s, min(stretch, stop), stop)
 
     async def get_override(self, user_id: str, deadline: Deadline) -> Fetch:
+        """The user's cluster id override; a value longer than any cluster id is REDIS_BAD_VALUE
+        and an empty one reads as absent (both mean: no override)."""
         key = f"{self.prefix}user:{user_id}"
-        return await self._cached(("user", user_id), deadline, lambda c: c.get(key))
+        return await self._cached(
+            ("user", user_id), deadline, _bounded_get(key, MAX_CLUSTER_ID_LENGTH), key
+        )
 
     async def get_embedding(
         self, model: str, version: str, cluster: str, deadline: Deadline
     ) -> Fetch:
         key = f"{self.prefix}emb:{model}:{version}"
         return await self._cached(
-            ("emb", model, version, cluster), deadline, lambda c: c.hget(key, cluster)
+            ("emb", model, version, cluster), deadline, lambda c: c.hget(key, cluster), key
         )
 
     async def _cached(
@@ -181,12 +187,13 @@ class RedisStore:
         cache_key: Hashable,
         deadline: Deadline,
         call: Callable[[aioredis.Redis], Awaitable[Any]],
+        key: str,
     ) -> Fetch:
         found, value = self.cache.get(cache_key)
         if found:
             self._count("hits" if value is not None else "misses")
             return Fetch(value)
-        fetch = await self._call(deadline, call)
+        fetch = await self._call(deadline, call, key)
         if fetch.error is None:
             # Absent keys are cached too (most users have no override key), but briefly:
             # a key pushed later must be seen soon.
@@ -200,20 +207,28 @@ class RedisStore:
         self.cache.discard_where(lambda key: isinstance(key, tuple) and key[:2] == ("emb", model))
 
     async def _call(
-        self, deadline: Deadline, call: Callable[[aioredis.Redis], Awaitable[Any]]
+        self, deadline: Deadline, call: Callable[[aioredis.Redis], Awaitable[Any]], key: str
     ) -> Fetch:
-        raw, error = await self.run(deadline, call)
+        raw, error = await self.run(deadline, call, key)
         if error is not None:
             return Fetch(None, error)
+        if isinstance(raw, Oversized):
+            self._count("errors")
+            self.faults.bad_value(key, f"longer than {raw.limit} bytes")
+            return Fetch(None, REDIS_BAD_VALUE)
         if raw is not None and not isinstance(raw, bytes):
             raw = str(raw).encode()
         return Fetch(raw)
 
     async def run(
-        self, deadline: Deadline, call: Callable[[aioredis.Redis], Awaitable[Any]]
+        self,
+        deadline: Deadline,
+        call: Callable[[aioredis.Redis], Awaitable[Any]],
+        key: str | None = None,
     ) -> tuple[Any, str | None]:
         """(reply, None) or (None, reason): `call` under the deadline and the breaker, uncached.
-        The item feature store sends its pipelined batches through here."""
+        The item feature store sends its pipelined batches through here. `key`: what a bad
+        value's log line names."""
         if self._client is None:
             self._count("errors")
             return None, REDIS_UNAVAILABLE
@@ -237,18 +252,27 @@ class RedisStore:
             return None, self._failed(REDIS_TIMEOUT, started).error
         except ResponseError as exc:
             # Redis answered (so it is healthy) but the key holds the wrong type of value.
-            self.breaker.record_success()
+            self._answered()
             self._count("errors")
-            log.warning("redis refused a read: %s", exc)
+            self.faults.bad_value(key or "(a batch of item keys)", str(exc))
             return None, REDIS_BAD_VALUE
         except (RedisError, OSError):
             return None, self._failed(REDIS_UNAVAILABLE, started).error
-        self.breaker.record_success()
+        self._answered()
         self.liveness.replied()
         return raw, None
 
+    def _answered(self) -> None:
+        before = self.breaker.state
+        self.breaker.record_success()
+        self.faults.answered()
+        self.faults.breaker(before, self.breaker.state, self.breaker.reset_seconds)
+
     def _failed(self, reason: str, started: float) -> Fetch:
+        before = self.breaker.state
         self.breaker.record_failure(started)
+        self.faults.failed(reason)
+        self.faults.breaker(before, self.breaker.state, self.breaker.reset_seconds)
         self._count("errors")
         return Fetch(None, reason)
 
@@ -256,6 +280,27 @@ class RedisStore:
         counter = self._counters.get(what)
         if counter is not None:
             counter.inc()
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A bounded read's reply: the value is longer than `limit` bytes."""
+
+    limit: int
+
+
+def _bounded_get(key: str, limit: int) -> Callable[[aioredis.Redis], Awaitable[Any]]:
+    """GET of `key`, reading at most limit + 1 bytes of it: the value, None when absent or
+    empty (GETRANGE answers "" for both; neither is a usable value), Oversized past `limit`.
+    A key of another type fails with WRONGTYPE, as GET does."""
+
+    async def call(client: aioredis.Redis) -> Any:
+        head = await client.getrange(key, 0, limit)
+        if not head:
+            return None
+        return Oversized(limit) if len(head) > limit else head
+
+    return call
 
 
 SETTLE_TURNS = 2  # event-loop turns that let a reply already in the socket be read

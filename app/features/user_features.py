@@ -20,7 +20,7 @@ import numpy as np
 
 from app import metrics as app_metrics
 from app.artifacts.manifest import Manifest, UserClusters
-from app.features.clusters import MAX_CLUSTER_ID_LENGTH, cluster_id
+from app.features.clusters import cluster_id
 from app.features.embedding_table import EmbeddingTable
 from app.features.redis_store import REDIS_BAD_VALUE, LookupTime, RedisStore
 from app.settings import Settings
@@ -136,9 +136,9 @@ class UserFeatureResolver:
             fetch = await self.store.get_override(user_id, deadline)
             if fetch.error is not None:
                 reasons.append(fetch.error)
-                redis_ok = False  # one failure per request: the deadline is spent anyway
-            elif fetch.value and len(fetch.value) > MAX_CLUSTER_ID_LENGTH:
-                reasons.append(REDIS_BAD_VALUE)  # checked before decoding: any size may be there
+                # One failure per request: the deadline is spent anyway. A bad value is not a
+                # failure: Redis answered at once, and its embedding may still be good.
+                redis_ok = fetch.error == REDIS_BAD_VALUE
             elif fetch.value:
                 raw_cid = fetch.value.decode("utf-8", "replace").strip() or None
         if raw_cid is None:
@@ -161,7 +161,7 @@ class UserFeatureResolver:
             elif fetch.value is None:
                 reasons.append(EMBEDDING_MISSING_IN_REDIS)
             else:
-                remote = _parse_vector(fetch.value, uc.embedding_dim)
+                remote = _parse_vector(fetch.value, uc.embedding_dim, table.redis_bound)
                 if remote is None:
                     reasons.append(EMBEDDING_MALFORMED_IN_REDIS)
                 else:
@@ -181,12 +181,16 @@ def _parse_user(user: Mapping[str, Any] | None) -> tuple[str | None, dict[str, A
     return user_id, dict(profile) if isinstance(profile, Mapping) else {}
 
 
-def _parse_vector(raw: bytes, dim: int) -> np.ndarray | None:
-    """float32 [dim] from little-endian bytes, or None when the length or values are wrong."""
+def _parse_vector(raw: bytes, dim: int, bound: float) -> np.ndarray | None:
+    """float32 [dim] from little-endian bytes, or None when the length or values are wrong:
+    non-finite, or beyond `bound` in magnitude (EmbeddingTable.redis_bound). A finite but huge
+    value is as wrong as NaN: the network adds the vector to its first layer unscaled, so
+    3e38 overflows to NaN scores and 1e30 swamps every feature (all scores alike)."""
     if len(raw) != dim * 4:
         return None
     vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
-    if not np.all(np.isfinite(vector)):
+    # NaN compares False, so `not <=` also refuses NaN (and ±inf is past any finite bound).
+    if not np.all(np.abs(vector) <= bound):
         return None
     vector.setflags(write=False)
     return vector

@@ -231,3 +231,32 @@ def test_a_push_killed_half_way_changes_nothing_served(live: Stack, tmp_path: Pa
     with httpx.Client(base_url=live.service.url, timeout=10) as http:
         body = http.post("/rerank", json=live.body()).json()
     assert body["reasons"] == [] and scored(body) == pytest.approx(scores_with(live.remote))
+
+
+def test_rows_lost_from_the_snapshots_version_are_served_from_it(live: Stack) -> None:
+    client = redis.Redis.from_url(live.redis.url)
+    version = push_item_set(client, "ltr:", "catalog", live.snapshot).version
+    client.delete(*(f"ltr:item:catalog:{version}:{i}" for i in IDS[::3]))  # as if evicted
+    with httpx.Client(base_url=live.service.url, timeout=10) as http:
+        body = http.post("/rerank", json=live.body()).json()
+    assert body["degraded"] and "item_rows_lost_in_redis" in body["reasons"]
+    assert "item_features_from_snapshot" in body["reasons"]
+    assert body["item_features_missing"] == 0
+    assert scored(body) == pytest.approx(scores_with(live.snapshot))
+
+
+def test_a_huge_pointer_is_no_live_set_and_opens_no_breaker(live: Stack) -> None:
+    client = redis.Redis.from_url(live.redis.url)
+    before = client.get("ltr:itemset:catalog")
+    client.set("ltr:itemset:catalog", b"v" * (20 * 1024 * 1024))
+    start = int(client.info("stats")["total_net_output_bytes"])
+    try:
+        with httpx.Client(base_url=live.service.url, timeout=10) as http:
+            answers = [http.post("/rerank", json=live.body()).json() for _ in range(10)]
+    finally:
+        client.set("ltr:itemset:catalog", before or b"")
+    for body in answers:
+        assert body["reasons"][0] == "item_set_missing_in_redis", body["reasons"]
+        assert not set(body["reasons"]) & OUTAGE
+        assert scored(body) == pytest.approx(scores_with(live.snapshot))
+    assert int(client.info("stats")["total_net_output_bytes"]) - start < 1024 * 1024

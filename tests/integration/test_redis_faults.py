@@ -318,3 +318,23 @@ def test_events_announcement_reloads_the_running_service(live: Stack) -> None:
     body = live.healthy_rerank(US)
     assert body["model"]["version"] == new.version
     assert_scored_with(body, REDIS_VECTORS[1])
+
+
+def test_huge_values_in_redis_are_bad_values_not_faults(live: Stack) -> None:
+    with redis.Redis.from_url(live.redis.url) as client:
+        key = f"{PREFIX}emb:m:{live.manifest.version}"  # an earlier test may publish v2
+        client.hset(key, "US", np.full(2, 1e30, "<f4").tobytes())
+        client.set(f"{PREFIX}user:huge", b"F" * 50_000_000)
+    try:
+        body = live.rerank(US)
+        assert (body["degraded"], body["reasons"]) == (True, ["embedding_malformed_in_redis"])
+        assert_scored_with(body, ARTIFACT_VECTORS[1])  # the in-process copy, not 1e30
+        for _ in range(6):  # past the breaker's threshold of 3, were they failures
+            body = live.rerank({"id": "huge", "profile": {"country": "FR"}})
+            assert (body["reasons"], body["user_cluster"]) == (["redis_bad_value"], "FR")
+            assert_scored_with(body, REDIS_VECTORS[2])
+        body = live.rerank({"id": "other", "profile": {"country": "FR"}})
+        assert (body["degraded"], body["reasons"]) == (False, [])  # the breaker stayed closed
+    finally:
+        with redis.Redis.from_url(live.redis.url) as client:
+            client.delete(f"{PREFIX}user:huge")

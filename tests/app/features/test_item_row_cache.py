@@ -28,17 +28,17 @@ def test_rows_are_kept_per_version_and_bounded() -> None:
     rows, lacking = cache.lookup("s", "v1", ["b", "c", "a", "e"])
     # Absent and malformed rows are asked of Redis again: a push may repair what Redis lost.
     assert rows == [MISSING, MISSING, b"A", MISSING] and lacking == [0, 1, 3]
-    cache.keep("s", "v1", ["c", "d", "b"], [b"C", b"D", b"B"])
+    cache.keep("s", "v1", ["c", "d", "b"], [b"C", b"D", b"B"], 1)
     assert len(cache) == 3  # the oldest row ("a") went first
     assert cache.lookup("s", "v1", ["a", "d"])[1] == [0]
     assert cache.lookup("s", "v2", ["c"])[1] == [0]  # another version: nothing
-    cache.keep("s", "v2", ["c"], [b"C2"])
+    cache.keep("s", "v2", ["c"], [b"C2"], 2)
     assert len(cache) == 1 and cache.lookup("s", "v1", ["d"])[1] == [0]
 
 
 def test_an_empty_cache_keeps_nothing() -> None:
     cache = ItemRowCache(0)
-    cache.keep("s", "v1", ["a"], [b"A"])
+    cache.keep("s", "v1", ["a"], [b"A"], 1)
     assert not cache.enabled and len(cache) == 0
 
 

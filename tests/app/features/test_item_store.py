@@ -30,7 +30,11 @@ def settings(url: str | None, **extra: object) -> Settings:
 def snapshot_of(table, tmp_path: Path) -> ItemSnapshot:  # type: ignore[no-untyped-def]
     write_snapshot(tmp_path, table.ids.tolist(), table.matrix)
     items = ItemFeatureSet(
-        set="s", names=table.names, matrix_file="items.npy", ids_file="item_ids.npy"
+        set="s",
+        version=table.version(),
+        names=table.names,
+        matrix_file="items.npy",
+        ids_file="item_ids.npy",
     )
     return ItemSnapshot.load(tmp_path, items)
 

@@ -175,7 +175,11 @@ def test_missing_or_malformed_embedding_falls_back_to_the_artifact(
     assert (got.degraded, got.reasons) == (True, ["embedding_malformed_in_redis"])
     np.testing.assert_array_equal(got.vector, np.full(DIM, 1.0, np.float32))
     got = _resolve_one(settings, manifest, {"id": "u2", "profile": US_USER["profile"]})
-    assert (got.degraded, got.reasons) == (True, ["redis_bad_value"])
+    # Redis answered: the embedding is still read (and found malformed).
+    assert (got.degraded, got.reasons) == (
+        True,
+        ["redis_bad_value", "embedding_malformed_in_redis"],
+    )
 
 
 def test_cache_serves_until_the_ttl_expires(redis_server: RedisServer, manifest: Manifest) -> None:
@@ -314,3 +318,59 @@ def test_an_oversized_override_is_refused_before_it_is_parsed(
     assert time.perf_counter() - start < 1.0
     # The profile's cluster is used instead, and the bad value is reported.
     assert (got.cluster, got.degraded, got.reasons) == ("US", True, ["redis_bad_value"])
+
+
+@pytest.mark.parametrize("value", [3e38, 1e30, -1e30, 64.5, float("nan"), float("inf")])
+def test_an_embedding_beyond_what_training_produced_is_malformed(
+    redis_server: RedisServer, manifest: Manifest, value: float
+) -> None:
+    # The table's largest value is 4 (row i is all i): Redis rows may reach 16 x 4 = 64.
+    remote = np.array([1.0, value, 1.0], dtype="<f4")
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.hset(f"{PREFIX}emb:m:v1", "US", remote.tobytes())
+    got = _resolve_one(_settings(redis_server.url), manifest, US_USER)
+    assert (got.degraded, got.reasons) == (True, ["embedding_malformed_in_redis"])
+    np.testing.assert_array_equal(got.vector, np.full(DIM, 1.0, np.float32))  # the artifact's
+
+
+def test_an_embedding_within_the_bound_is_used(
+    redis_server: RedisServer, manifest: Manifest
+) -> None:
+    remote = np.array([-64.0, 64.0, 0.5], dtype="<f4")
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.hset(f"{PREFIX}emb:m:v1", "US", remote.tobytes())
+    got = _resolve_one(_settings(redis_server.url), manifest, US_USER)
+    assert (got.degraded, got.reasons) == (False, [])
+    np.testing.assert_array_equal(got.vector, remote)
+
+
+def test_a_huge_override_is_read_bounded_and_spares_the_breaker(
+    redis_server: RedisServer, manifest: Manifest
+) -> None:
+    _push(redis_server, manifest)
+    settings = _settings(redis_server.url, redis_cache_ttl_seconds=0, breaker_failure_threshold=1)
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set(f"{PREFIX}user:u1", b"F" * 50_000_000)
+        client.set(f"{PREFIX}user:u2", "FR" + " " * 254)  # 256 bytes: the longest allowed
+        client.set(f"{PREFIX}user:u3", "FR" + " " * 255)  # 257 bytes
+        client.set(f"{PREFIX}user:u4", "")  # empty: no override, like an absent key
+        sent_before = client.info("stats")["total_net_output_bytes"]
+
+    async def body(resolver: UserFeatureResolver) -> list[UserFeatures]:
+        got = [await resolver.resolve(manifest, US_USER) for _ in range(5)]
+        for uid in ("u2", "u3", "u4"):
+            got.append(await resolver.resolve(manifest, {**US_USER, "id": uid}))
+        assert resolver.store.breaker.state == "closed"
+        return got
+
+    got = _with_resolver(settings, manifest, body)
+    with redis.Redis.from_url(redis_server.url) as client:
+        sent = client.info("stats")["total_net_output_bytes"] - sent_before
+    assert sent < 100_000, f"{sent} bytes sent: the 50 MB value was read"
+    for huge in got[:5]:
+        assert (huge.cluster, huge.degraded, huge.reasons) == ("US", True, ["redis_bad_value"])
+        np.testing.assert_array_equal(huge.vector, np.full(DIM, 11.0, np.float32))
+    longest, too_long, empty = got[5:]
+    assert (longest.cluster, longest.degraded) == ("FR", False)
+    assert (too_long.cluster, too_long.reasons) == ("US", ["redis_bad_value"])
+    assert (empty.cluster, empty.degraded, empty.reasons) == ("US", False, [])

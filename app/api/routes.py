@@ -69,6 +69,7 @@ from app.settings import Settings
 from app.thread_pools import thread_pool
 
 router = APIRouter()
+SCORES_NOT_FINITE = "scores_not_finite"
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     **BODY_ERRORS,
@@ -433,6 +434,11 @@ def _ranked(
         ranked = np.asarray(order, dtype=np.int64)
     degraded = bool(user and user.degraded)
     reasons = list(user.reasons) if user else []
+    if not np.isfinite(scores).all():
+        # A network fed values far beyond its training data overflows (an infinity, or NaN):
+        # its order is no ranking, and the answer says so rather than showing null scores.
+        degraded = True
+        reasons.append(SCORES_NOT_FINITE)
     if degraded:
         for reason in reasons:
             metrics.DEGRADED.labels(reason).inc()

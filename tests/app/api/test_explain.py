@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from onnx import TensorProto, helper, numpy_helper
 
 from app.artifacts.manifest import Manifest, MissingValueRule
 from app.artifacts.store import set_current, write_version
 from app.explain.treeshap import TreeShapExplainer
 from tests.app.api.conftest import NF, ClientFactory
 from tests.support import feature_names, publish, random_ensemble, with_covers
+from tests.support.onnx_models import linear_onnx
 
 RNG = np.random.default_rng(16)
 # The first explanation in a process loads the kernel: far longer than the default 100 ms.
@@ -25,31 +25,6 @@ def random_rows(n: int) -> np.ndarray:
     rows = RNG.normal(0, 1, (n, NF)).round(3).astype(np.float32)
     rows[RNG.random((n, NF)) < 0.2] = np.nan
     return rows
-
-
-def _linear_onnx(weights: np.ndarray) -> bytes:
-    """scores = nan-as-mean(features) @ weights, mean 0.5 (an additive network)."""
-    n = weights.size
-    nodes = [
-        helper.make_node("IsNaN", ["features"], ["nan"]),
-        helper.make_node("Where", ["nan", "mean", "features"], ["filled"]),
-        helper.make_node("MatMul", ["filled", "W"], ["fw"]),
-        helper.make_node("Reshape", ["fw", "flat"], ["scores"]),
-    ]
-    inits = [
-        numpy_helper.from_array(weights.reshape(n, 1).astype(np.float32), "W"),
-        numpy_helper.from_array(np.full(n, 0.5, np.float32), "mean"),
-        numpy_helper.from_array(np.array([-1]), "flat"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "linear",
-        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", n])],
-        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N"])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    return model.SerializeToString()
 
 
 def _candidates(rows: np.ndarray) -> list[dict]:
@@ -146,7 +121,7 @@ def test_network_explanations_are_occlusion_against_the_mean(
         feature_names=feature_names(NF),
         missing_value=MissingValueRule(handled_by="mean_imputation"),
     )
-    write_version(registry_dir, manifest, {"model.onnx": _linear_onnx(weights)})
+    write_version(registry_dir, manifest, {"model.onnx": linear_onnx(weights)})
     set_current(registry_dir, "net", "v1")
     rows = random_rows(4).astype(np.float32)
     rows[0, 4] = np.nan

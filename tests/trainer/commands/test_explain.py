@@ -135,7 +135,7 @@ def test_networks_are_explained_by_occlusion(runner: CliRunner, tmp_path: Path) 
 
     from app.artifacts.manifest import Manifest, MissingValueRule
     from app.artifacts.store import write_version_dir
-    from tests.app.api.test_explain import _linear_onnx
+    from tests.support.onnx_models import linear_onnx
 
     weights = np.array([1.0, -2.0, 0.0, 0.5, 4.0], np.float32)
     manifest = Manifest(
@@ -146,7 +146,7 @@ def test_networks_are_explained_by_occlusion(runner: CliRunner, tmp_path: Path) 
         feature_names=[f"f{i + 1}" for i in range(5)],
         missing_value=MissingValueRule(handled_by="mean_imputation"),
     )
-    version = write_version_dir(tmp_path / "v1", manifest, {"model.onnx": _linear_onnx(weights)})
+    version = write_version_dir(tmp_path / "v1", manifest, {"model.onnx": linear_onnx(weights)})
     data = tmp_path / "d.txt"
     data.write_text("1 qid:7 1:0.9 2:0.1 5:1.0\n0 qid:7 1:0.2 2:0.8 4:0.3\n")
     args = ["explain", "--model", str(version), "--data", str(data), "--query", "7"]

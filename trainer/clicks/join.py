@@ -160,8 +160,12 @@ def join_logs(
             + (f": of {len(logs.impressions)} logged, {left_out}" if left_out else "")
         )
     labels, repeats = _labels(logs.feedback, rules)
-    known = {imp.request_id for imp in impressions}
-    orphans = sum(1 for e in logs.feedback if e.request_id not in known)
+    served = {imp.request_id: set(imp.ids) for imp in impressions}
+    # Both kinds are dropped from the labels: count each, so the total matches what was lost.
+    no_impression = sum(1 for e in logs.feedback if e.request_id not in served)
+    not_served = sum(
+        1 for e in logs.feedback if e.request_id in served and e.id not in served[e.request_id]
+    )
     sizes = np.array([len(imp.ids) for imp in impressions], dtype=np.int64)
     label_rows = []
     for imp in impressions:
@@ -189,7 +193,9 @@ def join_logs(
         "skipped_empty": selection.empty,
         "feedback_events": len(logs.feedback),
         "feedback_repeats": repeats,
-        "feedback_orphans": orphans,
+        "feedback_orphans": no_impression + not_served,
+        "feedback_orphans_no_impression": no_impression,
+        "feedback_orphans_not_served": not_served,
         "clicked_lists": int(sum(1 for row in label_rows if row.max() > 0)),
     }
     times = np.array([imp.ts for imp in impressions], dtype=np.float64)

@@ -146,6 +146,12 @@ def dataset_command(
     )
     if joined.skipped:
         typer.echo(f"left out {summary['impressions_skipped']:,} impressions: {joined.skipped}")
+    if summary["feedback_orphans"]:
+        typer.echo(
+            f"dropped {summary['feedback_orphans']:,} feedback events: "
+            f"{summary['feedback_orphans_no_impression']:,} for requests with no kept impression, "
+            f"{summary['feedback_orphans_not_served']:,} for candidates the request did not serve"
+        )
     if propensities:
         theta = ", ".join(f"{t:.3f}" for t in summary["propensities"]["theta"][:10])
         typer.echo(f"examination by position (relative to 1): {theta}")

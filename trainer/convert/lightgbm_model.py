@@ -16,6 +16,8 @@ the tree dump's sum too, so scores are bit-identical for float32 and float64 inp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeDumpError, TreeEnsemble
@@ -42,24 +44,71 @@ class ModelFormatError(LtrError, ValueError):
     """A model file we cannot convert faithfully; the message says why."""
 
 
-def _sections(model_text: str) -> tuple[dict[str, str], list[tuple[int, dict[str, str]]]]:
-    """The header's key=value pairs and each `Tree=i` block's, with the block's line number."""
-    header: dict[str, str] = {}
-    trees: list[tuple[int, dict[str, str]]] = []
-    current = header
-    for lineno, raw in enumerate(model_text.splitlines(), start=1):
+@dataclass
+class _Sections:
+    header: dict[str, str]
+    trees: list[tuple[int, dict[str, str]]]  # (line of `Tree=i`, the block's key=value pairs)
+    tree_offsets: list[int]  # byte offset of each `Tree=i` line
+    ended: bool  # the `end of trees` line was seen
+    last_line: int
+    first_line: str
+
+
+def _sections(model_text: str) -> _Sections:
+    """The header's key=value pairs and each `Tree=i` block's, with where each block starts."""
+    found = _Sections({}, [], [], False, 0, "")
+    current = found.header
+    offset = 0
+    for lineno, raw in enumerate(model_text.splitlines(keepends=True), start=1):
+        start, offset = offset, offset + len(raw.encode("utf-8"))
+        found.last_line = lineno
         line = raw.strip()
+        if lineno == 1:
+            found.first_line = line
         if line == "end of trees":
+            found.ended = True
             break
         if not line or "=" not in line:
             continue
         key, _, value = line.partition("=")
         if key == "Tree":
             current = {}
-            trees.append((lineno, current))
+            found.trees.append((lineno, current))
+            found.tree_offsets.append(start)
             continue
         current[key] = value
-    return header, trees
+    return found
+
+
+def _check_complete(found: _Sections, source: str) -> None:
+    """Refuse a cut-short or inconsistent file before LightGBM sees it (at verification): its
+    loader aborts the whole process (`Log::Fatal` inside an OpenMP loop) instead of raising."""
+    if not found.ended:
+        where = f"in Tree={len(found.trees) - 1}" if found.trees else "in the header"
+        raise ModelFormatError(
+            f"{source}:{found.last_line}: truncated model: the file ends {where}, "
+            "with no 'end of trees' line"
+        )
+    if "tree_sizes" not in found.header:
+        return
+    try:
+        sizes = [int(v) for v in found.header["tree_sizes"].split()]
+    except ValueError:
+        raise ModelFormatError(f"{source}: tree_sizes= is not a list of integers") from None
+    if len(sizes) != len(found.trees):
+        raise ModelFormatError(
+            f"{source}: tree_sizes= lists {len(sizes)} trees, the file has "
+            f"{len(found.trees)} Tree= blocks"
+        )
+    # LightGBM seeks to each tree by these byte sizes, so every block must start exactly there.
+    expected = found.tree_offsets[0] if found.tree_offsets else 0
+    for (lineno, _), offset, size in zip(found.trees, found.tree_offsets, sizes, strict=True):
+        if offset != expected:
+            raise ModelFormatError(
+                f"{source}:{lineno}: this tree starts at byte {offset}, tree_sizes= puts it at "
+                f"{expected} (the file was edited or cut and joined)"
+            )
+        expected += size
 
 
 def _array(block: dict[str, str], key: str, dtype: type, where: str) -> np.ndarray:
@@ -127,7 +176,11 @@ def convert_lightgbm(
     NaN included. `meta` records the source, objective and the model's own feature names
     (`feature_names` overrides them). Errors (ModelFormatError) start with `source`.
     """
-    header, blocks = _sections(model_text)
+    found = _sections(model_text)
+    header, blocks = found.header, found.trees
+    # LightGBM's text models start with a `tree` line: a cut one is truncated, not foreign.
+    if found.first_line == "tree" or "max_feature_idx" in header:
+        _check_complete(found, source)
     if "max_feature_idx" not in header:
         raise ModelFormatError(f"{source}: not a LightGBM text model (no max_feature_idx= line)")
     if header.get("num_class", "1") != "1" or header.get("num_tree_per_iteration", "1") != "1":

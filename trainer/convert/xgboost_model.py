@@ -10,6 +10,7 @@ For the identity-link objectives we accept, `predict()` = base_score + sum of le
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,22 @@ def _tree(raw: dict[str, Any], num_features: int, where: str) -> Tree:
     )
 
 
+NOT_JSON = "not JSON (save the model with Booster.save_model('model.json'))"
+# A JSON object's opening: a model meant to be JSON (a UBJSON `{L...` model is not).
+_JSON_START = re.compile(rb"\s*\{\s*(\"|\})")
+
+
+def _json_error(model_json: bytes, exc: json.JSONDecodeError, source: str) -> str:
+    """One line for a JSON document that does not parse: where, and whether it is cut short."""
+    if not _JSON_START.match(model_json):
+        return f"{source}: {NOT_JSON}"
+    where = f"{source}:{exc.lineno}:{exc.colno}"
+    # An error at the very end means the text stopped mid-document (a partial copy or download).
+    if exc.pos >= len(exc.doc.rstrip()):
+        return f"{where}: truncated JSON, the file ends inside the model ({exc.msg})"
+    return f"{where}: invalid JSON ({exc.msg})"
+
+
 def convert_xgboost(model_json: bytes, *, source: str = "model.json") -> TreeEnsemble:
     """Parse an XGBoost JSON model; the result scores like `Booster.predict(DMatrix(X))`.
 
@@ -101,10 +118,10 @@ def convert_xgboost(model_json: bytes, *, source: str = "model.json") -> TreeEns
         booster = learner["gradient_booster"]
         params = learner["learner_model_param"]
         objective = learner["objective"]["name"]
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ModelFormatError(
-            f"{source}: not JSON (save the model with Booster.save_model('model.json'))"
-        ) from None
+    except json.JSONDecodeError as exc:
+        raise ModelFormatError(_json_error(model_json, exc, source)) from None
+    except UnicodeDecodeError:
+        raise ModelFormatError(f"{source}: {NOT_JSON}") from None
     except (KeyError, TypeError):
         raise ModelFormatError(f"{source}: not an XGBoost JSON model") from None
     if booster.get("name") != "gbtree":

@@ -16,6 +16,7 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.errors import NEGATIVE_LABEL, located
 from trainer.data.letor_line import LineError, parse_line, strip_comment
 from trainer.data.letor_side import read_group_sizes, read_positions, read_user_ids, side_path
+from trainer.data.loader import IS_A_DIRECTORY
 
 if TYPE_CHECKING:
     from trainer.data.letor_scan import Scan
@@ -36,6 +37,8 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
     path = Path(path)
     if num_features is not None and num_features < 1:
         raise ValueError(f"num_features must be >= 1, got {num_features}")
+    if path.is_dir():
+        raise located(path, None, IS_A_DIRECTORY)
     if not path.is_file():
         raise located(path, None, "no such file")
     data = path.read_bytes()

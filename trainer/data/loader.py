@@ -11,6 +11,8 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
+# Said instead of "no such file", which sends people looking for a path that does exist.
+IS_A_DIRECTORY = "is a directory: give a LETOR text file or a Parquet file"
 
 
 def load_dataset(
@@ -27,6 +29,8 @@ def load_dataset(
     Parquet document id column (for joining item features); LETOR text has none.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataFormatError(f"{path}: {IS_A_DIRECTORY}")
     if path.suffix.lower() in PARQUET_SUFFIXES:
         from trainer.data.parquet import read_parquet
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import math
 from pathlib import Path
 from typing import Any
 
 from app.registry.experiments import ExperimentRecord
 from trainer.experiments.analysis import ExperimentAnalysis
+from trainer.experiments.statistics import InterleavingResult
 
 WIDTH, HEIGHT, PAD = 720, 300, 48
 
@@ -26,7 +28,7 @@ def summary_lines(record: ExperimentRecord, analysis: ExperimentAnalysis) -> lis
         lines += [
             f"clicked: {il.clicked}  wins: {il.wins}  losses: {il.losses}  ties: {il.ties}",
             f"preference: {il.preference:+.4f} (95 % CI {il.ci_low:+.4f} .. {il.ci_high:+.4f})",
-            f"click difference per clicked impression: {il.click_difference:+.4f}",
+            f"click difference per clicked impression: {_click_difference(il)}",
             f"p (sign test): {il.p_value:.3g}  always-valid p (mSPRT on click differences): "
             f"{il.p_always_valid:.3g}",
         ]
@@ -43,6 +45,13 @@ def summary_lines(record: ExperimentRecord, analysis: ExperimentAnalysis) -> lis
     if record.reason:
         lines.append(f"ended: {record.reason}")
     return lines
+
+
+def _click_difference(il: InterleavingResult) -> str:
+    # A mean over no clicked impressions is NaN, which printed as "+nan".
+    if not math.isnan(il.click_difference):
+        return f"{il.click_difference:+.4f}"
+    return "n/a (no clicks yet)" if il.clicked == 0 else "n/a (per-team clicks not logged)"
 
 
 def _svg(series: list[tuple[float, int, float]], label: str) -> str:

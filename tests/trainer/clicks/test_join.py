@@ -43,6 +43,22 @@ def test_join_labels_positions_and_order(tmp_path: Path) -> None:
     assert joined.stats["impressions_skipped"] == 1
 
 
+def test_every_dropped_feedback_event_is_counted(tmp_path: Path) -> None:
+    path = write_log(
+        tmp_path / "log.jsonl",
+        [
+            impression("r1", ["a", "b"], 10.0),
+            feedback("r1", ("a", "click"), ("zz", "click")),  # zz: not served to r1
+            feedback("gone", ("a", "click")),  # no impression for this request
+        ],
+    )
+    joined = join_logs(read_logs(path))
+    assert joined.dataset.labels.tolist() == [1, 0]
+    assert joined.stats["feedback_orphans"] == 2
+    assert joined.stats["feedback_orphans_no_impression"] == 1
+    assert joined.stats["feedback_orphans_not_served"] == 1
+
+
 def test_label_rules(tmp_path: Path) -> None:
     rules = LabelRules(click=1.0, purchase=4.0, dwell=3.0, dwell_seconds=60.0)
     data = join_logs(read_logs(logs(tmp_path)), rules=rules).dataset

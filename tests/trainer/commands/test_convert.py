@@ -16,6 +16,7 @@ from app.artifacts.store import load_version
 from app.artifacts.tree_dump import ZERO_THRESHOLD, TreeEnsemble
 from app.scoring.reference import predict
 from tests.support.lightgbm_models import split_thresholds, zero_band_booster
+from tests.trainer.convert.conftest import ranker_model_file
 from trainer.cli import app
 from trainer.commands.convert import probe_features
 from trainer.convert import convert_lightgbm
@@ -263,3 +264,37 @@ def test_shared_regression_model(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["max_rel_diff"] == 0.0
+
+
+def test_truncated_lightgbm_model_is_one_error_line(tmp_path: Path) -> None:
+    """In a child process: LightGBM's loader aborts the process (rc 134) on a cut model."""
+    model = ranker_model_file(tmp_path / "lgb.txt").read_bytes()
+    for cut in (2000, model.index(b"end of trees")):
+        cut_file = tmp_path / f"lgb_{cut}.txt"
+        cut_file.write_bytes(model[:cut])
+        out = str(tmp_path / "v1")
+        run = subprocess.run(
+            [*ltr_command(), "convert", str(cut_file), "--from", "lightgbm", "--out", out],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+            timeout=120,
+        )
+        assert run.returncode == 2, run.stderr[-2000:]
+        lines = len(model[:cut].splitlines())
+        assert one_error_line(run.stderr) == (
+            f"error: {cut_file}:{lines}: truncated model: the file ends in Tree="
+            f"{model[:cut].count(b'Tree=') - 1}, with no 'end of trees' line"
+        )
+        assert not (tmp_path / "v1").exists()
+
+
+def test_data_directory_is_named_as_one(
+    runner: CliRunner, lightgbm_model_file: Path, tmp_path: Path
+) -> None:
+    args = ["convert", "--from", "lightgbm", str(lightgbm_model_file), "--out", str(tmp_path / "v")]
+    result = runner.invoke(app, [*args, "--data", str(tmp_path)])
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr) == (
+        f"error: {tmp_path}: is a directory: give a LETOR text file or a Parquet file"
+    )

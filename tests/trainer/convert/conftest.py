@@ -45,3 +45,22 @@ def assert_same_ranking(
         a, b = ours[offsets[q] : offsets[q + 1]], theirs[offsets[q] : offsets[q + 1]]
         along_ours = b[np.argsort(-a, kind="stable")]
         assert np.all(np.diff(along_ours) <= tol), f"query {q} ranks differently"
+
+
+def ranker_model_file(path: Path) -> Path:
+    """A 20-tree, 7-leaf LGBMRanker saved with `booster.save_model` (the tester's model)."""
+    import lightgbm as lgb
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((400, 5)), rng.integers(0, 4, 400)
+    ranker = lgb.LGBMRanker(
+        n_estimators=20, num_leaves=7, min_child_samples=5, n_jobs=1, verbose=-1
+    )
+    ranker.fit(x, y, group=[20] * 20)
+    ranker.booster_.save_model(str(path))
+    return path
+
+
+def truncation_offsets(model: bytes) -> list[int]:
+    """Cut points: in the header, inside early trees, and just before `end of trees`."""
+    return [500, 1200, 2000, 4000, model.index(b"end of trees")]

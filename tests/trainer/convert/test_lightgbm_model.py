@@ -16,7 +16,13 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
 from trainer.export import scores_match
 
-from .conftest import MQ2008_FOLD1, assert_same_ranking, with_missing
+from .conftest import (
+    MQ2008_FOLD1,
+    assert_same_ranking,
+    ranker_model_file,
+    truncation_offsets,
+    with_missing,
+)
 
 # One thread: OpenMP spinning on a busy shared machine makes more threads far slower here.
 BASE = {
@@ -164,16 +170,17 @@ def test_refuses_linear_trees(demo_train) -> None:
     "text, message",
     [
         ("hello world", "not a LightGBM text model"),
-        ("tree\nversion=v4\nmax_feature_idx=x\n", "not an integer"),
-        ("tree\nversion=v4\nmax_feature_idx=3\n", "no trees"),
+        ("tree\nversion=v4\nmax_feature_idx=x\nend of trees\n", "not an integer"),
+        ("tree\nversion=v4\nmax_feature_idx=3\nend of trees\n", "no trees"),
         (
             "tree\nversion=v4\nmax_feature_idx=3\nTree=0\nnum_leaves=2\nsplit_feature=0\n"
-            "threshold=0.5\ndecision_type=2\nleft_child=-1\nright_child=-2\n",
+            "threshold=0.5\ndecision_type=2\nleft_child=-1\nright_child=-2\nend of trees\n",
             r"m\.txt:4: missing leaf",
         ),
         (
             "tree\nversion=v4\nmax_feature_idx=3\nTree=0\nnum_leaves=2\nsplit_feature=7\n"
-            "threshold=0.5\ndecision_type=2\nleft_child=-1\nright_child=-2\nleaf_value=1 2\n",
+            "threshold=0.5\ndecision_type=2\nleft_child=-1\nright_child=-2\nleaf_value=1 2\n"
+            "end of trees\n",
             "split feature out of range",
         ),
     ],
@@ -188,7 +195,7 @@ def test_hand_written_missing_types() -> None:
     text = (
         "tree\nversion=v4\nmax_feature_idx=0\nobjective=regression\nTree=0\nnum_leaves=2\n"
         "split_feature=0\nthreshold={t}\ndecision_type={d}\nleft_child=-1\nright_child=-2\n"
-        "leaf_value=1 2\nshrinkage=1\n"
+        "leaf_value=1 2\nshrinkage=1\nend of trees\n"
     )
     x = np.array([[np.nan], [0.0], [0.2], [-0.2]])
     none_pos = convert_lightgbm(text.format(t=0.1, d=2))  # default-left bit set but ignored
@@ -230,3 +237,28 @@ def test_mq2008_fold1() -> None:
         ours, theirs = predict(ensemble, probe), np.asarray(booster.predict(probe))
         assert scores_match(ours, theirs, 1e-6)
         assert_same_ranking(ours, theirs, test_set.group_offsets, tol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def ranker_model(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return ranker_model_file(tmp_path_factory.mktemp("lgb") / "lgb.txt").read_bytes()
+
+
+def test_truncated_model_is_refused_with_its_line(ranker_model: bytes) -> None:
+    """LightGBM's loader aborts the process on these, so the parser must catch every cut."""
+    for cut in truncation_offsets(ranker_model):
+        text = ranker_model[:cut].decode()
+        lines = len(text.splitlines())
+        with pytest.raises(ModelFormatError, match=rf"^lgb\.txt:{lines}: truncated model"):
+            convert_lightgbm(text, source="lgb.txt")
+    assert len(convert_lightgbm(ranker_model.decode()).trees) == 20
+
+
+def test_tree_sizes_must_match_the_blocks(ranker_model: bytes) -> None:
+    text = ranker_model.decode()
+    start, end = text.index("Tree=3\n"), text.index("Tree=4\n")
+    with pytest.raises(ModelFormatError, match="tree_sizes= lists 20 trees, the file has 19"):
+        convert_lightgbm(text[:start] + text[end:], source="lgb.txt")
+    shifted = text.replace("Tree=5\n", "Tree=5\n\n", 1)  # Tree=6 now starts one byte late
+    with pytest.raises(ModelFormatError, match=r"^lgb\.txt:\d+: this tree starts at byte"):
+        convert_lightgbm(shifted, source="lgb.txt")

@@ -179,3 +179,30 @@ def test_mq2008_fold1() -> None:
     ours, theirs = predict(ensemble, probe), booster.predict(xgb.DMatrix(probe, missing=np.nan))
     assert scores_match(ours, theirs, 1e-6)
     assert_same_ranking(ours, theirs, test_set.group_offsets, tol=F32_RANK_TOL)
+
+
+@pytest.fixture(scope="module")
+def small_model() -> xgb.Booster:
+    rng = np.random.default_rng(0)
+    dm = xgb.DMatrix(rng.random((100, 4)), label=rng.random(100))
+    return xgb.train({"objective": "reg:squarederror", "max_depth": 3, "nthread": 1}, dm, 5)
+
+
+def test_truncated_json_names_line_and_column(small_model: xgb.Booster) -> None:
+    raw = model_json(small_model)
+    with pytest.raises(ModelFormatError, match=r"^m\.json:1:1501: truncated JSON"):
+        convert_xgboost(raw[:1500], source="m.json")
+    pretty = json.dumps(json.loads(raw), indent=1).encode()
+    cut = pretty[:2000]
+    line, column = cut.count(b"\n") + 1, len(cut) - cut.rfind(b"\n")
+    with pytest.raises(ModelFormatError, match=rf"^m\.json:{line}:{column}: truncated JSON"):
+        convert_xgboost(cut, source="m.json")
+    broken = raw.replace(b'"learner":', b'"learner";', 1)
+    with pytest.raises(ModelFormatError, match=r"^m\.json:1:\d+: invalid JSON \(Expecting ':'"):
+        convert_xgboost(broken, source="m.json")
+
+
+def test_binary_model_is_still_not_json(small_model: xgb.Booster, tmp_path) -> None:
+    small_model.save_model(str(tmp_path / "m.ubj"))
+    with pytest.raises(ModelFormatError, match=r"m\.json: not JSON \(save the model with"):
+        convert_xgboost((tmp_path / "m.ubj").read_bytes(), source="m.json")

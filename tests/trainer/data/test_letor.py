@@ -193,6 +193,8 @@ def test_byte_order_mark_is_ignored(tmp_path: Path) -> None:
 def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
     with pytest.raises(DataFormatError, match="no such file"):
         read_letor(tmp_path / "absent.txt")
+    with pytest.raises(DataFormatError, match=f"^{tmp_path}: is a directory"):
+        read_letor(tmp_path)
 
 
 def test_demo_data_counts() -> None:

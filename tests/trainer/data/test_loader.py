@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -64,3 +65,12 @@ def test_positional_alignment_pads_absent_ids_and_refuses_extra() -> None:
     np.testing.assert_array_equal(wide.features, [[1, 1, 0], [1, 1, 0]])
     with pytest.raises(DataFormatError, match=r"t\.txt: data has 2 feature columns, the model 1"):
         align_features(unnamed, ["f1"])
+
+
+@pytest.mark.parametrize("name", ["data", "data.parquet", "data.txt"])
+def test_directory_is_named_as_one(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).mkdir()
+    with pytest.raises(DataFormatError, match=rf"^{re.escape(str(tmp_path / name))}: is a dir"):
+        load_dataset(tmp_path / name)
+    with pytest.raises(DataFormatError, match="no such file"):
+        load_dataset(tmp_path / f"absent-{name}")

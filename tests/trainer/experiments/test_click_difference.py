@@ -11,12 +11,14 @@ import numpy as np
 import orjson
 
 from app.impressions.sink import feedback_record, impression_record, to_json
+from app.registry.experiments import ExperimentRecord
 from tests.support.experiments import interleave_spec
 from tests.trainer.experiments.conftest import NF
 from trainer.clicks.logs import read_logs
 from trainer.experiments.analysis import analyse
 from trainer.experiments.credit import credit_from_logs
 from trainer.experiments.decision import DecisionPolicy, decide
+from trainer.experiments.report import summary_lines
 from trainer.experiments.statistics import click_difference_result, interleaving_result
 
 SPEC = interleave_spec(name="cd", salt="s")
@@ -74,3 +76,16 @@ def test_decide_follows_the_click_difference(tmp_path: Path) -> None:
     decision = decide(analysis, DecisionPolicy(min_impressions=100))
     assert decision.action == "promote" and decision.p_always_valid < 0.05
     assert "click difference" in decision.reason
+
+
+def test_report_without_clicks_says_so(tmp_path: Path) -> None:
+    teams = [2, 1, 0]
+    record = ExperimentRecord(spec=SPEC)
+    quiet = analyse(credit_from_logs(read_logs(_logs(tmp_path / "a.jsonl", [[], []], teams)), SPEC))
+    lines = summary_lines(record, quiet)
+    assert "click difference per clicked impression: n/a (no clicks yet)" in lines
+    assert not any("nan" in line for line in lines)
+    clicked = credit_from_logs(read_logs(_logs(tmp_path / "b.jsonl", [[1], []], teams)), SPEC)
+    assert "click difference per clicked impression: +1.0000" in summary_lines(
+        record, analyse(clicked)
+    )

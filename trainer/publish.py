@@ -2,29 +2,33 @@
 
 Order matters for the running services: the version directory appears whole (rename), its
 embeddings reach Redis, and only then does CURRENT move and the announcement go out, so a
-service that reloads finds everything it needs.
+service that reloads finds everything it needs. Each publish or rollback holds the model's
+lock throughout (app.artifacts.lock), so concurrent ones take turns.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import orjson
 
+from app.artifacts.lock import model_lock
+from app.artifacts.manifest import Manifest
 from app.artifacts.store import (
     Artifact,
     ArtifactError,
-    list_versions,
     load_version,
     read_current,
     set_current,
     write_version_dir,
 )
+from trainer.retention import prune_versions, rollback_target
+
+__all__ = ["PublishResult", "install_version", "prune_versions", "publish", "rollback"]
 
 log = logging.getLogger(__name__)
 
@@ -36,38 +40,75 @@ class PublishResult:
     previous: str | None
     path: Path
     removed: list[str]
-    redis_pushed: bool
+    redis_pushed: bool  # the version's user embeddings were written to Redis
     item_set: str | None = None  # "set@version" made live in Redis before CURRENT moved
     # "set@version" the model was trained with but, without a Redis URL, not pushed: services
     # serve it from the version's in-process snapshot until it is pushed.
     item_set_not_pushed: str | None = None
+    announced: bool = False  # the new CURRENT was announced on Redis (else services poll)
+    warnings: list[str] = field(default_factory=list)  # one line each, for the operator
 
 
 def install_version(source: Path, registry: Path, name: str | None = None) -> Artifact:
     """Copy a verified version directory into `<registry>/<name>/<version>` atomically."""
     artifact = load_version(source)
+    with model_lock(registry, name or artifact.manifest.name):
+        return _install(artifact, registry, name)
+
+
+def _install(artifact: Artifact, registry: Path, name: str | None) -> Artifact:
     manifest = artifact.manifest
     if name is not None and name != manifest.name:
         manifest = manifest.model_copy(update={"name": name})
     final = Path(registry) / manifest.name / manifest.version
-    if final.exists():
-        existing = load_version(final)
-        if existing.manifest.files != artifact.manifest.files:
-            raise ArtifactError(f"{final} already exists with different contents")
-        return existing
-    write_version_dir(final, manifest, artifact.all_files())
-    return load_version(final)
+    if not final.exists():
+        try:
+            write_version_dir(final, manifest, artifact.all_files())
+        except ArtifactError:
+            if not final.exists():  # refused for another reason than being there already
+                raise
+    # The same version published again (a retry, another process) is not an error.
+    existing = load_version(final)
+    if existing.manifest.files != artifact.manifest.files:
+        raise ArtifactError(f"{final} already exists with different contents")
+    return existing
 
 
-def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> None:
+def feature_change_warning(old: Manifest, new: Manifest) -> str | None:
+    """One line when `new` expects other features than `old`, which clients were built for."""
+    if list(old.feature_names) == list(new.feature_names):
+        return None
+    gone = [n for n in old.feature_names if n not in set(new.feature_names)]
+    added = [n for n in new.feature_names if n not in set(old.feature_names)]
+    change = f"{len(added)} added, {len(gone)} removed" if added or gone else "reordered"
+    return (
+        f"warning: {new.name} {new.version} takes other features than {old.version} "
+        f"({len(old.feature_names)} -> {len(new.feature_names)}: {change}); clients sending "
+        "feature lists will get 422 and name maps will score with missing features"
+    )
+
+
+def _change_warning(registry: Path, name: str, old: str | None, new: Artifact) -> str | None:
+    if old is None or old == new.manifest.version:
+        return None
+    try:
+        previous = load_version(Path(registry) / name / old)
+    except ArtifactError:
+        return None  # nothing to compare with; the old version was broken anyway
+    return feature_change_warning(previous.manifest, new.manifest)
+
+
+def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> bool:
+    """Write the version's user embeddings to Redis; False when it has none."""
     from trainer.redis_publish import push_embeddings
 
     uc = artifact.manifest.user_clusters
     if uc is None:
-        return
+        return False
     clusters = orjson.loads(artifact.files[uc.clusters_file])
     embeddings = np.load(io.BytesIO(artifact.files[uc.embeddings_file]), allow_pickle=False)
     push_embeddings(redis_url, prefix, artifact.manifest, clusters, embeddings)
+    return True
 
 
 def push_model_item_set(artifact: Artifact, redis_url: str, prefix: str) -> str:
@@ -111,21 +152,15 @@ def _announce(redis_url: str, prefix: str, name: str, version: str) -> None:
     announce(redis_url, prefix, name, version)
 
 
-def prune_versions(registry: Path, name: str, keep: int) -> list[str]:
-    """Delete the oldest versions beyond `keep`, never CURRENT or the one before it."""
-    if keep < 1:
-        raise ValueError("keep must be at least 1")
-    versions = list_versions(registry, name)
-    current = read_current(registry, name)
-    protected = {current}
-    if current in versions:
-        idx = versions.index(current)
-        if idx > 0:
-            protected.add(versions[idx - 1])
-    removable = [v for v in versions[: max(len(versions) - keep, 0)] if v not in protected]
-    for version in removable:
-        shutil.rmtree(Path(registry) / name / version)
-    return removable
+def _try_announce(redis_url: str | None, prefix: str, name: str, version: str) -> bool:
+    if not redis_url:
+        return False
+    try:
+        _announce(redis_url, prefix, name, version)
+    except Exception as exc:
+        log.warning("could not announce on Redis (services will poll): %s", exc)
+        return False
+    return True
 
 
 def publish(
@@ -140,7 +175,23 @@ def publish(
 ) -> PublishResult:
     """Install `source` into the registry, push its embeddings, move CURRENT, announce.
     `as_candidate` stops before CURRENT: the version is installed for an online experiment."""
-    artifact = install_version(source, registry, name)
+    source_artifact = load_version(source)  # verified before the lock: it can take a while
+    with model_lock(registry, name or source_artifact.manifest.name):
+        return _publish_locked(
+            source_artifact, registry, name, keep, redis_url, redis_prefix, as_candidate
+        )
+
+
+def _publish_locked(
+    source: Artifact,
+    registry: Path,
+    name: str | None,
+    keep: int,
+    redis_url: str | None,
+    redis_prefix: str,
+    as_candidate: bool,
+) -> PublishResult:
+    artifact = _install(source, registry, name)
     m = artifact.manifest
     previous = read_current(registry, m.name)
     item_set = None
@@ -152,46 +203,59 @@ def publish(
     if redis_url:
         # A Redis failure must not stop a deploy: services fall back to the artifact's copy.
         try:
-            _push_to_redis(artifact, redis_url, redis_prefix)
-            pushed = True
+            pushed = _push_to_redis(artifact, redis_url, redis_prefix)
         except Exception as exc:
             log.warning("could not push embeddings to Redis: %s", exc)
+    warnings = []
+    announced = False
     if not as_candidate:
+        warning = _change_warning(registry, m.name, previous, artifact)
+        if warning is not None:  # the caller shows it (the CLI on stderr, nightly in its log)
+            warnings.append(warning)
         set_current(registry, m.name, m.version)
-    if redis_url and not as_candidate:
-        try:
-            _announce(redis_url, redis_prefix, m.name, m.version)
-        except Exception as exc:
-            log.warning("could not announce on Redis (services will poll): %s", exc)
+        announced = _try_announce(redis_url, redis_prefix, m.name, m.version)
     removed = prune_versions(registry, m.name, keep)
     not_pushed = None
     if not redis_url and m.item_features is not None:
         not_pushed = f"{m.item_features.set}@{m.item_features.version}"
     return PublishResult(
-        m.name, m.version, previous, artifact.path, removed, pushed, item_set, not_pushed
+        m.name,
+        m.version,
+        previous,
+        artifact.path,
+        removed,
+        pushed,
+        item_set,
+        not_pushed,
+        announced,
+        warnings,
     )
 
 
 def rollback(
     registry: Path, name: str, *, redis_url: str | None = None, redis_prefix: str = "ltr:"
 ) -> tuple[str, str]:
-    """Point CURRENT at the version before it; returns (from, to)."""
-    versions = list_versions(registry, name)
-    current = read_current(registry, name)
-    if current is None or current not in versions:
-        raise ArtifactError(f"{Path(registry) / name}: no CURRENT version to roll back from")
-    idx = versions.index(current)
-    if idx == 0:
-        raise ArtifactError(f"{Path(registry) / name}: {current} is the oldest version kept")
-    target = versions[idx - 1]
-    # Refuse to roll back onto a broken version; restore the item set it was trained with.
-    artifact = load_version(Path(registry) / name / target)
-    if redis_url and artifact.manifest.item_features is not None:
-        push_model_item_set(artifact, redis_url, redis_prefix)
-    set_current(registry, name, target)
-    if redis_url:
-        try:
-            _announce(redis_url, redis_prefix, name, target)
-        except Exception as exc:
-            log.warning("could not announce on Redis (services will poll): %s", exc)
+    """Point CURRENT back at the version it named before (trainer.retention.rollback_target);
+    returns (from, to). Rolling back again goes further back."""
+    model_dir = Path(registry) / name
+    if read_current(registry, name) is None:  # checked before the lock creates the directory
+        raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
+    with model_lock(registry, name):
+        current = read_current(registry, name)
+        if current is None or not (model_dir / current).is_dir():
+            raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
+        target = rollback_target(registry, name)
+        if target is None:
+            raise ArtifactError(f"{model_dir}: no version before {current} to roll back to")
+        # Refuse to roll back onto a broken version; restore the item set it was trained with.
+        artifact = load_version(model_dir / target)
+        if redis_url and artifact.manifest.item_features is not None:
+            push_model_item_set(artifact, redis_url, redis_prefix)
+        set_current(registry, name, target, rollback=True)
+        _try_announce(redis_url, redis_prefix, name, target)
     return current, target
+
+
+def rollback_warning(registry: Path, name: str, old: str, new: str) -> str | None:
+    """The feature-change warning for a rollback from `old` to `new` (see publish)."""
+    return _change_warning(registry, name, old, load_version(Path(registry) / name / new))

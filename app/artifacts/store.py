@@ -2,14 +2,20 @@
 
 Writes are never half-visible: a version is written under a temporary name and renamed into
 place; CURRENT is replaced with an atomic rename. Loading verifies every file's sha256.
+
+Version names are free-form (`v9`, `v10`, `walkthrough-v2`), so their order says nothing:
+`<name>/HISTORY` lists the values CURRENT has had (oldest first, one per line) for rollback,
+and the manifest's mtime, set when the version is installed, gives install order.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +27,11 @@ from app.errors import LtrError
 
 MANIFEST_FILE = "manifest.json"
 CURRENT_FILE = "CURRENT"
+HISTORY_FILE = "HISTORY"
+HISTORY_LIMIT = 100
+# Services may run as another uid than the trainer: CURRENT and HISTORY are world-readable,
+# like the version files (mkstemp alone would leave them 0600).
+SHARED_FILE_MODE = 0o644
 # The item feature snapshot (`items.npy` float32 [n_items, n_features], `item_ids.npy` sorted
 # unicode ids) can be large: it is verified by streaming and memory-mapped, never read whole.
 LARGE_FILES = {"items.npy", "item_ids.npy"}
@@ -108,8 +119,17 @@ def write_version_dir(final: Path, manifest: Manifest, files: Mapping[str, bytes
         for child in tmp.iterdir():
             with open(child, "rb") as fh:
                 os.fsync(fh.fileno())
+        # Install order is this mtime (see list_versions): nanoseconds, because the
+        # filesystem's own timestamps are coarse enough for two installs to tie.
+        now = time.time_ns()
+        os.utime(tmp / MANIFEST_FILE, ns=(now, now))
         os.chmod(tmp, 0o755)
-        os.rename(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise ArtifactError(f"{final} already exists") from None
         _fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -177,22 +197,60 @@ def read_current(registry: Path, name: str) -> str | None:
     return text or None
 
 
-def set_current(registry: Path, name: str, version: str) -> None:
-    """Point CURRENT at `version` with an atomic rename."""
-    model_dir = Path(registry) / name
-    if not (model_dir / version / MANIFEST_FILE).is_file():
-        raise ArtifactError(f"{model_dir / version}: no such version")
-    fd, tmp = tempfile.mkstemp(prefix=".CURRENT.", dir=model_dir)
+def write_atomic(path: Path, data: bytes, mode: int = SHARED_FILE_MODE) -> None:
+    """Replace `path` with `data` by an atomic rename; readable by other users (`mode`)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(version + "\n")
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, model_dir / CURRENT_FILE)
-        _fsync_dir(model_dir)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_history(registry: Path, name: str) -> list[str]:
+    """The versions CURRENT has named, oldest first, ending with CURRENT itself (empty
+    without a CURRENT). A CURRENT that HISTORY does not end with (written by an older
+    release, by hand, or just before a crash) counts as the newest entry."""
+    model_dir = Path(registry) / name
+    current = read_current(registry, name)
+    if current is None:
+        return []
+    try:
+        entries = (model_dir / HISTORY_FILE).read_text().split()
+    except FileNotFoundError:
+        entries = []
+    if not entries or entries[-1] != current:
+        entries.append(current)
+    return entries
+
+
+def set_current(registry: Path, name: str, version: str, *, rollback: bool = False) -> None:
+    """Point CURRENT at `version` with an atomic rename, and record it in HISTORY.
+
+    `rollback` goes back rather than forward: HISTORY loses the entries after the last
+    `version` (or, if it has none, CURRENT's), so a second rollback goes further back."""
+    model_dir = Path(registry) / name
+    if not (model_dir / version / MANIFEST_FILE).is_file():
+        raise ArtifactError(f"{model_dir / version}: no such version")
+    entries = read_history(registry, name)
+    if rollback and version in entries:
+        del entries[len(entries) - entries[::-1].index(version) :]
+    else:
+        if rollback and entries:
+            entries.pop()
+        if not entries or entries[-1] != version:
+            entries.append(version)
+    # CURRENT first: if HISTORY is then not written, read_history still ends with CURRENT.
+    write_atomic(model_dir / CURRENT_FILE, (version + "\n").encode())
+    write_atomic(
+        model_dir / HISTORY_FILE, "".join(v + "\n" for v in entries[-HISTORY_LIMIT:]).encode()
+    )
 
 
 def list_models(registry: Path) -> list[str]:
@@ -202,13 +260,22 @@ def list_models(registry: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
+def installed_at_ns(version_dir: Path) -> int:
+    """When the version was installed: its manifest's mtime (set by write_version_dir)."""
+    return (Path(version_dir) / MANIFEST_FILE).stat().st_mtime_ns
+
+
 def list_versions(registry: Path, name: str) -> list[str]:
-    """Complete version directories of a model, oldest first (version ids sort by time)."""
+    """Complete version directories of a model in install order, oldest first (names are
+    free-form: `v10` sorts before `v9`, so name order is not publish order)."""
     model_dir = Path(registry) / name
     if not model_dir.is_dir():
         return []
-    return sorted(
-        p.name
-        for p in model_dir.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file()
-    )
+    installed: list[tuple[int, str]] = []
+    for p in model_dir.iterdir():
+        if p.is_dir() and not p.name.startswith("."):
+            try:
+                installed.append((installed_at_ns(p), p.name))
+            except FileNotFoundError:  # incomplete, or pruned while we looked
+                continue
+    return [version for _, version in sorted(installed)]

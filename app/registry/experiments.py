@@ -13,8 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from app.artifacts.store import write_atomic
 from app.errors import LtrError
 from app.experiments.draft_kernel import compile_later
 from app.experiments.spec import ExperimentSpec
@@ -57,21 +56,7 @@ def _digest(spec: ExperimentSpec) -> str:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data)  # readable by a service running as another user
 
 
 def experiment_path(registry: Path, model: str) -> Path:

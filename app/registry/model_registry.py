@@ -40,6 +40,7 @@ from app.artifacts.store import (
     list_versions,
     load_version,
     read_current,
+    read_history,
 )
 from app.errors import LtrError
 from app.features.item_snapshot import ItemSnapshot
@@ -278,9 +279,17 @@ class ModelRegistry:
         return LoadedModel(manifest, scorer, artifact.path, time.time(), snapshot)
 
     async def _serve_older(self, name: str, refused: str, report: ReloadReport) -> None:
-        """Serve the newest version older than the refused CURRENT that loads, if any."""
-        older = [v for v in list_versions(self.root, name) if v < refused and _NAME.fullmatch(v)]
-        for version in reversed(older):
+        """Serve the version CURRENT named before the refused one that loads, else the newest
+        installed before it that does (names are free-form: `v10` sorts before `v9`)."""
+        installed = list_versions(self.root, name)
+        before = installed[: installed.index(refused)] if refused in installed else installed
+        named = [v for v in read_history(self.root, name) if v in installed]
+        older = [
+            v
+            for v in dict.fromkeys([*reversed(named), *reversed(before)])
+            if v != refused and _NAME.fullmatch(v)
+        ]
+        for version in older:
             try:
                 loaded = await anyio.to_thread.run_sync(self._load, name, version)
             except Exception as exc:

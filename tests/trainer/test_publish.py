@@ -73,7 +73,7 @@ def test_rollback_returns_to_the_previous_version(tmp_path: Path) -> None:
     registry = tmp_path / "registry"
     v1, v2 = make_version(tmp_path / "runs"), make_version(tmp_path / "runs", 2.0)
     publish(v1, registry)
-    with pytest.raises(ArtifactError, match="oldest"):
+    with pytest.raises(ArtifactError, match="no version before"):
         rollback(registry, "m")
     publish(v2, registry)
     assert rollback(registry, "m") == (v2.name, v1.name)

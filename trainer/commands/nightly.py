@@ -39,9 +39,25 @@ def _run_once(config: Any) -> dict[str, Any]:
         "name": outcome.published.name,
         "version": outcome.published.version,
         "previous": outcome.published.previous,
+        "warnings": outcome.published.warnings,
         "gate": outcome.gate.to_dict(),
         "report": str(outcome.report_dir / "report.html"),
     }
+
+
+def summary(result: dict[str, Any]) -> str:
+    """What the run did to the registry, in one line: a version installed only as an
+    experiment's candidate was not published (CURRENT did not move)."""
+    done = f"{result['name']} {result['version']}"
+    if result["status"] == "published":
+        return f"published {done} (previous: {result['previous']}; {result['report']})"
+    started = (result["experiment"] or {}).get("started")
+    role = (
+        f"as the candidate of experiment {started['name']}"
+        if started is not None
+        else "without an experiment (another one still runs)"
+    )
+    return f"installed {done} {role}; CURRENT stays {result['previous']} ({result['report']})"
 
 
 def nightly_command(
@@ -85,7 +101,7 @@ def nightly_command(
             if as_json:
                 typer.echo(orjson.dumps(result).decode())
             else:
-                typer.echo(f"published {result['name']} {result['version']} ({result['report']})")
+                typer.echo(summary(result))
             return
         seconds_until(at, dt.datetime.now())  # validate --at before the first sleep
     while True:
@@ -94,7 +110,7 @@ def nightly_command(
         time.sleep(wait)
         try:
             result = _run_once(cfg)
-            log.info("published %s %s", result["name"], result["version"])
+            log.info("%s", summary(result))
         except expected as exc:
             echo_err(f"nightly run refused or failed: {exc}")
         except Exception:

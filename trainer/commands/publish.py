@@ -32,7 +32,7 @@ def publish_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
-    from trainer.publish import publish
+    from trainer.publish import publish, rollback_warning
     from trainer.publish import rollback as do_rollback
 
     with clear_errors(ArtifactError, ValueError):
@@ -43,6 +43,9 @@ def publish_command(
                 fail("--rollback needs --name")
             old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
             out: dict[str, object] = {"name": name, "from": old, "to": new}
+            warning = rollback_warning(registry, name, old, new)
+            if warning is not None:
+                echo_err(warning)
         else:
             if model is None:
                 fail("give --model DIR (a version directory) or --rollback --name NAME")
@@ -61,9 +64,13 @@ def publish_command(
                 "path": str(res.path),
                 "removed": res.removed,
                 "redis_pushed": res.redis_pushed,
+                "announced": res.announced,
                 "item_set": res.item_set,
                 "item_set_not_pushed": res.item_set_not_pushed,
+                "warnings": res.warnings,
             }
+            for warning in res.warnings:
+                echo_err(warning)
             if res.item_set_not_pushed is not None:
                 echo_err(_not_pushed_note(res.item_set_not_pushed, res.path))
     if as_json:

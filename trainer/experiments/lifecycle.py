@@ -2,16 +2,28 @@
 
 Everything is checked before anything is written, and the EXPERIMENT file (what services
 serve) is written last with an atomic rename, so a refused start leaves the registry as it was.
+Each change holds the model's lock (app.artifacts.lock), like publish and rollback, and writes
+its files world-readable: services may run as another user than the trainer.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import secrets
 from pathlib import Path
 
-from app.artifacts.store import ArtifactError, load_version, read_current, set_current
+import orjson
+
+from app.artifacts.lock import model_lock
+from app.artifacts.store import (
+    ArtifactError,
+    load_version,
+    read_current,
+    set_current,
+    write_atomic,
+)
 from app.errors import error_text
 from app.experiments.spec import ExperimentSpec, Mode
 from app.registry.experiments import (
@@ -20,11 +32,10 @@ from app.registry.experiments import (
     Status,
     clear_active,
     compatibility_errors,
+    experiment_path,
     list_records,
     read_active,
     record_path,
-    write_active,
-    write_record,
 )
 
 log = logging.getLogger(__name__)
@@ -42,6 +53,26 @@ def _announce(redis_url: str | None, prefix: str, model: str, version: str) -> N
         log.warning("could not announce on Redis (services will poll): %s", exc)
 
 
+def _write_active(registry: Path, spec: ExperimentSpec) -> None:
+    """app.registry.experiments.write_active's file (spec + its sha256, which read_active
+    checks), written 0644: the shared writer there leaves mkstemp's 0600."""
+    digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+    body = {"spec": spec.model_dump(mode="json"), "sha256": digest}
+    write_atomic(
+        experiment_path(registry, spec.model), orjson.dumps(body, option=orjson.OPT_INDENT_2)
+    )
+
+
+def _write_record(registry: Path, record: ExperimentRecord) -> None:
+    path = record_path(registry, record.spec.model, record.spec.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, record.model_dump_json(indent=2).encode())
+
+
+def _no_current(registry: Path, model: str) -> ExperimentError:
+    return ExperimentError(f"{registry / model}: no CURRENT version (unknown model {model!r}?)")
+
+
 def start_experiment(
     registry: Path,
     model: str,
@@ -54,9 +85,25 @@ def start_experiment(
     redis_prefix: str = "ltr:",
 ) -> ExperimentSpec:
     registry = Path(registry)
+    if read_current(registry, model) is None:  # before the lock would create the directory
+        raise _no_current(registry, model)
+    with model_lock(registry, model):
+        return _start(registry, model, candidate, mode, traffic, name, redis_url, redis_prefix)
+
+
+def _start(
+    registry: Path,
+    model: str,
+    candidate: str,
+    mode: Mode,
+    traffic: float,
+    name: str | None,
+    redis_url: str | None,
+    redis_prefix: str,
+) -> ExperimentSpec:
     control = read_current(registry, model)
     if control is None:
-        raise ExperimentError(f"{registry / model}: no CURRENT version (unknown model {model!r}?)")
+        raise _no_current(registry, model)
     running = read_active(registry, model)
     if running is not None:
         raise ExperimentError(
@@ -90,9 +137,9 @@ def start_experiment(
         )
     except ValueError as exc:
         raise ExperimentError(error_text(exc)) from None
-    write_record(registry, ExperimentRecord(spec=spec))
+    _write_record(registry, ExperimentRecord(spec=spec))
     try:
-        write_active(registry, spec)
+        _write_active(registry, spec)
     except BaseException:
         record_path(registry, model, name).unlink(missing_ok=True)
         raise
@@ -120,6 +167,19 @@ def end_experiment(
 ) -> ExperimentRecord:
     """Stop serving `spec`; `promoted` also points CURRENT at the candidate first."""
     registry = Path(registry)
+    with model_lock(registry, spec.model):
+        return _end(registry, spec, status, reason, decision, redis_url, redis_prefix)
+
+
+def _end(
+    registry: Path,
+    spec: ExperimentSpec,
+    status: Status,
+    reason: str,
+    decision: dict[str, object] | None,
+    redis_url: str | None,
+    redis_prefix: str,
+) -> ExperimentRecord:
     active = read_active(registry, spec.model)
     if active is None or active.name != spec.name:
         raise ExperimentError(f"experiment {spec.name!r} is not running")
@@ -136,7 +196,7 @@ def end_experiment(
         reason=reason,
         decision=decision,
     )
-    write_record(registry, record)
+    _write_record(registry, record)
     log.info("experiment %s %s: %s", spec.name, status, reason)
     _announce(redis_url, redis_prefix, spec.model, announce_version)
     return record

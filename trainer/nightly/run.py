@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from app.artifacts.lock import model_lock
 from app.artifacts.manifest import new_version_id
 from app.artifacts.store import Artifact, ArtifactError, load_version, read_current
 from app.artifacts.tree_dump import TreeEnsemble
@@ -358,6 +359,19 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         shutil.rmtree(candidate_dir, ignore_errors=True)
         raise NightlyRefused(gate.reasons, refused)
     write_report(candidate_dir, report)  # beside the artifact; not part of its verified files
+    # One lock from install to EXPERIMENT: a concurrent publish must not prune the candidate
+    # before the experiment that protects it names it.
+    with model_lock(config.publish.registry, config.model.name):
+        published, experiment = _publish(config, candidate_dir, decided)
+    for warning in published.warnings:
+        log.warning("%s", warning)
+    shutil.rmtree(candidate_dir, ignore_errors=True)
+    return NightlyOutcome(published, gate, published.path, experiment)
+
+
+def _publish(
+    config: NightlyConfig, candidate_dir: Path, decided: dict[str, Any] | None
+) -> tuple[PublishResult, dict[str, Any] | None]:
     experimenting = config.experiment.enabled and (
         read_current(config.publish.registry, config.model.name) is not None
     )
@@ -372,10 +386,8 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
     )
     for name in ("report.html", "report.json"):
         shutil.copy2(candidate_dir / name, published.path / name)
-    shutil.rmtree(candidate_dir, ignore_errors=True)
-    experiment = None
-    if experimenting:
-        from trainer.experiments.nightly import start_for_candidate
+    if not experimenting:
+        return published, None
+    from trainer.experiments.nightly import start_for_candidate
 
-        experiment = {"decided": decided, "started": start_for_candidate(config, published)}
-    return NightlyOutcome(published, gate, published.path, experiment)
+    return published, {"decided": decided, "started": start_for_candidate(config, published)}

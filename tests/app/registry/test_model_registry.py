@@ -251,6 +251,19 @@ def test_why_nothing_serves_is_said_without_the_path_and_logged_with_it(
     assert registry.ready and not caplog.records
 
 
+def test_the_older_version_served_is_the_one_current_named_before_not_by_name(
+    tmp_path: Path,
+) -> None:
+    # Free-form names: "v10" sorts before "v9", and "a-first" before both.
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v9")
+    publish(tmp_path, random_ensemble(NF, seed=2), version="a-first", current=False)
+    publish(tmp_path, random_ensemble(NF, seed=3), version="v10")
+    (tmp_path / "m" / "v10" / "model.json").write_bytes(b"{}")
+    registry = make_registry(tmp_path.resolve())
+    reload(registry)
+    assert registry.ready and registry.get().version == "v9"
+
+
 def test_a_refused_current_at_start_serves_the_newest_valid_older_version(
     tmp_path: Path,
 ) -> None:

@@ -1,0 +1,123 @@
+"""Rollback follows what CURRENT named before and pruning follows install order, never the
+order of free-form version names (`v10` sorts before `v9`)."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app.artifacts.store import ArtifactError, list_versions, read_current, write_atomic
+from app.registry.experiments import experiment_path, record_path
+from tests.trainer.registry_versions import run_version
+from trainer.cli import app
+from trainer.experiments.lifecycle import end_experiment, start_experiment
+from trainer.publish import publish, rollback
+
+
+def test_rollback_returns_to_v9_from_v10(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v9"), registry)
+    publish(run_version(tmp_path / "runs", "v10", leaf=2.0), registry)
+    assert rollback(registry, "m") == ("v10", "v9")
+    assert read_current(registry, "m") == "v9"
+
+
+def test_rollback_after_a_promotion_returns_to_the_control(tmp_path: Path) -> None:
+    """The tester's registry: dnn1, v1 (300 features), v13 deployed, v10 promoted by an
+    experiment. Rollback must go back to v13, not to v1 (name order)."""
+    registry, runs = tmp_path / "registry", tmp_path / "runs"
+    wide = tuple(f"f{i}" for i in range(300))
+    for version, features in (("dnn1", wide), ("v1", wide), ("v13", ("a", "b"))):
+        publish(run_version(runs, version, features), registry)
+    publish(run_version(runs, "v10", leaf=3.0), registry, as_candidate=True)
+    spec = start_experiment(registry, "m", "v10", mode="interleave", traffic=0.5)
+    end_experiment(registry, spec, "promoted", "won")
+    assert read_current(registry, "m") == "v10"
+    assert rollback(registry, "m") == ("v10", "v13")
+
+
+def test_rolling_back_again_goes_further_back(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    for i, version in enumerate(("v1", "v2", "v3")):
+        publish(run_version(tmp_path / "runs", version, leaf=float(i)), registry)
+    assert rollback(registry, "m") == ("v3", "v2")
+    assert rollback(registry, "m") == ("v2", "v1")
+    with pytest.raises(ArtifactError, match="no version before v1"):
+        rollback(registry, "m")
+    assert read_current(registry, "m") == "v1"
+
+
+def test_a_registry_without_history_rolls_back_by_install_order(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    for version in ("v9", "v10"):
+        run_version(registry / "m", version)
+    write_atomic(registry / "m" / "CURRENT", b"v10\n")  # as an older release left it
+    assert rollback(registry, "m") == ("v10", "v9")
+
+
+def test_pruning_keeps_the_newest_installed_versions(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    removed: list[str] = []
+    for i, version in enumerate(("v8", "v9", "v10", "v11")):
+        removed += publish(
+            run_version(tmp_path / "runs", version, leaf=float(i)), registry, keep=2
+        ).removed
+    assert removed == ["v8", "v9"]
+    assert list_versions(registry, "m") == ["v10", "v11"]
+
+
+def test_pruning_never_removes_the_experiment_or_the_rollback_target(tmp_path: Path) -> None:
+    registry, runs = tmp_path / "registry", tmp_path / "runs"
+    publish(run_version(runs, "b1"), registry)
+    publish(run_version(runs, "a-candidate", leaf=2.0), registry, as_candidate=True)
+    start_experiment(registry, "m", "a-candidate", mode="interleave", traffic=0.5)
+    for i in range(3):  # nightly runs while the experiment still runs: they only install
+        publish(run_version(runs, f"x{i}", leaf=3.0 + i), registry, keep=1, as_candidate=True)
+    assert {"b1", "a-candidate"} <= set(list_versions(registry, "m"))
+    publish(run_version(runs, "c1", leaf=9.0), registry, keep=1)  # CURRENT moves on
+    assert list_versions(registry, "m") == ["b1", "a-candidate", "c1"]
+    assert rollback(registry, "m") == ("c1", "b1")
+
+
+def test_registry_files_are_readable_by_other_users(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v1"), registry)
+    publish(run_version(tmp_path / "runs", "v2", leaf=2.0), registry, as_candidate=True)
+    spec = start_experiment(registry, "m", "v2", mode="interleave", traffic=0.5)
+    for path in (
+        registry / "m" / "CURRENT",
+        registry / "m" / "HISTORY",
+        experiment_path(registry, "m"),
+        record_path(registry, "m", spec.name),
+    ):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_cli_warns_when_the_features_change(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v1"), registry)
+    wider = run_version(tmp_path / "runs", "v2", ("a", "b", "c"))
+    args = ["publish", "--model", str(wider), "--registry", str(registry), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "v2 takes other features than v1 (2 -> 3" in warnings[0]
+    assert json.loads(result.stdout)["warnings"] == warnings
+    back = CliRunner().invoke(
+        app, ["publish", "--rollback", "--name", "m", "--registry", str(registry)]
+    )
+    assert back.exit_code == 0 and "v1 takes other features than v2" in back.stderr
+
+
+def test_json_says_nothing_was_pushed_when_nothing_was(tmp_path: Path) -> None:
+    """No embeddings and Redis down: neither a push nor an announcement happened."""
+    v1 = run_version(tmp_path / "runs", "v1")
+    args = ["publish", "--model", str(v1), "--registry", str(tmp_path / "registry"), "--json"]
+    result = CliRunner().invoke(app, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["redis_pushed"] is False and out["announced"] is False

@@ -1,0 +1,73 @@
+"""Which version a rollback returns to, and which versions pruning may delete.
+
+Version names are free-form, so neither question is answered by sorting them: rollback
+follows HISTORY (the values CURRENT has had), pruning follows install order, and neither may
+take away a version something still points at (CURRENT, the rollback target, the running
+experiment's control and candidate).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from app.artifacts.store import list_versions, read_current, read_history
+from app.registry.experiments import ExperimentError, list_records, read_active
+
+log = logging.getLogger(__name__)
+
+
+def rollback_target(registry: Path, name: str) -> str | None:
+    """The version CURRENT named before the present one (still on disk), else None.
+
+    Registries written before HISTORY existed fall back to the control of the experiment that
+    promoted CURRENT, then to the version installed just before CURRENT."""
+    current = read_current(registry, name)
+    versions = list_versions(registry, name)
+    if current is None:
+        return None
+    for version in reversed(read_history(registry, name)[:-1]):
+        if version != current and version in versions:
+            return version
+    promoted = [
+        r
+        for r in list_records(registry)
+        if r.spec.model == name and r.status == "promoted" and r.spec.candidate == current
+    ]
+    if promoted:
+        control = max(promoted, key=lambda r: r.ended_at or r.spec.started_at).spec.control
+        if control in versions:
+            return control
+    if current in versions:
+        earlier = versions[: versions.index(current)]
+        if earlier:
+            return earlier[-1]
+    return None
+
+
+def protected_versions(registry: Path, name: str) -> set[str]:
+    """Versions pruning must keep; ExperimentError when EXPERIMENT cannot be read (then what
+    it protects is unknown)."""
+    protected = {read_current(registry, name), rollback_target(registry, name)}
+    spec = read_active(registry, name)
+    if spec is not None:
+        protected |= {spec.control, spec.candidate}
+    return {v for v in protected if v is not None}
+
+
+def prune_versions(registry: Path, name: str, keep: int) -> list[str]:
+    """Delete all but the `keep` most recently installed versions, never a protected one.
+    Callers hold the model's lock (app.artifacts.lock)."""
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    try:
+        protected = protected_versions(registry, name)
+    except ExperimentError as exc:
+        log.warning("not pruning %s: %s", Path(registry) / name, exc)
+        return []
+    versions = list_versions(registry, name)
+    removable = [v for v in versions[: max(len(versions) - keep, 0)] if v not in protected]
+    for version in removable:
+        shutil.rmtree(Path(registry) / name / version)
+    return removable

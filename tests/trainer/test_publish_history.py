@@ -121,3 +121,15 @@ def test_json_says_nothing_was_pushed_when_nothing_was(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["redis_pushed"] is False and out["announced"] is False
+
+
+def test_cli_installs_a_candidate_without_moving_current(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v1"), registry)
+    v2 = run_version(tmp_path / "runs", "v2", leaf=2.0)
+    args = ["publish", "--model", str(v2), "--registry", str(registry), "--candidate"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "installed m v2 as a candidate; CURRENT stays v1" in result.stdout
+    assert read_current(registry, "m") == "v1" and "v2" in list_versions(registry, "m")
+    start_experiment(registry, "m", "v2", mode="interleave", traffic=0.5)  # it can start

@@ -29,6 +29,13 @@ def publish_command(
         str | None, typer.Option(help="Push embeddings and announce here.", envvar="LTR_REDIS_URL")
     ] = None,
     redis_prefix: Annotated[str, typer.Option(envvar="LTR_REDIS_PREFIX")] = "ltr:",
+    candidate: Annotated[
+        bool,
+        typer.Option(
+            "--candidate",
+            help="Install the version without moving CURRENT, for `ltr experiment start`.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
@@ -37,8 +44,8 @@ def publish_command(
 
     with clear_errors(ArtifactError, ValueError):
         if rollback:
-            if model is not None:
-                fail("--rollback takes --name, not --model")
+            if model is not None or candidate:
+                fail("--rollback takes --name, not --model or --candidate")
             if name is None:
                 fail("--rollback needs --name")
             old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
@@ -56,6 +63,7 @@ def publish_command(
                 keep=keep,
                 redis_url=redis_url or os.environ.get("LTR_REDIS_URL"),
                 redis_prefix=redis_prefix,
+                as_candidate=candidate,
             )
             out = {
                 "name": res.name,
@@ -68,6 +76,7 @@ def publish_command(
                 "item_set": res.item_set,
                 "item_set_not_pushed": res.item_set_not_pushed,
                 "warnings": res.warnings,
+                "candidate": candidate,
             }
             for warning in res.warnings:
                 echo_err(warning)
@@ -77,6 +86,12 @@ def publish_command(
         typer.echo(orjson.dumps(out).decode())
     elif rollback:
         typer.echo(f"{out['name']}: CURRENT {out['from']} -> {out['to']}")
+    elif candidate:
+        typer.echo(
+            f"installed {out['name']} {out['version']} as a candidate; CURRENT stays "
+            f"{out['previous']} (start it: ltr experiment start --name {out['name']} "
+            f"--candidate {out['version']})"
+        )
     else:
         typer.echo(f"published {out['name']} {out['version']} (previous: {out['previous']})")
 

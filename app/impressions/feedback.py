@@ -172,7 +172,9 @@ class ImpressionLog:
             async with asyncio.timeout(LOOKUP_TIMEOUT_S):
                 raw = await self.redis.get(f"{self.prefix}imp:{request_id}")
         except (RedisError, OSError, TimeoutError) as exc:
-            raise FeedbackUnavailable(f"impression store unavailable: {exc}") from None
+            # A timeout's message is empty: name the exception then.
+            why = str(exc) or type(exc).__name__
+            raise FeedbackUnavailable(f"impression store unavailable: {why}") from None
         if raw is None:
             raise UnknownRequest(f"unknown request id {request_id!r}")
         served = Served(_served_ids(raw, request_id))

@@ -162,3 +162,18 @@ def test_redis_down_is_503_for_unknown_ids_only(tmp_path: Path) -> None:
         return result
 
     assert asyncio.run(go()) == (1, 0)
+
+
+def test_a_paused_redis_is_named_in_the_503(redis_server: RedisServer) -> None:
+    async def go() -> str:
+        log = ImpressionLog(settings(redis_url=redis_server.url))
+        redis_server.pause()
+        try:
+            with pytest.raises(FeedbackUnavailable) as raised:
+                await log.record_feedback("elsewhere", [click("a")])
+        finally:
+            redis_server.resume()
+        await log.close()
+        return str(raised.value)
+
+    assert asyncio.run(go()) == "impression store unavailable: TimeoutError"

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+from app.artifacts.manifest import Manifest, MissingValueRule
+from app.artifacts.store import set_current, write_version
 
 
 def linear_onnx(weights: np.ndarray) -> bytes:
@@ -29,3 +35,19 @@ def linear_onnx(weights: np.ndarray) -> bytes:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     return model.SerializeToString()
+
+
+def publish_linear_network(
+    registry: Path, name: str, weights: np.ndarray, names: list[str], version: str = "v1"
+) -> None:
+    """A lambdadnn version of `linear_onnx(weights)` (missing values as the mean), CURRENT."""
+    manifest = Manifest(
+        name=name,
+        version=version,
+        kind="lambdadnn",
+        created_at=dt.datetime.now(dt.UTC),
+        feature_names=names,
+        missing_value=MissingValueRule(handled_by="mean_imputation"),
+    )
+    write_version(registry, manifest, {"model.onnx": linear_onnx(weights)})
+    set_current(registry, name, version)

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.artifacts.manifest import Manifest, MissingValueRule
-from app.artifacts.store import set_current, write_version
 from app.explain.treeshap import TreeShapExplainer
 from tests.app.api.conftest import NF, ClientFactory
 from tests.support import feature_names, publish, random_ensemble, with_covers
-from tests.support.onnx_models import linear_onnx
+from tests.support.onnx_models import publish_linear_network
 
 RNG = np.random.default_rng(16)
 # The first explanation in a process loads the kernel: far longer than the default 100 ms.
@@ -113,16 +110,7 @@ def test_network_explanations_are_occlusion_against_the_mean(
     make_client: ClientFactory, registry_dir: Path
 ) -> None:
     weights = np.array([2.0, -1.0, 0.5, 0.0, 3.0], np.float32)
-    manifest = Manifest(
-        name="net",
-        version="v1",
-        kind="lambdadnn",
-        created_at=dt.datetime.now(dt.UTC),
-        feature_names=feature_names(NF),
-        missing_value=MissingValueRule(handled_by="mean_imputation"),
-    )
-    write_version(registry_dir, manifest, {"model.onnx": linear_onnx(weights)})
-    set_current(registry_dir, "net", "v1")
+    publish_linear_network(registry_dir, "net", weights, feature_names(NF))
     rows = random_rows(4).astype(np.float32)
     rows[0, 4] = np.nan
     with make_client(**LONG_BUDGET) as client:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import numpy as np
 
-from app.artifacts.manifest import Manifest, MissingValueRule
-from app.artifacts.store import set_current, write_version
 from tests.app.api.conftest import NF, ClientFactory
 from tests.support import feature_names
-from tests.support.onnx_models import linear_onnx
+from tests.support.onnx_models import publish_linear_network
 
 
 def test_scores_that_overflow_are_a_degraded_answer(
@@ -19,16 +16,7 @@ def test_scores_that_overflow_are_a_degraded_answer(
 ) -> None:
     weights = np.zeros(NF, np.float32)
     weights[0] = 4.0  # 4 x 3e38 is past float32's largest value: an infinite score
-    manifest = Manifest(
-        name="net",
-        version="v1",
-        kind="lambdadnn",
-        created_at=dt.datetime.now(dt.UTC),
-        feature_names=feature_names(NF),
-        missing_value=MissingValueRule(handled_by="mean_imputation"),
-    )
-    write_version(registry_dir, manifest, {"model.onnx": linear_onnx(weights)})
-    set_current(registry_dir, "net", "v1")
+    publish_linear_network(registry_dir, "net", weights, feature_names(NF))
     candidates = [
         {"id": "a", "features": {feature_names(NF)[0]: 0.5}},
         {"id": "b", "features": {feature_names(NF)[0]: 3e38}},

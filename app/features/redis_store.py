@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -136,7 +137,10 @@ class RedisStore:
                 # asyncio.timeout is the real deadline; these only stop a stray socket wait.
                 socket_connect_timeout=max(self.deadline_s * 2, 0.05),
                 socket_timeout=max(self.deadline_s * 2, 0.05),
-                retry=Retry(NoBackoff(), 0),  # a retry would spend the deadline twice
+                # A pooled connection that a restarted Redis closed fails at its first use:
+                # one immediate retry on a fresh connection, still under the request's
+                # deadline. Timeouts are not retried (that would spend the deadline twice).
+                retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
                 driver_info=None,  # skip CLIENT SETINFO: one round trip less per new connection
             )
         except ValueError as exc:

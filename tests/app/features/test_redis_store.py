@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -92,6 +94,36 @@ def test_store_reads_counts_and_caches(redis_server: RedisServer) -> None:
     asyncio.run(scenario())
     assert (counters["hits"].value, counters["misses"].value) == (3, 3)
     assert counters["errors"].value == 1
+
+
+def test_a_restarted_redis_costs_no_request_its_stale_pooled_connection(
+    redis_server: RedisServer,
+) -> None:
+    """Every pooled connection is dead after a restart; each read retries once, fresh."""
+    store = RedisStore(_settings(redis_server.url, redis_deadline_ms=500))
+
+    async def reads() -> list[str | None]:
+        deadline = store.new_deadline()
+        keys = [f"t:k{i}" for i in range(8)]
+        found = await asyncio.gather(*(store.run(deadline, _get(key), key) for key in keys))
+        return [error for _, error in found]
+
+    async def scenario() -> tuple[list[str | None], list[str | None]]:
+        await store.start()
+        try:
+            before = await reads()  # eight connections in the pool
+            redis_server.restart()
+            return before, await reads()
+        finally:
+            await store.close()
+
+    before, after = asyncio.run(scenario())
+    assert before == [None] * 8
+    assert after == [None] * 8
+
+
+def _get(key: str) -> Callable[[Any], Awaitable[Any]]:
+    return lambda client: client.get(key)
 
 
 def test_store_start_does_not_block_when_redis_is_down() -> None:

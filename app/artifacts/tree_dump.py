@@ -2,7 +2,8 @@
 
 Contract (see docs/ARCHITECTURE.md): node 0 is the root; `left[i]`/`right[i]` are child indices,
 a negative child `c` is the leaf `~c`; `x[split_feature[i]] <= threshold[i]` goes left; NaN goes
-left when `default_left[i]`. A tree with no split has empty node arrays and one leaf value.
+left when `default_left[i]`; a threshold of +/-infinity is written as the string "Infinity" /
+"-Infinity" (JSON has no infinities). A tree with no split has empty node arrays and one leaf value.
 Optional `missing_zero[i]` (LightGBM's MissingType::Zero) makes |x| <= ZERO_THRESHOLD count as
 missing too.
 Optional `cover[i]` / `leaf_cover[j]` (both or neither): the training weight that reached each
@@ -13,6 +14,7 @@ The score of a row is `base_score + sum(tree leaf values)`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,7 +57,7 @@ class Tree:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "split_feature": self.split_feature.tolist(),
-            "threshold": self.threshold.tolist(),
+            "threshold": _thresholds_to_json(self.threshold),
             "left": self.left.tolist(),
             "right": self.right.tolist(),
             "default_left": self.default_left.tolist(),
@@ -97,7 +99,7 @@ class Tree:
         try:
             tree = cls(
                 split_feature=np.asarray(raw["split_feature"], dtype=np.int32),
-                threshold=np.asarray(raw["threshold"], dtype=np.float64),
+                threshold=_thresholds_from_json(raw["threshold"]),
                 left=np.asarray(raw["left"], dtype=np.int32),
                 right=np.asarray(raw["right"], dtype=np.int32),
                 default_left=np.asarray(raw["default_left"], dtype=bool),
@@ -166,6 +168,30 @@ class Tree:
             raise TreeDumpError(f"{where}: leaves are not referenced exactly once")
         if n > 1 and not _all_reach_root(self.left, self.right):
             raise TreeDumpError(f"{where}: nodes are not a tree (some unreachable from the root)")
+
+
+# JSON has no infinities (orjson writes null, which reads back as NaN). LightGBM writes a
+# threshold of inf for a split that sends every number left and only missing values right;
+# those go into the dump as these strings.
+INFINITE_THRESHOLDS = {"Infinity": np.inf, "-Infinity": -np.inf}
+
+
+def _thresholds_to_json(threshold: np.ndarray) -> list[float | str]:
+    return [
+        v if math.isfinite(v) or math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+        for v in threshold.tolist()
+    ]
+
+
+def _thresholds_from_json(raw: Any) -> np.ndarray:
+    if isinstance(raw, list) and any(isinstance(v, str) for v in raw):
+        try:
+            raw = [INFINITE_THRESHOLDS[v] if isinstance(v, str) else v for v in raw]
+        except KeyError as exc:
+            raise ValueError(
+                f'threshold {exc.args[0]!r} is not a number, "Infinity" or "-Infinity"'
+            ) from None
+    return np.asarray(raw, dtype=np.float64)
 
 
 def _all_reach_root(left: np.ndarray, right: np.ndarray) -> bool:

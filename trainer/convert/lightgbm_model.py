@@ -187,11 +187,18 @@ def convert_lightgbm(
         raise ModelFormatError(f"{source}: multiclass models are not supported")
     if "average_output" in header:
         raise ModelFormatError(f"{source}: random-forest models (average_output) are not supported")
-    objective = header.get("objective", "").split(" ")[0]
+    objective_line = header.get("objective", "")
+    objective = objective_line.split(" ")[0]
     if objective and objective not in IDENTITY_OBJECTIVES:
         raise ModelFormatError(
             f"{source}: objective {objective!r} transforms its output; "
             "convert a ranking or regression model"
+        )
+    if "sqrt" in objective_line.split(" ")[1:]:
+        # reg_sqrt=true: predict() squares the trees' sum back (sign(x) * x^2).
+        raise ModelFormatError(
+            f"{source}: objective {objective_line!r} (reg_sqrt) transforms its output; "
+            "retrain without reg_sqrt"
         )
     try:
         num_features = int(header["max_feature_idx"]) + 1

@@ -66,3 +66,44 @@ def test_a_cycle_unreachable_from_the_root_is_refused() -> None:
     doc = {"format": "ltr-tree-dump", "format_version": 1, "num_features": 1, "trees": [tree]}
     with pytest.raises(TreeDumpError, match="unreachable from the root"):
         TreeEnsemble.from_json_bytes(orjson.dumps(doc))
+
+
+def _two_level_tree(thresholds: list[object]) -> dict[str, object]:
+    return {
+        "split_feature": [0, 1],
+        "threshold": thresholds,
+        "left": [1, ~0],
+        "right": [~2, ~1],
+        "default_left": [False, False],
+        "leaf_value": [1.0, 2.0, 4.0],
+    }
+
+
+def test_infinite_thresholds_survive_the_file() -> None:
+    # LightGBM writes `inf` for a split that sends every number left and only NaN right.
+    doc = {
+        "format": "ltr-tree-dump",
+        "format_version": 1,
+        "num_features": 2,
+        "trees": [_two_level_tree(["Infinity", "-Infinity"])],
+    }
+    ensemble = TreeEnsemble.from_json_bytes(orjson.dumps(doc))
+    np.testing.assert_array_equal(ensemble.trees[0].threshold, [np.inf, -np.inf])
+    back = TreeEnsemble.from_json_bytes(ensemble.to_json_bytes())
+    np.testing.assert_array_equal(back.trees[0].threshold, [np.inf, -np.inf])
+    inf = np.inf
+    x = np.array([[inf, -inf], [np.nan, 0.0], [-inf, np.nan], [3.0, -inf]], dtype=np.float32)
+    # f0 <= inf for every number (NaN right: 4); then f1 <= -inf only for -inf (NaN right: 2).
+    np.testing.assert_array_equal(predict(back, x), [1.0, 4.0, 2.0, 1.0])
+
+
+@pytest.mark.parametrize("bad", ["inf", "Infinityy", "NaN", "1.5"])
+def test_a_threshold_string_other_than_the_infinities_is_refused(bad: str) -> None:
+    doc = {
+        "format": "ltr-tree-dump",
+        "format_version": 1,
+        "num_features": 2,
+        "trees": [_two_level_tree([0.5, bad])],
+    }
+    with pytest.raises(TreeDumpError, match="not a number"):
+        TreeEnsemble.from_json_bytes(orjson.dumps(doc))

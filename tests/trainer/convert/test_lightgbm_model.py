@@ -77,6 +77,19 @@ def test_scores_equal_booster_predict(case: str, demo_train, demo_test) -> None:
     assert ensemble.num_features == demo_train.num_features
 
 
+def test_infinite_thresholds_convert_and_score_from_the_file(demo_train, demo_test) -> None:
+    # With few bins and missing values LightGBM splits numbers from NaN at threshold inf.
+    feats = with_missing(demo_train.features, seed=3, infinities=False)
+    data = RankingDataset(feats, demo_train.labels, demo_train.group_offsets, demo_train.query_ids)
+    booster = train(data, rounds=10, max_bin=3)
+    text = booster.model_to_string()
+    assert re.search(r"^threshold=.*\binf\b", text, flags=re.M)
+    ensemble = TreeEnsemble.from_json_bytes(convert_lightgbm(text).to_json_bytes())
+    assert np.isinf(np.concatenate([t.threshold for t in ensemble.trees])).any()
+    probe = with_missing(demo_test.features, seed=4)
+    assert scores_match(predict(ensemble, probe), np.asarray(booster.predict(probe)), 1e-6)
+
+
 @pytest.fixture(scope="module")
 def narrow_model(demo_train) -> tuple[lgb.Booster, TreeEnsemble, np.ndarray]:
     """A model on 12 of the features (rows stay small for hypothesis), NaN and Zero types."""
@@ -152,6 +165,15 @@ def test_refuses_transformed_objective(demo_train) -> None:
     ds = lgb.Dataset(demo_train.features, (demo_train.labels > 1).astype(float))
     booster = lgb.train({"objective": "binary", "verbose": -1, "num_threads": 1}, ds, 2)
     with pytest.raises(ModelFormatError, match="binary"):
+        convert_lightgbm(booster.model_to_string())
+
+
+def test_refuses_reg_sqrt(demo_train) -> None:
+    ds = lgb.Dataset(demo_train.features, demo_train.labels, params={"verbose": -1})
+    params = {"objective": "regression", "reg_sqrt": True, "verbose": -1, "num_threads": 1}
+    booster = lgb.train(params, ds, 2)
+    assert "objective=regression sqrt" in booster.model_to_string()
+    with pytest.raises(ModelFormatError, match="reg_sqrt"):
         convert_lightgbm(booster.model_to_string())
 
 

@@ -41,7 +41,9 @@ def convert_command(
 ) -> None:
     """Convert a LightGBM or XGBoost model and check it scores like the library did."""
     from trainer.convert import ModelFormatError, convert_lightgbm, convert_xgboost
+    from trainer.convert.xgboost_model import early_stopping_note
 
+    notes: list[str | None] = []
     if source not in SOURCES:
         fail(f"--from {source!r}: choose lightgbm or xgboost")
     with clear_errors(ModelFormatError, ExportError, ArtifactError, DataFormatError):
@@ -54,6 +56,7 @@ def convert_command(
             )
         else:
             ensemble = convert_xgboost(raw, source=str(model_file))
+            notes.append(early_stopping_note(raw, len(ensemble.trees)))
         final_names = (
             names
             or ensemble.meta.get("feature_names")
@@ -65,6 +68,9 @@ def convert_command(
                 f"{ensemble.num_features} features"
             )
         summary = _export(ensemble, source, raw, model_file, out, name, list(final_names), data)
+        summary["notes"] = [note for note in notes if note]
+    for note in summary["notes"]:
+        typer.echo(f"note: {model_file}: {note}", err=True)
     if as_json:
         typer.echo(orjson.dumps(summary).decode())
     else:

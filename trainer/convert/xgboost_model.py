@@ -149,3 +149,25 @@ def convert_xgboost(model_json: bytes, *, source: str = "model.json") -> TreeEns
     meta = {"source": "xgboost", "objective": objective, "feature_names": names}
     base = _base_score(params.get("base_score", "0.5"), source)
     return TreeEnsemble(num_features=num_features, trees=trees, base_score=base, meta=meta)
+
+
+def early_stopping_note(model_json: bytes, trees: int) -> str | None:
+    """What to tell a user whose model recorded an early-stopping `best_iteration` before its
+    last round: the dump keeps every tree, as `Booster.predict` scores, while the scikit-learn
+    wrappers' `predict` stops at the best round."""
+    try:
+        learner = json.loads(model_json)["learner"]
+        best = int(learner.get("attributes", {})["best_iteration"])
+        per_round = int(
+            learner["gradient_booster"]["model"]["gbtree_model_param"].get("num_parallel_tree", "1")
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    rounds = trees // max(per_round, 1)
+    if best + 1 >= rounds:
+        return None
+    return (
+        f"the model records best_iteration={best} (early stopping) but holds {rounds} rounds: "
+        f"all {rounds} were converted, as Booster.predict scores; XGBRanker.predict would use "
+        f"the first {best + 1}. To serve those, save booster[: {best + 1}] and convert that."
+    )

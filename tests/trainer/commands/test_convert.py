@@ -112,6 +112,35 @@ def test_xgboost_to_version(runner: CliRunner, tmp_path: Path) -> None:
     assert load_version(out).manifest.feature_names[0] == "f1"
 
 
+def test_xgboost_early_stopping_is_named(runner: CliRunner, tmp_path: Path) -> None:
+    train, test = load_dataset(TRAIN), load_dataset(TEST, num_features=300)
+    ranker = xgb.XGBRanker(
+        objective="rank:ndcg", max_depth=3, n_estimators=6, early_stopping_rounds=1, n_jobs=1
+    )
+    qid = np.repeat(np.arange(train.num_queries), train.group_sizes)
+    ranker.fit(
+        train.features,
+        train.labels,
+        qid=qid,
+        eval_set=[(train.features, train.labels.max() - train.labels)],  # worse each round
+        eval_qid=[qid],
+        verbose=False,
+    )
+    assert ranker.best_iteration + 1 < 6
+    model = tmp_path / "model.json"
+    ranker.save_model(str(model))
+    out = tmp_path / "x1"
+    result = runner.invoke(app, ["convert", "--from", "xgboost", str(model), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert f"best_iteration={ranker.best_iteration}" in result.stderr
+    # Every round converted, as Booster.predict scores (XGBRanker.predict stops early).
+    booster = ranker.get_booster()
+    rows = test.features[:200]
+    theirs = booster.predict(xgb.DMatrix(rows), iteration_range=(0, 0), output_margin=True)
+    assert np.allclose(predict(loaded(out), rows), theirs, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(ranker.predict(rows, output_margin=True), theirs, rtol=1e-5)
+
+
 @pytest.mark.slow
 def test_long_xgboost_model_beyond_float32_rounding(runner: CliRunner, tmp_path: Path) -> None:
     """2,000 trees: XGBoost's float32 running sum drifts more than 1e-6 from the dump's

@@ -10,6 +10,7 @@ With one worker, or a `PROMETHEUS_MULTIPROC_DIR` left unset, `/metrics` is the p
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics_core import Metric
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -63,11 +65,43 @@ def shared_across_workers(workers: int) -> Iterator[None]:
 
 def exposition() -> tuple[bytes, str]:
     """The `/metrics` body and content type: every worker's values in multiprocess mode."""
-    if multiprocess_dir() is None:
+    path = multiprocess_dir()
+    if path is None:
         return generate_latest(), CONTENT_TYPE_LATEST
+    forget_dead_workers(Path(path))
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
+    registry.register(_LiveSeries(multiprocess.MultiProcessCollector(None)))
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
+
+
+def forget_dead_workers(path: Path) -> None:
+    """Drop the gauge series of workers that died without their shutdown (killed, crashed):
+    uvicorn replaces them, and their last values would otherwise be served for good."""
+    pids = {int(m[1]) for f in os.listdir(path) if (m := _LIVE_GAUGE_FILE.fullmatch(f))}
+    for pid in pids - {os.getpid()}:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid, str(path))
+        except PermissionError:
+            pass  # alive, another user's
+
+
+class _LiveSeries:
+    """The multiprocess collector without the info series a worker zeroed on a swap: their
+    files keep every label set ever written, one more per model version published."""
+
+    def __init__(self, collector: multiprocess.MultiProcessCollector) -> None:
+        self._collector = collector
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._collector.collect():
+            if family.name.endswith("_info"):
+                family.samples = [s for s in family.samples if s.value != 0]
+            yield family
 
 
 def mark_worker_exited() -> None:

@@ -4,8 +4,10 @@ sent; per-worker gauges come once per worker, labelled by pid."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import DemoServer, wait_for
+from tests.support import publish, random_ensemble
 from tests.support.uvicorn_server import UvicornServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -66,5 +69,44 @@ def test_counters_and_histograms_sum_over_two_workers(
         serving = [line for line in server.log().splitlines() if "serving demo/" in line]
         assert len(serving) >= 2, server.log()
         assert all("INFO" in line and "app.registry.model_registry" in line for line in serving)
+    finally:
+        server.stop()
+
+
+def test_gauges_show_only_live_workers_and_serving_versions(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    publish(registry, random_ensemble(4, seed=0), version="v1")
+    server = UvicornServer({"LTR_RELOAD_POLL_SECONDS": "0.2"}, workers=2, command=[])
+    server.command = [
+        *[sys.executable, "-m", "trainer", "serve", "--registry", str(registry)],
+        *["--port", str(server.port), "--workers", "2"],
+    ]
+
+    def info_lines() -> list[str]:
+        text = httpx.get(f"{server.url}/metrics").text
+        return re.findall(r"^ltr_model_loaded_info\{.*$", text, re.M)
+
+    server.start().wait_ready()
+    try:
+        wait_for(lambda: len(loaded_pids(httpx.get(f"{server.url}/metrics").text)) == 2, 120, "2")
+        killed = min(loaded_pids(httpx.get(f"{server.url}/metrics").text))
+        os.kill(int(killed), signal.SIGKILL)  # no shutdown: its gauge files stay behind
+        wait_for(
+            lambda: killed not in (pids := loaded_pids(httpx.get(f"{server.url}/metrics").text))
+            and len(pids) == 2,
+            120,
+            "a replacement worker, and the killed one gone from /metrics",
+        )
+        for version in ("v2", "v3", "v4"):
+            publish(registry, random_ensemble(4, seed=int(version[1:])), version=version)
+            wait_for(
+                lambda v=version: sum(f'version="{v}"' in line for line in info_lines()) == 2,
+                60,
+                f"both workers on {version}",
+            )
+        # One series per live worker, each the serving version: none zeroed for v1-v3.
+        lines = info_lines()
+        assert len(lines) == 2 and all(line.endswith(" 1.0") for line in lines), lines
+        assert not any(f'pid="{killed}"' in line for line in lines)
     finally:
         server.stop()

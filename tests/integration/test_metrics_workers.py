@@ -92,8 +92,10 @@ def test_gauges_show_only_live_workers_and_serving_versions(tmp_path: Path) -> N
         killed = min(loaded_pids(httpx.get(f"{server.url}/metrics").text))
         os.kill(int(killed), signal.SIGKILL)  # no shutdown: its gauge files stay behind
         wait_for(
-            lambda: killed not in (pids := loaded_pids(httpx.get(f"{server.url}/metrics").text))
-            and len(pids) == 2,
+            lambda: (
+                killed not in (pids := loaded_pids(httpx.get(f"{server.url}/metrics").text))
+                and len(pids) == 2
+            ),
             120,
             "a replacement worker, and the killed one gone from /metrics",
         )

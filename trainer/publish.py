@@ -81,10 +81,17 @@ def feature_change_warning(old: Manifest, new: Manifest) -> str | None:
     gone = [n for n in old.feature_names if n not in set(new.feature_names)]
     added = [n for n in new.feature_names if n not in set(old.feature_names)]
     change = f"{len(added)} added, {len(gone)} removed" if added or gone else "reordered"
+    effects = ["clients sending feature lists will get 422"]
+    if gone:
+        effects.append(
+            "name maps with removed names will get 422 (unless the service sets "
+            "LTR_IGNORE_UNKNOWN_FEATURES)"
+        )
+    if added:
+        effects.append("name maps without the added names will score them as missing")
     return (
         f"warning: {new.name} {new.version} takes other features than {old.version} "
-        f"({len(old.feature_names)} -> {len(new.feature_names)}: {change}); clients sending "
-        "feature lists will get 422 and name maps will score with missing features"
+        f"({len(old.feature_names)} -> {len(new.feature_names)}: {change}); " + "; ".join(effects)
     )
 
 

@@ -106,11 +106,15 @@ def test_cli_warns_when_the_features_change(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "v2 takes other features than v1 (2 -> 3" in warnings[0]
+    # v2 adds c and removes nothing: name maps still answer (c missing), never a 422.
+    assert "name maps without the added names will score them as missing" in warnings[0]
+    assert "name maps with removed names will get 422" not in warnings[0]
     assert json.loads(result.stdout)["warnings"] == warnings
     back = CliRunner().invoke(
         app, ["publish", "--rollback", "--name", "m", "--registry", str(registry)]
     )
     assert back.exit_code == 0 and "v1 takes other features than v2" in back.stderr
+    assert "name maps with removed names will get 422 (unless" in back.stderr
 
 
 def test_json_says_nothing_was_pushed_when_nothing_was(tmp_path: Path) -> None:

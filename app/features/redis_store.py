@@ -98,6 +98,9 @@ class TTLCache:
         return len(doomed)
 
 
+START_PING_TIMEOUT_S = 0.25
+
+
 class RedisStore:
     """Cached, deadline-bound, breaker-guarded reads; inert when `settings.redis_url` is unset."""
 
@@ -148,7 +151,9 @@ class RedisStore:
             log.error("LTR_REDIS_URL is not a usable Redis URL (%s); Redis stays off", exc)
             return
         try:
-            async with asyncio.timeout(self.deadline_s):
+            # Not a request's wait: a worker starting on a busy machine (other workers compiling
+            # their kernels) may take longer than the deadline to run its side of the PING.
+            async with asyncio.timeout(max(self.deadline_s, START_PING_TIMEOUT_S)):
                 await self._client.ping()
         except (TimeoutError, RedisError, OSError) as exc:
             self.faults.failed(f"at start: {type(exc).__name__}")

@@ -126,6 +126,20 @@ def _get(key: str) -> Callable[[Any], Awaitable[Any]]:
     return lambda client: client.get(key)
 
 
+def test_start_does_not_call_a_healthy_redis_unreachable(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A deadline no PING meets: the start-up check is not held to it (a busy starting worker).
+    store = RedisStore(_settings(redis_server.url, redis_deadline_ms=0.001))
+
+    async def scenario() -> None:
+        await store.start()
+        await store.close()
+
+    asyncio.run(scenario())
+    assert "unreachable" not in caplog.text
+
+
 def test_store_start_does_not_block_when_redis_is_down() -> None:
     store = RedisStore(_settings(f"redis://127.0.0.1:{free_port()}/0", redis_deadline_ms=50))
 

@@ -62,8 +62,25 @@ def _progress(rows: int) -> Iterator[Callable[[int, int], None] | None]:
     yield report
 
 
+def _check_out_dir(out: Path, config: dict[str, object]) -> None:
+    """Refuse to write over anything but the same simulation (which rewrites the same bytes):
+    another dataset's files, or a directory of other files, would be mixed with this one's."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    truth = out / "truth.json"
+    try:
+        previous = orjson.loads(truth.read_bytes()).get("config")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        fail(f"--out {out}: not empty and not a simulated dataset; choose an empty directory")
+    if previous != config:
+        fail(
+            f"--out {out}: holds a dataset simulated with other settings (its truth.json); "
+            "choose another directory or remove that one"
+        )
+
+
 def simulate_command(
-    out: Annotated[Path, typer.Option("--out", help="Output directory (created if absent).")],
+    out: Annotated[Path, typer.Option("--out", help="Output directory: created if absent, else empty or holding the same simulation.")],
     rows: Annotated[int, typer.Option(help="Documents in all splits together.")] = 100_000,
     users: Annotated[int, typer.Option(help="Users in the profile table.")] = 2_000,
     seed: Annotated[int, typer.Option(help="Same seed and settings give the same bytes.")] = 0,
@@ -128,6 +145,9 @@ def simulate_command(
         fail(f"--sessions {sessions}: give a number >= 1, with --clicks")
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
+    if rows < min_docs:
+        fail(f"--rows {rows}: fewer than --min-docs {min_docs}, not one whole query")
+    _check_out_dir(out, config.model_dump(mode="json"))
     with clear_errors(OSError), _progress(rows) as progress:
         summary = simulate(config, out, progress=progress)
     report = summary.model_dump()
@@ -146,6 +166,9 @@ def simulate_command(
     if as_json:
         typer.echo(orjson.dumps(report).decode())
         return
+    for name, split_summary in summary.splits.items():
+        if split_summary.queries == 0:
+            echo_err(f"warning: {name} got no queries; give more --rows or another --split")
     parts = ", ".join(f"{name} {s.queries:,} queries" for name, s in summary.splits.items())
     typer.echo(
         f"wrote {summary.rows:,} rows ({parts}) and {summary.users:,} users to {out} "

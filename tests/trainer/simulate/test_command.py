@@ -53,3 +53,31 @@ def test_out_must_be_a_directory(tmp_path: Path) -> None:
     result = runner.invoke(app, ["simulate", "--out", str(target), "--rows", "100"])
     assert result.exit_code == 2
     assert "exists and is not a directory" in result.stderr
+
+
+def test_out_holding_other_data_is_refused_and_the_same_run_repeats(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    args = ["simulate", "--out", str(out), "--rows", "300", "--users", "20"]
+    assert runner.invoke(app, args).exit_code == 0
+    first = (out / "train.parquet").read_bytes()
+    again = runner.invoke(app, args)  # the same settings rewrite the same bytes
+    assert again.exit_code == 0, again.output
+    assert (out / "train.parquet").read_bytes() == first
+    other = runner.invoke(app, [*args, "--seed", "1"])
+    assert other.exit_code == 2
+    assert "holds a dataset simulated with other settings" in other.stderr
+    assert (out / "train.parquet").read_bytes() == first
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    refused = runner.invoke(app, ["simulate", "--out", str(busy), "--rows", "300"])
+    assert refused.exit_code == 2 and "not empty and not a simulated dataset" in refused.stderr
+    assert sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
+
+
+def test_fewer_rows_than_one_query_are_refused_and_empty_splits_named(tmp_path: Path) -> None:
+    few = runner.invoke(app, ["simulate", "--out", str(tmp_path / "a"), "--rows", "5"])
+    assert few.exit_code == 2 and "--rows 5: fewer than --min-docs 10" in few.stderr
+    small = runner.invoke(app, ["simulate", "--out", str(tmp_path / "b"), "--rows", "12"])
+    assert small.exit_code == 0, small.output
+    assert "warning: vali got no queries" in small.stderr

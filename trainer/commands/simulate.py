@@ -80,7 +80,12 @@ def _check_out_dir(out: Path, config: dict[str, object]) -> None:
 
 
 def simulate_command(
-    out: Annotated[Path, typer.Option("--out", help="Output directory: created if absent, else empty or holding the same simulation.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Output directory: new, empty, or holding this same simulation."
+        ),
+    ],
     rows: Annotated[int, typer.Option(help="Documents in all splits together.")] = 100_000,
     users: Annotated[int, typer.Option(help="Users in the profile table.")] = 2_000,
     seed: Annotated[int, typer.Option(help="Same seed and settings give the same bytes.")] = 0,

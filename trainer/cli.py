@@ -62,13 +62,19 @@ def show_help_as_written(cli: typer.Typer) -> None:
             setattr(obj, attr, escape(text))
             escaped.add((id(obj), attr))
 
-    plain(cli.info, "help")
-    for command in cli.registered_commands:
-        plain(command, "help")
-        if command.callback is not None:
-            plain(command.callback, "__doc__")
-            for info in _parameter_infos(command.callback):
-                plain(info, "help")
+    def walk(group: typer.Typer) -> None:
+        plain(group.info, "help")
+        for command in group.registered_commands:
+            plain(command, "help")
+            if command.callback is not None:
+                plain(command.callback, "__doc__")
+                for info in _parameter_infos(command.callback):
+                    plain(info, "help")
+        for sub in group.registered_groups:  # `ltr features ...`, `ltr experiment ...`
+            if sub.typer_instance is not None:
+                walk(sub.typer_instance)
+
+    walk(cli)
 
 
 for _module in COMMAND_MODULES:

@@ -65,9 +65,12 @@ async def get_services(request: Request) -> Services:
 
 
 async def require_admin(request: Request) -> None:
-    """`Authorization: Bearer <LTR_ADMIN_TOKEN>`: 401 without credentials, 403 when wrong or
-    when no token is configured (the admin endpoints are then off)."""
+    """`Authorization: Bearer <LTR_ADMIN_TOKEN>`: 403 when no token is configured (the admin
+    endpoints are then off, whatever the request sends), 401 without credentials, 403 when
+    wrong."""
     token = request.app.state.settings.admin_token
+    if not token:
+        raise HTTPException(403, "admin endpoints are disabled (LTR_ADMIN_TOKEN is not set)")
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")
     if not header or scheme.lower() != "bearer" or not given.strip():
@@ -76,8 +79,6 @@ async def require_admin(request: Request) -> None:
             "admin token required: Authorization: Bearer <token>",
             {"WWW-Authenticate": "Bearer"},
         )
-    if not token:
-        raise HTTPException(403, "admin endpoints are disabled (LTR_ADMIN_TOKEN is not set)")
     if not secrets.compare_digest(given.strip().encode(), token.encode()):
         raise HTTPException(403, "wrong admin token")
 

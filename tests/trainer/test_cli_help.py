@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import typer.main
@@ -32,10 +34,29 @@ def test_top_level_help_lists_every_command() -> None:
         assert name in shown
 
 
-@pytest.mark.parametrize("name", COMMAND_MODULES)
-def test_every_help_string_and_default_is_shown(name: str) -> None:
-    command = typer.main.get_command(cli_app).commands[name]  # type: ignore[attr-defined]
-    shown = help_of(name)
+def leaf_commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every runnable command's argv, `ltr features push` as ("features", "push")."""
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):  # a group (typer's own, not click.Group)
+            yield from leaf_commands(command, (*path, name))
+        else:
+            yield (*path, name)
+
+
+LEAVES = list(leaf_commands(typer.main.get_command(cli_app)))
+
+
+def test_command_groups_are_walked() -> None:
+    assert ("features", "push") in LEAVES and ("experiment", "start") in LEAVES
+
+
+@pytest.mark.parametrize("argv", LEAVES, ids=" ".join)
+def test_every_help_string_and_default_is_shown(argv: tuple[str, ...]) -> None:
+    command: Any = typer.main.get_command(cli_app)
+    for part in argv:
+        command = command.commands[part]
+    name = " ".join(argv)
+    shown = help_of(*argv)
     for param in command.params:
         if param.param_type_name != "option" or param.hidden:
             continue
@@ -51,3 +72,4 @@ def test_every_help_string_and_default_is_shown(name: str) -> None:
 def test_bracketed_help_survives() -> None:
     assert "Override [publish] registry." in help_of("nightly")
     assert "[default: LTR_PORT or 8000]" in help_of("serve")
+    assert "Redis URL [default: LTR_REDIS_URL]." in help_of("features", "push")

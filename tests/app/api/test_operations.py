@@ -86,6 +86,9 @@ def test_admin_is_off_without_a_configured_token(make_client: ClientFactory) -> 
     with make_client(admin_token=None) as client:
         resp = client.post("/admin/reload", headers={"Authorization": "Bearer anything"})
         assert resp.status_code == 403 and "LTR_ADMIN_TOKEN" in resp.json()["detail"]
+        # Without credentials too: not a 401 inviting a token that nothing would accept.
+        resp = client.post("/admin/reload")
+        assert resp.status_code == 403 and "disabled" in resp.json()["detail"]
 
 
 def test_a_refused_reload_is_reported_and_counted(client: TestClient, registry_dir: Path) -> None:

@@ -18,7 +18,7 @@ from app.api.dependencies import ImpressionsDep
 from app.api.errors import json_error
 from app.api.request_matrix import decode_body
 from app.api.schemas import BODY_ERRORS, MessageResponse, ValidationErrorResponse
-from app.impressions.feedback import FeedbackError, FeedbackUnavailable
+from app.impressions.feedback import LOGGING_OFF, FeedbackError, FeedbackUnavailable
 
 feedback_router = APIRouter()
 
@@ -93,7 +93,7 @@ async def feedback(
     # not UTF-8, and its lax mode would turn "5" into 5; every bad body is a 422 here.
     body = FeedbackRequest.model_validate(decode_body(await request.body()))
     if impressions is None:
-        return json_error(503, "impression logging is not configured in this service")
+        return json_error(503, LOGGING_OFF)
     events: list[dict[str, Any]] = [e.model_dump() for e in body.events]
     try:
         accepted, duplicates = await impressions.record_feedback(body.request_id, events)

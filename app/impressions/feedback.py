@@ -40,6 +40,12 @@ LOCAL_INDEX_MAX = 50_000  # requests remembered in-process (their ids and the fe
 LOOKUP_TIMEOUT_S = 1.0  # feedback is not latency-critical, but must not hang on a stuck Redis
 
 
+LOGGING_OFF = (
+    "impression logging is off: it needs LTR_IMPRESSIONS_ENABLED=true and a sink, "
+    "LTR_REDIS_URL or LTR_IMPRESSIONS_JSONL"
+)
+
+
 class FeedbackError(LtrError):
     """A feedback call that cannot be accepted; `status` is the HTTP answer."""
 
@@ -144,7 +150,7 @@ class ImpressionLog:
         UnknownRequest (404), FeedbackError (422: an id the request did not serve) or
         FeedbackUnavailable (503: logging off, or Redis unreachable for an id not known here)."""
         if self.sink is None:
-            raise FeedbackUnavailable("impression logging is off (LTR_IMPRESSIONS_ENABLED)")
+            raise FeedbackUnavailable(LOGGING_OFF)
         served = await self._served(request_id)
         unknown = [e["id"] for e in events if e["id"] not in served.ids]
         if unknown:

@@ -117,7 +117,7 @@ def _publish_demo(registry: Path) -> subprocess.Popen[bytes]:
     started = time.monotonic()
     echo_err(f"no model in {registry}: training the demo model on {DEMO_DATA}/rank.train")
     echo_err(
-        "  first run: compiling the native LambdaMART kernels (numba), about a minute; "
+        "  first run: compiling the native LambdaMART kernels (numba), one to a few minutes; "
         "they are cached, later runs start in seconds"
     )
     with _heartbeat("compiling", started) as compiled:

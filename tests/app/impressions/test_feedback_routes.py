@@ -81,10 +81,15 @@ def test_not_finite_value_is_422(client: TestClient) -> None:
 
 
 def test_without_logging_is_503(tmp_path: Path) -> None:
-    for log in (None, ImpressionLog(settings(impressions_enabled=False))):
+    for log in (
+        None,
+        ImpressionLog(settings(impressions_enabled=False)),
+        ImpressionLog(settings(impressions_enabled=True)),  # on, but no sink to write to
+    ):
         with TestClient(make_app(log)) as c:
             response = post(c, {"request_id": "r1", "events": [{"id": "a", "type": "click"}]})
             assert response.status_code == 503
+            assert "LTR_REDIS_URL or LTR_IMPRESSIONS_JSONL" in response.json()["detail"]
 
 
 json_values = st.recursive(

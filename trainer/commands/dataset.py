@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from trainer.commands.errors import CommandError, clear_errors, fail
+from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
 from trainer.data.errors import DataFormatError
 
 Opt = typer.Option
@@ -34,8 +34,16 @@ def parse_time(text: str) -> float:
     return when.timestamp()
 
 
-def manifest_names(path: Path) -> tuple[list[str], str]:
-    """(feature names, model name) of a version directory or its manifest.json."""
+SOURCED_NOTE = (
+    "note: {model}'s query and item-store features are plain columns here; a model trained "
+    'on this by hand asks clients for all of them. `ltr nightly` with source = "logs" keeps '
+    "the deployed version's feature sources and item set."
+)
+
+
+def manifest_names(path: Path) -> tuple[list[str], str, bool]:
+    """(feature names, model name, whether some features come from the query or the item
+    store) of a version directory or its manifest.json."""
     from pydantic import ValidationError
 
     from app.artifacts.manifest import Manifest
@@ -47,7 +55,7 @@ def manifest_names(path: Path) -> tuple[list[str], str]:
         raise CommandError(f"{file}: no such file") from None
     except ValidationError as exc:
         raise CommandError(f"{file}: not a valid manifest ({exc.error_count()} errors)") from None
-    return list(manifest.feature_names), manifest.name
+    return list(manifest.feature_names), manifest.name, manifest.has_sources
 
 
 def dataset_command(
@@ -113,7 +121,7 @@ def dataset_command(
         fail(f"--out {out}: exists and is not a directory")
     rules = LabelRules(click=click, purchase=purchase, dwell=dwell, dwell_seconds=dwell_seconds)
     with clear_errors(DataFormatError, ValueError, OSError):
-        names, model_name = manifest_names(manifest) if manifest else (None, None)
+        names, model_name, sourced = manifest_names(manifest) if manifest else (None, None, False)
         logs = read_logs(from_logs)
         wanted = None if all_models else (model or model_name)
         try:
@@ -137,6 +145,8 @@ def dataset_command(
         }
         if propensities:
             summary["propensities"] = _propensities(train.dataset, out / "propensities.json")
+    if sourced:
+        echo_err(SOURCED_NOTE.format(model=model_name))
     if as_json:
         typer.echo(orjson.dumps(summary).decode())
         return

@@ -3,6 +3,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -27,8 +28,9 @@ def _logs(tmp_path: Path, n: int = 40) -> Path:
     return write_log(tmp_path / "logs" / "service.jsonl", records)
 
 
-def _manifest(tmp_path: Path, names: list[str]) -> Path:
+def _manifest(tmp_path: Path, names: list[str], **fields: Any) -> Path:
     manifest = Manifest(
+        **fields,
         name="m",
         version="v1",
         kind="lambdamart",
@@ -62,6 +64,21 @@ def test_writes_parquet_split_by_time_and_propensities(runner: CliRunner, tmp_pa
     assert pq.read_schema(out / "train.parquet").names[:3] == ["qid", "label", "ts"]
     theta = json.loads((out / "propensities.json").read_text())["theta"]
     assert theta[0] == 1.0 and len(theta) == 3
+
+
+def test_a_model_with_query_features_is_told_how_to_keep_them(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    _logs(tmp_path)
+    model_dir = _manifest(tmp_path, ["ts", "slot"], feature_sources={"slot": "query"})
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(tmp_path / "data")]
+    result = runner.invoke(app, [*args, "--manifest", str(model_dir)])
+    assert result.exit_code == 0, result.output
+    assert "note: m's query and item-store features are plain columns here" in result.stderr
+    (tmp_path / "plain").mkdir()
+    plain = _manifest(tmp_path / "plain", ["ts", "slot"])
+    result = runner.invoke(app, [*args[:-1], str(tmp_path / "d2"), "--manifest", str(plain)])
+    assert result.exit_code == 0 and "note:" not in result.stderr
 
 
 def test_valid_after_iso_time(runner: CliRunner, tmp_path: Path) -> None:

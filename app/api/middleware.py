@@ -28,6 +28,7 @@ from random import getrandbits
 
 import orjson
 from starlette.datastructures import MutableHeaders
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
@@ -179,7 +180,7 @@ class ServiceMiddleware:
                 self.buffered_large -= held[0]
             if held[0] and self._waiting:
                 self._make_room()
-            route = scope.get("route")
+            route = scope.get("route") or _plain_route(scope)
             label = getattr(route, "path", label)
             if status is None:
                 status = 500 if failed else CLIENT_CLOSED
@@ -354,3 +355,17 @@ async def _send_error(
         headers.append((b"accept-encoding", b"identity"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _plain_route(scope: Scope) -> Route | None:
+    """The Starlette route (not an API route, which names itself in the scope) that answered:
+    /openapi.json and the docs pages; matched by endpoint, so a path parameter never becomes
+    a label of its own."""
+    endpoint = scope.get("endpoint")
+    app = scope.get("app")
+    if endpoint is None or app is None:
+        return None
+    for route in getattr(app, "routes", ()):
+        if isinstance(route, Route) and route.endpoint is endpoint:
+            return route
+    return None

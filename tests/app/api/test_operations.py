@@ -125,6 +125,13 @@ def test_metrics_are_exposed(client: TestClient) -> None:
     client.get("/definitely-not-a-route-12345")  # unmatched paths share one label
     text = client.get("/metrics").text
     assert "definitely-not" not in text and 'route="unmatched",status="404"' in text
+    # The OpenAPI document and the docs page are routes too (not FastAPI's API routes).
+    assert client.get("/openapi.json").status_code == 200
+    assert client.get("/docs").status_code == 200
+    text = client.get("/metrics").text
+    assert 'method="GET",route="/openapi.json",status="200"' in text
+    assert 'method="GET",route="/docs",status="200"' in text
+    assert 'route="unmatched",status="200"' not in text
 
 
 def test_models_lists_what_serves(client: TestClient) -> None:

@@ -29,10 +29,12 @@ def read_config(path: Path) -> dict[str, Any]:
     """The TOML file's top-level keys (dashes → underscores)."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
+        # utf-8-sig: editors on Windows start a file with a byte-order mark.
+        raw = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML ({exc})") from None
     out: dict[str, Any] = {}

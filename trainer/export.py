@@ -11,6 +11,7 @@ import datetime as dt
 import hashlib
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,31 @@ def check_out_dir(out_dir: Path, name: str) -> Path:
         raise ExportError(f"model name {name!r} must match {NAME_PATTERN}")
     if out_dir.exists():
         raise ExportError(f"{out_dir} already exists (a version is never overwritten)")
+    _check_creatable(out_dir)
     return out_dir
+
+
+def _check_creatable(out_dir: Path) -> None:
+    """Refuse an `out_dir` whose parent cannot hold it, found now rather than after training
+    (the version is written into a hidden temp directory beside it, which the error would name).
+
+    The nearest existing ancestor must be a directory in which a directory can be created and
+    removed again; the missing parents are created only when the version is written.
+    """
+    ancestor = out_dir.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ExportError(f"--out {out_dir}: cannot be created ({ancestor} is not a directory)")
+    try:
+        probe = tempfile.mkdtemp(prefix=".ltr-out-check.", dir=ancestor)
+        Path(probe).rmdir()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ExportError(
+            f"--out {out_dir}: cannot be created (cannot create a directory in {ancestor}: "
+            f"{reason})"
+        ) from None
 
 
 def export_tree_model(

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import orjson
 import typer
+from pydantic import BaseModel
 
 from app.artifacts.store import ArtifactError
 from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
@@ -36,6 +37,7 @@ USERS = "User features (all engines; docs/PERSONALISATION.md)"
 # DNN flags that, for a tree engine with user features, shape the network learning the table.
 EMBEDDING_NETWORK_KEYS = ("loss", "arch", "hidden", "epochs", "batch_queries", "dropout")
 Opt = typer.Option
+M = TypeVar("M", bound=BaseModel)
 
 
 def train_command(
@@ -364,15 +366,17 @@ def train_command(
         if chosen == "dnn":
             from trainer.dnn.options import DNNOptions
 
-            options = build_params(DNNOptions, file_values, flags, source=source, label=label)
+            options = _params(DNNOptions, file_values, flags, source=source, label=label)
             result = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
         elif chosen == "lightgbm-dask":
             from trainer.lambdamart.params import LambdaMARTParams
 
-            params = build_params(LambdaMARTParams, file_values, flags, source=source, label=label)
+            params = _params(LambdaMARTParams, file_values, flags, source=source, label=label)
             if unbiased or propensities is not None:
                 fail("click-log debiasing (--unbiased, --propensities) trains with --engine native")
             result = _train_on_cluster(train_file, valid_file, params, out, name, dask_scheduler)
+            if result.trees == 0:
+                _warn_nothing_learned(None)  # the data stayed on the workers
         else:
             from trainer.engines.user_embeddings import USER_FEATURE_KEYS, TreeUserOptions
             from trainer.lambdamart.params import LambdaMARTParams
@@ -382,7 +386,7 @@ def train_command(
             user_flags = {k: flags.pop(k) for k in USER_FEATURE_KEYS}
             # The DNN flags configure the network that learns a tree model's user table.
             network = {k: flags.pop(k) for k in EMBEDDING_NETWORK_KEYS if flags[k] is not None}
-            params = build_params(LambdaMARTParams, tree_values, flags, source=source, label=label)
+            params = _params(LambdaMARTParams, tree_values, flags, source=source, label=label)
             users = build_params(TreeUserOptions, user_values, user_flags, source=source)
             if network and (not users.enabled or users.user_embeddings_from is not None):
                 fail(
@@ -410,12 +414,31 @@ def train_command(
             result = _train_trees(
                 chosen, train, valid, params, out, name, objective, valid_metric, table
             )
+            if result.trees == 0:
+                _warn_nothing_learned(_why_nothing_learned(train, params))
         if sourced:
             from trainer.features.sources import attach_sources
 
             path = attach_sources(result.model_dir, final_out, sourced[0].plan)
             result = replace(result, model_dir=path)
     _print_summary(result, as_json, sourced[0].coverage if sourced else [])
+
+
+# Flags whose name is not the parameter's with dashes (build_params derives the flag it names in
+# an error from the parameter).
+RENAMED_FLAGS = {"--early-stopping-rounds": "--early-stopping"}
+
+
+def _params(model: type[M], file_values: dict[str, Any], flags: dict[str, Any], **kw: Any) -> M:
+    """build_params, its errors naming the flag as the user typed it."""
+    try:
+        return build_params(model, file_values, flags, **kw)
+    except ConfigError as exc:
+        message = str(exc)
+        for param_flag, flag in RENAMED_FLAGS.items():
+            if message.startswith(param_flag):
+                raise ConfigError(flag + message[len(param_flag) :]) from None
+        raise
 
 
 def _staging(out: Path) -> Path:
@@ -548,8 +571,13 @@ def _tree_user_features(
 ) -> tuple[RankingDataset, RankingDataset | None, TreeUserTable]:
     """The data with each list's user vector appended, and the user table (learned or reused)
     that goes into the version."""
+    from trainer.dnn.feature_checks import check_finite_features
     from trainer.engines.user_embeddings import TreeUserTable, user_table, with_user_vectors
 
+    # A LambdaDNN learns the user table from these features.
+    for data in (train, valid):
+        if data is not None:
+            check_finite_features(data, "the network learning the user table")
     uc, files, record = user_table(
         train, valid, users, seed=params.seed, threads=params.threads, dnn_params=network
     )
@@ -562,11 +590,49 @@ def _tree_user_features(
     )
 
 
+def _warn_nothing_learned(reason: str | None) -> None:
+    """A version that scores every document alike is still written (rc 0: the data, not the
+    command, is at fault), but nobody should mistake it for a ranker."""
+    why = f": {reason}" if reason else ""
+    echo_err(f"warning: the model learned nothing (0 trees, every document scores the same){why}")
+
+
+def _why_nothing_learned(train: RankingDataset, params: LambdaMARTParams) -> str | None:
+    """The first reason found in the data or params why no tree could split, else None."""
+    import numpy as np
+
+    labels, sizes = train.labels, train.group_sizes
+    if labels.size and np.all(labels == labels[0]):
+        return f"every label is {labels[0]:g}, so there is no order to learn"
+    if np.all(sizes <= 1):
+        return "every query has a single document, so there are no pairs to rank"
+    if train.num_docs < 2 * params.min_data_in_leaf:
+        return (
+            f"--min-data-in-leaf {params.min_data_in_leaf} leaves no split of the "
+            f"{train.num_docs} training documents"
+        )
+    starts = train.group_offsets[:-1]
+    # Pairs exist only within a query: labels equal inside every query leave none.
+    first = np.repeat(labels[starts], sizes)
+    if np.all(labels == first):
+        return "no query has documents with different labels, so there are no pairs to rank"
+    return None
+
+
 def _int_list(text: str, flag: str) -> list[int]:
+    """Layer widths: each part an integer >= 1 (a width of 0 gives a constant model, an empty
+    part is more likely a typo than a wish to drop a layer)."""
+    if any(not part.strip() for part in text.split(",")):
+        fail(
+            f"{flag}: a width is empty in {text!r} (expected comma-separated integers like 256,128)"
+        )
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        widths = [int(part) for part in text.split(",")]
     except ValueError:
         fail(f"{flag}: expected comma-separated integers like 256,128, got {text!r}")
+    if not all(width >= 1 for width in widths):
+        fail(f"{flag}: every width must be an integer of at least 1, got {text!r}")
+    return widths
 
 
 def _train_dnn(
@@ -584,6 +650,11 @@ def _train_dnn(
         from trainer.engines.dnn_model import train_dnn_model
     except ImportError as exc:
         fail(f"--engine dnn needs the dnn extra (pip install 'ltr-rerank[dnn]'): {exc}")
+    from trainer.dnn.feature_checks import check_finite_features
+
+    for data in (train, valid):
+        if data is not None:
+            check_finite_features(data)
     metric = f"ndcg@{options.eval_at}"
     with TrainingProgress(options.epochs, metric=metric, unit="epoch") as progress:
         try:

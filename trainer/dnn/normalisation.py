@@ -42,11 +42,17 @@ class Standardiser(nn.Module):
 def fit_standardiser(features: np.ndarray) -> Standardiser:
     """Column means and standard deviations of float [n_docs, n_features], NaN ignored.
 
-    An all-NaN column gets mean 0; a constant column gets std 1.
+    An all-NaN column gets mean 0; a constant column gets std 1; an infinite value is a
+    ValueError.
     """
     x = np.asarray(features, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] == 0:
         raise ValueError("features must be a non-empty [n_docs, n_features] array")
+    if np.isinf(x).any():
+        # The mean and spread would be inf/NaN and so every score; callers with names to
+        # report check first (trainer.dnn.feature_checks).
+        column = int(np.argwhere(np.isinf(x))[0][1])
+        raise ValueError(f"feature column {column} holds an infinite value (NaN = missing)")
     present = ~np.isnan(x)
     count = present.sum(axis=0)
     filled = np.where(present, x, 0.0)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class DNNOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No float parameter has a use for inf or NaN: inf passes the gt/ge bounds below and
+    # would only fail once the trained model is exported.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     loss: Literal["lambdarank", "ranknet", "listnet", "pointwise"] = "lambdarank"
     arch: Literal["mlp", "dcn"] = "mlp"
-    hidden: list[int] = Field(default_factory=lambda: [256, 128])
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [256, 128], min_length=1
+    )
     cross_layers: int = Field(3, ge=1)  # DCN only
     dropout: float = Field(0.1, ge=0, lt=1)
     epochs: int = Field(100, ge=1)

@@ -54,7 +54,8 @@ def load_cluster_scheme(path: Path) -> ClusterScheme:
     `kind` ("categorical" with `values`, or "numeric" with `prefix` and increasing `edges`)."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: an editor's byte-order mark would otherwise be a TOML syntax error.
+        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except OSError as exc:
         raise ClusterConfigError(f"{path}: cannot read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:

@@ -29,7 +29,9 @@ def read_profiles(path: Path) -> dict[str, dict[str, Any]]:
 
 def _read_csv(path: Path) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
+    # utf-8-sig: Excel starts a CSV with a byte-order mark, which would glue itself to the
+    # first column's name.
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or USER_ID_COLUMN not in reader.fieldnames:
             raise ProfileTableError(f"{path}: line 1: the header needs a {USER_ID_COLUMN!r} column")

@@ -23,7 +23,7 @@ from trainer.dnn.normalisation import fit_standardiser
 from trainer.dnn.onnx_export import export_onnx
 from trainer.dnn.options import DNNOptions
 from trainer.dnn.parity import verify_parity
-from trainer.dnn.trainer_loop import ProgressSink, deterministic, train_ranker
+from trainer.dnn.trainer_loop import ProgressSink, deterministic, predict_lists, train_ranker
 from trainer.dnn.user_clusters import (
     ClusterConfigError,
     Combinations,
@@ -35,7 +35,8 @@ from trainer.dnn.user_clusters import (
 )
 from trainer.dnn.user_profiles import read_profiles
 from trainer.engines.training_result import TrainingResult
-from trainer.export import check_out_dir, data_fingerprint, plain_json
+from trainer.export import check_out_dir, data_fingerprint, metric_entries, plain_json
+from trainer.metrics.report import ranking_report
 
 DEFAULT_MODEL_NAME = "lambdadnn"
 
@@ -114,7 +115,14 @@ def train_dnn_model(
             **_combination_settings(clusters),
         )
     metrics: dict[str, Any] = {}
-    if result.best_valid_ndcg is not None and valid is not None:
+    report: dict[str, float | int] | None = None
+    if valid is None:
+        # As the tree engines: without validation data, the report on the training data.
+        report = ranking_report(
+            predict_lists(ranker, train_lists), train.labels, train.group_offsets
+        )
+        metrics = metric_entries(report, train, 1.0)
+    elif result.best_valid_ndcg is not None:
         metrics[f"ndcg@{options.eval_at}"] = {
             "value": result.best_valid_ndcg,
             "dataset": valid.source or "validation",
@@ -165,7 +173,10 @@ def train_dnn_model(
         version=manifest.version,
         kind=manifest.kind,
         engine="dnn",
-        metrics={key: entry["value"] for key, entry in manifest.metrics.items()},
+        metrics=(
+            report if report is not None else {k: e["value"] for k, e in manifest.metrics.items()}
+        ),
+        evaluated_on="train" if valid is None else "valid",
         training=manifest.training,
     )
 

@@ -86,6 +86,9 @@ def feature_values(path: Path, table: pa.Table, name: str) -> np.ndarray:
     overflow = np.isinf(values) & np.isfinite(wide)
     if overflow.any():
         row = _first(overflow)
-        what = f"{wide[row - 1]:g} is beyond float32's range (about ±3.4e38) features are kept in"
+        what = (
+            f"{wide[row - 1]:g} is beyond the range of float32 (about ±3.4e38), the type "
+            "features are kept in"
+        )
         raise _at(path, row, name, what)
     return values

@@ -88,7 +88,11 @@ def _read_spec(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        doc = json.loads(raw) if Path(path).suffix == ".json" else tomllib.loads(raw.decode())
+        doc = (
+            json.loads(raw)
+            if Path(path).suffix == ".json"
+            else tomllib.loads(raw.decode("utf-8-sig"))
+        )
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise SpecError(f"{path}: not a valid features spec ({exc})") from None
     if not isinstance(doc, dict):

@@ -9,6 +9,7 @@ factors (lambdamart.position_bias_factors) and Hu et al. 2019's pairwise debiasi
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -53,6 +54,10 @@ def check_debias_flags(
         raise DebiasFlagError(f"--max-weight clips IPW weights: not used with --debias {debias}")
     if max_weight is not None and not max_weight >= 1.0:
         raise DebiasFlagError(f"--max-weight {max_weight}: must be at least 1")
+    if max_weight is not None and not math.isfinite(max_weight):
+        raise DebiasFlagError(
+            f"--max-weight {max_weight}: must be a finite number (leave it out for no clip)"
+        )
     if debias in ("position-bias", "click-model") and discount != "log2":
         raise DebiasFlagError(
             f"--discount {discount}: --debias {debias} uses log2 only; use log2 (the default)"

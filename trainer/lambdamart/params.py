@@ -6,7 +6,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class LambdaMARTParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No float parameter has a use for inf or NaN: inf passes the gt/ge bounds below and
+    # would only fail once the trained model is exported.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     num_trees: int = Field(100, ge=1)
     num_leaves: int = Field(31, ge=2)

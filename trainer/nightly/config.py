@@ -143,9 +143,14 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> N
     raw: dict[str, Any] = {}
     if path is not None:
         try:
-            raw = tomllib.loads(Path(path).read_text())
+            # utf-8-sig: editors on Windows start a file with a byte-order mark.
+            raw = tomllib.loads(Path(path).read_bytes().decode("utf-8-sig"))
         except FileNotFoundError:
             raise CommandError(f"{path}: no such config file") from None
+        except OSError as exc:
+            raise CommandError(f"{path}: cannot read ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise CommandError(f"{path}: not UTF-8 text") from None
         except tomllib.TOMLDecodeError as exc:
             raise CommandError(f"{path}: {exc}") from None
     for dotted, value in (overrides or {}).items():

@@ -26,3 +26,9 @@ def test_nan_is_imputed_with_the_training_mean():
 def test_rejects_empty_input():
     with pytest.raises(ValueError, match="non-empty"):
         fit_standardiser(np.zeros((0, 3), np.float32))
+
+
+def test_rejects_an_infinity_rather_than_learning_nan_statistics():
+    x = np.array([[1.0, 2.0], [3.0, np.inf]], dtype=np.float32)
+    with pytest.raises(ValueError, match="feature column 1 holds an infinite value"):
+        fit_standardiser(x)

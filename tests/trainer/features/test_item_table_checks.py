@@ -65,8 +65,8 @@ def test_an_id_with_a_nul_character_is_refused(tmp_path: Path) -> None:
 def test_a_number_beyond_float32_is_refused_an_infinity_kept(tmp_path: Path) -> None:
     big = write(tmp_path / "big.parquet", {"doc_id": ["a", "b"], "x": [1.0, -1e300]})
     assert refusal(big) == (
-        f"error: {big}: row 2, column 'x': -1e+300 is beyond float32's range (about ±3.4e38) "
-        "features are kept in"
+        f"error: {big}: row 2, column 'x': -1e+300 is beyond the range of float32 "
+        "(about ±3.4e38), the type features are kept in"
     )
     inf = write(tmp_path / "inf.parquet", {"doc_id": ["a", "b"], "x": [1.0, float("inf")]})
     assert read_item_table(inf).matrix[1, 0] == np.inf

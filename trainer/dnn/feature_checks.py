@@ -1,0 +1,54 @@
+"""Feature values a network cannot take, refused before training.
+
+A network reads NaN as missing (imputed with the training mean inside the graph, see
+trainer.dnn.normalisation). An infinity has no such meaning: it turns the column's mean and
+spread into inf/NaN and every score into NaN, found only when the exported model is checked.
+It is refused, not changed into something else, as which finite value it stands for is unknown.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.errors import LtrError
+from trainer.data.dataset import RankingDataset
+
+# Rows scanned at a time: a boolean mask of the whole matrix would cost a quarter of its size.
+CHUNK_ROWS = 65536
+
+
+class FeatureValueError(LtrError, ValueError):
+    """Data holding a feature value a network cannot use; the message names the feature."""
+
+
+def first_infinite(features: np.ndarray) -> tuple[int, int, int] | None:
+    """(row, column, count of infinite values) of the first infinite value of float
+    [n_docs, n_features] in row order, or None when every value is finite or NaN."""
+    first: tuple[int, int] | None = None
+    count = 0
+    for start in range(0, features.shape[0], CHUNK_ROWS):
+        bad = np.isinf(features[start : start + CHUNK_ROWS])
+        if not bad.any():
+            continue
+        count += int(bad.sum())
+        if first is None:
+            row, column = np.argwhere(bad)[0]
+            first = (start + int(row), int(column))
+    return None if first is None else (*first, count)
+
+
+def check_finite_features(data: RankingDataset, engine: str = "--engine dnn") -> None:
+    """Raise FeatureValueError naming the file, feature, row and query of the first infinite
+    feature value of `data` (rows count documents from 1, in file order)."""
+    found = first_infinite(data.features)
+    if found is None:
+        return
+    row, column, count = found
+    query = int(np.searchsorted(data.group_offsets, row, side="right")) - 1
+    value = float(data.features[row, column])
+    more = f" ({count} infinite values in all)" if count > 1 else ""
+    raise FeatureValueError(
+        f"{data.source or 'the data'}: feature {data.names()[column]!r} is {value} at row "
+        f"{row + 1} (query {data.query_ids[query]}){more}: {engine} takes NaN as missing but "
+        "cannot use an infinite value; replace it (or leave it missing) in the data"
+    )

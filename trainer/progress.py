@@ -47,6 +47,7 @@ class TrainingProgress:
         total: int,
         *,
         metric: str = "ndcg@10",
+        valid_metric: str | None = None,
         unit: str = "iter",
         description: str | None = None,
         stream: TextIO | None = None,
@@ -56,6 +57,7 @@ class TrainingProgress:
     ) -> None:
         self.total = max(int(total), 1)
         self.metric = metric
+        self.valid_metric = valid_metric or metric
         self.unit = unit
         self.description = description or metric
         self.stream = stream if stream is not None else sys.stderr
@@ -139,13 +141,15 @@ class TrainingProgress:
     def _metrics_text(
         self, train_metric: float | None, valid_metric: float | None, named: bool = True
     ) -> str:
-        """`train ndcg@10 0.7100 valid ndcg@10 0.6900` (the bar names the metric once, first)."""
+        """`train ndcg@10 0.7100 valid ndcg@10 0.6900` (the bar names the metric once, first;
+        a validation metric of its own is named there too)."""
         name = f" {self.metric}" if named else ""
+        valid_name = f" {self.valid_metric}" if named or self.valid_metric != self.metric else ""
         parts = []
         if train_metric is not None:
             parts.append(f"train{name} {train_metric:.4f}")
         if valid_metric is not None:
-            parts.append(f"valid{name} {valid_metric:.4f}")
+            parts.append(f"valid{valid_name} {valid_metric:.4f}")
         return " ".join(parts)
 
     def _print_line(

@@ -25,6 +25,15 @@ def test_plain_lines_format_and_schedule() -> None:
     assert lines[-1].endswith("elapsed 6.0s eta 44s")
 
 
+def test_a_validation_metric_of_its_own_is_named_as_such() -> None:
+    # --unbiased validates on IPW-weighted DCG while the training metric stays NDCG.
+    stream = io.StringIO()
+    with TrainingProgress(1, stream=stream, metric="ndcg@10", valid_metric="IPW dcg@10") as p:
+        p.update(1, train_metric=0.98, valid_metric=0.91)
+    line = stream.getvalue().splitlines()[0]
+    assert line.startswith("iter 1/1 train ndcg@10 0.9800 valid IPW dcg@10 0.9100 elapsed")
+
+
 def test_missing_metrics_and_units() -> None:
     clock, stream = ManualClock(), io.StringIO()
     with TrainingProgress(4, stream=stream, clock=clock, unit="epoch", metric="ndcg@5") as p:

@@ -543,9 +543,8 @@ def _train_trees(
     from trainer.progress import TrainingProgress
 
     metric = f"ndcg@{params.eval_at}"
-    if valid_metric == "dcg":
-        metric += f", valid: IPW dcg@{params.eval_at}"
-    with TrainingProgress(params.num_trees, metric=metric) as progress:
+    valid_name = f"IPW dcg@{params.eval_at}" if valid_metric == "dcg" else None
+    with TrainingProgress(params.num_trees, metric=metric, valid_metric=valid_name) as progress:
         return train_tree_model(
             engine,
             train,
@@ -649,7 +648,10 @@ def _train_dnn(
         from trainer.dnn.user_profiles import ProfileTableError
         from trainer.engines.dnn_model import train_dnn_model
     except ImportError as exc:
-        fail(f"--engine dnn needs the dnn extra (pip install 'ltr-rerank[dnn]'): {exc}")
+        fail(
+            "--engine dnn needs the dnn extra (from a clone: make install EXTRAS=serve,train,dnn; "
+            f"else pip install 'ltr-rerank[dnn]'): {exc}"
+        )
     from trainer.dnn.feature_checks import check_finite_features
 
     for data in (train, valid):

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import NEGATIVE_LABEL, located
+from trainer.data.errors import first_bad_label, located
 from trainer.data.letor_line import LineError, parse_line, strip_comment
 from trainer.data.letor_side import read_group_sizes, read_positions, read_user_ids, side_path
 from trainer.data.loader import IS_A_DIRECTORY
+from trainer.data.sniff import not_letor_text
 
 if TYPE_CHECKING:
     from trainer.data.letor_scan import Scan
@@ -42,6 +43,9 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
     if not path.is_file():
         raise located(path, None, "no such file")
     data = path.read_bytes()
+    other = not_letor_text(data)
+    if other is not None:
+        raise located(path, None, other)
     width = num_features if num_features is not None else _guess_width(path, data)
     found = scan(data, width, num_features or 0)
     n, features = found.n, found.features
@@ -56,10 +60,9 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
         features = features[:, :width] if features.shape[1] > width else _widen(features, width)
     features = np.ascontiguousarray(features[:n])
     labels, qids, has_qid, line_no = found.labels, found.qids, found.has_qid, found.line_no
-    negative = np.flatnonzero(labels[:n] < 0)
-    if negative.size:
-        first = int(negative[0])
-        raise located(path, int(line_no[first]), f"label {labels[first]:g} {NEGATIVE_LABEL}")
+    bad_label = first_bad_label(labels[:n])
+    if bad_label is not None:
+        raise located(path, int(line_no[bad_label[0]]), f"label {bad_label[1]}")
     offsets, query_ids = _groups(path, qids[:n], has_qid[:n], line_no[:n])
     user_path, position_path = side_path(path, ".user"), side_path(path, ".position")
     return RankingDataset(

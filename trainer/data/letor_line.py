@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 
 from app.errors import LtrError
+from trainer.data.errors import clip, quote
+from trainer.data.float32 import BEYOND_FLOAT32, beyond_float32
 
 # Python's float() also accepts `1_000`, `infinity` and surrounding blanks; the format does not.
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf)", re.IGNORECASE)
@@ -17,6 +19,7 @@ _INTEGER = re.compile(r"[+-]?\d+")
 # The reader builds a dense matrix, so ids are column numbers; larger ones are almost surely
 # hashed sparse features this format cannot hold (and would exhaust memory).
 MAX_FEATURE_ID = 100_000
+_INT64_DIGITS = 19
 
 
 class LineError(LtrError, ValueError):
@@ -36,6 +39,12 @@ def parse_number(text: str) -> float | None:
     return float(text) if _NUMBER.fullmatch(text) else None
 
 
+def _digits(integer: str) -> int:
+    """Significant digits of an integer literal: Python's int() refuses more than 4,300 (a
+    ValueError, not a LineError), so longer ones are judged before converting."""
+    return len(integer.lstrip("+-").lstrip("0"))
+
+
 def strip_comment(line: bytes) -> bytes:
     cut = line.find(b"#")
     return line if cut < 0 else line[:cut]
@@ -51,9 +60,9 @@ def parse_line(text: str, max_id: int | None = None) -> ParsedLine | None:
         return None
     label = parse_number(tokens[0])
     if label is None:
-        raise LineError(f"label {tokens[0]!r} is not a number")
+        raise LineError(f"label {quote(tokens[0])} is not a number")
     if label != label or label in (float("inf"), float("-inf")):
-        raise LineError(f"label {tokens[0]!r} is not a finite number")
+        raise LineError(f"label {quote(tokens[0])} is not a finite number")
     qid: int | None = None
     ids: list[int] = []
     values: list[float] = []
@@ -61,30 +70,33 @@ def parse_line(text: str, max_id: int | None = None) -> ParsedLine | None:
     for position, token in enumerate(tokens[1:], start=1):
         key, colon, raw = token.partition(":")
         if not colon or not key:
-            raise LineError(f"malformed token {token!r} (expected id:value)")
+            raise LineError(f"malformed token {quote(token)} (expected id:value)")
         if key == "qid":
             if position != 1:
-                raise LineError(f"{token!r}: qid: must come right after the label")
+                raise LineError(f"{quote(token)}: qid: must come right after the label")
             if not _INTEGER.fullmatch(raw):
-                raise LineError(f"qid {raw!r} is not an integer")
+                raise LineError(f"qid {quote(raw)} is not an integer")
+            if _digits(raw) > _INT64_DIGITS or not -(2**63) <= int(raw) < 2**63:
+                raise LineError(f"qid {clip(raw)} does not fit in 64 bits")
             qid = int(raw)
-            if not -(2**63) <= qid < 2**63:
-                raise LineError(f"qid {raw} does not fit in 64 bits")
             continue
         if not _INTEGER.fullmatch(key):
-            raise LineError(f"feature id {key!r} is not an integer (token {token!r})")
-        fid = int(key)
+            raise LineError(f"feature id {quote(key)} is not an integer (token {quote(token)})")
+        fid = int(key) if _digits(key) <= _INT64_DIGITS else (-1 if key[0] == "-" else 2**63)
         if fid <= 0:
-            raise LineError(f"feature id {fid} is not valid: ids are 1-based (token {token!r})")
+            what = f"feature id {clip(key)} is not valid: ids are 1-based"
+            raise LineError(f"{what} (token {quote(token)})")
         if fid > MAX_FEATURE_ID:
-            raise LineError(f"feature id {fid} is too large (at most {MAX_FEATURE_ID:,})")
+            raise LineError(f"feature id {clip(key)} is too large (at most {MAX_FEATURE_ID:,})")
         if max_id is not None and fid > max_id:
             raise LineError(f"feature id {fid} exceeds num_features={max_id}")
         if fid in seen:
             raise LineError(f"duplicate feature id {fid}")
         value = parse_number(raw)
         if value is None:
-            raise LineError(f"value {raw!r} of feature {fid} is not a number")
+            raise LineError(f"value {quote(raw)} of feature {fid} is not a number")
+        if beyond_float32(value):  # float32 would make it ±inf
+            raise LineError(f"value {quote(raw)} of feature {fid} {BEYOND_FLOAT32}")
         seen.add(fid)
         ids.append(fid)
         values.append(value)

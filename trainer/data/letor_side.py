@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.data.errors import located
+from trainer.data.errors import located, quote
 
 _POSITION = re.compile(r"(?:pos_)?(\d+)")
 
@@ -30,7 +30,7 @@ def read_group_sizes(path: Path, n_rows: int) -> np.ndarray:
     entries = _entries(path)
     for line, text in entries:
         if not text.isdigit() or int(text) <= 0:
-            raise located(path, line, f"group size {text!r} is not a positive integer")
+            raise located(path, line, f"group size {quote(text)} is not a positive integer")
         sizes.append(int(text))
         total += sizes[-1]
         if total > n_rows:
@@ -60,6 +60,6 @@ def read_positions(path: Path, n_rows: int) -> np.ndarray:
     for row, (line, text) in enumerate(entries):
         match = _POSITION.fullmatch(text)
         if match is None or int(match.group(1)) <= 0:
-            raise located(path, line, f"position {text!r} is not a positive integer or pos_N")
+            raise located(path, line, f"position {quote(text)} is not a positive integer or pos_N")
         positions[row] = int(match.group(1))
     return positions

@@ -21,7 +21,9 @@ def load_dataset(
     feature_names: list[str] | None = None,
     id_column: str | None = None,
 ) -> RankingDataset:
-    """Read Parquet (`.parquet`, `.pq`) or LETOR text (anything else).
+    """Read Parquet (`.parquet`, `.pq`) or LETOR text (anything else: `read_letor` then names
+    a file that is not LETOR text by its content: gzip, CSV, CR line endings, a Parquet
+    file under another name).
 
     `feature_names` (a model's) lines the columns up with the model: by name for Parquet, by
     position for LETOR text, whose columns are feature ids 1..n. `num_features` forces the

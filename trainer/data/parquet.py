@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import NEGATIVE_LABEL, DataFormatError, located
+from trainer.data.errors import DataFormatError, clip, first_bad_label, located
+from trainer.data.float32 import BEYOND_FLOAT32, to_float32
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,7 +49,7 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
         raise located(path, None, f"no document id column {id_column!r}")
     feature_names = [name for name in names if name not in RESERVED and name != id_column]
 
-    def numeric(name: str, dtype: type[np.floating] = np.float64) -> np.ndarray:
+    def numeric(name: str) -> np.ndarray:
         column = table.column(name)
         kind = column.type
         if not (
@@ -56,22 +57,32 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
         ):
             raise _at(path, None, name, f"has type {kind}, expected a number")
         cast = pc.cast(column, pa.float64(), safe=False).fill_null(np.nan)
-        return np.asarray(cast.to_numpy(), dtype=dtype)
+        return np.asarray(cast.to_numpy(), dtype=np.float64)
 
     labels = numeric("label")
     if not np.all(np.isfinite(labels)):
         raise _at(path, _first(~np.isfinite(labels)), "label", "missing or not a finite number")
-    if np.any(labels < 0):
-        row = _first(labels < 0)
-        raise _at(path, row, "label", f"{labels[row - 1]:g} {NEGATIVE_LABEL}")
+    bad_label = first_bad_label(labels)
+    if bad_label is not None:
+        raise _at(path, bad_label[0] + 1, "label", bad_label[1])
     features = np.empty((table.num_rows, len(feature_names)), dtype=np.float32)
     for j, name in enumerate(feature_names):
-        features[:, j] = numeric(name, np.float32)
+        wide = numeric(name)
+        features[:, j], overflow = to_float32(wide)
+        if overflow.any():
+            row = _first(overflow)
+            raise _at(path, row, name, f"{wide[row - 1]:g} {BEYOND_FLOAT32}")
     qid_column = table.column("qid")
     if qid_column.null_count:
         raise _at(path, _first(qid_column.is_null().to_numpy(zero_copy_only=False)), "qid", "null")
     qids = np.asarray(qid_column.to_numpy(zero_copy_only=False))
     offsets, query_ids = query_runs(path, qids)
+    user_ids = _user_ids(path, table, offsets) if "user_id" in names else None
+    positions = _positions(path, numeric("position")) if "position" in names else None
+    # Last, so a bad value is still reported first. A model needs a feature (training crashed on
+    # a pydantic error); with an id column, the item table joined later brings them.
+    if not feature_names and id_column is None:
+        raise located(path, None, no_feature_columns(names))
     return RankingDataset(
         features=features,
         labels=labels,
@@ -79,9 +90,17 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
         query_ids=query_ids,
         feature_names=feature_names,
         source=str(path),
-        user_ids=_user_ids(path, table, offsets) if "user_id" in names else None,
-        positions=_positions(path, numeric("position")) if "position" in names else None,
+        user_ids=user_ids,
+        positions=positions,
         doc_ids=None if id_column is None else _doc_ids(path, table, id_column),
+    )
+
+
+def no_feature_columns(names: list[str]) -> str:
+    """What is wrong with a file whose columns are all reserved ones."""
+    return (
+        f"no feature columns (columns: {', '.join(names)}): every column but "
+        f"{', '.join(RESERVED)} is a feature, and a model needs at least one"
     )
 
 
@@ -124,7 +143,8 @@ def query_runs(path: str | Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarr
     if repeated.size:
         run = int(repeated[0])
         seen = int(starts[first[inverse[run]]]) + 1
-        what = f"qid {run_qids[run]} reappears after another query (first seen at row {seen})"
+        qid = clip(str(run_qids[run]))  # a long string qid is cut, not printed whole
+        what = f"qid {qid} reappears after another query (first seen at row {seen})"
         raise _at(path, int(starts[run]) + 1, "qid", what + "; queries must be contiguous")
     return np.concatenate([starts, [qids.size]]).astype(np.int64), run_qids
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import NEGATIVE_LABEL, DataFormatError, located
+from trainer.data.errors import DataFormatError, first_bad_label, located
+from trainer.data.float32 import BEYOND_FLOAT32, to_float32
 from trainer.data.parquet import RESERVED
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def read_rows(part: tuple[str, int, int], feature_names: list[str]) -> pd.DataFr
     table = parquet.read_row_groups(groups, columns=["qid", "label", *feature_names])
     table = table.slice(start - first_row, stop - start)
 
-    def numeric(name: str, dtype: type[np.floating]) -> np.ndarray:
+    def numeric(name: str) -> np.ndarray:
         column = table.column(name)
         kind = column.type
         if not (
@@ -155,23 +156,27 @@ def read_rows(part: tuple[str, int, int], feature_names: list[str]) -> pd.DataFr
         ):
             raise located(url, None, f"column {name!r}: has type {kind}, expected a number")
         cast = pc.cast(column, pa.float64(), safe=False).fill_null(np.nan)
-        return np.asarray(cast.to_numpy(), dtype=dtype)
+        return np.asarray(cast.to_numpy(), dtype=np.float64)
 
-    labels = numeric("label", np.float64)
+    labels = numeric("label")
     bad = ~np.isfinite(labels)
     if bad.any():
         row = start + int(np.flatnonzero(bad)[0]) + 1
         raise located(url, None, f"row {row}, column 'label': missing or not a finite number")
-    negative = np.flatnonzero(labels < 0)
-    if negative.size:
-        row = start + int(negative[0]) + 1
-        value = labels[negative[0]]
-        raise located(url, None, f"row {row}, column 'label': {value:g} {NEGATIVE_LABEL}")
+    bad_label = first_bad_label(labels)
+    if bad_label is not None:
+        row = start + bad_label[0] + 1
+        raise located(url, None, f"row {row}, column 'label': {bad_label[1]}")
     # qids as strings: one dtype whatever each file stores, for the cross-file duplicate check.
     qids = pc.cast(table.column("qid"), pa.string()).to_pandas()
     columns: dict[str, Any] = {"qid": qids.to_numpy(), "label": labels}
     for name in feature_names:
-        columns[name] = numeric(name, np.float32)
+        wide = numeric(name)
+        columns[name], overflow = to_float32(wide)
+        if overflow.any():
+            index = int(np.flatnonzero(overflow)[0])
+            what = f"{wide[index]:g} {BEYOND_FLOAT32}"
+            raise located(url, None, f"row {start + index + 1}, column {name!r}: {what}")
     frame = pd.DataFrame(columns, copy=False)
     frame["qid"] = frame["qid"].astype("str")
     return frame

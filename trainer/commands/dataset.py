@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +14,7 @@ import orjson
 import typer
 
 from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
-from trainer.data.errors import DataFormatError
+from trainer.data.errors import MAX_LABEL, DataFormatError
 
 Opt = typer.Option
 LABELS = "Labels"
@@ -119,6 +120,11 @@ def dataset_command(
     fraction = 0.2 if cutoff is None and valid_fraction is None else valid_fraction
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
+    for flag, grade in (("--click", click), ("--purchase", purchase), ("--dwell", dwell)):
+        if not 0 <= grade <= MAX_LABEL:  # NaN fails too
+            fail(f"{flag} {grade:g}: a relevance grade 0..{MAX_LABEL}, as training data takes")
+    if not 0 <= dwell_seconds < math.inf:
+        fail(f"--dwell-seconds {dwell_seconds:g}: a number of seconds >= 0")
     rules = LabelRules(click=click, purchase=purchase, dwell=dwell, dwell_seconds=dwell_seconds)
     with clear_errors(DataFormatError, ValueError, OSError):
         names, model_name, sourced = manifest_names(manifest) if manifest else (None, None, False)

@@ -485,7 +485,7 @@ def _load(
     """The data, with query columns checked and the item table joined when a spec says so
     (the joined data is kept in `sourced` for the manifest)."""
     if spec is None:
-        return _load_plain(train_file, valid_file)
+        return _with_features(*_load_plain(train_file, valid_file), train_file)
     from trainer.features.sources import load_sourced
 
     data = load_sourced(spec, train_file, valid_file)
@@ -496,7 +496,17 @@ def _load(
             # Training goes on (serving gives an unknown item NaN too), but a table that
             # lacks half the documents is more likely the wrong table or an old one.
             echo_err(f"warning: {coverage.warning()}")
-    return data.train, data.valid
+    return _with_features(data.train, data.valid, train_file)
+
+
+def _with_features(
+    train: RankingDataset, valid: RankingDataset | None, train_file: Path
+) -> tuple[RankingDataset, RankingDataset | None]:
+    """The data as given, once it has a feature to learn from (a LETOR file with no
+    `id:value` on any line reads as zero columns)."""
+    if train.num_features == 0:
+        raise CommandError(f"{train_file}: no features: no line or column gives a feature value")
+    return train, valid
 
 
 def _load_plain(

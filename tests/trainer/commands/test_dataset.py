@@ -110,6 +110,11 @@ def test_propensities_from_pbm_logs(runner: CliRunner, tmp_path: Path) -> None:
         (["--valid-after", "99999"], "no logged list was served after"),
         (["--valid-fraction", "1.5"], "valid_fraction must be in (0, 1)"),
         (["--manifest", "nowhere"], "nowhere: no such file"),
+        # Grades the training data readers take: a purchase worth 100 was written, then refused.
+        (["--purchase", "100"], "--purchase 100: a relevance grade 0..31"),
+        (["--click", "-1"], "--click -1: a relevance grade 0..31"),
+        (["--dwell", "nan"], "--dwell nan: a relevance grade 0..31"),
+        (["--dwell-seconds", "inf"], "--dwell-seconds inf: a number of seconds >= 0"),
     ],
 )
 def test_errors(runner: CliRunner, tmp_path: Path, extra: list[str], message: str) -> None:

@@ -185,3 +185,13 @@ def test_a_model_that_learned_something_has_no_warning(runner: CliRunner, tmp_pa
     result = _train(runner, TRAIN, tmp_path / "v", *FAST)
     assert result.exit_code == 0, result.stderr
     assert "warning:" not in result.stderr
+
+
+def test_training_data_without_any_feature_is_refused(runner: CliRunner, tmp_path: Path) -> None:
+    data = _letor(tmp_path / "bare.txt", ["1 qid:1", "0 qid:1", "2 qid:2", "0 qid:2"])
+    result = _train(runner, data, tmp_path / "v", "--num-trees", "2")
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr) == f"error: {data}: no features: no line or column " + (
+        "gives a feature value"
+    )
+    assert not (tmp_path / "v").exists()

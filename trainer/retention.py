@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from pathlib import Path
 
+from app.artifacts.lock import LOCK_FILE
 from app.artifacts.store import list_versions, read_current, read_history
 from app.registry.experiments import ExperimentError, list_records, read_active
 
@@ -70,4 +72,34 @@ def prune_versions(registry: Path, name: str, keep: int) -> list[str]:
     removable = [v for v in versions[: max(len(versions) - keep, 0)] if v not in protected]
     for version in removable:
         shutil.rmtree(Path(registry) / name / version)
+    remove_stale_temporaries(Path(registry) / name)
     return removable
+
+
+# A version directory or CURRENT/HISTORY file being written lives under a dot-name beside its
+# final one for seconds; one this old was left by a writer that was killed (kill -9, a node
+# lost), and nothing will ever rename it into place.
+STALE_TEMPORARY_SECONDS = 6 * 3600
+
+
+def remove_stale_temporaries(model_dir: Path, now: float | None = None) -> list[str]:
+    """Delete the dot-named leftovers of killed writers in `model_dir` (never the lock file);
+    their names, for the log."""
+    now = time.time() if now is None else now
+    removed = []
+    for path in model_dir.iterdir() if model_dir.is_dir() else ():
+        if not path.name.startswith(".") or path.name == LOCK_FILE:
+            continue
+        try:
+            if now - path.lstat().st_mtime < STALE_TEMPORARY_SECONDS:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path.name)
+    if removed:
+        log.info("removed leftovers of interrupted writes in %s: %s", model_dir, removed)
+    return removed

@@ -315,9 +315,11 @@ class ModelRegistry:
         self._refused.pop(loaded.name, None)
         self._errors.pop(loaded.name, None)
         if old is not None:
-            # Zeroed first: in multiprocess mode the shared files keep a removed series.
+            # Zeroed: in multiprocess mode the shared files keep every series (the exposition
+            # leaves zeroed info series out) and prometheus-client warns on a removal there.
             metrics.MODEL_INFO.labels(old.name, old.version, old.manifest.kind).set(0)
-            metrics.MODEL_INFO.remove(old.name, old.version, old.manifest.kind)
+            if metrics.multiprocess_dir() is None:
+                metrics.MODEL_INFO.remove(old.name, old.version, old.manifest.kind)
         metrics.MODEL_INFO.labels(loaded.name, loaded.version, loaded.manifest.kind).set(1)
         metrics.MODEL_LOADED_TIMESTAMP.labels(loaded.name).set(loaded.loaded_at)
         metrics.MODEL_RELOADS.labels(loaded.name).inc()

@@ -110,5 +110,7 @@ def test_gauges_show_only_live_workers_and_serving_versions(tmp_path: Path) -> N
         lines = info_lines()
         assert len(lines) == 2 and all(line.endswith(" 1.0") for line in lines), lines
         assert not any(f'pid="{killed}"' in line for line in lines)
+        # Swaps log one line each, no library warning about removing a series.
+        assert "Removal of labels" not in server.log(), server.log()
     finally:
         server.stop()

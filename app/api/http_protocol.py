@@ -280,8 +280,16 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        self._stop_reading_directly()
-        self._leave_lanes()  # answered before its body was in
+        if self._linger_timer is not None:
+            # This answer closes the connection: requests pipelined behind it are never run
+            # (uvicorn, closing at once, drops them too; run here, they wrote after our FIN).
+            self.pipeline.clear()
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            # The request whose body is being read was answered before its body was in. An
+            # earlier pipelined request's answer, completing meanwhile, leaves that read be.
+            self._stop_reading_directly()
+            self._leave_lanes()
         self._disarm()  # the keep-alive timer takes over until the next request begins
         super().on_response_complete()
 

@@ -75,6 +75,15 @@ class UnsupportedEncoding(LtrError):
         self.coding = coding
 
 
+class UnsupportedUpgrade(LtrError):
+    """A body sent with `Upgrade` (curl --http2 offers h2c): the HTTP parser takes what
+    follows the head for the new protocol, so the body never reaches the application."""
+
+    def __init__(self, protocol: str) -> None:
+        super().__init__(protocol)
+        self.protocol = protocol
+
+
 class ServiceMiddleware:
     def __init__(
         self,
@@ -165,6 +174,12 @@ class ServiceMiddleware:
             # Read as it came, a gzip body failed as "invalid JSON: str is not valid UTF-8".
             detail = f"Content-Encoding {exc.coding!r} is not supported: send the body uncompressed"
             await _send_error(send_with_id, 415, detail, accept_encoding=True)
+        except UnsupportedUpgrade as exc:
+            detail = (
+                f"Upgrade {exc.protocol!r} is not supported with a request body: send plain "
+                "HTTP/1.1 (curl: leave out --http2)"
+            )
+            await _send_error(send_with_id, 400, detail)
         except BufferFull:
             metrics.SLOW_CLIENTS.labels("buffer_full").inc()
             detail = "too many request bytes in flight on this worker; retry"
@@ -195,11 +210,14 @@ class ServiceMiddleware:
         BodyTimeout when it is not in within the read timeout, BufferFull past the cap."""
         limit = self.max_body_bytes
         declared = 0
+        upgrade = None
         for name, value in scope["headers"]:
             if name == b"content-encoding":
                 coding = value.decode("latin-1").strip()
                 if coding.lower() not in ("", "identity"):
                     raise UnsupportedEncoding(coding[:64])
+            elif name == b"upgrade":
+                upgrade = value.decode("latin-1").strip()[:64]
             elif name == b"content-length":
                 try:
                     declared = int(value)
@@ -207,6 +225,8 @@ class ServiceMiddleware:
                     declared = 0  # the server rejects a malformed length itself
                 if declared > limit:
                     raise BodyTooLarge
+        if upgrade and declared:
+            raise UnsupportedUpgrade(upgrade)
         lane = scope["state"].get(LANE_STATE)
         if lane is not None and not lane.done():
             # Its body waits in its socket for a reception lane: only what was read with the

@@ -206,8 +206,26 @@ def test_a_gzip_body_is_415_and_the_next_request_is_scored(tmp_path: Path) -> No
         server.start().wait_ready()
         with httpx.Client(base_url=server.url) as client:
             _gzip_then_plain(client, body)
+        _h2c_offer_is_refused(server.port, body)
     finally:
         server.stop()
+
+
+def _h2c_offer_is_refused(port: int, body: bytes) -> None:
+    """`curl --http2` offers h2c: the HTTP parser then takes the body for the new protocol.
+    A 400 that says so, not a 422 calling the valid body an empty document."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(
+            b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+            b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"Upgrade 'h2c' is not supported with a request body" in answer, answer[-300:]
 
 
 def test_head_probes_answer_without_a_body_and_odd_methods_share_a_label(

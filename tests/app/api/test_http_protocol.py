@@ -175,11 +175,16 @@ def test_a_body_the_service_does_not_read_gets_uvicorns_limit(
 
 
 async def _stream(
-    pieces: list[bytes], monkeypatch: pytest.MonkeyPatch
+    pieces: list[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    reads_per_turn: int = 10_000,
+    answer_turns: int = 0,
 ) -> tuple[bytes, list[bytes]]:
     """Feeds `pieces` (requests on one keep-alive connection, cut anywhere) as reads of a
-    socket that honours pausing; the application echoes each body's length. What was written
-    back, and the bodies the application received."""
+    socket that honours pausing, at most `reads_per_turn` in a turn of the loop; the
+    application takes `answer_turns` turns to answer, then echoes each body's length. What was
+    written back, and the bodies the application received."""
     monkeypatch.setattr(HeaderTimeoutProtocol, "header_timeout", 5.0)
     monkeypatch.setattr(HeaderTimeoutProtocol, "read_ahead_most", 4 * KIB * KIB)
     bodies: list[bytes] = []
@@ -196,6 +201,8 @@ async def _stream(
                 break
         body = b"".join(parts)
         bodies.append(body)
+        for _ in range(answer_turns):  # scoring, say
+            await asyncio.sleep(0)
         answer = b"%d" % len(body)
         headers = [(b"content-length", b"%d" % len(answer))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -207,7 +214,9 @@ async def _stream(
     protocol.connection_made(transport)
     waiting = list(pieces)
     for _ in range(10_000):
-        while waiting and not transport.paused:
+        for _ in range(reads_per_turn):
+            if not waiting or transport.paused:
+                break
             deliver(protocol, waiting.pop(0))
         await asyncio.sleep(0)
         if not waiting and transport.written.count(b"HTTP/1.1 200") == _requests(pieces):
@@ -249,6 +258,26 @@ def test_pipelined_bodies_reach_the_application_whole_however_the_socket_cuts_th
         written, received = asyncio.run(_stream(pieces, monkeypatch))
     assert received == [*bodies, b""]
     assert written.count(b"HTTP/1.1 200") == len(bodies) + 1
+
+
+@pytest.mark.parametrize("answer_turns", [0, 2, 5])
+def test_an_earlier_answer_completing_leaves_a_body_being_read_whole(
+    answer_turns: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two small requests pipelined ahead of a large one: the second's answer completes while
+    the third's body is being read into its own bytes. That answer is not the third's, whose
+    read must go on (it was cut off, and the application got only the body's tail: a valid
+    830 KB body answered 422 'invalid JSON')."""
+    bodies = [b"a" * 10, b"b" * 10, ((np.arange(600 * KIB)) % 251).astype(np.uint8).tobytes()]
+    stream = b"".join(_post(b) for b in bodies)
+    first = 64 * KIB  # the two small requests, the large one's head and its body's start
+    rest = range(first, len(stream), 32 * KIB)
+    pieces = [stream[:first]] + [stream[i : i + 32 * KIB] for i in rest]
+    written, received = asyncio.run(
+        _stream(pieces, monkeypatch, reads_per_turn=1, answer_turns=answer_turns)
+    )
+    assert received == bodies
+    assert written.count(b"HTTP/1.1 200") == 3
 
 
 def test_a_body_read_in_pieces_is_joined_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -306,6 +335,45 @@ async def _answered_early(declared: int, sent_after: int) -> ClosingTransport:
     protocol.connection_lost(None)  # (which closes the transport too)
     transport.closed = closed
     return transport
+
+
+def test_requests_pipelined_behind_a_closing_answer_are_not_run() -> None:
+    """An answer with `connection: close` (a 415, say) lingers while the next pipelined
+    request's body still comes: that request is dropped, as uvicorn drops it when it closes at
+    once, not run to write after the FIN (a RuntimeError and a 500 in the metrics)."""
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["path"])
+        while (await receive())["more_body"]:
+            pass
+        close = [(b"connection", b"close")] if scope["path"] == "/gzip" else []
+        headers = [(b"content-length", b"2"), *close]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def scenario() -> ClosingTransport:
+        config = Config(app=app, lifespan="off", log_level="warning")
+        protocol = HeaderTimeoutProtocol(config, ServerState(), {})
+        transport = ClosingTransport()
+        protocol.connection_made(transport)
+        large = 600 * KIB
+        deliver(
+            protocol,
+            b"GET /models HTTP/1.1\r\nhost: x\r\n\r\n"
+            + _post(b"{}").replace(b"/rerank", b"/gzip")
+            + _post(b" " * large)[: 2 * KIB],  # the third's head and its body's start
+        )
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if not transport.paused and transport.eof_written:
+                deliver(protocol, b" " * (32 * KIB))
+        protocol.connection_lost(None)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert seen == ["/models", "/gzip"]
+    assert transport.written.count(b"HTTP/1.1 200") == 2 and transport.eof_written
 
 
 def test_an_early_answer_lingers_over_a_body_within_the_cap(

@@ -51,8 +51,12 @@ CMD ["ltr", "serve"]
 FROM build AS build-trainer
 ARG TRAINER_EXTRAS=serve,train,dnn
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN /opt/pip/bin/pip --python /opt/ltr/bin/python install --prefer-binary ".[${TRAINER_EXTRAS}]" \
-      ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"}
+# The torch index only when torch is installed (dnn): else pip would retry an unreachable
+# index for every package. Where that index cannot be reached, pip falls back to PyPI's torch,
+# a CUDA build of several GB: build with TRAINER_EXTRAS=serve,train there.
+RUN case ",${TRAINER_EXTRAS}," in *,dnn,*) index="$TORCH_INDEX_URL" ;; *) index="" ;; esac \
+ && /opt/pip/bin/pip --python /opt/ltr/bin/python install --prefer-binary ".[${TRAINER_EXTRAS}]" \
+      ${index:+--extra-index-url "$index"}
 
 FROM ${PYTHON_IMAGE} AS trainer
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/ltr/bin:$PATH \

@@ -1,11 +1,14 @@
 # A Redis image from Debian's redis-server package, for machines without Docker Hub
 # (deploy/docker/build-base-images.sh builds it). Same contract as redis:7-alpine:
-# `redis-server` on PATH, port 6379, redis-cli for the healthcheck, runs as user redis.
+# `redis-server` on PATH, port 6379, redis-cli for the healthcheck, runs as user redis, and an
+# entrypoint that takes options alone (`args: ["--save", ""]`) as redis-server's.
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server \
  && rm -rf /var/lib/apt/lists/*
+COPY redis-entrypoint.sh /usr/local/bin/redis-entrypoint.sh
 USER redis
 EXPOSE 6379
-CMD ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no"]
+ENTRYPOINT ["/usr/local/bin/redis-entrypoint.sh"]
+CMD ["redis-server"]

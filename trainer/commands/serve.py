@@ -76,6 +76,17 @@ def serve_command(
     from app.numba_cache_seed import seed_numba_cache
 
     seed_numba_cache(settings.numba_cache_seed)
+    if (
+        settings.workers > 1
+        and settings.impressions_enabled
+        and settings.impressions_jsonl is not None
+        and settings.redis_url is None
+    ):
+        echo_err(
+            f"warning: {settings.workers} workers logging impressions to a JSONL file: each "
+            "knows only the requests it served, so /feedback may answer 404 for another's; "
+            "set LTR_REDIS_URL to share them"
+        )
 
     # uvicorn ends a SIGTERM by raising it again once the server has stopped: as an exception,
     # not the default action, so the demo's processes below are stopped too.

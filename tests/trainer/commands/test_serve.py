@@ -1,0 +1,47 @@
+"""`ltr serve`'s own checks before uvicorn starts (the server itself: tests/integration)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from trainer.cli import app
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """uvicorn.run's keyword arguments, one dict per start, instead of a server. The command
+    sets LTR_* variables and a SIGTERM handler for its process: both are put back."""
+    runs: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: runs.append(kwargs))
+    for name in ("LTR_REDIS_URL", "LTR_IMPRESSIONS_ENABLED", "LTR_IMPRESSIONS_JSONL"):
+        monkeypatch.delenv(name, raising=False)
+    saved, handler = dict(os.environ), signal.getsignal(signal.SIGTERM)
+    yield runs
+    os.environ.clear()
+    os.environ.update(saved)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _serve(tmp_path: Path, workers: int, **env: str) -> Any:
+    args = ["serve", "--registry", str(tmp_path), "--workers", str(workers), "--port", "1"]
+    return CliRunner().invoke(app, args, env=env)
+
+
+def test_several_workers_logging_to_a_file_are_warned_about_feedback(
+    tmp_path: Path, started: list[dict[str, Any]]
+) -> None:
+    log = {"LTR_IMPRESSIONS_ENABLED": "true", "LTR_IMPRESSIONS_JSONL": str(tmp_path / "i.jsonl")}
+    result = _serve(tmp_path, 2, **log)
+    assert result.exit_code == 0, result.output
+    assert started and started[0]["workers"] == 2
+    assert "warning: 2 workers logging impressions to a JSONL file" in result.stderr
+    for quiet in (_serve(tmp_path, 1, **log), _serve(tmp_path, 2)):
+        assert quiet.exit_code == 0 and "warning" not in quiet.stderr

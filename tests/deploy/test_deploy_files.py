@@ -85,7 +85,9 @@ def test_dockerfile_builds_without_docker_hub_or_the_pytorch_index() -> None:
         assert base == "${PYTHON_IMAGE}" or base in stages, base
     trainer = dockerfile_stages()["build-trainer"]
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in trainer
-    assert '${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"}' in trainer
+    # The index only with torch (the dnn extra): pip retries an unreachable index per package.
+    assert '*,dnn,*) index="$TORCH_INDEX_URL"' in trainer
+    assert '${index:+--extra-index-url "$index"}' in trainer
     assert "ARG TRAINER_EXTRAS=serve,train,dnn" in trainer
     # The serve target comes before the trainer's stages: the classic builder (docker-compose
     # 1.29) builds every stage up to its target, and must not need torch for the API image.
@@ -262,6 +264,13 @@ def test_kubernetes_bootstrap_job_publishes_before_the_first_nightly_run() -> No
     assert job["spec"]["ttlSecondsAfterFinished"] > 0
 
 
+def test_kubernetes_nightly_config_is_the_compose_one() -> None:
+    """The ConfigMap carries deploy/nightly.toml as it is: it had drifted (no learning rate,
+    so Kubernetes trained with 0.1 where compose used 0.05)."""
+    configmap = _k8s_docs()["ConfigMap/ltr-settings"]["data"]["nightly.toml"]
+    assert configmap == (ROOT / "deploy" / "nightly.toml").read_text()
+
+
 def test_kubernetes_nightly_cronjob() -> None:
     cron = _k8s_docs()["CronJob/ltr-nightly"]
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
@@ -272,6 +281,21 @@ def test_kubernetes_nightly_cronjob() -> None:
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert str(Path(config).parent) in mounts
     assert "/registry" in mounts
+
+
+def test_kubernetes_nightly_jobs_do_not_retry_a_refusal_or_bad_input() -> None:
+    from trainer.commands.nightly import EXIT_REFUSED
+
+    docs = _k8s_docs()
+    cron = docs["CronJob/ltr-nightly"]["spec"]["jobTemplate"]["spec"]
+    bootstrap = docs["Job/ltr-nightly-bootstrap"]["spec"]
+    for job in (cron, bootstrap):
+        pod = job["template"]["spec"]
+        assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
+        (fail,) = [r for r in job["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+        codes = fail["onExitCodes"]
+        assert codes["operator"] == "In" and set(codes["values"]) == {2, EXIT_REFUSED}
+        assert codes["containerName"] == pod["containers"][0]["name"]
 
 
 def test_readme_quick_start_names_the_two_make_targets() -> None:

@@ -15,6 +15,9 @@ from app.artifacts.store import ArtifactError, read_current
 from trainer.commands.errors import clear_errors, echo_err
 
 log = logging.getLogger(__name__)
+# A refusal is not an error: the job did its work and kept the deployed model. Its own code
+# lets a scheduler tell it from bad input (2) and not retry it (deploy/k8s podFailurePolicy).
+EXIT_REFUSED = 3
 
 
 def seconds_until(at: str, now: dt.datetime) -> float:
@@ -45,6 +48,19 @@ def _run_once(config: Any) -> dict[str, Any]:
     }
 
 
+def _refused(exc: Any) -> dict[str, Any]:
+    """The `--json` object of a run whose candidate was not published."""
+    return {
+        "status": "refused",
+        "name": exc.name,
+        "version": exc.version,
+        "previous": exc.deployed,
+        "reasons": exc.reasons,
+        "gate": None if exc.gate is None else exc.gate.to_dict(),
+        "report": str(exc.report_dir / "report.html"),
+    }
+
+
 def summary(result: dict[str, Any]) -> str:
     """What the run did to the registry, in one line: a version installed only as an
     experiment's candidate was not published (CURRENT did not move)."""
@@ -70,24 +86,55 @@ def nightly_command(
         bool,
         typer.Option(
             "--bootstrap-demo",
-            help="Only if the registry has no model yet: train one on the bundled demo data.",
+            help="Only if the registry has no model yet: train and publish a first one, on "
+            "the data's partitions when there are some, else on the bundled demo data. "
+            "With a model deployed, do nothing.",
+        ),
+    ] = False,
+    allow_feature_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-feature-change",
+            help="Publish a candidate the deployed model cannot be compared with (other "
+            "features) for this run (gate.allow_feature_change).",
+        ),
+    ] = False,
+    allow_broken_deployed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-broken-deployed",
+            help="Publish even though the deployed model does not load, for this run "
+            "(gate.allow_broken_deployed).",
         ),
     ] = False,
     loop: Annotated[bool, typer.Option("--loop", help="Run every day at --at, forever.")] = False,
     at: Annotated[str, typer.Option(help="Local time of the daily run with --loop.")] = "02:00",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Train, gate against the deployed model, and publish only a candidate that passes."""
+    """Train, gate against the deployed model, and publish only a candidate that passes.
+
+    Exit codes:
+    0 published or installed as a candidate (or nothing to bootstrap);
+    3 refused: not published (the gate, or CURRENT moved during the run);
+    2 bad input or an expected error: nothing published;
+    1 unexpected crash.
+    A refusal leaves the deployed model serving; with --json it prints its summary.
+    """
     from trainer.config import ConfigError
     from trainer.data.errors import DataFormatError
     from trainer.nightly.config import load_config
-    from trainer.nightly.run import NightlyRefused
+    from trainer.nightly.run import NightlyRefused, preflight
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    overrides = {"publish.registry": registry, "data.dir": data_dir}
+    overrides: dict[str, Any] = {"publish.registry": registry, "data.dir": data_dir}
+    # A flag only turns an opt-in on; left off, the config file decides.
+    overrides["gate.allow_feature_change"] = True if allow_feature_change else None
+    overrides["gate.allow_broken_deployed"] = True if allow_broken_deployed else None
     expected = (NightlyRefused, ArtifactError, DataFormatError, ConfigError, ValueError)
     with clear_errors(*expected):
         cfg = load_config(config, overrides)
+        # run_nightly's own check, early and with the file's name (its warnings: run_nightly's).
+        preflight(cfg, str(config or "nightly config"), warn=False)
         if bootstrap_demo:
             current = read_current(cfg.publish.registry, cfg.model.name)
             if current is not None:
@@ -97,7 +144,13 @@ def nightly_command(
                 update={"data": cfg.data.model_copy(update={"bundled_demo": True})}
             )
         if not loop:
-            result = _run_once(cfg)
+            try:
+                result = _run_once(cfg)
+            except NightlyRefused as exc:
+                if as_json:
+                    typer.echo(orjson.dumps(_refused(exc)).decode())
+                echo_err(f"refused: {exc}")
+                raise typer.Exit(EXIT_REFUSED) from None
             if as_json:
                 typer.echo(orjson.dumps(result).decode())
             else:

@@ -7,11 +7,31 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from app.artifacts.manifest import NAME_PATTERN
 from trainer.commands.errors import CommandError
 from trainer.dnn.options import DNNOptions
 from trainer.lambdamart.params import LambdaMARTParams
+from trainer.metrics.report import ranking_report
+
+
+def _quality_metrics() -> tuple[str, ...]:
+    """The ranking-quality keys of `ranking_report`, read off one tiny report so the list
+    follows the report; its `queries` / `documents` counts say nothing about quality."""
+    report = ranking_report(np.zeros(1), np.ones(1), np.array([0, 1], dtype=np.int64))
+    return tuple(k for k in report if k not in {"queries", "documents"})
+
+
+GATE_METRICS = _quality_metrics()
 
 
 class _Section(BaseModel):
@@ -48,7 +68,8 @@ class DaskConfig(_Section):
 
 
 class ModelConfig(_Section):
-    name: str = "default"
+    # The registry directory's name: checked here, not when the trained model is published.
+    name: str = Field("default", pattern=NAME_PATTERN)
     engine: Literal["native", "lightgbm", "lightgbm-dask", "dnn"] = "native"
     lambdamart: LambdaMARTParams = Field(
         default_factory=lambda: LambdaMARTParams(num_trees=300, early_stopping_rounds=30)
@@ -66,6 +87,19 @@ class GateConfig(_Section):
     tolerance: float = Field(0.002, ge=0)
     relative_tolerance: float = Field(0.0, ge=0)
     rescore_tolerance: float = Field(1e-6, ge=0)  # relative, exported vs trained scores
+    # Fail closed: a deployed model that cannot score the held-out rows (other feature
+    # columns) or does not load refuses the candidate, unless the operator opts in here (or
+    # with `ltr nightly --allow-feature-change` / `--allow-broken-deployed`) for one run.
+    allow_feature_change: bool = False
+    allow_broken_deployed: bool = False
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str | None) -> str | None:
+        # Checked at load: an unknown key used to fail only after hours of training.
+        if value is not None and value not in GATE_METRICS:
+            raise ValueError(f"{value!r} is not one of {', '.join(GATE_METRICS)}")
+        return value
 
 
 class PublishConfig(_Section):

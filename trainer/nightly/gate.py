@@ -41,8 +41,14 @@ def run_gate(
     config: GateConfig,
     expected_scores: np.ndarray | None = None,
     user_vectors: np.ndarray | None = None,
+    deployed_error: str | None = None,
 ) -> GateResult:
-    """`expected_scores`: the trainer's own scores of `holdout` before export, float64 [n_docs]."""
+    """`expected_scores`: the trainer's own scores of `holdout` before export, float64 [n_docs].
+    `deployed_error`: why the deployed model (CURRENT) did not load, when it did not.
+
+    Fails closed: a candidate that cannot be compared with a deployed model is refused unless
+    `config` opts in, since "not comparable" is also what a broken feature pipeline looks like.
+    """
     result = GateResult(passed=True)
     scores = score_dataset(candidate, holdout, user_vectors)
     if not np.all(np.isfinite(scores)):
@@ -63,13 +69,18 @@ def run_gate(
     metric = config.metric or "ndcg@10"
     if metric not in result.candidate:
         raise ValueError(f"gate metric {metric!r} is not one of {sorted(result.candidate)}")
+    if deployed is None and deployed_error is not None:
+        text = f"the deployed model does not load ({deployed_error})"
+        _without_comparison(result, text, config.allow_broken_deployed, "allow_broken_deployed")
+        return result
     if deployed is None:
         result.notes.append("no deployed model: the candidate is compared to nothing")
         return result
     try:
         old = score_dataset(deployed, holdout, user_vectors)
     except ValueError as exc:
-        result.notes.append(f"deployed model {deployed.manifest.version} not comparable: {exc}")
+        text = f"deployed model {deployed.manifest.version} cannot score the held-out rows: {exc}"
+        _without_comparison(result, text, config.allow_feature_change, "allow_feature_change")
         return result
     result.deployed = {
         "version": deployed.manifest.version,
@@ -85,3 +96,17 @@ def run_gate(
             f"minus tolerance {allowed:.4g}"
         )
     return result
+
+
+def _without_comparison(result: GateResult, text: str, allowed: bool, key: str) -> None:
+    """The candidate cannot be compared with the deployed model: a note when the operator
+    opted in (`gate.<key>`), else a refusal that says how to opt in."""
+    if allowed:
+        result.notes.append(f"{text}; not compared (gate.{key})")
+        return
+    result.passed = False
+    flag = "--" + key.replace("_", "-")
+    result.reasons.append(
+        f"{text}: nothing to compare the candidate with; set gate.{key} = true (or {flag}) "
+        "to publish it anyway"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,13 @@ from trainer.data.dataset import RankingDataset
 
 DATE_IN_NAME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})")
 DATA_SUFFIXES = {".txt", ".letor", ".svm", ".parquet", ".pq", ".train", ".test"}
+log = logging.getLogger(__name__)
+
+
+def _hidden(name: str) -> bool:
+    """Dot-files are uploads in progress and editor or sync leftovers; `_SUCCESS`,
+    `_temporary/` and the like are Spark's and Hadoop's bookkeeping, never data."""
+    return name.startswith((".", "_"))
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,13 @@ def _date_of(name: str) -> dt.date | None:
 def _data_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path] if path.suffix in DATA_SUFFIXES else []
-    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in DATA_SUFFIXES)
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and p.suffix in DATA_SUFFIXES
+        and not any(_hidden(part) for part in p.relative_to(path).parts)
+    )
 
 
 def find_partitions(root: Path, newest: int) -> list[Partition]:
@@ -44,13 +58,29 @@ def find_partitions(root: Path, newest: int) -> list[Partition]:
     if not root.is_dir():
         raise CommandError(f"{root}: training data directory does not exist")
     by_date: dict[dt.date, list[Path]] = {}
-    for entry in root.iterdir():
+    entries: dict[dt.date, list[str]] = {}
+    for entry in sorted(root.iterdir()):
         date = _date_of(entry.name)
-        if date is None or entry.name.startswith("."):
+        if date is None or _hidden(entry.name):
             continue
-        by_date.setdefault(date, []).extend(_data_files(entry))
+        files = _data_files(entry)
+        by_date.setdefault(date, []).extend(files)
+        if files:
+            entries.setdefault(date, []).append(entry.name)
     dated = [Partition(d, files) for d, files in sorted(by_date.items()) if files]
-    return dated[-newest:]
+    chosen = dated[-newest:]
+    for part in chosen:
+        # Still read (a day may be split on purpose), but a copy such as `2026-11-22.bak/`
+        # beside `2026-11-22/` would count that day twice.
+        if len(entries[part.date]) > 1:
+            log.warning(
+                "%s: partition %s is assembled from %d entries: %s",
+                root,
+                part.date,
+                len(entries[part.date]),
+                ", ".join(entries[part.date]),
+            )
+    return chosen
 
 
 def query_hash_fraction(query_ids: np.ndarray) -> np.ndarray:

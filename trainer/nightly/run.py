@@ -20,6 +20,7 @@ from app.artifacts.manifest import new_version_id
 from app.artifacts.store import Artifact, ArtifactError, load_version, read_current
 from app.artifacts.tree_dump import TreeEnsemble
 from app.errors import LtrError
+from trainer.commands.errors import CommandError
 from trainer.data.concat import concat_datasets
 from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
@@ -36,7 +37,7 @@ from trainer.features.sources import (
 )
 from trainer.nightly.config import NightlyConfig
 from trainer.nightly.gate import GateResult, run_gate
-from trainer.nightly.partitions import find_partitions, split_by_query_hash
+from trainer.nightly.partitions import Partition, find_partitions, split_by_query_hash
 from trainer.nightly.report import write_report
 from trainer.nightly.served_sources import deployed_manifest, served_plan
 from trainer.progress import TrainingProgress
@@ -44,15 +45,41 @@ from trainer.publish import PublishResult, publish
 
 log = logging.getLogger(__name__)
 DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
+# A held-out day under this share of a typical training day's rows (a partial export) still
+# gates, with a warning: its NDCG is noisy.
+HOLDOUT_MIN_SHARE = 0.1
 
 
 class NightlyRefused(LtrError, RuntimeError):
-    """The candidate did not pass the gate; the deployed model is untouched."""
+    """The candidate was not published (the gate refused it, or CURRENT moved while it was
+    gated); the deployed model is untouched. Carries what `ltr nightly --json` prints."""
 
-    def __init__(self, reasons: list[str], report_dir: Path) -> None:
+    def __init__(
+        self,
+        reasons: list[str],
+        report_dir: Path,
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        deployed: str | None = None,
+        gate: GateResult | None = None,
+    ) -> None:
         super().__init__("; ".join(reasons) + f" (report: {report_dir / 'report.html'})")
         self.reasons = reasons
         self.report_dir = report_dir
+        self.name = name
+        self.version = version
+        self.deployed = deployed
+        self.gate = gate
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """CURRENT as read before the gate: its version, and the model or why it did not load."""
+
+    version: str | None
+    artifact: Artifact | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +134,15 @@ def load_data(config: NightlyConfig) -> NightlyData:
         served = deployed_manifest(config)
         names = None if served is None else served.feature_names
         model = None if served is None else served.name
-        train_all, holdout = dataset_from_logs(cfg.dir, names, cfg.holdout_fraction, model=model)
+        try:
+            train_all, holdout = dataset_from_logs(
+                cfg.dir, names, cfg.holdout_fraction, model=model
+            )
+        except ValueError as exc:
+            # "the logs hold no impressions" (an empty file) named no file.
+            if str(cfg.dir) in str(exc):
+                raise
+            raise CommandError(f"{cfg.dir}: {exc}") from None
         train, valid = split_by_query_hash(train_all, cfg.valid_fraction, salt="valid")
         plan = None if served is None else served_plan(config, served)
         summary = {"source": f"logs in {cfg.dir}", "debias": cfg.debias}
@@ -122,8 +157,7 @@ def load_data(config: NightlyConfig) -> NightlyData:
         return replace(_debiased(config, train, valid, holdout, summary | sizes), sources=plan)
     partitions = find_partitions(cfg.dir, cfg.partitions) if cfg.dir.is_dir() else []
     if not partitions:
-        if not cfg.bundled_demo:
-            raise FileNotFoundError(f"{cfg.dir}: no dated partitions of training data")
+        _check_demo_allowed(config)
         data = load_dataset(DEMO_DATA / "rank.train")
         rest, holdout = split_by_query_hash(data, cfg.holdout_fraction, salt="holdout")
         summary = {"source": "bundled demo data (LightGBM lambdarank example)"}
@@ -143,12 +177,7 @@ def load_data(config: NightlyConfig) -> NightlyData:
             )
             for p, part in zip(partitions, loaded, strict=True)
         ]
-        if len(parts) >= 2:
-            rest, holdout = concat_datasets(parts[:-1]), parts[-1]
-            split = f"time: held out {partitions[-1].date}"
-        else:
-            rest, holdout = split_by_query_hash(parts[0], cfg.holdout_fraction, salt="holdout")
-            split = "query hash (one partition)"
+        rest, holdout, split = _time_split(config, partitions, parts)
         summary = {
             "source": str(cfg.dir),
             "partitions": [str(p.date) for p in partitions],
@@ -156,6 +185,76 @@ def load_data(config: NightlyConfig) -> NightlyData:
         }
     train, valid = split_by_query_hash(rest, cfg.valid_fraction, salt="valid")
     return NightlyData(train, valid, holdout, summary | _sizes(train, valid, holdout))
+
+
+def _check_demo_allowed(config: NightlyConfig) -> None:
+    """No partition: the bundled demo data only installs a first model. Over a deployed one a
+    missing or empty data directory is an outage upstream, not a reason to serve a toy."""
+    cfg = config.data
+    current = read_current(config.publish.registry, config.model.name)
+    if cfg.bundled_demo and current is None:
+        return
+    what = "no dated partitions of training data" if cfg.dir.is_dir() else "does not exist"
+    if not cfg.dir.is_dir() and cfg.dir.exists():
+        what = "is not a directory"
+    why = (
+        f" (data.bundled_demo applies only before a first model is deployed; "
+        f"{config.model.name} {current} is)"
+        if cfg.bundled_demo
+        else ""
+    )
+    raise CommandError(f"{cfg.dir}: training data directory {what}{why}")
+
+
+def _time_split(
+    config: NightlyConfig, partitions: list[Partition], parts: list[RankingDataset]
+) -> tuple[RankingDataset, RankingDataset, str]:
+    """(training + validation, holdout, how it was split): the newest partition is held out,
+    its columns checked against the training ones before hours of training, not after."""
+    if len(parts) < 2:
+        rest, holdout = split_by_query_hash(parts[0], config.data.holdout_fraction, "holdout")
+        return rest, holdout, "query hash (one partition)"
+    rest, holdout = concat_datasets(parts[:-1]), parts[-1]
+    newest = partitions[-1]
+    if holdout.names() != rest.names():
+        raise CommandError(f"{_files(newest)}: {_column_difference(rest, holdout)}")
+    median = float(np.median([p.num_docs for p in parts[:-1]]))
+    if holdout.num_docs < HOLDOUT_MIN_SHARE * median:
+        log.warning(
+            "%s: the held-out partition has %d rows, under %d%% of the median training "
+            "partition's %d: the gate decides on little data",
+            _files(newest),
+            holdout.num_docs,
+            round(100 * HOLDOUT_MIN_SHARE),
+            round(median),
+        )
+    return rest, holdout, f"time: held out {newest.date}"
+
+
+def _files(partition: Partition) -> str:
+    return ", ".join(str(f) for f in partition.files)
+
+
+def _column_difference(train: RankingDataset, holdout: RankingDataset) -> str:
+    """Why the held-out columns do not match the training ones, in a few words."""
+    want, got = train.names(), holdout.names()
+    missing = [n for n in want if n not in got]
+    extra = [n for n in got if n not in want]
+    parts = []
+    if missing:
+        parts.append(f"lacks {', '.join(missing[:10])}")
+    if extra:
+        parts.append(f"has {', '.join(extra[:10])} that training has not")
+    if not parts:
+        at = next(i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b)
+        parts.append(
+            f"has the columns in another order (column {at + 1}: {got[at]}, "
+            f"training has {want[at]})"
+        )
+    return (
+        f"held-out partition's {len(got)} feature columns do not match the training "
+        f"partitions' {len(want)}: it {'; it '.join(parts)}"
+    )
 
 
 def _feature_spec(config: NightlyConfig) -> FeatureSpec | None:
@@ -175,12 +274,7 @@ def _sourced_data(config: NightlyConfig, spec: FeatureSpec, partitions: list[Any
             for f in p.files
         ]
         parts.append(concat_datasets(files))
-    if len(parts) >= 2:
-        rest, holdout = concat_datasets(parts[:-1]), parts[-1]
-        split = f"time: held out {partitions[-1].date}"
-    else:
-        rest, holdout = split_by_query_hash(parts[0], config.data.holdout_fraction, salt="holdout")
-        split = "query hash (one partition)"
+    rest, holdout, split = _time_split(config, partitions, parts)
     train, valid = split_by_query_hash(rest, config.data.valid_fraction, salt="valid")
     summary = {
         "source": str(config.data.dir),
@@ -281,18 +375,46 @@ def feature_importance(artifact: Artifact) -> dict[str, float]:
     return {names[i]: float(c) for i, c in enumerate(counts) if c}
 
 
-def deployed_artifact(config: NightlyConfig) -> Artifact | None:
+def deployed_artifact(config: NightlyConfig) -> Deployed:
+    """CURRENT and its model; a model that does not load is for the gate to judge."""
     registry, name = config.publish.registry, config.model.name
     current = read_current(registry, name)
     if current is None:
-        return None
+        return Deployed(None)
     try:
-        return load_version(registry / name / current)
+        return Deployed(current, load_version(registry / name / current))
     except ArtifactError as exc:
+        log.warning("deployed model %s/%s does not load (%s)", name, current, exc)
+        return Deployed(current, None, f"{name}/{current}: {exc}")
+
+
+def preflight(config: NightlyConfig, source: str = "nightly config", warn: bool = True) -> None:
+    """What would fail only after training (hours on real data), checked before it; errors
+    name `source` (the config file) and the key."""
+    registry = config.publish.registry
+    try:
+        registry.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CommandError(
+            f"{source}: publish.registry: {registry} is a file, not a directory"
+        ) from None
+    except OSError as exc:
+        raise CommandError(
+            f"{source}: publish.registry: cannot create {registry} ({exc.strerror})"
+        ) from None
+    if not os.access(registry, os.W_OK | os.X_OK):
+        raise CommandError(f"{source}: publish.registry: {registry} is not writable")
+    logs = config.experiment.logs
+    missing = bool(logs) and "://" not in str(logs) and not Path(str(logs)).exists()
+    # With a model deployed this run may start an experiment; the next one decides it from
+    # these logs (with nothing deployed the candidate is simply published).
+    if warn and config.experiment.enabled and missing and read_current(registry, config.model.name):
         log.warning(
-            "deployed model %s/%s does not load (%s); gating without it", name, current, exc
+            "%s: experiment.logs: %s does not exist; the next run reads it to decide the "
+            "experiment this run starts",
+            source,
+            logs,
         )
-        return None
 
 
 def _train_on_cluster(
@@ -313,6 +435,7 @@ def _train_on_cluster(
 
 
 def run_nightly(config: NightlyConfig) -> NightlyOutcome:
+    preflight(config)
     decided = None
     if config.experiment.enabled:
         from trainer.experiments.nightly import decide_running
@@ -323,6 +446,10 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
     staging.mkdir(parents=True, exist_ok=True)
     on_cluster = None
     if config.model.engine == "lightgbm-dask":
+        if config.data.bundled_demo and read_current(config.publish.registry, config.model.name):
+            # The demo data is for a first install only (_check_demo_allowed).
+            data_cfg = config.data.model_copy(update={"bundled_demo": False})
+            config = config.model_copy(update={"data": data_cfg})
         on_cluster = _train_on_cluster(config, staging / version)
         if on_cluster is None:  # no partition yet: the bundled demo data, trained here
             demo_model = config.model.model_copy(update={"engine": "lightgbm"})
@@ -341,7 +468,14 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         ensemble = TreeEnsemble.from_json_bytes(candidate.files["model.json"])
         expected = predict(ensemble, holdout.features)
     deployed = deployed_artifact(config)
-    gate = run_gate(candidate, deployed, holdout, config.gate, expected)
+    gate = run_gate(
+        candidate,
+        deployed.artifact,
+        holdout,
+        config.gate,
+        expected,
+        deployed_error=deployed.error,
+    )
     report = {
         "model": config.model.name,
         "version": candidate.manifest.version,
@@ -351,22 +485,52 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         "history": history,
         "feature_importance": feature_importance(candidate),
         "training": candidate.manifest.training,
-        "explanations": version_views(candidate, deployed, holdout),
+        "explanations": version_views(candidate, deployed.artifact, holdout),
     }
     if not gate.passed:
-        refused = config.work_dir / "refused" / version
-        write_report(refused, report)
-        shutil.rmtree(candidate_dir, ignore_errors=True)
-        raise NightlyRefused(gate.reasons, refused)
+        raise _refuse(config, version, candidate_dir, report, gate, deployed.version)
     write_report(candidate_dir, report)  # beside the artifact; not part of its verified files
     # One lock from install to EXPERIMENT: a concurrent publish must not prune the candidate
     # before the experiment that protects it names it.
     with model_lock(config.publish.registry, config.model.name):
+        # The gate ran outside the lock (it takes long): another run or a rollback may have
+        # moved CURRENT since, and this candidate was not compared with what now serves.
+        now = read_current(config.publish.registry, config.model.name)
+        if now != deployed.version:
+            gate.passed = False
+            gate.reasons.append(
+                f"the deployed model changed during the run (gated against "
+                f"{deployed.version or 'no model'}, CURRENT is now {now or 'no model'}); "
+                "not published"
+            )
+            raise _refuse(config, version, candidate_dir, report, gate, deployed.version)
         published, experiment = _publish(config, candidate_dir, decided)
     for warning in published.warnings:
         log.warning("%s", warning)
     shutil.rmtree(candidate_dir, ignore_errors=True)
     return NightlyOutcome(published, gate, published.path, experiment)
+
+
+def _refuse(
+    config: NightlyConfig,
+    version: str,
+    candidate_dir: Path,
+    report: dict[str, Any],
+    gate: GateResult,
+    deployed: str | None,
+) -> NightlyRefused:
+    """Keep the report under work_dir/refused, drop the candidate: the error to raise."""
+    refused = config.work_dir / "refused" / version
+    write_report(refused, report | {"gate": gate.to_dict()})
+    shutil.rmtree(candidate_dir, ignore_errors=True)
+    return NightlyRefused(
+        gate.reasons,
+        refused,
+        name=config.model.name,
+        version=version,
+        deployed=deployed,
+        gate=gate,
+    )
 
 
 def _publish(

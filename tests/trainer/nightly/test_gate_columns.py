@@ -82,7 +82,29 @@ def test_deployed_item_features_are_joined_from_its_snapshot(versions: dict[str,
 
 def test_rows_without_ids_or_columns_are_not_comparable(versions: dict[str, Path]) -> None:
     candidate, deployed = load_version(versions["plain"]), load_version(versions["items"])
+    holdout = replace(load_model_rows(candidate, versions["valid"]).data, doc_ids=None)
+    # Fail closed: a candidate the deployed model cannot be compared with is refused...
+    result = run_gate(candidate, deployed, holdout, GateConfig(tolerance=1.0))
+    assert not result.passed and result.deployed is None
+    (reason,) = result.reasons
+    assert "missing feature columns: price, ctr, popularity" in reason
+    assert "gate.allow_feature_change" in reason
+    # ...unless the operator opts in, and then the report says it was not compared.
+    allowed = run_gate(candidate, deployed, holdout, GateConfig(allow_feature_change=True))
+    assert allowed.passed and allowed.deployed is None and not allowed.reasons
+    assert any("missing feature columns: price, ctr, popularity" in n for n in allowed.notes)
+
+
+def test_a_deployed_model_that_does_not_load_refuses_unless_allowed(
+    versions: dict[str, Path],
+) -> None:
+    candidate = load_version(versions["plain"])
     holdout = load_model_rows(candidate, versions["valid"]).data
-    result = run_gate(candidate, deployed, replace(holdout, doc_ids=None), GateConfig())
-    assert result.deployed is None
-    assert any("missing feature columns: price, ctr, popularity" in n for n in result.notes)
+    broken = "default/v1: model.json: sha256 mismatch"
+    result = run_gate(candidate, None, holdout, GateConfig(), deployed_error=broken)
+    assert not result.passed
+    assert "does not load" in result.reasons[0] and broken in result.reasons[0]
+    allowed = run_gate(
+        candidate, None, holdout, GateConfig(allow_broken_deployed=True), deployed_error=broken
+    )
+    assert allowed.passed and any(broken in n for n in allowed.notes)

@@ -4,56 +4,17 @@ import datetime as dt
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from app.artifacts.store import list_versions, load_version, read_current
+from tests.trainer.nightly.conftest import write_config
 from trainer.cli import app
 from trainer.commands.nightly import seconds_until
-from trainer.data.letor import write_letor
 from trainer.data.loader import load_dataset
 from trainer.nightly.config import load_config
 from trainer.nightly.partitions import find_partitions
 from trainer.nightly.run import NightlyRefused, load_data, run_nightly
-
-DEMO = Path(__file__).resolve().parents[3] / "trainer" / "demo_data"
-
-
-@pytest.fixture(scope="module")
-def partitioned(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo data cut into three daily partitions (plus an undated file that is ignored)."""
-    root = tmp_path_factory.mktemp("data")
-    data = load_dataset(DEMO / "rank.train")
-    thirds = np.array_split(np.arange(data.num_queries), 3)
-    for day, queries in zip(("2026-11-19", "2026-11-20", "2026-11-21"), thirds, strict=True):
-        (root / day).mkdir()
-        write_letor(data.subset_queries(queries), root / day / "part-0.txt")
-    (root / "notes.txt").write_text("not a partition")
-    return root
-
-
-def write_config(tmp_path: Path, data_dir: Path, **model: object) -> Path:
-    lambdamart = {"num_trees": 20, "num_leaves": 15, "learning_rate": 0.1, "min_data_in_leaf": 5}
-    lambdamart.update(model)  # type: ignore[arg-type]
-    lines = [
-        f'work_dir = "{tmp_path / "work"}"',
-        "[data]",
-        f'dir = "{data_dir}"',
-        "partitions = 3",
-        "[model]",
-        'name = "nightly"',
-        "[model.lambdamart]",
-        *(f"{k} = {v}" for k, v in lambdamart.items()),
-        "[gate]",
-        "tolerance = 0.0",
-        "[publish]",
-        f'registry = "{tmp_path / "registry"}"',
-        "keep = 3",
-    ]
-    path = tmp_path / "nightly.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_partitions_newest_first_and_time_split(partitioned: Path, tmp_path: Path) -> None:

@@ -160,6 +160,7 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.loop_lag.stop()
+        await self.liveness.settle()
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
@@ -329,6 +330,7 @@ class Liveness:
 
     def __init__(self) -> None:
         self.last_reply = -math.inf
+        self.late: set[asyncio.Future[Any]] = set()  # calls past their deadline, still going
 
     def replied(self) -> None:
         self.last_reply = asyncio.get_running_loop().time()
@@ -336,10 +338,25 @@ class Liveness:
     def since(self, moment: float) -> bool:
         return self.last_reply >= moment
 
+    def outlive(self, task: asyncio.Future[Any]) -> None:
+        """`task`, a call nobody waits for any more, finishes in the background; its reply
+        counts, and `settle` ends it if it is still going when the store closes."""
+        self.late.add(task)
+        task.add_done_callback(self.note_late)
+
     def note_late(self, task: asyncio.Future[Any]) -> None:
         """Done callback of a call nobody waits for any more."""
+        self.late.discard(task)
         if not task.cancelled() and task.exception() is None:
             self.replied()
+
+    async def settle(self) -> None:
+        """Cancel and reap the calls still going: closing the store, nothing will read them
+        (left, they were destroyed pending when their event loop closed)."""
+        late, self.late = list(self.late), set()
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
 
 @dataclass(frozen=True)
@@ -434,7 +451,7 @@ async def _within_redis_deadline(
                     return task.result()
             if redis_late() or over():
                 break
-        task.add_done_callback(liveness.note_late)
+        liveness.outlive(task)
         if loop.time() >= deadline.stop:
             raise BudgetTimeout
         if redis_late():

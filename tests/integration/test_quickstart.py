@@ -72,7 +72,8 @@ def rerank_answers(output: str) -> list[dict]:
 def test_quick_start_commands_rerank_the_demo_model(demo_server: DemoServer) -> None:
     blocks = shell_blocks(section("Quick start"))
     assert blocks[0].lstrip().startswith("make run")
-    curls = next(b for b in blocks if b.lstrip().startswith("curl"))
+    # The block that waits for /readyz, then asks for a ranking.
+    curls = next(b for b in blocks if b.lstrip().startswith(("curl", "until curl")))
     script = curls.replace("localhost:8000", f"localhost:{demo_server.port}")
     # One JSON document per line, so the two answers can be told apart.
     out = run_bash(script.replace("curl -s", "echo; curl -s"), ROOT, user_env(), 60)

@@ -284,6 +284,30 @@ def test_the_request_budget_caps_the_wait_and_blames_nobody(redis_server: RedisS
     asyncio.run(scenario())
 
 
+def test_closing_the_store_ends_the_calls_left_past_their_deadline(
+    redis_server: RedisServer,
+) -> None:
+    """A timed-out call goes on in the background (its reply is a sign of life); closing the
+    store ends it, or it was destroyed pending when the event loop closed."""
+    store = RedisStore(_settings(redis_server.url, redis_deadline_ms=20))
+
+    async def scenario() -> list[asyncio.Future[Any]]:
+        await store.start()
+        redis_server.pause()
+        try:
+            fetch = await store.get_override("u1", store.new_deadline())
+            assert fetch.error == "redis_timeout"
+            late = list(store.liveness.late)
+            assert late and not any(task.done() for task in late)
+            await store.close()
+            return late
+        finally:
+            redis_server.resume()
+
+    late = asyncio.run(scenario())
+    assert all(task.done() for task in late) and not store.liveness.late
+
+
 def test_spare_budget_lets_a_saturated_loop_stretch_the_wait() -> None:
     """Every loop turn blocked for 10 ms and a reply that needs several turns to be read: past
     WALL_CAP_FACTOR deadlines the lookup gives up (LoopLagTimeout) unless the request's

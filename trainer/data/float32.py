@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-# The item tables' wording (trainer.features.item_columns), so both say it the same way.
+# Training data and item tables (trainer.features.item_columns) say it the same way.
 BEYOND_FLOAT32 = "is beyond the range of float32 (about ±3.4e38), the type features are kept in"
 # The smallest magnitude that rounds to inf: float32's largest value plus half its last step
 # (a tie rounds to the even neighbour, 2^128).

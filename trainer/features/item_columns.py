@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trainer.data.errors import DataFormatError
+from trainer.data.float32 import BEYOND_FLOAT32, to_float32
 from trainer.data.parquet import RESERVED
 
 if TYPE_CHECKING:
@@ -81,14 +82,8 @@ def feature_values(path: Path, table: pa.Table, name: str) -> np.ndarray:
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
         raise _at(path, None, name, f"has type {kind}, expected a number")
     wide = np.asarray(pc.cast(column, pa.float64(), safe=False).fill_null(np.nan).to_numpy())
-    with np.errstate(over="ignore"):
-        values = wide.astype(np.float32)
-    overflow = np.isinf(values) & np.isfinite(wide)
+    values, overflow = to_float32(wide)
     if overflow.any():
         row = _first(overflow)
-        what = (
-            f"{wide[row - 1]:g} is beyond the range of float32 (about ±3.4e38), the type "
-            "features are kept in"
-        )
-        raise _at(path, row, name, what)
+        raise _at(path, row, name, f"{wide[row - 1]:g} {BEYOND_FLOAT32}")
     return values

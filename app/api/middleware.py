@@ -75,6 +75,16 @@ class UnsupportedEncoding(LtrError):
         self.coding = coding
 
 
+class UnsupportedTransferCoding(LtrError):
+    """A body framed with a transfer coding besides `chunked` (`gzip, chunked`): the HTTP
+    parser takes the chunks off, but what they carry is still compressed (RFC 9112 6.1: a
+    server answers 501 for a transfer coding it does not implement)."""
+
+    def __init__(self, coding: str) -> None:
+        super().__init__(coding)
+        self.coding = coding
+
+
 class UnsupportedUpgrade(LtrError):
     """A body sent with `Upgrade` (curl --http2 offers h2c): the HTTP parser takes what
     follows the head for the new protocol, so the body never reaches the application."""
@@ -174,6 +184,12 @@ class ServiceMiddleware:
             # Read as it came, a gzip body failed as "invalid JSON: str is not valid UTF-8".
             detail = f"Content-Encoding {exc.coding!r} is not supported: send the body uncompressed"
             await _send_error(send_with_id, 415, detail, accept_encoding=True)
+        except UnsupportedTransferCoding as exc:
+            detail = (
+                f"Transfer-Encoding {exc.coding!r} is not supported: send the body with "
+                "Content-Length or Transfer-Encoding: chunked alone, uncompressed"
+            )
+            await _send_error(send_with_id, 501, detail)
         except UnsupportedUpgrade as exc:
             detail = (
                 f"Upgrade {exc.protocol!r} is not supported with a request body: send plain "
@@ -218,6 +234,10 @@ class ServiceMiddleware:
                     raise UnsupportedEncoding(coding[:64])
             elif name == b"upgrade":
                 upgrade = value.decode("latin-1").strip()[:64]
+            elif name == b"transfer-encoding":
+                coding = value.decode("latin-1").strip()
+                if any(part.strip().lower() != "chunked" for part in coding.split(",")):
+                    raise UnsupportedTransferCoding(coding[:64])
             elif name == b"content-length":
                 try:
                     declared = int(value)

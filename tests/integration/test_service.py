@@ -207,8 +207,27 @@ def test_a_gzip_body_is_415_and_the_next_request_is_scored(tmp_path: Path) -> No
         with httpx.Client(base_url=server.url) as client:
             _gzip_then_plain(client, body)
         _h2c_offer_is_refused(server.port, body)
+        _compressed_chunks_are_refused(server.port, body)
     finally:
         server.stop()
+
+
+def _compressed_chunks_are_refused(port: int, body: bytes) -> None:
+    """`Transfer-Encoding: gzip, chunked`: the parser took the chunks off and the compressed
+    bytes inside were a 422 "invalid JSON"; a 501 naming the coding (RFC 9112 6.1)."""
+    import gzip
+
+    packed = gzip.compress(body)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(
+            b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: gzip, chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed)
+        )
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 501"), answer[:300]
+    assert b"Transfer-Encoding 'gzip, chunked' is not supported" in answer, answer[-300:]
 
 
 def _h2c_offer_is_refused(port: int, body: bytes) -> None:

@@ -375,7 +375,7 @@ def train_command(
             if unbiased or propensities is not None:
                 fail("click-log debiasing (--unbiased, --propensities) trains with --engine native")
             result = _train_on_cluster(train_file, valid_file, params, out, name, dask_scheduler)
-            if result.trees == 0:
+            if result.splits == 0:
                 _warn_nothing_learned(None)  # the data stayed on the workers
         else:
             from trainer.engines.user_embeddings import USER_FEATURE_KEYS, TreeUserOptions
@@ -414,7 +414,7 @@ def train_command(
             result = _train_trees(
                 chosen, train, valid, params, out, name, objective, valid_metric, table
             )
-            if result.trees == 0:
+            if result.splits == 0:
                 _warn_nothing_learned(_why_nothing_learned(train, params))
         if sourced:
             from trainer.features.sources import attach_sources
@@ -603,7 +603,7 @@ def _warn_nothing_learned(reason: str | None) -> None:
     """A version that scores every document alike is still written (rc 0: the data, not the
     command, is at fault), but nobody should mistake it for a ranker."""
     why = f": {reason}" if reason else ""
-    echo_err(f"warning: the model learned nothing (0 trees, every document scores the same){why}")
+    echo_err(f"warning: the model learned nothing (no split, every document scores the same){why}")
 
 
 def _why_nothing_learned(train: RankingDataset, params: LambdaMARTParams) -> str | None:

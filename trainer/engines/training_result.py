@@ -27,6 +27,9 @@ class TrainingResult:
     engine: str  # native | lightgbm | lightgbm-dask | dnn
     metrics: dict[str, float | int]
     trees: int | None = None
+    # Splits over all trees: 0 means every document scores the same (LightGBM writes one
+    # leaf-only tree where the native learner writes none).
+    splits: int | None = None
     best_iteration: int | None = None
     seconds: float | None = None
     evaluated_on: str | None = None  # "valid" or "train"
@@ -51,6 +54,7 @@ class TrainingResult:
             engine=engine,
             metrics=metrics,
             trees=len(learned.ensemble.trees),
+            splits=sum(tree.num_nodes for tree in learned.ensemble.trees),
             best_iteration=learned.best_iteration,
             seconds=round(learned.total_seconds, 3),
             evaluated_on=evaluated_on,

@@ -177,7 +177,28 @@ def test_a_model_that_learned_nothing_is_written_with_a_warning(
     result = _train(runner, data, tmp_path / "v", *FAST, *extra)
     assert result.exit_code == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "learned nothing (0 trees" in warnings[0], result.stderr
+    assert len(warnings) == 1 and "learned nothing (no split" in warnings[0], result.stderr
+    assert reason in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "lines, reason",
+    [
+        (["0 qid:1 1:0.1", "0 qid:1 1:0.2", "0 qid:2 1:0.3", "0 qid:2 1:0.4"], "every label is 0"),
+        (["1 qid:1 1:0.1", "0 qid:2 1:0.2", "2 qid:3 1:0.3"], "a single document"),
+    ],
+)
+def test_lightgbm_learning_nothing_is_warned_of_too(
+    runner: CliRunner, tmp_path: Path, lines: list[str], reason: str
+) -> None:
+    """LightGBM writes one tree of a single leaf where the native learner writes none: the
+    warning counted trees, so it never fired for --engine lightgbm."""
+    pytest.importorskip("lightgbm", reason="the train extra (lightgbm) is not installed")
+    data = _letor(tmp_path / "data.txt", lines)
+    result = _train(runner, data, tmp_path / "v", *FAST, "--engine", "lightgbm", "--json")
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "learned nothing (no split" in warnings[0], result.stderr
     assert reason in warnings[0]
 
 

@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     workers: Annotated[int, Field(ge=1)] = 1
+    # With several workers, uvicorn's supervisor kills a worker that does not answer its ping
+    # within this many seconds and starts another. Its own default, 5, killed workers still
+    # importing on a loaded 2-core machine, again and again (a throttled pod never came up);
+    # a worker whose loop stalls is caught by /livez (`livez_max_loop_stall_seconds`) anyway.
+    worker_healthcheck_timeout_seconds: Annotated[int, Field(ge=1)] = 60
     # /livez, /readyz and /metrics also on this port, answered by a thread of each worker, so
     # probes never queue behind requests on the event loop (deploy/ points its probes here).
     # Every worker listens on it (SO_REUSEPORT); unset = the service's port only.

@@ -423,11 +423,13 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     keep-alive timeout, and h11's cap on an incomplete head (if httptools is missing, uvicorn
     falls back to h11, which ignores the protocol's timeout); and the event loop that accepts
     every waiting connection (app.accept_loop); uvicorn's access log only when asked for
-    (`LTR_ACCESS_LOG`). The body's limits are the service middleware's."""
+    (`LTR_ACCESS_LOG`); how long the supervisor of several workers waits for one to answer
+    its ping. The body's limits are the service middleware's."""
     return {
         "http": PROTOCOL,
         "loop": LOOP_FACTORY if settings.accept_greedily else "auto",
         "timeout_keep_alive": settings.keep_alive_timeout_seconds,
         "h11_max_incomplete_event_size": 64 * 1024,
         "access_log": settings.access_log,
+        "timeout_worker_healthcheck": settings.worker_healthcheck_timeout_seconds,
     }

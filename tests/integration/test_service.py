@@ -345,6 +345,38 @@ def test_an_answer_before_the_body_reaches_a_client_still_sending_it(
         server.stop()
 
 
+SLOW_START = """
+import os, sys, time
+if "--multiprocessing-fork" in sys.orig_argv:
+    time.sleep(float(os.environ.get("TEST_WORKER_START_DELAY_SECONDS", "0")))
+"""
+
+
+def test_workers_slow_to_start_are_not_killed_and_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded 2-core machine each worker took over 5 s to import, and uvicorn's
+    supervisor (its ping timeout, 5 s by default) killed and restarted them over and over:
+    "Child process [N] died" in the log, and a throttled pod might never come up. Here the
+    spawned workers sleep 7 s before Python starts importing, as a loaded machine's did."""
+    publish(tmp_path, random_ensemble(NF))
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SLOW_START)
+    monkeypatch.setenv("PYTHONPATH", str(hooks))
+    server = product_server(
+        {**env(tmp_path), "TEST_WORKER_START_DELAY_SECONDS": "7"},
+        workers=2,
+    )
+    try:
+        server.start(timeout=120).wait_ready(120)
+        time.sleep(2)  # a kill would follow a missed ping at once
+        log = server.log()
+        assert "died" not in log and log.count("Started server process") == 2, log
+    finally:
+        assert server.stop() == 0, server.log()
+
+
 def test_python_m_app_serves_with_two_workers(tmp_path: Path) -> None:
     publish(tmp_path, random_ensemble(NF))
     server = product_server(env(tmp_path), workers=2)

@@ -66,6 +66,10 @@ class Served:
 
     ids: set[Any]
     seen: set[tuple[Any, str]] = field(default_factory=set)
+    # Read from Redis's record, which the first replica to log the request id wrote (SET NX):
+    # the impression every replica and `ltr dataset` refer to. A replica's own entry is not
+    # that when another replica served the same id first.
+    shared: bool = False
 
 
 def _seen_field(candidate: Any, kind: str) -> bytes:
@@ -168,22 +172,31 @@ class ImpressionLog:
         return len(fresh), len(events) - len(fresh)
 
     async def _served(self, request_id: str) -> Served:
-        found, served = self.index.get(request_id)
-        if found:
-            assert isinstance(served, Served)
-            return served
+        """The impression feedback on `request_id` refers to: with Redis, the shared record
+        (a request id reused on two replicas has one first impression; each replica's own
+        entry only until that record is written); else what this process served."""
+        _, local = self.index.get(request_id)
+        assert local is None or isinstance(local, Served)
+        if local is not None and (self.redis is None or local.shared):
+            return local
         if self.redis is None:
             raise UnknownRequest(f"unknown request id {request_id!r}")
         try:
             async with asyncio.timeout(LOOKUP_TIMEOUT_S):
                 raw = await self.redis.get(f"{self.prefix}imp:{request_id}")
         except (RedisError, OSError, TimeoutError) as exc:
+            if local is not None:
+                return local  # what this replica served stands while Redis is away
             # A timeout's message is empty: name the exception then.
             why = str(exc) or type(exc).__name__
             raise FeedbackUnavailable(f"impression store unavailable: {why}") from None
         if raw is None:
+            if local is not None:
+                return local  # not written yet: this replica's is the first so far
             raise UnknownRequest(f"unknown request id {request_id!r}")
-        served = Served(_served_ids(raw, request_id))
+        served = Served(_served_ids(raw, request_id), shared=True)
+        if local is not None:
+            served.seen = local.seen
         self.index.put(request_id, served)
         return served
 

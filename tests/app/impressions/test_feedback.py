@@ -96,6 +96,47 @@ def test_another_replica_sees_a_reused_request_ids_first_impression(
     asyncio.run(go())
 
 
+def test_a_request_id_reused_on_two_replicas_takes_feedback_on_the_first_everywhere(
+    redis_server: RedisServer,
+) -> None:
+    """Two workers each served request id "r" (a, then c): each took feedback on what it had
+    served itself, and `ltr dataset` later dropped the clicks on c, answered 202, as not
+    served. Once the first impression is in Redis, both refer to it."""
+    config = settings(redis_url=redis_server.url)
+
+    async def go() -> None:
+        first, second = ImpressionLog(config), ImpressionLog(config)
+        first.log_rerank(answer("r", ["a"], [0]), None, None, None, ["a"], features(1))
+        assert first.sink is not None and second.sink is not None
+        await first.sink.flush()
+        second.log_rerank(answer("r", ["c"], [0]), None, None, None, ["c"], features(1))
+        await second.sink.flush()
+        for log in (first, second):
+            with pytest.raises(FeedbackError, match="did not serve candidate"):
+                await log.record_feedback("r", [click("c")])
+        assert await second.record_feedback("r", [click("a")]) == (1, 0)
+        assert await first.record_feedback("r", [click("a")]) == (0, 1)
+        await first.close()
+        await second.close()
+
+    asyncio.run(go())
+
+
+def test_a_replica_takes_feedback_on_what_it_served_before_redis_has_it(
+    redis_server: RedisServer,
+) -> None:
+    config = settings(redis_url=redis_server.url)
+
+    async def go() -> tuple[int, int]:
+        log = ImpressionLog(config)
+        log.log_rerank(answer("q", ["a"], [0]), None, None, None, ["a"], features(1))
+        accepted = await log.record_feedback("q", [click("a")])  # the record is still queued
+        await log.close()
+        return accepted
+
+    assert asyncio.run(go()) == (1, 0)
+
+
 def test_disabled_log_is_inert(tmp_path: Path) -> None:
     log = ImpressionLog(jsonl_settings(tmp_path, impressions_enabled=False))
     assert not log.enabled

@@ -175,9 +175,9 @@ class RerankResponse(BaseModel):
                     "request_id": "3f2a9c",
                     "model": {"name": "demo", "version": "20261123T070927360555Z-0e2444"},
                     "results": [
-                        {"id": "doc-3", "score": 0.6494, "rank": 1},
-                        {"id": "doc-2", "score": -0.8837, "rank": 2},
-                        {"id": "doc-1", "score": -1.5561, "rank": 3},
+                        {"id": "doc-3", "score": -0.5038, "rank": 1},
+                        {"id": "doc-2", "score": -0.5491, "rank": 2},
+                        {"id": "doc-1", "score": -1.0994, "rank": 3},
                     ],
                     "degraded": False,
                     "reasons": [],

@@ -79,6 +79,7 @@ def best_feature_split(
                 if gain > best:
                     best, best_bin, best_dl, best_g, best_h, best_c = gain, t, True, gl, hl, cl
     if best_bin >= 0 and c_nan == 0:
-        # No NaN seen here: unseen NaN follows the larger side.
+        # No NaN seen here: unseen NaN follows the larger side (where the feature was never
+        # missing in training, TreeLearner.grow sends it with 0.0 instead).
         best_dl = best_c >= count - best_c
     return best, best_bin, best_dl, best_g, best_h, best_c

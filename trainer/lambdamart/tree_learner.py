@@ -250,6 +250,7 @@ class TreeLearner:
         self.oh = np.zeros(n_docs)
         # Bins of a thin leaf's rows, feature by feature (see build_gathered_histograms).
         self.scratch = np.zeros((mapper.num_features, int(ROW_WISE_SHARE * n_docs)), bins.dtype)
+        self.zero_bin = unseen_nan_bins(bins, mapper)
 
     def grow(
         self, grad: np.ndarray, hess: np.ndarray, rows: np.ndarray, features: np.ndarray
@@ -274,4 +275,21 @@ class TreeLearner:
             self.scratch,
             numba.get_num_threads(),
         )
+        splits = nodes[: n_leaves - 1]
+        zero = self.zero_bin[splits[:, 0]]
+        never_missing = zero >= 0
+        splits[never_missing, 2] = zero[never_missing] <= splits[never_missing, 1]
         return GrownTree(n_leaves, nodes, sums, start, count)
+
+
+def unseen_nan_bins(bins: np.ndarray, mapper: BinMapper) -> np.ndarray:
+    """Per feature, the bin of 0.0 where the training data has no missing value, else -1:
+    int64 [n_features]. A missing value at prediction then goes where 0.0 goes, as in LightGBM
+    (missing_type None: NaN is read as 0). Sparse training files (LETOR, SVMlight) write 0 by
+    leaving a feature out, and a request that leaves it out sends it missing: with NaN sent
+    to the larger child instead, a model trained on such data scored absent features as
+    something it never saw. Features with missing values in training keep the learned or
+    larger-side direction."""
+    has_nan = (bins == mapper.n_real[:, None]).any(axis=1)
+    zero = mapper.transform(np.zeros((1, mapper.num_features), dtype=np.float32))[:, 0]
+    return np.where(has_nan, -1, zero.astype(np.int64))

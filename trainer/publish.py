@@ -26,6 +26,7 @@ from app.artifacts.store import (
     set_current,
     write_version_dir,
 )
+from app.registry.experiments import ExperimentError, compatibility_errors, read_active
 from trainer.retention import prune_versions, rollback_target
 
 __all__ = ["PublishResult", "install_version", "prune_versions", "publish", "rollback"]
@@ -103,6 +104,42 @@ def _change_warning(registry: Path, name: str, old: str | None, new: Artifact) -
     except ArtifactError:
         return None  # nothing to compare with; the old version was broken anyway
     return feature_change_warning(previous.manifest, new.manifest)
+
+
+def candidate_warning(
+    registry: Path, name: str, current: str | None, candidate: Artifact
+) -> str | None:
+    """One line when `ltr experiment start` would refuse `candidate` against CURRENT."""
+    if current is None or current == candidate.manifest.version:
+        return None
+    try:
+        control = load_version(Path(registry) / name / current)
+    except ArtifactError:
+        return None  # start checks against whatever CURRENT is by then
+    problems = compatibility_errors(control.manifest, candidate.manifest)
+    if not problems:
+        return None
+    return (
+        f"warning: {name} {candidate.manifest.version} cannot be compared with CURRENT "
+        f"{current} in an experiment ({'; '.join(problems)}): `ltr experiment start` will "
+        "refuse it"
+    )
+
+
+def experiment_pause_warning(registry: Path, name: str, current: str) -> str | None:
+    """One line when CURRENT, now `current`, is not the running experiment's control: services
+    stop serving the experiment (trainer.experiments.lifecycle.pause_reason)."""
+    try:
+        spec = read_active(registry, name)
+    except ExperimentError:
+        return None  # services refuse that EXPERIMENT file already
+    if spec is None or spec.control == current:
+        return None
+    return (
+        f"warning: experiment {spec.name} pauses: CURRENT is now {current}, its control is "
+        f"{spec.control}; it resumes when CURRENT is {spec.control} again (or stop it: "
+        f"ltr experiment stop --name {name})"
+    )
 
 
 def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> bool:
@@ -213,12 +250,13 @@ def _publish_locked(
             pushed = _push_to_redis(artifact, redis_url, redis_prefix)
         except Exception as exc:
             log.warning("could not push embeddings to Redis: %s", exc)
-    warnings = []
+    warnings: list[str | None] = []
     announced = False
-    if not as_candidate:
-        warning = _change_warning(registry, m.name, previous, artifact)
-        if warning is not None:  # the caller shows it (the CLI on stderr, nightly in its log)
-            warnings.append(warning)
+    if as_candidate:
+        warnings.append(candidate_warning(registry, m.name, previous, artifact))
+    else:
+        warnings.append(_change_warning(registry, m.name, previous, artifact))
+        warnings.append(experiment_pause_warning(registry, m.name, m.version))
         set_current(registry, m.name, m.version)
         announced = _try_announce(redis_url, redis_prefix, m.name, m.version)
     removed = prune_versions(registry, m.name, keep)
@@ -235,7 +273,8 @@ def _publish_locked(
         item_set,
         not_pushed,
         announced,
-        warnings,
+        # The caller shows them (the CLI on stderr, nightly in its log).
+        [w for w in warnings if w is not None],
     )
 
 

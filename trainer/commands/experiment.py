@@ -70,7 +70,7 @@ def start_command(
     _echo(
         spec.model_dump(mode="json"),
         as_json,
-        f"started {spec.name}: {spec.candidate} vs {spec.control} ({spec.mode}, "
+        f"started {spec.name}: control {spec.control} vs candidate {spec.candidate} ({spec.mode}, "
         f"{100 * spec.traffic:g} % of traffic)",
     )
 
@@ -100,18 +100,21 @@ def status_command(
     registry: RegistryOpt = Path("registry"),
     as_json: JsonOpt = False,
 ) -> None:
-    """Every experiment in the registry and its state."""
+    """Every experiment in the registry and its state (paused: CURRENT is not its control)."""
     from app.registry.experiments import list_records
+    from trainer.experiments.lifecycle import pause_reason
 
-    records = list_records(registry)
-    out = {"experiments": [r.model_dump(mode="json") for r in records]}
-    lines = [
-        f"{r.spec.name}: {r.spec.model} {r.spec.candidate} vs {r.spec.control} "
-        f"({r.spec.mode}, {100 * r.spec.traffic:g} %) {r.status}"
-        + (f" — {r.reason}" if r.reason else "")
-        for r in records
-    ]
-    _echo(out, as_json, "\n".join(lines) or "no experiments")
+    experiments, lines = [], []
+    for r in list_records(registry):
+        paused = pause_reason(registry, r.spec) if r.status == "running" else None
+        status, why = ("paused", paused) if paused else (r.status, r.reason)
+        experiments.append({**r.model_dump(mode="json"), "status": status, "paused": paused})
+        lines.append(
+            f"{r.spec.name}: {r.spec.model} control {r.spec.control} vs candidate "
+            f"{r.spec.candidate} ({r.spec.mode}, {100 * r.spec.traffic:g} %) {status}"
+            + (f" — {why}" if why else "")
+        )
+    _echo({"experiments": experiments}, as_json, "\n".join(lines) or "no experiments")
 
 
 def _load(registry: Path, name: str, experiment: str | None, logs: str | None):  # type: ignore[no-untyped-def]
@@ -144,16 +147,18 @@ def report_command(
 ) -> None:
     """Impressions, wins/losses/ties, preference with its CI and tests, and a plot."""
     from trainer.data.errors import DataFormatError
+    from trainer.experiments.lifecycle import pause_reason
     from trainer.experiments.report import report_json, summary_lines, write_html
 
     with clear_errors(ExperimentError, DataFormatError, ValueError):
         record, analysis = _load(registry, name, experiment, logs)
+        paused = pause_reason(registry, record.spec) if record.status == "running" else None
         if html is not None:
-            write_html(html, record, analysis)
-    text = "\n".join(summary_lines(record, analysis))
+            write_html(html, record, analysis, paused)
+    text = "\n".join(summary_lines(record, analysis, paused))
     if html is not None:
         text += f"\nplot: {html}"
-    _echo(report_json(record, analysis), as_json, text)
+    _echo(report_json(record, analysis, paused), as_json, text)
 
 
 @experiment_app.command("decide")

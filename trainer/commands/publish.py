@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -39,7 +40,7 @@ def publish_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
-    from trainer.publish import publish, rollback_warning
+    from trainer.publish import experiment_pause_warning, publish, rollback_warning
     from trainer.publish import rollback as do_rollback
 
     with clear_errors(ArtifactError, ValueError):
@@ -50,9 +51,12 @@ def publish_command(
                 fail("--rollback needs --name")
             old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
             out: dict[str, object] = {"name": name, "from": old, "to": new}
-            warning = rollback_warning(registry, name, old, new)
-            if warning is not None:
-                echo_err(warning)
+            for warning in (
+                rollback_warning(registry, name, old, new),
+                experiment_pause_warning(registry, name, new),
+            ):
+                if warning is not None:
+                    echo_err(warning)
         else:
             if model is None:
                 fail("give --model DIR (a version directory) or --rollback --name NAME")
@@ -90,10 +94,18 @@ def publish_command(
         typer.echo(
             f"installed {out['name']} {out['version']} as a candidate; CURRENT stays "
             f"{out['previous']} (start it: ltr experiment start --name {out['name']} "
-            f"--candidate {out['version']})"
+            f"--candidate {out['version']}{_registry_option(registry)})"
         )
     else:
         typer.echo(f"published {out['name']} {out['version']} (previous: {out['previous']})")
+
+
+def _registry_option(registry: Path) -> str:
+    """` --registry PATH` unless `ltr experiment start` would find this registry by itself
+    (the same LTR_REGISTRY, else ./registry)."""
+    if registry == Path(os.environ.get("LTR_REGISTRY") or "registry"):
+        return ""
+    return f" --registry {shlex.quote(str(registry))}"
 
 
 def _not_pushed_note(label: str, path: Path) -> str:

@@ -53,7 +53,9 @@ def decide(analysis: ExperimentAnalysis, policy: DecisionPolicy) -> Decision:
         reason = f"{n} impressions, fewer than the minimum {policy.min_impressions}"
         return Decision("continue", reason, n, effect, p)
     if p >= policy.alpha:
-        reason = f"not significant yet ({what} {effect:+.4f}, always-valid p = {p:.3g})"
+        # An arm without impressions has no mean, so no difference ("+nan").
+        shown = "n/a" if math.isnan(effect) else f"{effect:+.4f}"
+        reason = f"not significant yet ({what} {shown}, always-valid p = {p:.3g})"
         return Decision("continue", reason, n, effect, p)
     action: Action = "promote" if direction > 0 else "rollback"
     verdict = "wins" if direction > 0 else "loses"

@@ -108,7 +108,7 @@ def _start(
     if running is not None:
         raise ExperimentError(
             f"model {model!r} already runs experiment {running.name!r} "
-            f"({running.candidate} vs {running.control}); stop it first"
+            f"(control {running.control} vs candidate {running.candidate}); stop it first"
         )
     candidate_dir = registry / model / candidate
     if not (candidate_dir / "manifest.json").is_file():
@@ -143,9 +143,32 @@ def _start(
     except BaseException:
         record_path(registry, model, name).unlink(missing_ok=True)
         raise
-    log.info("experiment %s started: %s vs %s", name, candidate, control)
+    log.info("experiment %s started: %s vs %s", name, control, candidate)
     _announce(redis_url, redis_prefix, model, control)
     return spec
+
+
+def pause_reason(registry: Path, spec: ExperimentSpec) -> str | None:
+    """Why running experiment `spec` is paused, None when it is not: services serve it only
+    beside its control (app.registry.experiments.ExperimentSlots), so once CURRENT names
+    another version (a publish or rollback by hand) it gathers no evidence, and deciding it
+    would replace a version it was never compared with."""
+    current = read_current(registry, spec.model)
+    if current == spec.control:
+        return None
+    return (
+        f"CURRENT is {current or 'unset'}, the experiment's control is {spec.control}; "
+        f"it resumes when CURRENT is {spec.control} again"
+    )
+
+
+def refuse_if_paused(registry: Path, spec: ExperimentSpec) -> None:
+    paused = pause_reason(registry, spec)
+    if paused is not None:
+        raise ExperimentError(
+            f"experiment {spec.name} is paused: {paused} (or stop it: "
+            f"ltr experiment stop --name {spec.model})"
+        )
 
 
 def running_experiment(registry: Path, model: str) -> ExperimentSpec:
@@ -183,6 +206,8 @@ def _end(
     active = read_active(registry, spec.model)
     if active is None or active.name != spec.name:
         raise ExperimentError(f"experiment {spec.name!r} is not running")
+    if status != "stopped":
+        refuse_if_paused(registry, spec)  # checked again here: CURRENT may have just moved
     announce_version = read_current(registry, spec.model) or spec.control
     if status == "promoted":
         load_version(registry / spec.model / spec.candidate)  # refuse a broken candidate

@@ -12,7 +12,7 @@ from trainer.clicks.logs import read_logs
 from trainer.experiments.analysis import analyse
 from trainer.experiments.credit import credit_from_logs
 from trainer.experiments.decision import DecisionPolicy
-from trainer.experiments.lifecycle import start_experiment
+from trainer.experiments.lifecycle import pause_reason, start_experiment
 from trainer.experiments.run_decision import apply_decision
 from trainer.nightly.config import NightlyConfig
 from trainer.publish import PublishResult
@@ -25,11 +25,16 @@ def _redis(config: NightlyConfig) -> str | None:
 
 
 def decide_running(config: NightlyConfig) -> dict[str, Any] | None:
-    """Promote, roll back or keep the running experiment of the model (None without one)."""
+    """Promote, roll back or keep the running experiment of the model (None without one);
+    a paused one is left alone (action "paused")."""
     registry, name, exp = config.publish.registry, config.model.name, config.experiment
     spec = read_active(registry, name)
     if spec is None:
         return None
+    paused = pause_reason(registry, spec)
+    if paused is not None:
+        log.warning("nightly: experiment %s is paused, not decided: %s", spec.name, paused)
+        return {"experiment": spec.name, "action": "paused", "reason": paused}
     assert exp.logs is not None
     record = find_record(registry, spec.name)
     analysis = analyse(credit_from_logs(read_logs(exp.logs), record.spec))

@@ -16,18 +16,25 @@ from trainer.experiments.statistics import InterleavingResult
 WIDTH, HEIGHT, PAD = 720, 300, 48
 
 
-def summary_lines(record: ExperimentRecord, analysis: ExperimentAnalysis) -> list[str]:
+def summary_lines(
+    record: ExperimentRecord, analysis: ExperimentAnalysis, paused: str | None = None
+) -> list[str]:
+    """`paused`: why a running experiment is not served (trainer.experiments.lifecycle)."""
     spec = record.spec
     lines = [
         f"experiment {spec.name} ({spec.mode}, {100 * spec.traffic:g} % of traffic): "
-        f"candidate {spec.candidate} vs control {spec.control} of {spec.model} [{record.status}]",
+        f"control {spec.control} vs candidate {spec.candidate} of {spec.model} "
+        f"[{'paused' if paused else record.status}]",
         f"impressions: {analysis.impressions}",
     ]
+    if paused:
+        lines.append(f"paused: {paused}")
     il = analysis.interleaving
     if il is not None:
+        ci = _interval(il.ci_low, il.ci_high, "no clicks yet")
         lines += [
             f"clicked: {il.clicked}  wins: {il.wins}  losses: {il.losses}  ties: {il.ties}",
-            f"preference: {il.preference:+.4f} (95 % CI {il.ci_low:+.4f} .. {il.ci_high:+.4f})",
+            f"preference: {il.preference:+.4f} (95 % CI {ci})",
             f"click difference per clicked impression: {_click_difference(il)}",
             f"p (sign test): {il.p_value:.3g}  always-valid p (mSPRT on click differences): "
             f"{il.p_always_valid:.3g}",
@@ -36,15 +43,29 @@ def summary_lines(record: ExperimentRecord, analysis: ExperimentAnalysis) -> lis
         arms = analysis.arm_impressions
         lines.append(f"impressions: control {arms['control']}, candidate {arms['candidate']}")
         for r in analysis.ab.values():
+            relative = (
+                "relative change n/a" if math.isnan(r.relative) else f"{100 * r.relative:+.1f} %"
+            )
             lines.append(
-                f"{r.metric}/impression: control {r.control:.4f} candidate {r.candidate:.4f} "
-                f"diff {r.difference:+.4f} (95 % CI {r.ci_low:+.4f} .. {r.ci_high:+.4f}, "
-                f"{100 * r.relative:+.1f} %), p {r.p_value:.3g}, "
-                f"always-valid p {r.p_always_valid:.3g}"
+                f"{r.metric}/impression: control {_number(r.control, '')} "
+                f"candidate {_number(r.candidate, '')} diff {_number(r.difference, '+')} "
+                f"(95 % CI {_interval(r.ci_low, r.ci_high, 'too few users')}, {relative}), "
+                f"p {r.p_value:.3g}, always-valid p {r.p_always_valid:.3g}"
             )
     if record.reason:
         lines.append(f"ended: {record.reason}")
     return lines
+
+
+def _number(value: float, sign: str) -> str:
+    return "n/a" if math.isnan(value) else f"{value:{sign}.4f}"
+
+
+def _interval(low: float, high: float, why_not: str) -> str:
+    # Too little data gives NaN bounds, which printed as "+nan .. +nan".
+    if math.isnan(low) or math.isnan(high):
+        return f"n/a ({why_not})"
+    return f"{low:+.4f} .. {high:+.4f}"
 
 
 def _click_difference(il: InterleavingResult) -> str:
@@ -86,13 +107,17 @@ def _svg(series: list[tuple[float, int, float]], label: str) -> str:
 </svg>"""
 
 
-def write_html(path: Path, record: ExperimentRecord, analysis: ExperimentAnalysis) -> Path:
+def write_html(
+    path: Path, record: ExperimentRecord, analysis: ExperimentAnalysis, paused: str | None = None
+) -> Path:
     label = (
         "cumulative preference for the candidate"
         if analysis.mode == "interleave"
         else "cumulative clicks/impression, candidate minus control"
     )
-    rows = "\n".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(record, analysis))
+    rows = "\n".join(
+        f"<li>{html.escape(line)}</li>" for line in summary_lines(record, analysis, paused)
+    )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Experiment {html.escape(record.spec.name)}</title>
 <style>body{{font-family:sans-serif;max-width:800px;margin:2em auto}}</style></head>
@@ -109,8 +134,11 @@ Decisions use the always-valid p-value (mSPRT), which stays valid however often 
     return path
 
 
-def report_json(record: ExperimentRecord, analysis: ExperimentAnalysis) -> dict[str, Any]:
+def report_json(
+    record: ExperimentRecord, analysis: ExperimentAnalysis, paused: str | None = None
+) -> dict[str, Any]:
     return {
         "experiment": record.model_dump(mode="json"),
+        "paused": paused,
         "analysis": analysis.to_json(),
     }

@@ -1,5 +1,5 @@
 """Act on a decision: promote (CURRENT → candidate) or roll back (stop serving it), announce
-on Redis and log; `continue` changes nothing."""
+on Redis and log; `continue` changes nothing. A paused experiment is refused."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from app.experiments.spec import ExperimentSpec
 from app.registry.experiments import Status
 from trainer.experiments.analysis import ExperimentAnalysis
 from trainer.experiments.decision import Decision, DecisionPolicy, decide
-from trainer.experiments.lifecycle import end_experiment
+from trainer.experiments.lifecycle import end_experiment, refuse_if_paused
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,8 @@ def apply_decision(
     redis_url: str | None = None,
     redis_prefix: str = "ltr:",
 ) -> Decision:
+    # Even a dry run: its verdict would be about a version no longer compared with.
+    refuse_if_paused(registry, spec)
     decision = decide(analysis, policy)
     log.info("experiment %s: %s (%s)", spec.name, decision.action, decision.reason)
     if dry_run or decision.action == "continue":

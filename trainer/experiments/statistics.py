@@ -10,6 +10,11 @@ so by Ville's inequality P(it ever exceeds 1/alpha) <= alpha, however often one 
 mixing distribution over effect sizes is a uniform mixture of normals with the standard
 deviations in MIXTURE_SCALES (in units of one observation's sd), so the test adapts to small and
 large effects without tuning.
+
+Intervals and tests must not collapse when an arm's outcomes never vary (a control nobody
+clicked, a candidate that won every impression): a sample variance of 0 there says little about
+the sampling variance. Interleaving uses Wilson's score interval, A/B tests their null's pooled
+variance and A/B intervals Agresti and Caffo's pseudo-observations (see each function).
 """
 
 from __future__ import annotations
@@ -76,10 +81,25 @@ class InterleavingResult:
         return self.preference if math.isnan(self.click_difference) else self.click_difference
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        if math.isnan(self.click_difference):
-            out["click_difference"] = None
-        return out
+        return _json(self)
+
+
+def _json(result: Any) -> dict[str, Any]:
+    """asdict with NaN (not enough data to say) as None: JSON has no NaN."""
+    return {
+        k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(result).items()
+    }
+
+
+def wilson_interval(successes: float, n: int) -> tuple[float, float]:
+    """95 % score interval of a binomial proportion (Wilson, JASA 1927). Unlike the Wald
+    interval it does not shrink to a point at 0 or n successes (Brown, Cai and DasGupta,
+    "Interval estimation for a binomial proportion", Statistical Science 2001)."""
+    z2 = Z_95**2
+    p = successes / n
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z_95 / (1 + z2 / n) * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4 * n * n))
+    return max(centre - half, 0.0), min(centre + half, 1.0)
 
 
 def interleaving_result(
@@ -100,11 +120,15 @@ def interleaving_result(
     n = int(s.size)
     total = n if impressions is None else impressions
     if n == 0:
-        return InterleavingResult(total, 0, 0, 0, 0, 0.0, -0.5, 0.5, 1.0, 1.0)
+        return InterleavingResult(total, 0, 0, 0, 0, 0.0, math.nan, math.nan, 1.0, 1.0)
     mean = float(s.mean())
     second = float((s**2).mean())
-    variance = max(second - mean**2, 0.0) / n
-    half = Z_95 * math.sqrt(variance) / 2 if variance > 0 else 0.5
+    # The preference is the share (wins + ties / 2) / clicked minus 1/2, so its interval is
+    # Wilson's for that share, shifted: a Wald interval from the outcomes' sample variance
+    # collapses when they all agree, whatever their number. With a tie counted as half a win
+    # an outcome still lies in [0, 1], so p(1 - p) bounds its variance: ties make the
+    # interval err wide, never narrow.
+    low, high = wilson_interval(wins + (n - wins - losses) / 2, n)
     if differences is None:
         # The null is "no preference": scale the mixture by the null-centred sd of one outcome.
         difference, p_av = math.nan, msprt_p(mean, second / n, math.sqrt(second))
@@ -117,8 +141,8 @@ def interleaving_result(
         losses=losses,
         ties=n - wins - losses,
         preference=mean / 2,
-        ci_low=max(mean / 2 - half, -0.5),
-        ci_high=min(mean / 2 + half, 0.5),
+        ci_low=low - 0.5,
+        ci_high=high - 0.5,
         p_value=sign_test_p(wins, losses),
         p_always_valid=p_av,
         click_difference=difference,
@@ -134,54 +158,90 @@ class ArmTotals:
 
 
 def ratio_and_variance(arm: ArmTotals) -> tuple[float, float, float]:
-    """(metric per impression, its variance by the delta method over units, per-impression sd).
+    """(metric per impression, its variance by the delta method over units, per-impression sd):
+    the ratio is NaN without impressions, the variance and sd with fewer than two units.
 
     Units, not impressions, are independent (a user stays in one arm), so the variance of the
     ratio sum(metric) / sum(impressions) is taken over units (Deng et al., "Applying the delta
     method in metric analytics", KDD 2018)."""
-    i, y = arm.impressions, arm.metric
-    k = i.size
-    total = float(i.sum())
-    if k < 2 or total <= 0:
-        return 0.0, 0.0, 0.0
-    ratio = float(y.sum()) / total
-    residual = y - ratio * i
-    mean_i = total / k
-    variance = float(residual.var(ddof=1)) / (k * mean_i**2)
+    total = float(arm.impressions.sum())
+    if total <= 0:
+        return math.nan, math.nan, math.nan
+    ratio = float(arm.metric.sum()) / total
+    if arm.impressions.size < 2:
+        return ratio, math.nan, math.nan
+    variance = _variance_around(arm, ratio)
     return ratio, variance, math.sqrt(variance * total)
+
+
+def _variance_around(arm: ArmTotals, ratio: float) -> float:
+    """The delta-method variance of the arm's ratio with unit residuals taken around `ratio`
+    (the arm's own ratio, or the null's pooled one), with the n / (n - 1) of a sample variance."""
+    i = arm.impressions
+    k = i.size
+    residual = arm.metric - ratio * i
+    return float(residual @ residual) * k / ((k - 1) * float(i.sum()) ** 2)
+
+
+def _plus_pseudo_units(arm: ArmTotals) -> ArmTotals:
+    """The arm with two more units of one impression: one without a click, one with a click at
+    the top (metric 1 for clicks and for click DCG)."""
+    return ArmTotals(
+        np.concatenate([arm.impressions, [1.0, 1.0]]), np.concatenate([arm.metric, [0.0, 1.0]])
+    )
 
 
 @dataclass(frozen=True)
 class ABMetricResult:
     metric: str
-    control: float  # per impression
+    control: float  # per impression; NaN without impressions
     candidate: float
     difference: float
-    ci_low: float
+    ci_low: float  # NaN with fewer than two units in an arm
     ci_high: float
-    relative: float  # difference / control
+    relative: float  # difference / control; NaN when control is 0
     p_value: float  # z-test, one look
     p_always_valid: float
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _json(self)
 
 
 def ab_result(metric: str, control: ArmTotals, candidate: ArmTotals) -> ABMetricResult:
-    rc, vc, sc = ratio_and_variance(control)
-    rt, vt, st = ratio_and_variance(candidate)
-    diff, variance = rt - rc, vc + vt
-    se = math.sqrt(variance)
-    unit_sd = math.sqrt((sc**2 + st**2) / 2)
+    rc = ratio_and_variance(control)[0]
+    rt = ratio_and_variance(candidate)[0]
+    diff = rt - rc
+    relative = diff / rc if rc else math.nan
+    if min(control.impressions.size, candidate.impressions.size) < 2 or math.isnan(diff):
+        # No variance between units to estimate: no interval, no evidence.
+        return ABMetricResult(metric, rc, rt, diff, math.nan, math.nan, relative, 1.0, 1.0)
+    # The tests take the variance under their null, equal ratios: residuals around the pooled
+    # ratio, as the pooled two-proportion z-test does (the score test, whose square is
+    # Pearson's chi-squared for a 2 x 2 table). It is positive whenever the arms differ, where
+    # each arm's own variance is 0 when its units all have one ratio (no control user clicked).
+    pooled = float(control.metric.sum() + candidate.metric.sum()) / float(
+        control.impressions.sum() + candidate.impressions.sum()
+    )
+    vc, vt = _variance_around(control, pooled), _variance_around(candidate, pooled)
+    variance = vc + vt
+    unit_sd = math.sqrt((vc * control.impressions.sum() + vt * candidate.impressions.sum()) / 2)
+    # The interval needs no null. Agresti and Caffo (The American Statistician 2000) add a
+    # success and a failure to each arm before the Wald interval for a difference of
+    # proportions; two such pseudo-units per arm do the same for the delta method (with one
+    # impression per user and at most one click, their interval up to the n / (n - 1)), and
+    # their weight vanishes as units accrue.
+    lc, uc, _ = ratio_and_variance(_plus_pseudo_units(control))
+    lt, ut, _ = ratio_and_variance(_plus_pseudo_units(candidate))
+    half = Z_95 * math.sqrt(uc + ut)
     return ABMetricResult(
         metric=metric,
         control=rc,
         candidate=rt,
         difference=diff,
-        ci_low=diff - Z_95 * se,
-        ci_high=diff + Z_95 * se,
-        relative=diff / rc if rc else 0.0,
-        p_value=normal_two_sided_p(diff / se) if se > 0 else 1.0,
+        ci_low=lt - lc - half,
+        ci_high=lt - lc + half,
+        relative=relative,
+        p_value=normal_two_sided_p(diff / math.sqrt(variance)) if variance > 0 else 1.0,
         p_always_valid=msprt_p(diff, variance, unit_sd),
     )
 

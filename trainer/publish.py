@@ -155,6 +155,19 @@ def _push_to_redis(artifact: Artifact, redis_url: str, prefix: str) -> bool:
     return True
 
 
+def _push_embeddings_or_warning(artifact: Artifact, redis_url: str, prefix: str) -> str | None:
+    """Push the version's user embeddings; the operator's warning when that failed."""
+    try:
+        _push_to_redis(artifact, redis_url, prefix)
+    except Exception as exc:
+        return (
+            f"warning: could not push the user embeddings to Redis ({exc}): services score "
+            "with the version's own copy and answer degraded (embedding_missing_in_redis) "
+            "until a publish or rollback pushes them"
+        )
+    return None
+
+
 def push_model_item_set(artifact: Artifact, redis_url: str, prefix: str) -> str:
     """Make the item set version the model was trained with live in Redis: switch back to it
     when Redis still holds it complete, else push it from the snapshot the version carries
@@ -244,13 +257,11 @@ def _publish_locked(
         # score with whatever set version Redis holds, not the one it was trained with.
         item_set = push_model_item_set(artifact, redis_url, redis_prefix)
     pushed = False
+    warnings: list[str | None] = []
     if redis_url:
         # A Redis failure must not stop a deploy: services fall back to the artifact's copy.
-        try:
-            pushed = _push_to_redis(artifact, redis_url, redis_prefix)
-        except Exception as exc:
-            log.warning("could not push embeddings to Redis: %s", exc)
-    warnings: list[str | None] = []
+        warnings.append(_push_embeddings_or_warning(artifact, redis_url, redis_prefix))
+        pushed = warnings[-1] is None and artifact.manifest.user_clusters is not None
     announced = False
     if as_candidate:
         warnings.append(candidate_warning(registry, m.name, previous, artifact))
@@ -297,6 +308,11 @@ def rollback(
         artifact = load_version(model_dir / target)
         if redis_url and artifact.manifest.item_features is not None:
             push_model_item_set(artifact, redis_url, redis_prefix)
+        if redis_url:
+            # Redis may have lost the older version's embeddings (eviction, a restart).
+            warning = _push_embeddings_or_warning(artifact, redis_url, redis_prefix)
+            if warning is not None:
+                log.warning("%s", warning.removeprefix("warning: "))
         set_current(registry, name, target, rollback=True)
         _try_announce(redis_url, redis_prefix, name, target)
     return current, target

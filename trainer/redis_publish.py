@@ -14,6 +14,25 @@ import redis
 
 from app.artifacts.manifest import Manifest
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_redis_url(url: str) -> str:
+    """`url` when redis-py can use it as it stands; ValueError naming what is wrong (an
+    unknown scheme, or a database path that is not a number, which redis-py reads as db 0)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in REDIS_SCHEMES:
+        raise ValueError(
+            f"--redis-url {url!r}: expected redis://, rediss:// or unix:// (e.g. "
+            "redis://localhost:6379/0)"
+        )
+    database = parts.path.strip("/") if parts.scheme != "unix" else ""
+    if database and not database.isdigit():
+        raise ValueError(f"--redis-url {url!r}: the database {database!r} is not a number")
+    return url
+
 
 def embeddings_key(prefix: str, model: str, version: str) -> str:
     return f"{prefix}emb:{model}:{version}"

@@ -114,3 +114,47 @@ def test_redis_down_does_not_stop_a_deploy(tmp_path: Path) -> None:
     result = publish(v1, tmp_path / "registry", redis_url="redis://127.0.0.1:1/0")
     assert not result.redis_pushed
     assert read_current(tmp_path / "registry", "m") == v1.name
+    # The operator hears of it in --json too (it went to the log alone, "warnings": []).
+    (warning,) = result.warnings
+    assert warning.startswith("warning: could not push the user embeddings to Redis (")
+    assert "embedding_missing_in_redis" in warning
+
+
+def test_a_rollback_pushes_back_embeddings_redis_lost(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    registry = tmp_path / "registry"
+    v1 = make_version(tmp_path / "runs", clusters=True)
+    publish(v1, registry, redis_url=redis_server.url)
+    v2 = make_version(tmp_path / "runs", leaf=2.0, clusters=True)
+    publish(v2, registry, redis_url=redis_server.url)
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()  # a restart without persistence
+    assert rollback(registry, "m", redis_url=redis_server.url) == (v2.name, v1.name)
+    raw = client.hget(f"ltr:emb:m:{v1.name}", "US")
+    np.testing.assert_array_equal(np.frombuffer(raw, "<f4"), [1.0, 2.0])
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("notaurl", "expected redis://, rediss:// or unix://"),
+        ("http://localhost:6379/0", "expected redis://, rediss:// or unix://"),
+        ("redis://localhost:6379/abc", "the database 'abc' is not a number"),
+    ],
+)
+def test_a_bad_redis_url_is_refused_before_anything_moves(
+    tmp_path: Path, url: str, words: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from trainer.cli import app
+
+    v1 = make_version(tmp_path / "runs", clusters=True)
+    registry = tmp_path / "registry"
+    args = ["publish", "--model", str(v1), "--registry", str(registry), "--redis-url", url]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert read_current(registry, "m") is None

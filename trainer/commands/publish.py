@@ -42,8 +42,12 @@ def publish_command(
     """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
     from trainer.publish import experiment_pause_warning, publish, rollback_warning
     from trainer.publish import rollback as do_rollback
+    from trainer.redis_publish import check_redis_url
 
     with clear_errors(ArtifactError, ValueError):
+        redis_url = redis_url or os.environ.get("LTR_REDIS_URL") or None
+        if redis_url is not None:
+            check_redis_url(redis_url)  # before anything is installed or moved
         if rollback:
             if model is not None or candidate:
                 fail("--rollback takes --name, not --model or --candidate")
@@ -65,7 +69,7 @@ def publish_command(
                 registry,
                 name=name,
                 keep=keep,
-                redis_url=redis_url or os.environ.get("LTR_REDIS_URL"),
+                redis_url=redis_url,
                 redis_prefix=redis_prefix,
                 as_candidate=candidate,
             )

@@ -130,7 +130,7 @@ def _export(
     else:
         features = probe_features(ensemble, PROBE_ROWS, infinities=source == "lightgbm")
         ours = predict(ensemble, features)
-    theirs = library_scores(source, raw, features)
+    theirs = library_scores(source, raw, features, model_file)
     # XGBoost adds leaf values in float32: the routing is checked against the same float32
     # sum; the dump's float64 sum differs from XGBoost's by the rounding that sum accumulates.
     comparable = ours if source == "lightgbm" else float32_sum_scores(ensemble, features)
@@ -172,19 +172,42 @@ def _export(
     }
 
 
-def library_scores(source: str, raw: bytes, features: np.ndarray) -> np.ndarray:
-    """The library's own scores, float64 [n_rows], for float32 [n_rows, n_features]."""
+def library_scores(
+    source: str, raw: bytes, features: np.ndarray, model_file: Path | str = "model"
+) -> np.ndarray:
+    """The library's own scores, float64 [n_rows], for float32 [n_rows, n_features].
+
+    A model or rows the library refuses is a CommandError naming `model_file`.
+    """
     if source == "lightgbm":
         import lightgbm as lgb
 
-        booster = lgb.Booster(model_str=raw.decode("utf-8"))
-        return np.asarray(booster.predict(features, raw_score=True), dtype=np.float64)
+        try:
+            booster = lgb.Booster(model_str=raw.decode("utf-8"))
+            scores = booster.predict(features, raw_score=True)
+        except (lgb.basic.LightGBMError, ValueError) as exc:
+            raise _refused(model_file, source, exc) from None
+        return np.asarray(scores, dtype=np.float64)
     import xgboost as xgb
 
-    xbooster = xgb.Booster()
-    xbooster.load_model(bytearray(raw))
-    matrix = xgb.DMatrix(features, missing=np.nan)
-    return np.asarray(xbooster.predict(matrix, output_margin=True), dtype=np.float64)
+    try:
+        xbooster = xgb.Booster()
+        xbooster.load_model(bytearray(raw))
+        # A model fitted on named columns (a DataFrame, a named DMatrix) refuses unnamed rows;
+        # the rows are in the model's column order whatever names the user gave the copy.
+        matrix = xgb.DMatrix(features, missing=np.nan, feature_names=xbooster.feature_names)
+        scores = xbooster.predict(matrix, output_margin=True)
+    except ValueError as exc:  # XGBoostError and its feature-name checks are ValueErrors
+        raise _refused(model_file, source, exc) from None
+    return np.asarray(scores, dtype=np.float64)
+
+
+def _refused(model_file: Path | str, source: str, exc: Exception) -> CommandError:
+    """One line: the library's first line says what it rejects, the rest is its call stack."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return CommandError(
+        f"{model_file}: {source} cannot score the verification rows ({first}); nothing was written"
+    )
 
 
 def float32_sum_scores(ensemble: TreeEnsemble, features: np.ndarray) -> np.ndarray:

@@ -29,7 +29,13 @@ def evaluate_command(
         ),
     ],
     empty_query_ndcg: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Metric value of a query with no relevant doc.")
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="NDCG, MAP and MRR of a query with no relevant document (LightGBM's NDCG and "
+            "MAP: 1). ERR@10 and DCG@10 are 0 there, whatever this says.",
+        ),
     ] = 1.0,
     propensities: Annotated[
         Path | None,

@@ -3,9 +3,14 @@
 - `--query Q --pair A,B`: the features that most separate two documents of one query (the
   difference of their contributions; A and B are 1-based positions in the query's list as the
   data file has it).
-- `--query Q`: the query's documents in the model's order, each with its top contributions.
+- `--query Q`: the query's documents in the model's order, each with its top contributions and
+  the rest (score = expected value + shown contributions + rest).
 - neither: the global view over the data (mean |contribution|, beeswarm, dependence plots)
   written as HTML to `--out`.
+
+Q is the query's qid; data without qid (LETOR text with a `.query` file) has its queries
+numbered from 0 in file order, as its reader numbers them. Labels are shown when the data has
+them, never needed.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from app.artifacts.tree_dump import TreeDumpError
 from app.explain.top import largest
 from app.explain.tree_tables import ExplainUnavailable
 from trainer.commands.errors import CommandError, clear_errors
+from trainer.data.errors import clip
 
 DEFAULT_ROWS = 5000
 
@@ -29,9 +35,16 @@ DEFAULT_ROWS = 5000
 def explain_command(
     model: Annotated[Path, typer.Option("--model", help="Version directory.")],
     data: Annotated[Path, typer.Option("--data", help="LETOR text or Parquet.")],
-    query: Annotated[str | None, typer.Option(help="Query id (qid) to explain.")] = None,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            help="Query to explain: its qid; for data without qid (LETOR text with a .query "
+            "file) its number, from 0 in file order."
+        ),
+    ] = None,
     pair: Annotated[
-        str | None, typer.Option(help="A,B: two documents of --query (1-based, file order).")
+        str | None,
+        typer.Option(help="A,B: two documents of --query, numbered from 1 in file order."),
     ] = None,
     out: Annotated[Path, typer.Option(help="Global view: the HTML report to write.")] = Path(
         "explain.html"
@@ -52,16 +65,16 @@ def explain_command(
 ) -> None:
     """Per-feature contributions: a pair of documents, one query, or the whole data (HTML)."""
     from trainer.data.errors import DataFormatError
-    from trainer.data.model_rows import load_model_rows
     from trainer.explain.contributions import artifact_contributions
+    from trainer.explain.label_free import load_explain_rows
 
     with clear_errors(ArtifactError, TreeDumpError, DataFormatError, ExplainUnavailable):
         if pair is not None and query is None:
             raise CommandError("--pair needs --query (the query both documents belong to)")
         artifact = load_version(model)
         names = artifact.manifest.feature_names
-        rows_in = load_model_rows(artifact, data, items)
-        dataset, joined = rows_in.data, rows_in.items
+        loaded = load_explain_rows(artifact, data, items)
+        dataset, joined = loaded.rows.data, loaded.rows.items
         if query is None:
             sample = np.random.default_rng(seed).permutation(dataset.num_docs)[:rows]
             sample.sort()
@@ -73,12 +86,13 @@ def explain_command(
             return
         lo, hi = _query_rows(dataset.query_ids, dataset.group_offsets, query, data)
         features = dataset.features[lo:hi]
+        labels = dataset.labels[lo:hi] if loaded.labelled else None
         method, phi, scores = artifact_contributions(artifact, features)
         if pair is not None:
             a, b = _pair(pair, hi - lo, query)
-            report = _pair_report(method, names, features, phi, scores, a, b, top)
+            report = _pair_report(method, names, features, phi, scores, labels, a, b, top)
         else:
-            report = _query_report(method, names, features, phi, scores, top)
+            report = _query_report(method, names, features, phi, scores, labels, top)
     report = {"query": query, "model": artifact.manifest.version, **report}
     if joined is not None:
         report["items"] = joined.summary(slice(lo, hi))
@@ -93,10 +107,21 @@ def explain_command(
 def _query_rows(
     query_ids: np.ndarray, offsets: np.ndarray, query: str, data: Path
 ) -> tuple[int, int]:
-    hits = [i for i, q in enumerate(query_ids.tolist()) if str(q) == query]
+    ids = query_ids.tolist()
+    hits = [i for i, q in enumerate(ids) if str(q) == query]
     if not hits:
-        raise CommandError(f"{data}: no query {query!r}")
+        raise CommandError(f"{data}: no query {query!r} ({_queries_text(ids)})")
     return int(offsets[hits[0]]), int(offsets[hits[0] + 1])
+
+
+def _queries_text(ids: list[Any]) -> str:
+    """The queries a --query may name, shortly: a typo'd qid or a 1-based guess at the number
+    of a query without qid is then plain from the error."""
+    n = len(ids)
+    if ids == list(range(n)):
+        return f"queries are 0..{n - 1}; data without qid numbers them from 0 in file order"
+    shown = [clip(str(q)) for q in (ids if n <= 4 else [*ids[:3], "...", ids[-1]])]
+    return f"{n} queries, qid {', '.join(shown)}"
 
 
 def _pair(text: str, size: int, query: str) -> tuple[int, int]:
@@ -124,12 +149,17 @@ def _ranks(scores: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _label(labels: np.ndarray | None, i: int) -> float | None:
+    return None if labels is None else float(labels[i])
+
+
 def _pair_report(
     method: str,
     names: list[str],
     x: np.ndarray,
     phi: np.ndarray,
     scores: np.ndarray,
+    labels: np.ndarray | None,
     a: int,
     b: int,
     top: int,
@@ -140,7 +170,12 @@ def _pair_report(
     ranks = _ranks(scores)
     doc: dict[str, Any] = {"method": method}
     for label, i in (("a", a), ("b", b)):
-        doc[label] = {"document": i + 1, "score": float(scores[i]), "rank": int(ranks[i])}
+        doc[label] = {
+            "document": i + 1,
+            "score": float(scores[i]),
+            "rank": int(ranks[i]),
+            "label": _label(labels, i),
+        }
     doc["difference"] = total
     doc["features"] = [
         {
@@ -159,20 +194,33 @@ def _pair_report(
 
 
 def _query_report(
-    method: str, names: list[str], x: np.ndarray, phi: np.ndarray, scores: np.ndarray, top: int
+    method: str,
+    names: list[str],
+    x: np.ndarray,
+    phi: np.ndarray,
+    scores: np.ndarray,
+    labels: np.ndarray | None,
+    top: int,
 ) -> dict[str, Any]:
     m = len(names)
-    docs = [
-        {
-            "document": i + 1,
-            "score": float(scores[i]),
-            "features": [
-                {"name": names[j], "value": _value(x[i, j]), "contribution": float(phi[i, j])}
-                for j in largest(phi[i, :m], top)
-            ],
-        }
-        for i in np.argsort(-scores, kind="stable").tolist()
-    ]
+    docs = []
+    for rank, i in enumerate(np.argsort(-scores, kind="stable").tolist(), 1):
+        shown = largest(phi[i, :m], top)
+        docs.append(
+            {
+                "document": i + 1,
+                "rank": rank,
+                "label": _label(labels, i),
+                "score": float(scores[i]),
+                "features": [
+                    {"name": names[j], "value": _value(x[i, j]), "contribution": float(phi[i, j])}
+                    for j in shown
+                ],
+                # The features not shown, and for networks the interactions occlusion does not
+                # split: without it the entry would not add up to the score.
+                "rest": float(scores[i] - phi[i, m] - phi[i, shown].sum()),
+            }
+        )
     return {"method": method, "expected_value": float(phi[0, m]), "documents": docs}
 
 
@@ -184,7 +232,8 @@ def _pair_text(r: dict[str, Any]) -> str:
     a, b = r["a"], r["b"]
 
     def doc(d: dict[str, Any]) -> str:
-        return f"document {d['document']} (score {d['score']:.6g}, rank {d['rank']})"
+        label = "" if d["label"] is None else f", label {d['label']:g}"
+        return f"document {d['document']} (score {d['score']:.6g}, rank {d['rank']}{label})"
 
     lines = [
         f"query {r['query']}: {doc(a)} vs {doc(b)}; {r['method']}",
@@ -205,11 +254,15 @@ def _pair_text(r: dict[str, Any]) -> str:
 
 def _query_text(r: dict[str, Any]) -> str:
     lines = [f"query {r['query']} ({r['method']}; expected value {r['expected_value']:.6g})"]
-    for rank, d in enumerate(r["documents"], 1):
+    for d in r["documents"]:
         feats = ", ".join(
             f"{f['name']}={_fmt(f['value'])} {f['contribution']:+.4f}" for f in d["features"]
         )
-        lines.append(f"  {rank:>3}. document {d['document']:<4} {d['score']:+.5f}  {feats}")
+        label = "" if d["label"] is None else f" (label {d['label']:g})"
+        lines.append(
+            f"  {d['rank']:>3}. document {d['document']:<4}{label} {d['score']:+.5f}  {feats}, "
+            f"other features {d['rest']:+.4f}"
+        )
     return "\n".join(lines)
 
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# LightGBM's eval_at is a C int and the numba kernels type k from the value: beyond int32 one
+# fails to parse it, the other to compile (a typing traceback) once k outgrows int64. No list is
+# that long, so a larger k adds nothing over the whole list.
+MAX_EVAL_AT = 2**31 - 1
+
 
 class LambdaMARTParams(BaseModel):
     # No float parameter has a use for inf or NaN: inf passes the gt/ge bounds below and
@@ -28,7 +33,8 @@ class LambdaMARTParams(BaseModel):
     bagging_fraction: float = Field(1.0, gt=0, le=1)  # fraction of queries per tree
     feature_fraction: float = Field(1.0, gt=0, le=1)  # fraction of features per tree
     early_stopping_rounds: int | None = Field(None, ge=1)
-    eval_at: int = Field(10, ge=1)  # NDCG@k for early stopping and progress
-    empty_query_ndcg: float = Field(1.0, ge=0, le=1)  # NDCG of a query with no relevant doc
+    eval_at: int = Field(10, ge=1, le=MAX_EVAL_AT)  # NDCG@k for early stopping and progress
+    # NDCG (and the report's MAP and MRR) of a query with no relevant document; ERR is 0 there.
+    empty_query_ndcg: float = Field(1.0, ge=0, le=1)
     seed: int = 0
     threads: int = Field(0, ge=0)  # 0 = all cores

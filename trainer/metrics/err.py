@@ -12,12 +12,7 @@ from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff
 from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
-def err_of(
-    ranked: RankedLists,
-    k: int | None = None,
-    max_grade: float | None = None,
-    empty_value: float = 1.0,
-) -> np.ndarray:
+def err_of(ranked: RankedLists, k: int | None = None, max_grade: float | None = None) -> np.ndarray:
     """ERR@k per query → float64 [n_queries]; max_grade defaults to the largest label."""
     check_cutoff(k)
     top = float(ranked.labels.max())
@@ -29,10 +24,11 @@ def err_of(
     contribution = satisfied * reach / ranked.ranks
     if k is not None:
         contribution = np.where(ranked.ranks <= k, contribution, 0.0)
+    # No document can satisfy the user, so ERR is defined and 0: unlike NDCG (0/0) it takes no
+    # convention. Pinned so a list of only negative grades cannot score below 0 either.
     has_relevant = ranked.per_query_sum(satisfied > 0) > 0
-    return apply_empty(ranked.per_query_sum(contribution), has_relevant, empty_value)
+    return apply_empty(ranked.per_query_sum(contribution), has_relevant, 0.0)
 
 
-# A query with no relevant document (all labels <= 0) gets `empty_value`.
 err_per_query = per_query(err_of)
 mean_err = mean_over_queries(err_of)

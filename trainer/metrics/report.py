@@ -24,9 +24,11 @@ def ranking_report(
     `dcg@10` (not normalised: the metric of IPW-labelled clicks, clicks.ipw_eval), plus
     `queries` and `documents` counts.
 
-    scores, labels: [n_docs]; group_offsets: int [n_queries + 1]. Every metric gives
-    `empty_value` to a query with no relevant document (MAP and MRR: no label >= 1; NDCG and
-    ERR: no label > 0). ERR's max grade is the largest label present.
+    scores, labels: [n_docs]; group_offsets: int [n_queries + 1]. NDCG, MAP and MRR give
+    `empty_value` to a query with no relevant document (NDCG: no label > 0; MAP and MRR: no
+    label >= 1), where they are 0/0 or undefined; 1, the default, is LightGBM's convention for
+    its ndcg@k and map@k. ERR and DCG are 0 there, by their definitions. ERR's max grade is the
+    largest label present.
     """
     ranked = rank_by_score(scores, labels, group_offsets)
     ideal = ideal_ranking(ranked.labels, ranked.group_offsets)
@@ -35,7 +37,7 @@ def ranking_report(
     }
     report["map"] = float(np.mean(average_precision_of(ranked, empty_value=empty_value)))
     report["mrr"] = float(np.mean(reciprocal_rank_of(ranked, empty_value=empty_value)))
-    report["err@10"] = float(np.mean(err_of(ranked, 10, empty_value=empty_value)))
+    report["err@10"] = float(np.mean(err_of(ranked, 10)))
     report["dcg@10"] = float(np.mean(dcg_of(ranked, 10)))
     report["queries"] = ranked.num_queries
     report["documents"] = int(ranked.labels.size)

@@ -15,6 +15,7 @@ from app.artifacts.manifest import (
 )
 from app.artifacts.store import load_version, write_version_dir
 from app.scoring.onnx_scorer import OnnxScorer
+from tests.trainer.test_cli_help import flat
 from trainer.cli import app
 from trainer.data.loader import load_dataset
 from trainer.metrics.report import ranking_report
@@ -85,9 +86,28 @@ def test_human_output_and_empty_query_convention(
     one = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     zero = json.loads(runner.invoke(app, [*args, "--json", "--empty-query-ndcg", "0"]).stdout)
     assert one["ndcg@10"] - zero["ndcg@10"] == pytest.approx(0.5)
+    # MAP and MRR follow the flag too; ERR is 0 for that query whatever the flag says.
+    assert one["map"] - zero["map"] == one["mrr"] - zero["mrr"] == pytest.approx(0.5)
+    assert one["err@10"] == zero["err@10"] < 0.5
     human = runner.invoke(app, args)
     assert human.exit_code == 0
     assert "ndcg@10" in human.stdout and "ranker v1" in human.stdout
+
+
+def test_single_query_without_relevant_document(
+    runner: CliRunner, version_dir: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "single0.txt"
+    data.write_text("0 qid:1 1:0.5\n")
+    args = ["evaluate", "--model", str(version_dir), "--data", str(data), "--json"]
+    half = json.loads(runner.invoke(app, [*args, "--empty-query-ndcg", "0.5"]).stdout)
+    assert half["ndcg@10"] == half["map"] == half["mrr"] == 0.5
+    assert half["err@10"] == 0.0 and half["dcg@10"] == 0.0
+
+
+def test_flag_help_names_the_metrics_it_sets(runner: CliRunner) -> None:
+    text = flat(runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "200"}).stdout)
+    assert "NDCG, MAP and MRR" in text and "ERR" in text
 
 
 def test_errors(runner: CliRunner, version_dir: Path, tmp_path: Path) -> None:

@@ -30,10 +30,19 @@ def test_ties_empty_queries_and_mean() -> None:
     scores, offsets = np.zeros(2), np.array([0, 2])
     # Tie: input order, so label 0 first and the label-1 document is reached at rank 2.
     assert err_per_query(scores, np.array([0.0, 1]), offsets)[0] == pytest.approx(0.25)
-    assert err_per_query(scores, np.zeros(2), offsets)[0] == 1.0
-    assert err_per_query(scores, np.zeros(2), offsets, empty_value=0.0)[0] == 0.0
     labels, two = np.array([0.0, 1, 0, 0]), np.array([0, 2, 4])
-    assert mean_err(np.zeros(4), labels, two, empty_value=0.0) == pytest.approx(0.125)
+    assert mean_err(np.zeros(4), labels, two) == pytest.approx(0.125)
+
+
+@pytest.mark.parametrize("labels", [[0.0], [0.0, 0.0, 0.0]])
+def test_query_without_relevant_document_is_zero(labels: list[float]) -> None:
+    """Every R is (2^0 - 1) / 2^max = 0, so ERR is defined there and 0 (no NDCG-style
+    convention), alone or beside queries with relevant documents."""
+    alone = np.asarray(labels)
+    assert err_per_query(np.zeros(alone.size), alone, np.array([0, alone.size]))[0] == 0.0
+    mixed = np.concatenate([alone, [2.0, 0.0]])
+    offsets = np.array([0, alone.size, alone.size + 2])
+    np.testing.assert_allclose(err_per_query(-np.arange(mixed.size), mixed, offsets), [0, 3 / 4])
 
 
 def test_long_lists_stay_accurate() -> None:

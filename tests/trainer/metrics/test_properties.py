@@ -31,7 +31,7 @@ def reference(name: str, labels: list[int], scores: list[int], k: int | None) ->
     cut = ranked if k is None else ranked[:k]
     relevant = [label >= 1 for label in ranked]
     if not any(label > 0 for label in labels):
-        return 1.0
+        return 0.0 if name == "err" else 1.0  # ERR is defined there; the others' convention
     if name == "ndcg":
 
         def dcg(ls: list[int]) -> float:

@@ -98,6 +98,8 @@ def train_tree_model(
         evaluated.labels,
         evaluated.group_offsets,
         empty_value=params.empty_query_ndcg,
+        # The manifest names the validation metric: its value must be among the metrics.
+        ndcg_at=params.eval_at if valid is not None and valid_metric == "ndcg" else None,
     )
     training = {
         "engine": engine,

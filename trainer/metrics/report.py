@@ -19,6 +19,7 @@ def ranking_report(
     labels: np.ndarray,
     group_offsets: np.ndarray,
     empty_value: float = 1.0,
+    ndcg_at: int | None = None,
 ) -> dict[str, float | int]:
     """Means over queries of `ndcg@1`, `ndcg@3`, `ndcg@5`, `ndcg@10`, `map`, `mrr`, `err@10`,
     `dcg@10` (not normalised: the metric of IPW-labelled clicks, clicks.ipw_eval), plus
@@ -28,12 +29,14 @@ def ranking_report(
     `empty_value` to a query with no relevant document (NDCG: no label > 0; MAP and MRR: no
     label >= 1), where they are 0/0 or undefined; 1, the default, is LightGBM's convention for
     its ndcg@k and map@k. ERR and DCG are 0 there, by their definitions. ERR's max grade is the
-    largest label present.
+    largest label present. `ndcg_at` adds NDCG at that cutoff too (a training run's
+    validation metric, `--eval-at`).
     """
     ranked = rank_by_score(scores, labels, group_offsets)
     ideal = ideal_ranking(ranked.labels, ranked.group_offsets)
+    cutoffs = sorted({*NDCG_CUTOFFS, *(() if ndcg_at is None else (ndcg_at,))})
     report: dict[str, float | int] = {
-        f"ndcg@{k}": float(np.mean(ndcg_of(ranked, ideal, k, empty_value))) for k in NDCG_CUTOFFS
+        f"ndcg@{k}": float(np.mean(ndcg_of(ranked, ideal, k, empty_value))) for k in cutoffs
     }
     report["map"] = float(np.mean(average_precision_of(ranked, empty_value=empty_value)))
     report["mrr"] = float(np.mean(reciprocal_rank_of(ranked, empty_value=empty_value)))

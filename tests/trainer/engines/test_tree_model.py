@@ -45,3 +45,14 @@ def test_unknown_engine(tmp_path: Path, demo_train) -> None:
     with pytest.raises(ValueError, match="unknown tree engine"):
         train_tree_model("catboost", demo_train, None, PARAMS, tmp_path / "v3")
     assert not np.any([p.exists() for p in [tmp_path / "v3"]])
+
+
+def test_the_validation_metric_named_in_the_manifest_is_among_its_metrics(
+    tmp_path: Path, demo_train, demo_valid
+) -> None:
+    """--eval-at 7: the manifest's valid_metric said ndcg@7, which no metric gave."""
+    params = PARAMS.model_copy(update={"eval_at": 7})
+    summary = train_tree_model("native", demo_train, demo_valid, params, tmp_path / "v3")
+    manifest = load_version(summary.model_dir).manifest
+    assert manifest.training["valid_metric"] == "ndcg@7"
+    assert "ndcg@7" in summary.metrics and "ndcg@7" in manifest.metrics

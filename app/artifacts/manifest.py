@@ -25,8 +25,9 @@ class MissingValueRule(_Strict):
     """How a missing feature value (absent name, null, NaN) reaches the model.
 
     `encoding` is always NaN on the wire to the scorer; `handled_by` says what the model does
-    with it: trees send it down each split's default direction, networks impute the training
-    mean inside the exported graph.
+    with it: trees send it down each split's default direction, networks impute inside the
+    exported graph the training mean of a feature that had missing values in training and 0
+    for one that never had (the manifest's `training.mean_imputed_features` lists the first).
     """
 
     encoding: Literal["nan"] = "nan"

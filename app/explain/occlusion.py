@@ -2,9 +2,10 @@
 
 For a network f and a row x, feature j's contribution is `f(x) - f(x with x_j missing)`, and
 the expected value is `f(every feature missing)`. Missing (NaN) is what the exported graph
-replaces by the training mean (mean imputation, see app.artifacts.manifest.MissingValueRule),
-so the baseline is the mean training document and "missing" is the same thing the service
-does with a feature a client did not send. The contributions are exact for a network that is
+replaces by the training mean of a feature that had missing values in training and by 0 for
+one that never had (see app.artifacts.manifest.MissingValueRule), so the baseline is that
+document, and "missing" is the same thing the service does with a feature a client did not
+send. The contributions are exact for a network that is
 additive in its features (a linear model: then they are its Shapley values); for any other,
 `score - expected_value - sum(contributions)` is the interaction part, reported separately.
 Cost: one scorer call on n_rows * (n_features + 1) rows.

@@ -11,7 +11,7 @@ import typer
 
 from app.artifacts.store import Artifact, ArtifactError, load_version
 from app.artifacts.tree_dump import TreeDumpError
-from trainer.commands.errors import CommandError, clear_errors
+from trainer.commands.errors import CommandError, clear_errors, echo_err
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 
@@ -85,12 +85,23 @@ def evaluate_command(
             from trainer.clicks.propensity import load_propensities
 
             dataset = ipw_relabel(dataset, load_propensities(propensities)[0])
-        if manifest.user_clusters is not None and user_profiles is not None:
-            scores, users = _scores_with_users(artifact, dataset, user_profiles)
-        else:
-            scores = _scores(artifact, dataset.features)
+        # An overflow is reported below, as the documents it concerns, not as numpy's warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            if manifest.user_clusters is not None and user_profiles is not None:
+                scores, users = _scores_with_users(artifact, dataset, user_profiles)
+            else:
+                scores = _scores(artifact, dataset.features)
         report = ranking_report(
             scores, dataset.labels, dataset.group_offsets, empty_value=empty_query_ndcg
+        )
+    not_finite = int(np.count_nonzero(~np.isfinite(scores)))
+    if not_finite:
+        # The service answers such lists degraded (scores_not_finite); the metrics here rank
+        # them all the same (NaN last), which is no ranking of those documents.
+        echo_err(
+            f"warning: the model's score is not finite for {not_finite} of {scores.size} "
+            "documents (values far beyond its training data overflow a network): the metrics "
+            "rank them last"
         )
     out: dict[str, Any] = {
         **report,
@@ -99,6 +110,8 @@ def evaluate_command(
         "empty_query_ndcg": empty_query_ndcg,
         "labels": "clicks, IPW" if propensities is not None else "as given",
     }
+    if not_finite:
+        out["scores_not_finite"] = not_finite
     if users is not None:
         out["users"] = users
     if rows.items is not None:

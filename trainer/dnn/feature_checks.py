@@ -1,9 +1,10 @@
 """Feature values a network cannot take, refused before training.
 
-A network reads NaN as missing (imputed with the training mean inside the graph, see
-trainer.dnn.normalisation). An infinity has no such meaning: it turns the column's mean and
-spread into inf/NaN and every score into NaN, found only when the exported model is checked.
-It is refused, not changed into something else, as which finite value it stands for is unknown.
+A network reads NaN as missing (imputed inside the graph with the training mean, or 0 for a
+feature the training data never had missing, see trainer.dnn.normalisation). An infinity has
+no such meaning: it turns the column's mean and spread into inf/NaN and every score into NaN,
+found only when the exported model is checked. It is refused, not changed into something
+else, as which finite value it stands for is unknown.
 """
 
 from __future__ import annotations

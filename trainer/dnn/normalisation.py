@@ -1,6 +1,12 @@
 """Feature standardisation learned on the training set, baked into the network as its first
 layer so that the exported graph takes raw features (NaN = missing) exactly as the service sends
-them."""
+them.
+
+A missing value is imputed before scaling: with the training mean for a feature that had
+missing values in the training data, with 0 for one that never had. Sparse LETOR/SVMlight files
+write 0 by leaving a feature out, and a client that leaves a feature out of a request sends it
+missing: for a feature training never saw missing, 0 is what training saw in its place (LightGBM
+and the native tree learner read such a value as 0 too, see trainer.lambdamart.tree_learner)."""
 
 from __future__ import annotations
 
@@ -14,33 +20,39 @@ MIN_STD = 1e-6
 
 
 class Standardiser(nn.Module):
-    """`x → (impute(x) - mean) / std`, NaN imputed with the training mean.
+    """`x → (impute(x) - mean) / std`, NaN replaced by `fill` (per feature: the training mean,
+    or 0 for a feature the training data never had missing; see the module docstring).
 
     Input float32 [..., n_features]; output the same shape. The statistics are buffers, so they
-    are saved with the model and appear as constants in the ONNX graph.
+    are saved with the model and appear as constants in the ONNX graph. `fill` defaults to
+    `mean` (mean imputation of every feature).
     """
 
     mean: torch.Tensor
     std: torch.Tensor
+    fill: torch.Tensor
 
-    def __init__(self, mean: np.ndarray, std: np.ndarray) -> None:
+    def __init__(self, mean: np.ndarray, std: np.ndarray, fill: np.ndarray | None = None) -> None:
         super().__init__()
-        if mean.shape != std.shape or mean.ndim != 1:
-            raise ValueError("mean and std must both be [n_features]")
+        fill = mean if fill is None else fill
+        if mean.shape != std.shape or mean.shape != fill.shape or mean.ndim != 1:
+            raise ValueError("mean, std and fill must all be [n_features]")
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.as_tensor(std, dtype=torch.float32))
+        self.register_buffer("fill", torch.as_tensor(fill, dtype=torch.float32))
 
     @property
     def num_features(self) -> int:
         return int(self.mean.shape[0])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.where(torch.isnan(x), self.mean, x)
+        x = torch.where(torch.isnan(x), self.fill, x)
         return (x - self.mean) / self.std
 
 
 def fit_standardiser(features: np.ndarray) -> Standardiser:
-    """Column means and standard deviations of float [n_docs, n_features], NaN ignored.
+    """Column means and standard deviations of float [n_docs, n_features], NaN ignored, and
+    the value a missing one takes: the mean in a column with a NaN, else 0.
 
     An all-NaN column gets mean 0; a constant column gets std 1; an infinite value is a
     ValueError.
@@ -61,4 +73,5 @@ def fit_standardiser(features: np.ndarray) -> Standardiser:
     var = np.divide((centred**2).sum(axis=0), count, out=np.zeros(x.shape[1]), where=count > 0)
     std = np.sqrt(var)
     std = np.where(std < MIN_STD, 1.0, std)
-    return Standardiser(mean.astype(np.float32), std.astype(np.float32))
+    fill = np.where(count < x.shape[0], mean, 0.0)
+    return Standardiser(mean.astype(np.float32), std.astype(np.float32), fill.astype(np.float32))

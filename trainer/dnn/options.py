@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+# Refused up front rather than by the allocator after the data is read (a 50-line traceback):
+# the widest layer, and the weights between consecutive hidden layers (float32, kept four times
+# while training: weights, gradients and Adam's two moments, Kingma & Ba 2015), 2^27 of them
+# being 2 GiB. Activations add batch_queries x list length x width per layer on top.
+MAX_LAYER_WIDTH = 16384
+MAX_HIDDEN_WEIGHTS = 2**27
 
 
 class DNNOptions(BaseModel):
@@ -35,7 +44,7 @@ class DNNOptions(BaseModel):
     # User-cluster embeddings: the profile table (user_id → fields) and the cluster scheme config.
     user_profiles: Path | None = None
     cluster_config: Path | None = None
-    embedding_dim: int = Field(32, ge=1)
+    embedding_dim: int = Field(32, ge=1, le=MAX_LAYER_WIDTH)
     min_cluster_count: int = Field(20, ge=1)
     # Per-field rows summed with the cluster's row (trainer.dnn.user_clusters).
     field_embeddings: bool = True
@@ -43,3 +52,23 @@ class DNNOptions(BaseModel):
     # only: buckets of the hash (0 = none) and the most fields a combination joins.
     combination_buckets: int = Field(65536, ge=0)
     combination_max_fields: int = Field(3, ge=2)
+
+    @field_validator("hidden")
+    @classmethod
+    def _fits_in_memory(cls, hidden: list[int]) -> list[int]:
+        for width in hidden:
+            if width > MAX_LAYER_WIDTH:
+                raise PydanticCustomError(
+                    "layer_too_wide",
+                    "a layer of {width} units is wider than the {limit} allowed",
+                    {"width": width, "limit": MAX_LAYER_WIDTH},
+                )
+        weights = sum(a * b for a, b in pairwise(hidden))
+        if weights > MAX_HIDDEN_WEIGHTS:
+            raise PydanticCustomError(
+                "layers_too_large",
+                "these layers need {weights} weights between them, more than the {limit} "
+                "allowed (each costs 16 bytes while training)",
+                {"weights": weights, "limit": MAX_HIDDEN_WEIGHTS},
+            )
+        return hidden

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -100,11 +100,15 @@ def train_ranker(
     valid: QueryLists | None = None,
     valid_labels: np.ndarray | None = None,
     progress: ProgressSink | None = None,
+    before_validation: Callable[[Ranker], None] | None = None,
 ) -> TrainingResult:
     """Train in place for up to `options.epochs` epochs; returns the best epoch's weights.
 
     Call inside `deterministic(...)` (and build the ranker there) for a reproducible run.
     train_labels: [n_train_docs]; valid_labels: [n_valid_docs] when `valid` is given.
+    `before_validation` runs before each validation pass and must make the ranker score as the
+    exported model will (e.g. fill the user-table rows no training list reaches): the
+    validation NDCG picks the best epoch and is the metric the version records.
     """
     optimiser = torch.optim.Adam(
         ranker.parameters(), lr=options.learning_rate, weight_decay=options.weight_decay
@@ -136,6 +140,8 @@ def train_ranker(
         record["train_ndcg"] = train_ndcg
         valid_ndcg: float | None = None
         if valid is not None and valid_labels is not None:
+            if before_validation is not None:
+                before_validation(ranker)
             valid_ndcg = list_ndcg(ranker, valid, valid_labels, options.eval_at)
             record["valid_ndcg"] = valid_ndcg
         history.append(record)

@@ -68,7 +68,49 @@ def load_cluster_scheme(path: Path) -> ClusterScheme:
         raise ClusterConfigError(f"{path}: {where}: {first['msg']}") from None
     if not scheme.fields:
         raise ClusterConfigError(f"{path}: the scheme needs at least one field")
+    _check_separator(scheme, path)
     return scheme
+
+
+def _check_separator(scheme: ClusterScheme, path: Path) -> None:
+    """A listed value or a prefix holding the separator would split into two tokens: the id
+    would fall back through a prefix that is no field's token, and its field keys would be
+    off by one field (app.features.embedding_table.field_keys)."""
+    sep = scheme.separator
+    if not sep:
+        return
+    for i, spec in enumerate(scheme.fields):
+        for value in spec.values:
+            if sep in value:
+                raise ClusterConfigError(
+                    f"{path}: fields.{i}.values: {value!r} (field {spec.name!r}) contains the "
+                    f"separator {sep!r}; cluster ids are split on it, so a value must not"
+                )
+        if sep in spec.prefix:
+            raise ClusterConfigError(
+                f"{path}: fields.{i}.prefix: {spec.prefix!r} (field {spec.name!r}) contains "
+                f"the separator {sep!r}; cluster ids are split on it, so a prefix must not"
+            )
+
+
+def check_profile_fields(
+    scheme: ClusterScheme,
+    profiles: Mapping[str, Mapping[str, Any]],
+    scheme_source: object,
+    profiles_source: object,
+) -> None:
+    """Raise ClusterConfigError naming the first scheme field that is not a column of the
+    profile table: every user would get the same token for it (`other` or `x`), silently.
+    A table without rows has no columns to check (every user is then `unknown`)."""
+    if not profiles:
+        return
+    columns = next(iter(profiles.values())).keys()  # every row has every column
+    for spec in scheme.fields:
+        if spec.name not in columns:
+            raise ClusterConfigError(
+                f"{scheme_source}: field {spec.name!r} is not a column of the profile table "
+                f"{profiles_source} (columns: {', '.join(sorted(columns)) or 'none'})"
+            )
 
 
 def fine_cluster_ids(
@@ -295,6 +337,42 @@ def assign_user_clusters(
         assignment,
         train_extra_rows=train_extra,
         user_rows=np.concatenate([user_rows[:, None], per_user], axis=1),
+    )
+
+
+# From this share of training users in `unknown` on, the user features are said to carry little.
+FALLBACK_WARNING_SHARE = 0.5
+
+
+def fallback_warning(assignment: UserClusterAssignment, min_count: int) -> str | None:
+    """A warning when at least FALLBACK_WARNING_SHARE of the distinct training users have a
+    row that tells them little apart: `unknown` (no profile row, or no coarser id with
+    `min_count` users), or, without field rows, `unknown` or a coarser row than their own
+    (with field rows a coarser cluster row is the design: the fields still count). None when
+    the share is smaller. Counts come from `assignment.user_counts` (users per kept row)."""
+    scheme = assignment.scheme
+    total = sum(assignment.user_counts.values())
+    if total == 0:
+        return None
+    unknown = assignment.user_counts.get(scheme.unknown, 0)
+    sep, n_fields = scheme.separator, len(scheme.fields)
+    full = sum(
+        n
+        for cid, n in assignment.user_counts.items()
+        if cid != scheme.unknown and (not sep or cid.count(sep) >= n_fields - 1)
+    )
+    coarse = total - unknown - full
+    vague = unknown if assignment.field_embeddings else unknown + coarse
+    if vague < FALLBACK_WARNING_SHARE * total:
+        return None
+    where = f"{scheme.unknown!r}" if assignment.field_embeddings else "a coarser row or unknown"
+    fields = f", {len(assignment.fields)} field rows" if assignment.field_embeddings else ""
+    return (
+        f"user features carry little: {vague / total:.0%} of the {total} training users fell into "
+        f"{where} ({unknown} in {scheme.unknown!r}, {coarse} in a coarser cluster row, {full} "
+        f"keep their full cluster id{fields}): fewer than --min-cluster-count {min_count} "
+        "training users share their cluster id, or they have no profile row; lower "
+        "--min-cluster-count, or use fewer or coarser fields"
     )
 
 

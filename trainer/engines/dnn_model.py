@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import re
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 
 from app.artifacts.manifest import NAME_PATTERN, Manifest, MissingValueRule, UserClusters
 from app.artifacts.store import write_version_dir
+from trainer.commands.errors import echo_err
 from trainer.data.dataset import RankingDataset
 from trainer.dnn.batching import QueryLists
 from trainer.dnn.losses import loss_for
@@ -29,6 +31,8 @@ from trainer.dnn.user_clusters import (
     Combinations,
     UserClusterAssignment,
     assign_user_clusters,
+    check_profile_fields,
+    fallback_warning,
     fill_untrained_rows,
     fine_cluster_ids,
     load_cluster_scheme,
@@ -51,12 +55,15 @@ def train_dnn_model(
     name: str | None = None,
 ) -> TrainingResult:
     """Train on `train` (early stopping on `valid`), write the version directory `out` and
-    check that onnxruntime scores the held-out lists as PyTorch does (max abs diff <= 1e-5).
-    The result's metrics hold the best validation NDCG@eval_at (none without `valid`).
+    check that onnxruntime scores the held-out lists as PyTorch does (trainer.dnn.parity).
+    The result's metrics hold the best validation NDCG@eval_at (none without `valid`), scored
+    with the user table as exported (untrained rows filled in), as the service scores.
 
     `out`'s name is the version id; the model name is `name`, else `out`'s parent directory
     name when it is a valid name, else "lambdadnn". `progress` needs `update(iteration,
     train_metric, valid_metric)` and `message(text)` (trainer.progress.TrainingProgress).
+    Warnings (user features that carry little, scores so large that the training diverged)
+    go to `progress.message`, else to stderr.
     """
     out = Path(out)
     model_name = name or (out.parent.name if re.match(NAME_PATTERN, out.parent.name) else "")
@@ -68,6 +75,10 @@ def train_dnn_model(
             f"training data {train.num_features}"
         )
     clusters = _user_clusters(train, options)
+    if clusters is not None:
+        warning = fallback_warning(clusters, options.min_cluster_count)
+        if warning is not None:
+            _warn(progress, warning)
     valid_rows = None
     if clusters is not None and valid is not None:
         valid_rows = clusters.inputs_for(read_profiles(_path(options.user_profiles)), _users(valid))
@@ -95,6 +106,8 @@ def train_dnn_model(
             valid_lists,
             None if valid is None else valid.labels,
             sink,
+            # Validation must score as the exported table will (see _fill_untrained_rows).
+            None if clusters is None else partial(_fill_untrained_rows, clusters=clusters),
         )
     embeddings = None
     if clusters is not None:
@@ -142,12 +155,19 @@ def train_dnn_model(
     }
     if clusters is not None:
         training["cluster_user_counts"] = clusters.user_counts
+    names = train.names()
+    # The features whose missing value the network reads as their training mean; the others
+    # read it as 0 (trainer.dnn.normalisation).
+    had_missing = np.isnan(train.features).any(axis=0)
+    training["mean_imputed_features"] = [n for n, m in zip(names, had_missing, strict=True) if m]
     manifest = Manifest(
         name=model_name,
         version=out.name,
         kind="lambdadnn",
         created_at=dt.datetime.now(dt.UTC),
-        feature_names=train.names(),
+        feature_names=names,
+        # The manifest's one name for network imputation: the mean, or 0 for a feature the
+        # training data never had missing (training.mean_imputed_features lists the former).
         missing_value=MissingValueRule(handled_by="mean_imputation"),
         user_clusters=user_clusters,
         metrics=plain_json(metrics),
@@ -163,10 +183,12 @@ def train_dnn_model(
         profiles = read_profiles(_path(options.user_profiles))
         held_ids = fine_cluster_ids(clusters.scheme, profiles, [str(u) for u in _users(held_out)])
     try:
-        verify_parity(path, ranker, held_out, held_rows, held_ids)
+        parity = verify_parity(path, ranker, held_out, held_rows, held_ids)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
+    if parity.warning is not None:
+        _warn(progress, parity.warning)
     return TrainingResult(
         model_dir=path,
         name=manifest.name,
@@ -179,6 +201,15 @@ def train_dnn_model(
         evaluated_on="train" if valid is None else "valid",
         training=manifest.training,
     )
+
+
+def _warn(progress: object | None, text: str) -> None:
+    """`warning: text` on the progress display (which keeps its bar intact), else stderr as
+    the commands print theirs."""
+    if isinstance(progress, ProgressSink):
+        progress.message(f"warning: {text}")
+    else:
+        echo_err(f"warning: {text}")
 
 
 def _path(value: Path | None) -> Path:
@@ -201,6 +232,7 @@ def _user_clusters(train: RankingDataset, options: DNNOptions) -> UserClusterAss
         return None
     scheme = load_cluster_scheme(_path(options.cluster_config))
     profiles = read_profiles(_path(options.user_profiles))
+    check_profile_fields(scheme, profiles, options.cluster_config, options.user_profiles)
     combinations = None
     if options.field_embeddings and options.combination_buckets:
         combinations = Combinations(options.combination_buckets, options.combination_max_fields)
@@ -224,11 +256,18 @@ def _combination_settings(clusters: UserClusterAssignment) -> dict[str, int]:
     }
 
 
-def _embedding_table(ranker: Ranker, clusters: UserClusterAssignment) -> np.ndarray:
-    """float32 [n_keys, embedding_dim] with the untrained rows filled in, written back into
-    the ranker so that the parity check compares the same table."""
+def _fill_untrained_rows(ranker: Ranker, clusters: UserClusterAssignment) -> None:
+    """Write the exported values of the table rows no training list reaches (fill_untrained_rows)
+    into the ranker. No training list reads those rows, so training is unchanged; validation and
+    the parity check then score a user resolved to one as the exported model does."""
     assert ranker.embedding is not None
     table = fill_untrained_rows(clusters, ranker.table.detach().numpy())
     with torch.no_grad():
         ranker.embedding.weight[:-1].copy_(torch.from_numpy(table))
-    return table
+
+
+def _embedding_table(ranker: Ranker, clusters: UserClusterAssignment) -> np.ndarray:
+    """float32 [n_keys, embedding_dim] with the untrained rows filled in, written back into
+    the ranker so that the parity check compares the same table."""
+    _fill_untrained_rows(ranker, clusters)
+    return ranker.table.detach().numpy().copy()

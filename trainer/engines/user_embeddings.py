@@ -11,15 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.artifacts.manifest import UserClusters
 from app.artifacts.store import ArtifactError, load_version
 from app.features.embedding_table import EmbeddingTable
 from trainer.data.dataset import RankingDataset
+from trainer.dnn.options import MAX_LAYER_WIDTH
 from trainer.dnn.user_clusters import (
     EMBEDDING_FEATURE_PREFIX,
     ClusterConfigError,
+    check_profile_fields,
     load_cluster_scheme,
     user_vectors,
 )
@@ -55,7 +57,7 @@ class TreeUserOptions(BaseModel):
 
     user_profiles: Path | None = None
     cluster_config: Path | None = None
-    embedding_dim: int = Field(32, ge=1)
+    embedding_dim: int = Field(32, ge=1, le=MAX_LAYER_WIDTH)
     min_cluster_count: int = Field(20, ge=1)
     field_embeddings: bool = True
     combination_buckets: int = Field(65536, ge=0)
@@ -116,18 +118,25 @@ def user_table(
             "learning user embeddings for a tree model needs the dnn extra "
             f"(pip install 'ltr-rerank[dnn]'), or pass --user-embeddings-from ({exc})"
         ) from None
-    dnn = DNNOptions(
-        **(dnn_params or {}),
-        seed=seed,
-        threads=threads,
-        user_profiles=options.user_profiles,
-        cluster_config=options.cluster_config,
-        embedding_dim=options.embedding_dim,
-        min_cluster_count=options.min_cluster_count,
-        field_embeddings=options.field_embeddings,
-        combination_buckets=options.combination_buckets,
-        combination_max_fields=options.combination_max_fields,
-    )
+    try:
+        dnn = DNNOptions(
+            **(dnn_params or {}),
+            seed=seed,
+            threads=threads,
+            user_profiles=options.user_profiles,
+            cluster_config=options.cluster_config,
+            embedding_dim=options.embedding_dim,
+            min_cluster_count=options.min_cluster_count,
+            field_embeddings=options.field_embeddings,
+            combination_buckets=options.combination_buckets,
+            combination_max_fields=options.combination_max_fields,
+        )
+    except ValidationError as exc:  # a network flag (--hidden, --epochs...) out of bounds
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "a flag"
+        raise ClusterConfigError(
+            f"{flag}: {first['msg']} (in the network that learns the user table)"
+        ) from None
     with tempfile.TemporaryDirectory() as tmp:
         path = train_dnn_model(train, valid, dnn, Path(tmp) / "embeddings" / "v1").model_dir
         artifact = load_version(path)
@@ -158,7 +167,9 @@ def with_user_vectors(
             "(Parquet column user_id or a .user side file)"
         )
     table = EmbeddingTable.from_user_clusters(user_clusters, files)
-    vectors = user_vectors(table, read_profiles(profiles_path), list(data.user_ids))
+    profiles = read_profiles(profiles_path)
+    check_profile_fields(user_clusters.scheme, profiles, "the user table's scheme", profiles_path)
+    vectors = user_vectors(table, profiles, list(data.user_ids))
     per_doc = np.repeat(vectors, data.group_sizes, axis=0)
     names = [f"{EMBEDDING_FEATURE_PREFIX}{i}" for i in range(table.dim)]
     clash = sorted(set(names) & set(data.names()))

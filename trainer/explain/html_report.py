@@ -150,7 +150,7 @@ def explanation_section(summary: dict[str, Any], deployed: dict[str, Any] | None
     """The global view as an HTML fragment (used by `ltr explain` and the nightly report)."""
     method = {
         "treeshap": "exact TreeSHAP (Shapley values; each row's contributions sum to its score)",
-        "occlusion": "occlusion against the mean document (score minus score without the feature)",
+        "occlusion": "occlusion against the missing-value document (score minus score without it)",
     }.get(summary["method"], summary["method"])
     parts = [
         f"<p>{summary['rows']} rows; {html.escape(method)}; expected value "

@@ -387,3 +387,20 @@ def test_item_source_errors(
     assert "pass --items FILE" in result.stderr
     result = runner.invoke(app, [*args, str(redis_only), "--items", str(items), "--json"])
     assert result.exit_code == 0, result.stderr
+
+
+def test_scores_that_are_not_finite_are_warned_of(runner: CliRunner, tmp_path: Path) -> None:
+    """The service answers such lists degraded (scores_not_finite); evaluate printed metrics
+    that ranked them all last without a word."""
+    from app.artifacts.tree_dump import TreeEnsemble
+    from tests.support import publish, stump
+
+    big = stump(leaf=1e308, feature=0, threshold=0.5)
+    version = publish(tmp_path / "reg", TreeEnsemble(1, [big, big], 0.0), names=["f1"])
+    data = tmp_path / "d.txt"
+    data.write_text("1 qid:1 1:0.9\n0 qid:1 1:0.1\n2 qid:2 1:0.7\n0 qid:2 1:0.2\n")
+    model = tmp_path / "reg" / "m" / version
+    result = runner.invoke(app, ["evaluate", "--model", str(model), "--data", str(data), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["scores_not_finite"] == 2
+    assert "not finite for 2 of 4 documents" in result.stderr

@@ -16,11 +16,24 @@ def test_statistics_ignore_nan_and_guard_constant_columns():
     assert st.std.tolist() == pytest.approx([np.sqrt(8 / 3), 1.0, 1.0, 1.0])
 
 
-def test_nan_is_imputed_with_the_training_mean():
-    x = np.array([[0.0, 10.0], [2.0, 30.0]], dtype=np.float32)
+def test_nan_is_imputed_with_the_training_mean_where_training_had_missing_values():
+    x = np.array([[0.0, 10.0], [2.0, 30.0], [np.nan, np.nan]], dtype=np.float32)
     st = fit_standardiser(x)
     out = st(torch.tensor([[np.nan, np.nan], [2.0, 10.0]], dtype=torch.float32))
     np.testing.assert_allclose(out.numpy(), [[0.0, 0.0], [1.0, -1.0]], atol=1e-6)
+
+
+def test_nan_is_zero_for_a_feature_training_never_had_missing():
+    # Column 0 is never missing (a sparse LETOR file writes its zeros by leaving it out, and a
+    # request that leaves it out sends NaN): missing reads as the 0 training saw. Column 1 had
+    # a missing value: its mean stands in.
+    x = np.array([[0.0, 10.0], [2.0, np.nan], [4.0, 30.0]], dtype=np.float32)
+    st = fit_standardiser(x)
+    assert st.fill.tolist() == pytest.approx([0.0, 20.0])
+    out = st(torch.tensor([[np.nan, np.nan]], dtype=torch.float32))
+    zero = st(torch.tensor([[0.0, 20.0]], dtype=torch.float32))
+    np.testing.assert_array_equal(out.numpy(), zero.numpy())
+    np.testing.assert_allclose(out.numpy(), [[-2.0 / np.sqrt(8 / 3), 0.0]], atol=1e-6)
 
 
 def test_rejects_empty_input():

@@ -69,6 +69,26 @@ def test_normalisation_and_nan_imputation_are_inside_the_graph():
     np.testing.assert_allclose(onnx_scores(session, mean[None, :]), imputed, atol=1e-5)
 
 
+def test_a_never_missing_feature_reads_missing_as_zero_in_both_runtimes():
+    rng = np.random.default_rng(3)
+    train = raw_features(rng, 300)
+    train[:, 0] = np.where(rng.random(300) < 0.5, 0.0, 7.0)  # never missing: sparse zeros
+    torch.manual_seed(0)
+    options = DNNOptions(hidden=[16, 8])
+    ranker = build_ranker(options, fit_standardiser(train), None).eval()
+    session = onnx_session(export_onnx(ranker))
+    x = raw_features(rng, 10)
+    x[:, 0] = np.nan
+    zero = x.copy()
+    zero[:, 0] = 0.0
+    mean = x.copy()
+    mean[:, 0] = ranker.standardiser.mean[0].item()
+    got = onnx_scores(session, x)
+    np.testing.assert_allclose(got, torch_scores(ranker, x), atol=1e-5)
+    np.testing.assert_allclose(got, onnx_scores(session, zero), atol=1e-6)
+    assert not np.allclose(got, onnx_scores(session, mean), atol=1e-4)
+
+
 def test_graph_is_self_contained_with_the_service_interface():
     model = onnx.load_from_string(export_onnx(make_ranker("mlp", clusters=4)))
     assert max(op.version for op in model.opset_import if op.domain in ("", "ai.onnx")) >= 17

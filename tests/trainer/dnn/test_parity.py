@@ -9,7 +9,7 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
 from trainer.dnn import parity
 from trainer.dnn.options import DNNOptions
-from trainer.dnn.parity import PARITY_MAX_ABS_DIFF, same_ranking
+from trainer.dnn.parity import PARITY_MAX_ABS_DIFF, ParityReport, same_ranking
 from trainer.engines.dnn_model import train_dnn_model
 from trainer.export import ExportError
 
@@ -84,8 +84,63 @@ def test_duplicated_rows_one_ulp_apart_keep_the_version(duplicated, tmp_path, mo
 
 def test_scores_beyond_the_tolerance_remove_the_version(duplicated, tmp_path, monkeypatch):
     train, valid = duplicated
-    monkeypatch.setattr(parity, "torch_scores", nudged_torch_scores(3 * PARITY_MAX_ABS_DIFF))
+    # 1e-3 on scores of order 1: far beyond rounding, a graph that computes something else.
+    monkeypatch.setattr(parity, "torch_scores", nudged_torch_scores(100 * PARITY_MAX_ABS_DIFF))
     out = tmp_path / "dnn" / "v1"
     with pytest.raises(ExportError, match="onnxruntime scores list 0 differently"):
         train_dnn_model(train, valid, DNNOptions(**FAST), out)
     assert not out.exists()
+
+
+def scaled(monkeypatch: pytest.MonkeyPatch, factor: float, onnx_ulps: int = 0) -> None:
+    """Both runtimes' scores times `factor` (as a network with huge weights or inputs gives),
+    onnxruntime's `onnx_ulps` float32 steps above PyTorch's: rounding at that magnitude."""
+    real_torch, real_onnx = parity.torch_scores, parity.onnx_scores
+
+    def torch_scores(ranker, features, user=None):
+        return (real_torch(ranker, features, user) * np.float32(factor)).astype(np.float32)
+
+    def onnx_scores(session, features, user=None):
+        out = (real_onnx(session, features, user) * np.float32(factor)).astype(np.float32)
+        for _ in range(onnx_ulps):
+            out = np.nextafter(out, np.float32(np.inf))
+        return out
+
+    monkeypatch.setattr(parity, "torch_scores", torch_scores)
+    monkeypatch.setattr(parity, "onnx_scores", onnx_scores)
+
+
+def test_rounding_relative_to_large_scores_keeps_the_version(duplicated, tmp_path, monkeypatch):
+    # Constant training features give std 1, so held-out features that vary give scores in the
+    # hundreds, where one float32 ulp is 3e-5: the same model in both runtimes.
+    train, valid = duplicated
+    scaled(monkeypatch, 1e4, onnx_ulps=2)
+    out = tmp_path / "dnn" / "v1"
+    assert train_dnn_model(train, valid, DNNOptions(**FAST), out).model_dir == out
+
+
+def test_huge_scores_keep_the_version_and_say_the_training_diverged(
+    duplicated, tmp_path, monkeypatch, capsys
+):
+    train, valid = duplicated
+    scaled(monkeypatch, 1e12, onnx_ulps=1)
+    out = tmp_path / "dnn" / "v1"
+    assert train_dnn_model(train, valid, DNNOptions(**FAST), out).model_dir == out
+    err = capsys.readouterr().err
+    assert "warning: scores reach " in err and "the training probably diverged" in err
+    assert "differently" not in err
+
+
+def test_non_finite_scores_say_the_training_diverged(duplicated, tmp_path, monkeypatch):
+    train, valid = duplicated
+    scaled(monkeypatch, float("nan"))
+    out = tmp_path / "dnn" / "v1"
+    with pytest.raises(ExportError, match="NaN or infinite: the training diverged"):
+        train_dnn_model(train, valid, DNNOptions(**FAST), out)
+    assert not out.exists()
+
+
+def test_the_report_warns_only_about_huge_scores() -> None:
+    assert ParityReport(max_abs_diff=3e-5, max_abs_score=345.0).warning is None
+    warning = ParityReport(max_abs_diff=1.7e7, max_abs_score=1.7e14).warning
+    assert warning is not None and "1.7e+14" in warning and "--learning-rate" in warning

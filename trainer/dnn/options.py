@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from trainer.lambdamart.params import MAX_EVAL_AT
+
 # Refused up front rather than by the allocator after the data is read (a 50-line traceback):
 # the widest layer, and the weights between consecutive hidden layers (float32, kept four times
 # while training: weights, gradients and Adam's two moments, Kingma & Ba 2015), 2^27 of them
@@ -36,7 +38,7 @@ class DNNOptions(BaseModel):
     sigma: float = Field(1.0, gt=0)
     ndcg_k: int | None = Field(None, ge=1)  # truncation of |delta NDCG| in the lambdarank loss
     early_stopping_rounds: int | None = Field(10, ge=1)  # in epochs
-    eval_at: int = Field(10, ge=1)
+    eval_at: int = Field(10, ge=1, le=MAX_EVAL_AT)
     seed: int = 0
     # 0 = all cores. One by default: on a loaded 2-core machine two torch threads were measured
     # to collapse (each waits on the other's spin barrier); small networks gain little from more.

@@ -38,3 +38,9 @@ def test_the_cli_refuses_an_absurd_width_in_one_line_before_reading_data(tmp_pat
         "error: --hidden: a layer of 1000000000 units is wider than the 16384 allowed"
     ]
     assert not out.exists()
+
+
+def test_eval_at_beyond_int32_is_refused() -> None:
+    """A 20-digit --eval-at crashed the DNN engine with "Integer exceeds 64-bit range"."""
+    with pytest.raises(ValidationError, match="less than or equal to 2147483647"):
+        DNNOptions(eval_at=99999999999999999999)

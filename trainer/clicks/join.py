@@ -3,11 +3,15 @@
 Each logged request is one query list (qid = request id) of the candidates it served, with
 their served positions, the features the model scored and a label from the feedback:
 the largest of click → `click`, purchase → `purchase`, dwell of at least `dwell_seconds` →
-`dwell` (LabelRules); no feedback → 0. A request id logged twice keeps its first impression;
-the same (request, candidate, event type) counts once however often it was posted.
+`dwell` (LabelRules); no feedback → 0. A request id logged twice keeps its earliest impression
+by `ts` (the first in read order among equal times): the service checks feedback against the
+first impression it served, and replicas' logs need not be read in time order. The same
+(request, candidate, event type) counts once however often it was posted.
 
 The validation part is the latest impressions: every validation list was served strictly
-after every training list, so no training example comes from the validation period.
+after every training list, so no training example comes from the validation period. Lists
+served at the same time are never split between the two, so a fraction is met as closely as
+the distinct times allow.
 """
 
 from __future__ import annotations
@@ -106,7 +110,8 @@ class Selection:
 def _select(
     impressions: list[Impression], feature_names: list[str] | None, model: str | None
 ) -> Selection:
-    """Impressions of the wanted model and feature width, first per request id, by time."""
+    """Impressions of the wanted model and feature width, the earliest per request id (by
+    `ts`, then read order), sorted by time."""
     first: dict[str, Impression] = {}
     selection = Selection([])
     for imp in impressions:
@@ -117,6 +122,8 @@ def _select(
             selection.other_models[name] = selection.other_models.get(name, 0) + 1
         elif imp.request_id in first:
             selection.repeated += 1
+            if imp.ts < first[imp.request_id].ts:
+                first[imp.request_id] = imp
         else:
             first[imp.request_id] = imp
     chosen = list(first.values())
@@ -208,22 +215,45 @@ def split_by_time(
 ) -> tuple[JoinedLogs, JoinedLogs]:
     """(train, valid): valid = lists served after `valid_after` (Unix seconds), or the latest
     `valid_fraction` of them; lists served at the cut-off time all go to train."""
-    n = joined.times.size
     if (valid_after is None) == (valid_fraction is None):
         raise ValueError("give exactly one of valid_after and valid_fraction")
     if valid_fraction is not None:
-        if not 0.0 < valid_fraction < 1.0:
-            raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
-        n_train = n - max(1, math.ceil(valid_fraction * n))
-        if n_train < 1:
-            raise ValueError(f"{n} logged lists are too few to split")
-        valid_after = float(joined.times[n_train - 1])
+        valid_after = _fraction_cutoff(joined.times, valid_fraction)
     assert valid_after is not None
+    if not math.isfinite(valid_after):
+        raise ValueError(f"the cut-off time must be a finite number of seconds, got {valid_after}")
     is_valid = joined.times > valid_after
     if not is_valid.any() or is_valid.all():
         where = "after" if not is_valid.any() else "up to"
         raise ValueError(f"no logged list was served {where} the cut-off time {valid_after}")
     return joined.subset(np.flatnonzero(~is_valid)), joined.subset(np.flatnonzero(is_valid))
+
+
+def _fraction_cutoff(times: np.ndarray, valid_fraction: float) -> float:
+    """The cut-off time whose split of `times` [n] (non-decreasing) has validation lists
+    closest in number to `valid_fraction` of them (at least one), both parts non-empty. A cut
+    can only fall between two distinct times: lists served at the same second stay together."""
+    n = times.size
+    if not 0.0 < valid_fraction < 1.0:
+        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
+    if n < 2:
+        raise ValueError(f"{n} logged list is too few to split")
+    wanted = max(1, math.ceil(valid_fraction * n))
+    if wanted >= n:
+        raise ValueError(
+            f"a validation fraction of {valid_fraction:g} of the {n} logged lists leaves none "
+            f"to train on (at most {(n - 1) / n:.4g} leaves one)"
+        )
+    # Candidate training sizes: each index where the time steps up.
+    cuts = np.flatnonzero(times[1:] > times[:-1]) + 1
+    if cuts.size == 0:
+        raise ValueError(
+            f"all {n} logged lists were served at the same time {float(times[0])}: "
+            "there is no time to split them at"
+        )
+    # Closest to the wanted validation size; on a tie, the larger training part.
+    n_train = int(cuts[np.argmin(np.abs((n - cuts) - wanted) * 2 + (cuts < n - wanted))])
+    return float(times[n_train - 1])
 
 
 def dataset_from_logs(

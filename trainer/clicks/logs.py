@@ -3,14 +3,17 @@
 A source is a JSONL file, a directory of `*.jsonl` files (read in name order), or a Redis URL
 `redis://host:port/db?prefix=ltr:` whose `{prefix}impressions` and `{prefix}feedback` streams
 are read whole. An unreadable last line without a final newline is the write in progress of a
-live log and is skipped; any other bad line is an error naming the file and line.
+live log, or what a killed writer left: it is skipped and its file:line recorded
+(`ClickLogs.truncated`) for the caller to report; any other bad line is an error naming the
+file and line.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import orjson
 
-from trainer.data.errors import DataFormatError, located
+from trainer.data.errors import DataFormatError, located, quote
 
 EVENT_TYPES = ("click", "purchase", "dwell")
 XRANGE_PAGE = 1000
@@ -53,6 +56,7 @@ class LoggedFeedbackEvent:
 class ClickLogs:
     impressions: list[Impression]
     feedback: list[LoggedFeedbackEvent]
+    truncated: list[str] = field(default_factory=list)  # "file:line" of unreadable last lines
 
 
 def decode_features(text: str, n_rows: int, n_features: int) -> np.ndarray:
@@ -61,6 +65,16 @@ def decode_features(text: str, n_rows: int, n_features: int) -> np.ndarray:
     if len(raw) != 4 * n_rows * n_features:
         raise ValueError(f"features hold {len(raw)} bytes, expected 4 x {n_rows} x {n_features}")
     return np.frombuffer(raw, dtype="<f4").reshape(n_rows, n_features).astype(np.float32)
+
+
+def _timestamp(doc: dict[str, Any]) -> float:
+    """The record's `ts`: a finite number of Unix seconds (float() would also take a string or
+    NaN, and its message for null names no field)."""
+    ts = doc["ts"]
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        shown = quote(ts) if isinstance(ts, str) else repr(ts)
+        raise ValueError(f"'ts' must be a number (Unix seconds), got {shown}")
+    return float(ts)
 
 
 def _impression(doc: dict[str, Any]) -> Impression:
@@ -73,7 +87,7 @@ def _impression(doc: dict[str, Any]) -> Impression:
     features = decode_features(doc["features"], len(ids), int(doc["n_features"]))
     return Impression(
         request_id=str(doc["request_id"]),
-        ts=float(doc["ts"]),
+        ts=_timestamp(doc),
         query_id=doc.get("query_id"),
         user_id=doc.get("user_id"),
         user_cluster=doc.get("user_cluster"),
@@ -99,6 +113,7 @@ def _experiment(field: Any, n: int) -> dict[str, Any] | None:
 
 def _events(doc: dict[str, Any]) -> list[LoggedFeedbackEvent]:
     out = []
+    ts = _timestamp(doc)
     for event in doc["events"]:
         if event["type"] not in EVENT_TYPES:
             raise ValueError(f"event type {event['type']!r} is not one of {EVENT_TYPES}")
@@ -106,7 +121,7 @@ def _events(doc: dict[str, Any]) -> list[LoggedFeedbackEvent]:
         out.append(
             LoggedFeedbackEvent(
                 request_id=str(doc["request_id"]),
-                ts=float(doc["ts"]),
+                ts=ts,
                 id=event["id"],
                 type=event["type"],
                 value=None if value is None else float(value),
@@ -134,7 +149,8 @@ def read_jsonl(path: Path, logs: ClickLogs | None = None) -> ClickLogs:
     logs = logs if logs is not None else ClickLogs([], [])
     data = path.read_bytes()
     lines = data.split(b"\n")
-    # Without a final newline the last line may be a write in progress: kept if it parses.
+    # Without a final newline the last line may be a write in progress: kept if it parses,
+    # else recorded, so that a log cut by a killed writer does not lose a record silently.
     unterminated = len(lines)
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -143,6 +159,7 @@ def read_jsonl(path: Path, logs: ClickLogs | None = None) -> ClickLogs:
             _add(orjson.loads(line), logs)
         except _RECORD_ERRORS as exc:
             if number == unterminated:
+                logs.truncated.append(f"{path}:{number}")
                 break
             what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise located(path, number, f"bad log record: {what}") from None

@@ -20,6 +20,21 @@ Two relevance models (`relevance=`):
 Intervention harvesting (Agarwal et al. 2019) needs several logging rankers; the simulated logs
 have one, so it is not used. theta is returned relative to position 1 (theta_1 = 1): PBM only
 identifies theta up to scale, and inverse-propensity weights only need ratios.
+
+Sparse positions. The maximum-likelihood theta_k of a position with no click is 0, and with one
+or two clicks it is mostly noise; 1/theta_k is then an inverse-propensity weight of 10^6 (or a
+random 50), which lets a handful of clicks outweigh everything else in IPW training and in the IPW
+validation metric. Two constraints keep the estimate where the data supports it:
+- pooling: consecutive positions share one theta until the group holds at least `min_clicks`
+  clicks (a short remainder at the end joins the group before it), as Hu et al. 2019 share one
+  ratio past position 12. Expected examinations are at least the clicks, so theta is at least
+  the click-through rate of its group (or of the run of groups the shape constraint below pools
+  it with), and no weight 1/theta exceeds impressions / clicks over at least `min_clicks` clicks.
+- shape: theta is non-increasing in position, the examination model of Joachims et al. 2017 and
+  Wang et al. 2018 (users scan a list from the top). The M-step becomes a weighted isotonic
+  regression of the expected examinations per group (pool adjacent violators), which is the exact
+  constrained maximiser of the M-step's Bernoulli likelihood (Robertson, Wright & Dykstra 1988,
+  "Order restricted statistical inference", ch. 1), so every EM step still raises the likelihood.
 """
 
 from __future__ import annotations
@@ -37,6 +52,9 @@ from trainer.data.errors import DataFormatError
 
 Relevance = Literal["regression", "pairs"]
 _EPS = 1e-6
+# Clicks a group of positions needs for its own theta: with m clicks the relative standard error
+# of theta is about 1/sqrt(m) (Poisson counts), about 30 % at 10.
+MIN_CLICKS = 10
 
 
 @dataclass(frozen=True)
@@ -47,13 +65,30 @@ class PropensityEstimate:
     method: str
     iterations: int
     log_likelihood: float  # per row, at the last iteration
+    clicks: np.ndarray  # int64 [max_position], clicked rows at each position
+    groups: np.ndarray  # int64 [max_position], 0-based group of positions sharing one theta
+    min_clicks: int  # the fewest clicks a group of positions rests on (unless all are fewer)
+
+    def sparse_positions(self) -> list[int]:
+        """1-based positions with fewer than `min_clicks` clicks of their own: their theta is
+        shared with neighbouring positions."""
+        return [int(k) + 1 for k in np.flatnonzero(self.clicks < self.min_clicks)]
+
+    def pooled_ranges(self) -> list[tuple[int, int]]:
+        """(first, last) 1-based positions of every group of more than one position."""
+        starts = np.flatnonzero(np.diff(self.groups, prepend=-1))
+        ends = np.append(starts[1:], self.groups.size) - 1
+        return [(int(a) + 1, int(b) + 1) for a, b in zip(starts, ends, strict=True) if b > a]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "method": self.method,
             "theta": [round(float(t), 6) for t in self.theta],
             "impressions": self.impressions.tolist(),
+            "clicks": self.clicks.tolist(),
             "ctr": [None if np.isnan(c) else round(float(c), 6) for c in self.ctr],
+            "min_clicks": self.min_clicks,
+            "pooled_positions": [list(r) for r in self.pooled_ranges()],
             "iterations": self.iterations,
             "log_likelihood": self.log_likelihood,
         }
@@ -84,20 +119,27 @@ def estimate_propensities(
     tol: float = 1e-7,
     bins: int = 8,
     l2: float = 1.0,
+    min_clicks: int = MIN_CLICKS,
+    monotone: bool = True,
 ) -> PropensityEstimate:
     """EM under PBM. positions int [n] (1-based), clicks 0/1 [n]; `features` float32
     [n, n_features] for relevance="regression", `keys` [n] (one per query-document pair) for
-    "pairs". Rows shown past `max_position` (default: the largest position) are left out."""
+    "pairs". Rows shown past `max_position` (default: the largest position) are left out.
+    Consecutive positions share one theta until they hold `min_clicks` clicks; `monotone`
+    keeps theta non-increasing in position (module docstring)."""
     positions = np.asarray(positions, dtype=np.int64)
     clicks = np.asarray(clicks, dtype=np.float64)
     if positions.shape != clicks.shape or positions.ndim != 1:
         raise ValueError("positions and clicks must be 1-D arrays of the same length")
     if positions.size == 0 or positions.min() < 1:
         raise ValueError("positions must be non-empty and 1-based")
+    if min_clicks < 1:
+        raise ValueError(f"min_clicks must be at least 1, got {min_clicks}")
     k_max = int(positions.max()) if max_position is None else int(max_position)
     ctr, shown = ctr_by_position(positions, clicks, k_max)
     keep = positions <= k_max
     pos, c = positions[keep] - 1, clicks[keep]
+    clicked = np.rint(np.bincount(pos, weights=c, minlength=k_max)).astype(np.int64)
     model: AdditiveLogit | PairMeans
     if relevance == "regression":
         if features is None:
@@ -109,12 +151,57 @@ def estimate_propensities(
         model = PairMeans(np.asarray(keys)[keep])
     else:
         raise ValueError(f"unknown relevance model {relevance!r}")
-    first_ctr = ctr[0] if shown[0] else np.nanmax(ctr)
-    theta = np.clip(np.nan_to_num(ctr / max(first_ctr, _EPS), nan=0.5), 0.01, 1.0)
-    em = _EM(pos, c, shown, model)
-    theta, ll, steps = em.run(theta, iterations, tol)
-    theta = _fill_unseen(theta / theta[0] if shown[0] else theta, shown)
-    return PropensityEstimate(theta, shown, ctr, f"pbm-em/{relevance}", steps, ll)
+    groups = pool_positions(clicked, min_clicks)
+    n_groups = int(groups[-1]) + 1
+    group_shown = np.bincount(groups, weights=shown, minlength=n_groups)
+    group_clicks = np.bincount(groups, weights=clicked, minlength=n_groups)
+    # Every group has rows (it has clicks, or it is the only group), so the rate is defined.
+    group_ctr = group_clicks / group_shown
+    start = np.clip(group_ctr / max(group_ctr[0], _EPS), 0.01, 1.0)
+    em = _EM(groups[pos], c, group_shown, model, monotone)
+    theta, ll, steps = em.run(start, iterations, tol)
+    per_position = theta[groups] / theta[0]
+    return PropensityEstimate(
+        per_position, shown, ctr, f"pbm-em/{relevance}", steps, ll, clicked, groups, min_clicks
+    )
+
+
+def pool_positions(clicks: np.ndarray, min_clicks: int) -> np.ndarray:
+    """Group index int64 [K] for per-position click counts [K]: consecutive positions join one
+    group until it holds `min_clicks` clicks; a remainder with fewer joins the group before it
+    (all positions form one group when there are fewer clicks than that in total)."""
+    groups = np.empty(clicks.size, dtype=np.int64)
+    current, held = 0, 0
+    for k, count in enumerate(clicks.tolist()):
+        groups[k] = current
+        held += count
+        if held >= min_clicks and k < clicks.size - 1:
+            current, held = current + 1, 0
+    if held < min_clicks and current > 0:
+        groups[groups == current] = current - 1
+    return groups
+
+
+def non_increasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The weighted least-squares non-increasing fit to values [K] with weights [K] >= 0 (pool
+    adjacent violators): float64 [K]."""
+    means: list[float] = []
+    mass: list[float] = []
+    sizes: list[int] = []
+    for v, w in zip(values.tolist(), weights.tolist(), strict=True):
+        means.append(v)
+        mass.append(w)
+        sizes.append(1)
+        while len(means) > 1 and means[-2] < means[-1]:
+            v2, w2, n2 = means.pop(), mass.pop(), sizes.pop()
+            total = mass[-1] + w2
+            if total > 0:
+                means[-1] = (means[-1] * mass[-1] + v2 * w2) / total
+            else:
+                means[-1] = max(means[-1], v2)
+            mass[-1] = total
+            sizes[-1] += n2
+    return np.repeat(np.asarray(means, dtype=np.float64), sizes)
 
 
 class _EM:
@@ -128,9 +215,13 @@ class _EM:
         clicks: np.ndarray,
         shown: np.ndarray,
         model: AdditiveLogit | PairMeans,
+        monotone: bool = True,
     ) -> None:
+        """pos int64 [n]: the 0-based group of positions each row was shown in; shown [K]: rows
+        per group; theta is one value per group."""
         self.pos, self.c, self.shown, self.model = pos, clicks, shown, model
         self.k = shown.size
+        self.monotone = monotone
 
     def loglik(self, theta: np.ndarray) -> float:
         p_click = theta[self.pos] * np.clip(self.model.predict(), _EPS, 1.0 - _EPS)
@@ -147,6 +238,8 @@ class _EM:
         relevant = self.c + miss * (1.0 - t) * gamma
         sums = np.bincount(self.pos, weights=examined, minlength=self.k)
         new = np.where(self.shown > 0, sums / np.maximum(self.shown, 1), theta)
+        if self.monotone:
+            new = non_increasing(new, self.shown.astype(np.float64))
         self.model.step(relevant)
         return np.clip(new, _EPS, 1.0)
 
@@ -194,15 +287,6 @@ def estimate_from_dataset(data: RankingDataset, **options: Any) -> PropensityEst
         raise ValueError(f"{data.source}: no served positions to estimate position bias from")
     clicks = (data.labels > 0).astype(np.int8)
     return estimate_propensities(data.positions, clicks, features=data.features, **options)
-
-
-def _fill_unseen(theta: np.ndarray, shown: np.ndarray) -> np.ndarray:
-    """Positions never shown take the value of the nearest shown position above them."""
-    out = theta.copy()
-    for k in range(1, out.size):
-        if shown[k] == 0:
-            out[k] = out[k - 1]
-    return out
 
 
 def write_propensities(path: Path, estimate: PropensityEstimate, **extra: Any) -> None:

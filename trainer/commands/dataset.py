@@ -23,9 +23,13 @@ LABELS = "Labels"
 def parse_time(text: str) -> float:
     """Unix seconds, or an ISO 8601 time (UTC unless it names a zone)."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):  # float() takes "nan" and "inf": no time to cut at
+            fail(f"--valid-after {text!r}: expected Unix seconds or an ISO 8601 time")
+        return seconds
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -129,6 +133,11 @@ def dataset_command(
     with clear_errors(DataFormatError, ValueError, OSError):
         names, model_name, sourced = manifest_names(manifest) if manifest else (None, None, False)
         logs = read_logs(from_logs)
+        for where in logs.truncated:
+            echo_err(
+                f"warning: {where}: skipped an unreadable last line with no final newline "
+                "(a write in progress, or a writer that was stopped)"
+            )
         wanted = None if all_models else (model or model_name)
         try:
             joined = join_logs(logs, names, rules, wanted)
@@ -141,6 +150,8 @@ def dataset_command(
         summary: dict[str, Any] = {
             "out": str(out),
             **joined.stats,
+            "lines_truncated": len(logs.truncated),
+            "truncated_at": logs.truncated,
             "skipped": joined.skipped,
             "train_lists": train.dataset.num_queries,
             "train_rows": train.dataset.num_docs,
@@ -182,7 +193,29 @@ def _propensities(train: Any, path: Path) -> dict[str, Any]:
     with contextlib.suppress(ValueError):  # too few clicks to fit: training falls back to theta
         extra["ctr_power_eta"] = round(fit_power_discount(estimate.ctr, estimate.impressions), 6)
     write_propensities(path, estimate, **extra)
+    pooled = estimate.pooled_ranges()
+    if pooled:  # a lone position (a list of one) has theta 1 by definition: nothing to say
+        groups = ", ".join(f"{a}-{b}" for a, b in pooled)
+        echo_err(
+            f"warning: fewer than {estimate.min_clicks} training clicks at positions "
+            f"{_ranges(estimate.sparse_positions())}: their examination is estimated jointly "
+            f"with neighbouring positions (groups {groups}); more logs give a finer curve"
+        )
     return {**estimate.to_json(), **extra, "file": str(path)}
+
+
+def _ranges(positions: list[int]) -> str:
+    """Sorted distinct positions as ranges: [3, 7, 8, 9, 12] → "3, 7-9, 12"."""
+    parts: list[str] = []
+    start = prev = positions[0]
+    for k in [*positions[1:], None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ", ".join(parts)
 
 
 def register(app: typer.Typer) -> None:

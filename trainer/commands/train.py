@@ -312,6 +312,7 @@ def train_command(
     ] = False,
 ) -> None:
     """Train a ranking model and write it as a version directory (manifest + model)."""
+    _check_click_flags(unbiased, debias, discount, max_weight)
     flags: dict[str, Any] = {
         "num_trees": num_trees,
         "num_leaves": num_leaves,
@@ -422,6 +423,25 @@ def train_command(
             path = attach_sources(result.model_dir, final_out, sourced[0].plan)
             result = replace(result, model_dir=path)
     _print_summary(result, as_json, sourced[0].coverage if sourced else [])
+
+
+def _check_click_flags(
+    unbiased: bool, debias: str, discount: str, max_weight: float | None
+) -> None:
+    """Without --unbiased no debiasing flag takes effect: refuse one given with a value other
+    than its default (as --propensities is refused), rather than train on raw clicks as if it
+    had been applied."""
+    if unbiased:
+        return
+    given = []
+    if debias != "click-model":
+        given.append(f"--debias {debias}")
+    if discount != "log2":
+        given.append(f"--discount {discount}")
+    if max_weight is not None:
+        given.append(f"--max-weight {max_weight:g}")
+    if given:
+        fail(f"{given[0]} is used with --unbiased")
 
 
 # Flags whose name is not the parameter's with dashes (build_params derives the flag it names in
@@ -670,9 +690,15 @@ def _train_dnn(
     metric = f"ndcg@{options.eval_at}"
     with TrainingProgress(options.epochs, metric=metric, unit="epoch") as progress:
         try:
-            return train_dnn_model(train, valid, options, out, progress, name=name)
+            result = train_dnn_model(train, valid, options, out, progress, name=name)
         except (ClusterConfigError, ProfileTableError) as exc:
             raise CommandError(str(exc)) from None
+    from trainer.dnn.nothing_learned import why_nothing_learned
+
+    reason = why_nothing_learned(train, options.loss)
+    if reason is not None:
+        echo_err(f"warning: the model learned nothing: {reason}")
+    return result
 
 
 def _print_summary(result: TrainingResult, as_json: bool, coverage: list[ItemCoverage]) -> None:

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from tests.trainer.clicks.conftest import feedback, impression, write_log
-from trainer.clicks.join import LabelRules, dataset_from_logs, join_logs, split_by_time
+from trainer.clicks.join import (
+    JoinedLogs,
+    LabelRules,
+    dataset_from_logs,
+    join_logs,
+    split_by_time,
+)
 from trainer.clicks.logs import read_logs
 
 
@@ -96,3 +102,51 @@ def test_dataset_from_logs(tmp_path: Path) -> None:
     train, valid = dataset_from_logs(logs(tmp_path), ["t", "j"], 0.3)
     assert train.query_ids.tolist() == ["r1", "r2"] and valid.query_ids.tolist() == ["r3"]
     assert train.positions is not None and train.feature_names == ["t", "j"]
+
+
+def test_a_repeated_request_id_keeps_its_earliest_impression_not_the_first_read(
+    tmp_path: Path,
+) -> None:
+    path = write_log(
+        tmp_path / "l.jsonl",
+        [
+            impression("r1", ["late"], 10_020.0),  # read first, served 10,000 s after the other
+            impression("r1", ["a", "b"], 20.0),
+            impression("r2", ["x"], 30.0),
+            impression("r2", ["y"], 30.0),  # same time: the first read stays
+            feedback("r1", ("a", "click"), ("b", "click")),
+        ],
+    )
+    joined = join_logs(read_logs(path))
+    assert joined.dataset.query_ids.tolist() == ["r1", "r2"]
+    assert joined.dataset.labels.tolist() == [1, 1, 0]  # r1's clicks kept, r2 = ["x"]
+    np.testing.assert_array_equal(joined.times, [20.0, 30.0])
+    assert joined.stats["feedback_orphans_not_served"] == 0
+    assert joined.stats["skipped_repeated"] == 2
+
+
+def _lists_at(times: list[float], tmp_path: Path) -> JoinedLogs:
+    records = [impression(f"r{i}", ["a", "b"], t) for i, t in enumerate(times)]
+    return join_logs(read_logs(write_log(tmp_path / "t.jsonl", records)))
+
+
+def test_fraction_split_cuts_between_distinct_times(tmp_path: Path) -> None:
+    joined = _lists_at([1000.0] * 30 + [2000.0] * 10, tmp_path)
+    train, valid = split_by_time(joined, valid_fraction=0.2)  # 8 wanted; only 10 is possible
+    assert (train.dataset.num_queries, valid.dataset.num_queries) == (30, 10)
+    joined = _lists_at([1.0] * 4 + [2.0] * 4 + [3.0] * 2, tmp_path)
+    train, valid = split_by_time(joined, valid_fraction=0.4)  # 4 wanted: 6 and 2 tie, more train
+    assert valid.dataset.num_queries == 2
+    with pytest.raises(ValueError, match=r"all 3 logged lists were served at the same time 5\.0"):
+        split_by_time(_lists_at([5.0] * 3, tmp_path), valid_fraction=0.2)
+
+
+def test_fraction_that_leaves_nothing_to_train_says_so(tmp_path: Path) -> None:
+    joined = _lists_at([float(i) for i in range(40)], tmp_path)
+    with pytest.raises(ValueError, match=r"0\.99 of the 40 logged lists leaves none to train on "):
+        split_by_time(joined, valid_fraction=0.99)
+    train, valid = split_by_time(joined, valid_fraction=0.975)
+    assert (train.dataset.num_queries, valid.dataset.num_queries) == (1, 39)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite"):
+            split_by_time(joined, valid_after=bad)

@@ -99,3 +99,28 @@ def test_complete_last_line_without_newline_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     path.write_bytes(to_json(impression("r1", ["a"], 1.0)))
     assert len(read_logs(path).impressions) == 1
+
+
+def test_partial_last_line_is_recorded_for_a_warning(tmp_path: Path) -> None:
+    path = write_log(tmp_path / "a.jsonl", [impression("r1", ["a"], 1.0)])
+    with path.open("ab") as f:
+        f.write(b'{"kind":"feedback","request_id":"r1","ts":1.0,"ev')  # a writer was killed
+    logs = read_logs(path)
+    assert len(logs.impressions) == 1 and logs.truncated == [f"{path}:2"]
+    write_log(tmp_path / "d" / "b.jsonl", [impression("r2", ["a"], 2.0)])
+    (tmp_path / "d" / "a.jsonl").write_bytes(path.read_bytes())
+    logs = read_logs(tmp_path / "d")  # the cut file is not the last one read
+    assert len(logs.impressions) == 2 and logs.truncated == [f"{tmp_path / 'd' / 'a.jsonl'}:2"]
+    assert read_logs(write_log(tmp_path / "c.jsonl", [impression("r", ["a"], 1.0)])).truncated == []
+
+
+@pytest.mark.parametrize("ts", [None, "2026-12-03T07:00:00Z", "12.5", True])
+@pytest.mark.parametrize("kind", ["impression", "feedback"])
+def test_ts_must_be_a_number(tmp_path: Path, ts: object, kind: str) -> None:
+    record = (
+        impression("r1", ["a"], 1.0) if kind == "impression" else feedback("r1", ("a", "click"))
+    )
+    record["ts"] = ts
+    path = write_log(tmp_path / "a.jsonl", [record, impression("r2", ["a"], 2.0)])
+    with pytest.raises(DataFormatError, match=r"a\.jsonl:1: bad log record: 'ts' must be a number"):
+        read_logs(path)

@@ -12,6 +12,8 @@ from trainer.clicks.propensity import (
     estimate_from_dataset,
     estimate_propensities,
     load_propensities,
+    non_increasing,
+    pool_positions,
     write_propensities,
 )
 from trainer.data.dataset import RankingDataset
@@ -98,3 +100,60 @@ def test_estimate_from_dataset() -> None:
     assert np.abs(est.theta - sim.theta).max() < 0.1
     with pytest.raises(ValueError, match="no served positions"):
         estimate_from_dataset(RankingDataset(sim.features, labels, sim.offsets, np.arange(2000)))
+
+
+def _sparse_tail_clicks(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positions, clicks, features) of 300 lists of 30 under PBM with theta_k = 1/k: positions
+    past about 15 get a click or none, as in a small log."""
+    sim = pbm_clicks(300, docs=30, eta=1.0, seed=seed)
+    return sim.positions, sim.clicks, sim.features
+
+
+def test_positions_without_clicks_get_no_absurd_weight() -> None:
+    positions, clicks, features = _sparse_tail_clicks()
+    per_position = np.bincount(positions - 1, weights=clicks)
+    assert (per_position == 0).any()  # the situation of the report: positions with no click
+    est = estimate_propensities(positions, clicks, features=features)
+    truth = 1.0 / np.arange(1, 31)
+    # Before pooling, theta was 1e-6 at every position without clicks (a weight of 10^6).
+    assert est.theta.min() > 0.2 * truth.min(), est.theta
+    assert (1.0 / est.theta).max() < 100.0
+    assert np.abs(np.log(est.theta / truth)).mean() < 0.2  # was 1.5 with the zeros
+    assert np.all(np.diff(est.theta) <= 0), est.theta  # examination falls with position
+    # Every group of positions sharing one theta rests on at least min_clicks clicks.
+    group_clicks = np.bincount(est.groups, weights=est.clicks)
+    assert group_clicks.min() >= est.min_clicks
+    assert est.sparse_positions() == [k + 1 for k in np.flatnonzero(per_position < 10)]
+    pooled = est.pooled_ranges()
+    assert pooled and pooled[-1][1] == 30  # the tail is pooled up to the last position
+
+
+def test_pooling_keeps_positions_with_enough_clicks_apart() -> None:
+    sim = pbm_clicks(4000, docs=10, eta=1.0, seed=1)
+    est = estimate_propensities(sim.positions, sim.clicks, features=sim.features)
+    assert est.pooled_ranges() == [] and est.sparse_positions() == []
+    assert np.unique(est.theta).size == 10
+
+
+def test_pool_positions_and_non_increasing() -> None:
+    np.testing.assert_array_equal(
+        pool_positions(np.array([12, 3, 8, 0, 11, 2]), 10), [0, 1, 1, 2, 2, 2]
+    )
+    np.testing.assert_array_equal(pool_positions(np.array([4, 3]), 10), [0, 0])
+    np.testing.assert_array_equal(pool_positions(np.array([10, 10]), 10), [0, 1])
+    fit = non_increasing(np.array([1.0, 0.2, 0.4, 0.1]), np.array([1.0, 1.0, 3.0, 1.0]))
+    np.testing.assert_allclose(fit, [1.0, 0.35, 0.35, 0.1])
+    with pytest.raises(ValueError, match="min_clicks"):
+        estimate_propensities(
+            np.array([1, 2]), np.array([0, 1]), features=np.zeros((2, 1)), min_clicks=0
+        )
+
+
+def test_file_records_clicks_and_pooled_positions(tmp_path: Path) -> None:
+    positions, clicks, features = _sparse_tail_clicks(2)
+    est = estimate_propensities(positions, clicks, features=features)
+    write_propensities(tmp_path / "p.json", est)
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert doc["clicks"] == est.clicks.tolist() and doc["min_clicks"] == 10
+    assert doc["pooled_positions"] == [list(r) for r in est.pooled_ranges()]
+    np.testing.assert_allclose(load_propensities(tmp_path / "p.json")[0], est.theta, atol=1e-6)

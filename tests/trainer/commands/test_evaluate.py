@@ -404,3 +404,14 @@ def test_scores_that_are_not_finite_are_warned_of(runner: CliRunner, tmp_path: P
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["scores_not_finite"] == 2
     assert "not finite for 2 of 4 documents" in result.stderr
+
+
+def test_user_profiles_for_a_model_without_user_features_are_said_to_be_unused(
+    runner: CliRunner, version_dir: Path, tmp_path: Path
+) -> None:
+    profiles = tmp_path / "users.csv"
+    profiles.write_text("user_id,country\nu1,US\n")
+    args = ["evaluate", "--model", str(version_dir), "--data", str(TEST)]
+    result = runner.invoke(app, [*args, "--user-profiles", str(profiles), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert f"--user-profiles {profiles} is not used" in result.stderr

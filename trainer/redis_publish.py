@@ -17,20 +17,21 @@ from app.artifacts.manifest import Manifest
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
-def check_redis_url(url: str) -> str:
-    """`url` when redis-py can use it as it stands; ValueError naming what is wrong (an
-    unknown scheme, or a database path that is not a number, which redis-py reads as db 0)."""
+def check_redis_url(url: str, option: str = "--redis-url") -> str:
+    """`url` when redis-py can use it as it stands; ValueError naming `option` and what is
+    wrong (an unknown scheme, or a database path that is not a number, which redis-py reads as
+    db 0), never the URL itself, which may hold a password."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     if parts.scheme not in REDIS_SCHEMES:
         raise ValueError(
-            f"--redis-url {url!r}: expected redis://, rediss:// or unix:// (e.g. "
-            "redis://localhost:6379/0)"
+            f"{option}: expected redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0), "
+            f"got {(parts.scheme + '://') if parts.scheme else 'no scheme'}"
         )
     database = parts.path.strip("/") if parts.scheme != "unix" else ""
     if database and not database.isdigit():
-        raise ValueError(f"--redis-url {url!r}: the database {database!r} is not a number")
+        raise ValueError(f"{option}: the database {database!r} is not a number")
     return url
 
 

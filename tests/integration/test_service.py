@@ -212,20 +212,27 @@ def test_a_gzip_body_is_415_and_the_next_request_is_scored(tmp_path: Path) -> No
         server.stop()
 
 
+def _exchange(port: int, request: bytes) -> bytes:
+    """Everything the server sends back for raw `request` bytes, until it closes."""
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request)
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
 def _compressed_chunks_are_refused(port: int, body: bytes) -> None:
     """`Transfer-Encoding: gzip, chunked`: the parser took the chunks off and the compressed
     bytes inside were a 422 "invalid JSON"; a 501 naming the coding (RFC 9112 6.1)."""
     import gzip
 
     packed = gzip.compress(body)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.sendall(
-            b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: gzip, chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed)
-        )
-        answer = b""
-        while chunk := conn.recv(65536):
-            answer += chunk
+    answer = _exchange(
+        port,
+        b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: gzip, chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed),
+    )
     assert answer.startswith(b"HTTP/1.1 501"), answer[:300]
     assert b"Transfer-Encoding 'gzip, chunked' is not supported" in answer, answer[-300:]
 
@@ -233,16 +240,13 @@ def _compressed_chunks_are_refused(port: int, body: bytes) -> None:
 def _h2c_offer_is_refused(port: int, body: bytes) -> None:
     """`curl --http2` offers h2c: the HTTP parser then takes the body for the new protocol.
     A 400 that says so, not a 422 calling the valid body an empty document."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.sendall(
-            b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
-            b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        answer = b""
-        while chunk := conn.recv(65536):
-            answer += chunk
+    answer = _exchange(
+        port,
+        b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+        b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body),
+    )
     assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
     assert b"Upgrade 'h2c' is not supported with a request body" in answer, answer[-300:]
 

@@ -173,6 +173,12 @@ def read_redis(url: str) -> ClickLogs:
     parts = urlsplit(url)
     prefix = parse_qs(parts.query).get("prefix", ["ltr:"])[0]
     plain = parts._replace(query="").geturl()
+    from trainer.redis_publish import check_redis_url
+
+    try:
+        check_redis_url(plain, "log source")
+    except ValueError as exc:
+        raise DataFormatError(str(exc)) from None
     logs = ClickLogs([], [])
     client = redis.Redis.from_url(plain)
     try:

@@ -295,8 +295,11 @@ def _client(redis_url: str | None) -> redis.Redis:
     url = redis_url or os.environ.get("LTR_REDIS_URL")
     if not url:
         raise CommandError("no Redis: give --redis-url or set LTR_REDIS_URL")
+    from trainer.redis_publish import check_redis_url
+
     client: redis.Redis | None = None
     try:
+        check_redis_url(url)
         client = redis.Redis.from_url(url, socket_timeout=30)
         client.ping()
     except (redis.RedisError, ValueError) as exc:

@@ -124,3 +124,9 @@ def test_ts_must_be_a_number(tmp_path: Path, ts: object, kind: str) -> None:
     path = write_log(tmp_path / "a.jsonl", [record, impression("r2", ["a"], 2.0)])
     with pytest.raises(DataFormatError, match=r"a\.jsonl:1: bad log record: 'ts' must be a number"):
         read_logs(path)
+
+
+def test_a_redis_source_with_a_database_that_is_not_a_number_is_refused() -> None:
+    """redis-py read `redis://host/abc` as database 0: the logs of another database."""
+    with pytest.raises(DataFormatError, match="the database 'abc' is not a number"):
+        read_logs("redis://127.0.0.1:1/abc")

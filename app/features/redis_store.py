@@ -3,9 +3,10 @@
 Redis is a soft dependency: a lookup never waits past its deadline (connecting included),
 never raises, and says why it failed so the caller can fall back and report `degraded`.
 Keys (Redis contract): `{prefix}user:{user_id}` → cluster id; `{prefix}emb:{model}:{version}`
-hash of cluster id → float32 bytes. A string value is read with a size bound (GETRANGE), so a
-huge value someone wrote is a bad value, answered in one short reply, not a transfer that
-misses the deadline and counts against the breaker shared by every user and model.
+hash of cluster id → float32 bytes. Values are read with a size bound (GETRANGE for a string,
+HSTRLEN before HGET in one script for a hash field), so a huge value someone wrote is a bad
+value, answered in one short reply, not a transfer that misses the deadline, counts against
+the breaker shared by every user and model, and lands whole in the worker's memory.
 """
 
 from __future__ import annotations
@@ -185,11 +186,13 @@ class RedisStore:
         )
 
     async def get_embedding(
-        self, model: str, version: str, cluster: str, deadline: Deadline
+        self, model: str, version: str, cluster: str, deadline: Deadline, limit: int
     ) -> Fetch:
+        """The cluster's embedding bytes; a field longer than `limit` bytes is
+        REDIS_BAD_VALUE, found without reading it."""
         key = f"{self.prefix}emb:{model}:{version}"
         return await self._cached(
-            ("emb", model, version, cluster), deadline, lambda c: c.hget(key, cluster), key
+            ("emb", model, version, cluster), deadline, _bounded_hget(key, cluster, limit), key
         )
 
     async def _cached(
@@ -309,6 +312,26 @@ def _bounded_get(key: str, limit: int) -> Callable[[aioredis.Redis], Awaitable[A
         if not head:
             return None
         return Oversized(limit) if len(head) > limit else head
+
+    return call
+
+
+# HSTRLEN then HGET, atomically and in one round trip; an integer reply is the length of a
+# field past the limit (an absent field has length 0 and HGET's nil reply).
+_BOUNDED_HGET = """
+local size = redis.call('HSTRLEN', KEYS[1], ARGV[1])
+if size > tonumber(ARGV[2]) then return size end
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
+
+
+def _bounded_hget(key: str, field: str, limit: int) -> Callable[[aioredis.Redis], Awaitable[Any]]:
+    """HGET of `field` in hash `key` unless it is longer than `limit` bytes (Oversized then,
+    and not transferred). A key of another type fails with WRONGTYPE, as HGET does."""
+
+    async def call(client: aioredis.Redis) -> Any:
+        reply = await client.eval(_BOUNDED_HGET, 1, key, field, str(limit))
+        return Oversized(limit) if isinstance(reply, int) else reply
 
     return call
 

@@ -154,7 +154,7 @@ class UserFeatureResolver:
 
         if redis_ok:
             fetch = await self.store.get_embedding(
-                manifest.name, manifest.version, cluster, deadline
+                manifest.name, manifest.version, cluster, deadline, 4 * uc.embedding_dim
             )
             if fetch.error is not None:
                 reasons.append(fetch.error)

@@ -80,8 +80,8 @@ def test_store_reads_counts_and_caches(redis_server: RedisServer) -> None:
             deadline = store.new_deadline()
             assert (await store.get_override("u1", deadline)).value == b"FR"
             assert (await store.get_override("u2", deadline)).value is None
-            assert (await store.get_embedding("m", "v1", "FR", deadline)).value == b"\x00" * 12
-            assert (await store.get_embedding("m", "v1", "US", deadline)).value is None
+            assert (await store.get_embedding("m", "v1", "FR", deadline, 12)).value == b"\x00" * 12
+            assert (await store.get_embedding("m", "v1", "US", deadline, 12)).value is None
             redis_server.kill()  # everything below is answered from the cache
             deadline = store.new_deadline()
             assert (await store.get_override("u1", deadline)).value == b"FR"

@@ -36,6 +36,14 @@ def _settings(url: str | None, **kw: Any) -> Settings:
     return Settings(redis_url=url, **(base | kw))
 
 
+def _bytes_sent(redis_server: RedisServer, run: Callable[[], T]) -> tuple[T, int]:
+    """What `run` returns and how many bytes Redis sent its clients meanwhile."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        before = client.info("stats")["total_net_output_bytes"]
+        result = run()
+        return result, client.info("stats")["total_net_output_bytes"] - before
+
+
 def _with_resolver(
     settings: Settings,
     manifest: Manifest,
@@ -320,6 +328,27 @@ def test_an_oversized_override_is_refused_before_it_is_parsed(
     assert (got.cluster, got.degraded, got.reasons) == ("US", True, ["redis_bad_value"])
 
 
+def test_a_huge_embedding_field_is_refused_without_being_read(
+    redis_server: RedisServer, manifest: Manifest
+) -> None:
+    settings = _settings(redis_server.url, redis_cache_ttl_seconds=0, breaker_failure_threshold=1)
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.hset(f"{PREFIX}emb:m:v1", "US", b"\x00" * 50_000_000)
+        client.hset(f"{PREFIX}emb:m:v1", "FR", b"\x00" * (4 * DIM + 1))  # one byte over
+
+    async def body(resolver: UserFeatureResolver) -> list[UserFeatures]:
+        got = [await resolver.resolve(manifest, US_USER) for _ in range(3)]
+        got.append(await resolver.resolve(manifest, {"profile": {"country": "FR", "price": 2}}))
+        assert resolver.store.breaker.state == "closed"
+        return got
+
+    got, sent = _bytes_sent(redis_server, lambda: _with_resolver(settings, manifest, body))
+    assert sent < 100_000, f"{sent} bytes sent: the 50 MB field was read"
+    for one in got:
+        assert (one.degraded, one.reasons) == (True, ["redis_bad_value"])
+    np.testing.assert_array_equal(got[0].vector, np.full(DIM, 1.0, np.float32))  # the artifact's
+
+
 @pytest.mark.parametrize("value", [3e38, 1e30, -1e30, 64.5, float("nan"), float("inf")])
 def test_an_embedding_beyond_what_training_produced_is_malformed(
     redis_server: RedisServer, manifest: Manifest, value: float
@@ -354,7 +383,6 @@ def test_a_huge_override_is_read_bounded_and_spares_the_breaker(
         client.set(f"{PREFIX}user:u2", "FR" + " " * 254)  # 256 bytes: the longest allowed
         client.set(f"{PREFIX}user:u3", "FR" + " " * 255)  # 257 bytes
         client.set(f"{PREFIX}user:u4", "")  # empty: no override, like an absent key
-        sent_before = client.info("stats")["total_net_output_bytes"]
 
     async def body(resolver: UserFeatureResolver) -> list[UserFeatures]:
         got = [await resolver.resolve(manifest, US_USER) for _ in range(5)]
@@ -363,9 +391,7 @@ def test_a_huge_override_is_read_bounded_and_spares_the_breaker(
         assert resolver.store.breaker.state == "closed"
         return got
 
-    got = _with_resolver(settings, manifest, body)
-    with redis.Redis.from_url(redis_server.url) as client:
-        sent = client.info("stats")["total_net_output_bytes"] - sent_before
+    got, sent = _bytes_sent(redis_server, lambda: _with_resolver(settings, manifest, body))
     assert sent < 100_000, f"{sent} bytes sent: the 50 MB value was read"
     for huge in got[:5]:
         assert (huge.cluster, huge.degraded, huge.reasons) == ("US", True, ["redis_bad_value"])

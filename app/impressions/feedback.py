@@ -46,6 +46,12 @@ LOGGING_OFF = (
 )
 
 
+SINK_FAILING = (
+    "the impression log cannot be written now, so feedback is not recorded; retry later "
+    "(the service log says why)"
+)
+
+
 class FeedbackError(LtrError):
     """A feedback call that cannot be accepted; `status` is the HTTP answer."""
 
@@ -152,9 +158,14 @@ class ImpressionLog:
     ) -> tuple[int, int]:
         """Queue the new events of one feedback call; (accepted, duplicates). Raises
         UnknownRequest (404), FeedbackError (422: an id the request did not serve) or
-        FeedbackUnavailable (503: logging off, or Redis unreachable for an id not known here)."""
+        FeedbackUnavailable (503: logging off or failing to write, or Redis unreachable for an
+        id not known here)."""
         if self.sink is None:
             raise FeedbackUnavailable(LOGGING_OFF)
+        if not await self.sink.usable():
+            # The reason (a path, a Redis error) goes to the service log, not to clients.
+            log.warning("feedback refused: the impression log fails (%s)", self.sink.failing)
+            raise FeedbackUnavailable(SINK_FAILING)
         served = await self._served(request_id)
         unknown = [e["id"] for e in events if e["id"] not in served.ids]
         if unknown:

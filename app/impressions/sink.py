@@ -113,6 +113,9 @@ def to_json(record: dict[str, Any]) -> bytes:
 class Writer(Protocol):
     async def write(self, records: list[dict[str, Any]]) -> None: ...
 
+    async def check(self) -> None:
+        """Raise unless a write could succeed now (nothing is written)."""
+
     async def close(self) -> None: ...
 
 
@@ -136,6 +139,9 @@ class JsonlWriter:
     async def write(self, records: list[dict[str, Any]]) -> None:
         data = b"".join(to_json(r) + b"\n" for r in records)
         await anyio.to_thread.run_sync(self._append, data)
+
+    async def check(self) -> None:
+        await anyio.to_thread.run_sync(self._append, b"")  # a directory or no permission raises
 
     async def close(self) -> None:
         return None
@@ -163,18 +169,38 @@ class RedisStreamWriter:
                 pipe.set(f"{self.prefix}imp:{record['request_id']}", ids, ex=self.ttl, nx=True)
         await pipe.execute()
 
+    async def check(self) -> None:
+        await self.client.ping()
+
     async def close(self) -> None:
         await self.client.aclose()
 
 
 class ImpressionSink:
     """A bounded queue drained by one background task. `submit` never blocks and never raises:
-    when the queue is full the record is dropped and `ltr_impressions_dropped_total` rises."""
+    when the queue is full the record is dropped and `ltr_impressions_dropped_total` rises.
+    `failing` holds why the last write failed (None once one succeeds), so a feedback call is
+    not acknowledged while its record would only be dropped."""
 
     def __init__(self, writer: Writer, queue_size: int) -> None:
         self.writer = writer
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(queue_size)
         self._task: asyncio.Task[None] | None = None
+        self.failing: str | None = None
+
+    async def usable(self) -> bool:
+        """Whether a record submitted now can be written: true while writes succeed; after a
+        failure, asks the writer again (so a mended sink is used without waiting for traffic)."""
+        if self.failing is None:
+            return True
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                await self.writer.check()
+        except Exception as exc:
+            self.failing = _why(exc)
+            return False
+        self.failing = None
+        return True
 
     def submit(self, record: dict[str, Any]) -> bool:
         try:
@@ -187,6 +213,9 @@ class ImpressionSink:
     async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._drain(), name="impression-sink")
+        self.failing = "not checked yet"
+        if not await self.usable():
+            log.error("the impression log cannot be written (%s): records dropped", self.failing)
 
     async def _drain(self) -> None:
         while True:
@@ -204,10 +233,12 @@ class ImpressionSink:
             async with asyncio.timeout(WRITE_TIMEOUT_S):
                 await self.writer.write(batch)
         except Exception as exc:  # whatever the sink does, serving goes on
-            log.warning("dropped %d log records: %s", len(batch), exc)
+            self.failing = _why(exc)
+            log.warning("dropped %d log records: %s", len(batch), self.failing)
             for record in batch:
                 DROPPED.labels(record.get("kind", "unknown"), "sink_error").inc()
             return
+        self.failing = None
         for record in batch:
             WRITTEN.labels(record["kind"]).inc()
 
@@ -240,6 +271,10 @@ class ImpressionSink:
         while not self.queue.empty():
             DROPPED.labels(self.queue.get_nowait().get("kind", "unknown"), "shutdown").inc()
         await self.writer.close()
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__  # a timeout's message is empty
 
 
 def make_writer(settings: Settings) -> Writer | None:

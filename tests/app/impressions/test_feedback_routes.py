@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,33 @@ def test_without_logging_is_503(tmp_path: Path) -> None:
             response = post(c, {"request_id": "r1", "events": [{"id": "a", "type": "click"}]})
             assert response.status_code == 503
             assert "LTR_REDIS_URL or LTR_IMPRESSIONS_JSONL" in response.json()["detail"]
+
+
+def test_feedback_is_not_acknowledged_while_the_log_cannot_be_written(tmp_path: Path) -> None:
+    config = jsonl_settings(tmp_path)
+    assert config.impressions_jsonl is not None
+    config.impressions_jsonl.mkdir(parents=True)  # misconfigured: a directory
+    log = ImpressionLog(config)
+    log.log_rerank(answer("r1", ["a"], [0]), None, None, None, ["a"], features(1))
+    click = {"request_id": "r1", "events": [{"id": "a", "type": "click"}]}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await log.start()  # as the service's lifespan does
+        yield
+        await log.close()
+
+    app = make_app(log)
+    app.router.lifespan_context = lifespan
+    with TestClient(app) as c:
+        refused = post(c, click)
+        config.impressions_jsonl.rmdir()  # mended: the next call is accepted and written
+        accepted = post(c, click)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "cannot be written" in refused.json()["detail"]
+    assert str(tmp_path) not in refused.text  # the path is for the service log only
+    assert (accepted.status_code, accepted.json()["accepted"]) == (202, 1)
+    assert b'"kind":"feedback"' in config.impressions_jsonl.read_bytes()
 
 
 json_values = st.recursive(

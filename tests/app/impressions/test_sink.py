@@ -63,6 +63,9 @@ class Broken:
     async def write(self, records: list[dict[str, Any]]) -> None:
         raise ConnectionError("sink down")
 
+    async def check(self) -> None:
+        raise ConnectionError("sink down")
+
     async def close(self) -> None:
         return None
 
@@ -70,6 +73,9 @@ class Broken:
 class Stuck:
     async def write(self, records: list[dict[str, Any]]) -> None:
         await asyncio.sleep(3600)
+
+    async def check(self) -> None:
+        return None
 
     async def close(self) -> None:
         return None
@@ -98,6 +104,28 @@ def test_failing_sink_drops_and_counts() -> None:
     before = dropped("feedback", "sink_error")
     asyncio.run(go())
     assert dropped("feedback", "sink_error") == before + 2
+
+
+def test_a_sink_that_cannot_write_says_so_from_the_start_until_it_can(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "impressions.jsonl"
+    target.mkdir()  # a directory where the file should be: every write fails
+
+    async def go() -> list[bool | str | None]:
+        sink = ImpressionSink(JsonlWriter(target), queue_size=10)
+        await sink.start()
+        seen: list[bool | str | None] = [sink.failing is not None, await sink.usable()]
+        target.rmdir()
+        seen.append(await sink.usable())
+        sink.submit(feedback_record("r", []))
+        await sink.close()
+        seen.append(sink.failing)
+        return seen
+
+    assert asyncio.run(go()) == [True, False, True, None]
+    assert "the impression log cannot be written" in caplog.text
+    assert len(target.read_bytes().splitlines()) == 1
 
 
 def test_make_writer_prefers_redis(tmp_path: Path) -> None:

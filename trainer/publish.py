@@ -96,14 +96,52 @@ def feature_change_warning(old: Manifest, new: Manifest) -> str | None:
     )
 
 
-def _change_warning(registry: Path, name: str, old: str | None, new: Artifact) -> str | None:
-    if old is None or old == new.manifest.version:
+def user_cluster_warning(old: Artifact, new: Artifact) -> str | None:
+    """One line when users of `old`'s clusters lose them in `new`: the scheme changed, the
+    user features are gone, or cluster ids are gone (their users fall back to coarser ids)."""
+    before, after = old.manifest.user_clusters, new.manifest.user_clusters
+    if before is None:
         return None
+    head = f"warning: {new.manifest.name} {new.manifest.version}"
+    if after is None:
+        return (
+            f"{head} has no user features ({old.manifest.version} had): requests' users are ignored"
+        )
+    if before.scheme != after.scheme:
+        return (
+            f"{head} buckets user profiles by another scheme than {old.manifest.version}: "
+            "users map to other cluster ids (overrides in Redis may name ids it lacks)"
+        )
+    gone = [c for c in _cluster_ids(old) if c not in set(_cluster_ids(new))]
+    if not gone:
+        return None
+    shown = ", ".join(gone[:5]) + (", ..." if len(gone) > 5 else "")
+    return (
+        f"{head} lacks {len(gone)} cluster id(s) {old.manifest.version} had ({shown}): their "
+        "users fall back to coarser ids or the unknown row"
+    )
+
+
+def _cluster_ids(artifact: Artifact) -> list[str]:
+    """The cluster rows of the version's table (not its per-field or combination rows)."""
+    uc = artifact.manifest.user_clusters
+    assert uc is not None
+    ids = orjson.loads((artifact.path / uc.clusters_file).read_bytes())
+    return [i for i in ids if isinstance(i, str) and not i.startswith(("field:", "combo:"))]
+
+
+def _change_warnings(registry: Path, name: str, old: str | None, new: Artifact) -> list[str]:
+    if old is None or old == new.manifest.version:
+        return []
     try:
         previous = load_version(Path(registry) / name / old)
     except ArtifactError:
-        return None  # nothing to compare with; the old version was broken anyway
-    return feature_change_warning(previous.manifest, new.manifest)
+        return []  # nothing to compare with; the old version was broken anyway
+    found = (
+        feature_change_warning(previous.manifest, new.manifest),
+        user_cluster_warning(previous, new),
+    )
+    return [w for w in found if w is not None]
 
 
 def candidate_warning(
@@ -266,7 +304,7 @@ def _publish_locked(
     if as_candidate:
         warnings.append(candidate_warning(registry, m.name, previous, artifact))
     else:
-        warnings.append(_change_warning(registry, m.name, previous, artifact))
+        warnings += _change_warnings(registry, m.name, previous, artifact)
         warnings.append(experiment_pause_warning(registry, m.name, m.version))
         set_current(registry, m.name, m.version)
         announced = _try_announce(redis_url, redis_prefix, m.name, m.version)
@@ -318,6 +356,6 @@ def rollback(
     return current, target
 
 
-def rollback_warning(registry: Path, name: str, old: str, new: str) -> str | None:
-    """The feature-change warning for a rollback from `old` to `new` (see publish)."""
-    return _change_warning(registry, name, old, load_version(Path(registry) / name / new))
+def rollback_warnings(registry: Path, name: str, old: str, new: str) -> list[str]:
+    """The feature and user-cluster change warnings for a rollback from `old` to `new`."""
+    return _change_warnings(registry, name, old, load_version(Path(registry) / name / new))

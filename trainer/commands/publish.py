@@ -40,7 +40,7 @@ def publish_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
-    from trainer.publish import experiment_pause_warning, publish, rollback_warning
+    from trainer.publish import experiment_pause_warning, publish, rollback_warnings
     from trainer.publish import rollback as do_rollback
     from trainer.redis_publish import check_redis_url
 
@@ -56,7 +56,7 @@ def publish_command(
             old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
             out: dict[str, object] = {"name": name, "from": old, "to": new}
             for warning in (
-                rollback_warning(registry, name, old, new),
+                *rollback_warnings(registry, name, old, new),
                 experiment_pause_warning(registry, name, new),
             ):
                 if warning is not None:

@@ -80,6 +80,18 @@ class PropensityEstimate:
         ends = np.append(starts[1:], self.groups.size) - 1
         return [(int(a) + 1, int(b) + 1) for a, b in zip(starts, ends, strict=True) if b > a]
 
+    def pooling_note(self) -> str | None:
+        """The operator's line on positions whose theta is shared, or None when none is."""
+        pooled = self.pooled_ranges()
+        if not pooled:  # a lone position (a list of one) has theta 1 by definition
+            return None
+        groups = ", ".join(f"{a}-{b}" for a, b in pooled)
+        return (
+            f"fewer than {self.min_clicks} training clicks at positions "
+            f"{_ranges(self.sparse_positions())}: their examination is estimated jointly "
+            f"with neighbouring positions (groups {groups}); more logs give a finer curve"
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "method": self.method,
@@ -92,6 +104,20 @@ class PropensityEstimate:
             "iterations": self.iterations,
             "log_likelihood": self.log_likelihood,
         }
+
+
+def _ranges(positions: list[int]) -> str:
+    """Sorted distinct positions as ranges: [3, 7, 8, 9, 12] → "3, 7-9, 12"."""
+    parts: list[str] = []
+    start = prev = positions[0]
+    for k in [*positions[1:], None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ", ".join(parts)
 
 
 def ctr_by_position(

@@ -193,29 +193,10 @@ def _propensities(train: Any, path: Path) -> dict[str, Any]:
     with contextlib.suppress(ValueError):  # too few clicks to fit: training falls back to theta
         extra["ctr_power_eta"] = round(fit_power_discount(estimate.ctr, estimate.impressions), 6)
     write_propensities(path, estimate, **extra)
-    pooled = estimate.pooled_ranges()
-    if pooled:  # a lone position (a list of one) has theta 1 by definition: nothing to say
-        groups = ", ".join(f"{a}-{b}" for a, b in pooled)
-        echo_err(
-            f"warning: fewer than {estimate.min_clicks} training clicks at positions "
-            f"{_ranges(estimate.sparse_positions())}: their examination is estimated jointly "
-            f"with neighbouring positions (groups {groups}); more logs give a finer curve"
-        )
+    note = estimate.pooling_note()
+    if note is not None:
+        echo_err(f"warning: {note}")
     return {**estimate.to_json(), **extra, "file": str(path)}
-
-
-def _ranges(positions: list[int]) -> str:
-    """Sorted distinct positions as ranges: [3, 7, 8, 9, 12] → "3, 7-9, 12"."""
-    parts: list[str] = []
-    start = prev = positions[0]
-    for k in [*positions[1:], None]:
-        if k is not None and k == prev + 1:
-            prev = k
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if k is not None:
-            start = prev = k
-    return ", ".join(parts)
 
 
 def register(app: typer.Typer) -> None:

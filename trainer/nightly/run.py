@@ -303,6 +303,10 @@ def _debiased(
     path.parent.mkdir(parents=True, exist_ok=True)
     write_propensities(path, estimate)
     summary["theta"] = [round(float(t), 4) for t in estimate.theta[:10]]
+    note = estimate.pooling_note()
+    if note is not None:
+        summary["pooled_positions"] = [list(r) for r in estimate.pooled_ranges()]
+        log.warning("%s", note)
     summary["valid_holdout_labels"] = "IPW (clicks / theta of the served position)"
     valid, holdout = ipw_relabel(valid, estimate.theta), ipw_relabel(holdout, estimate.theta)
     return NightlyData(train, valid, holdout, summary, path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -18,7 +19,7 @@ __all__ = ["ensemble", "make_client", "registry_dir"]
 
 
 def test_nightly_trains_on_served_impressions_and_clicks(
-    make_client: ClientFactory, tmp_path: Path
+    make_client: ClientFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     log_file = tmp_path / "impressions.jsonl"
     rng = np.random.default_rng(0)
@@ -58,6 +59,10 @@ def test_nightly_trains_on_served_impressions_and_clicks(
     assert manifest.training["objective"]["lambdas"] == "click_likelihood"
     assert manifest.training["valid_metric"] == "dcg@10"
     assert (tmp_path / "work" / "propensities.json").is_file()
+    # 60 training clicks over 8 positions: sparse positions share a theta, and the run says so.
+    report = orjson.loads((outcome.report_dir / "report.json").read_bytes())
+    assert report["data"]["pooled_positions"]
+    assert "their examination is estimated jointly" in caplog.text
 
 
 def test_debias_settings_are_checked() -> None:

@@ -66,8 +66,9 @@ class ClusterScheme(_Strict):
     """
 
     fields: list[BucketedField]
-    separator: str = "_"
-    unknown: str = "unknown"
+    # Cluster ids are split on it (coarser ids, per-field rows): it cannot be empty.
+    separator: str = Field("_", min_length=1)
+    unknown: str = Field("unknown", min_length=1)
 
 
 class UserClusters(_Strict):

@@ -54,7 +54,7 @@ def _prefixes(scheme: ClusterScheme, cid: str) -> Iterator[str]:
     end = len(cid)
     while True:
         yield cid[:end]
-        end = cid.rfind(sep, 0, end) if sep else -1
+        end = cid.rfind(sep, 0, end)
         if end < 0:
             return
 

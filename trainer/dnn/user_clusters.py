@@ -77,8 +77,6 @@ def _check_separator(scheme: ClusterScheme, path: Path) -> None:
     would fall back through a prefix that is no field's token, and its field keys would be
     off by one field (app.features.embedding_table.field_keys)."""
     sep = scheme.separator
-    if not sep:
-        return
     for i, spec in enumerate(scheme.fields):
         for value in spec.values:
             if sep in value:

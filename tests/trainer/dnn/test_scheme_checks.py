@@ -55,6 +55,14 @@ def test_a_value_or_prefix_holding_the_separator_is_refused(tmp_path, text, mess
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("key", ["separator", "unknown"])
+def test_an_empty_separator_or_unknown_id_is_refused(tmp_path, key) -> None:
+    path = tmp_path / "scheme.toml"
+    path.write_text(f"{key} = ''\n" + TWO_FIELDS)
+    with pytest.raises(ClusterConfigError, match=f"{key}: String should have at least 1"):
+        load_cluster_scheme(path)
+
+
 def test_the_separator_elsewhere_is_fine(tmp_path) -> None:
     path = tmp_path / "scheme.toml"
     path.write_text("separator = '|'\n" + TWO_FIELDS.replace('"GB"', '"G_B"'))

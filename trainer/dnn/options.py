@@ -17,6 +17,9 @@ from trainer.lambdamart.params import MAX_EVAL_AT
 # being 2 GiB. Activations add batch_queries x list length x width per layer on top.
 MAX_LAYER_WIDTH = 16384
 MAX_HIDDEN_WEIGHTS = 2**27
+# Depth: a million one-unit layers passed the width checks and built for minutes before the
+# first batch; ranking networks use 2-4 hidden layers, DCN 1-6 cross layers (Wang et al. 2017).
+MAX_LAYERS = 64
 
 
 class DNNOptions(BaseModel):
@@ -27,9 +30,9 @@ class DNNOptions(BaseModel):
     loss: Literal["lambdarank", "ranknet", "listnet", "pointwise"] = "lambdarank"
     arch: Literal["mlp", "dcn"] = "mlp"
     hidden: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [256, 128], min_length=1
+        default_factory=lambda: [256, 128], min_length=1, max_length=MAX_LAYERS
     )
-    cross_layers: int = Field(3, ge=1)  # DCN only
+    cross_layers: int = Field(3, ge=1, le=MAX_LAYERS)  # DCN only
     dropout: float = Field(0.1, ge=0, lt=1)
     epochs: int = Field(100, ge=1)
     batch_queries: int = Field(32, ge=1)  # query lists per batch; a list is never split

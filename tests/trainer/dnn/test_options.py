@@ -5,7 +5,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from trainer.cli import app
-from trainer.dnn.options import MAX_HIDDEN_WEIGHTS, MAX_LAYER_WIDTH, DNNOptions
+from trainer.dnn.options import MAX_HIDDEN_WEIGHTS, MAX_LAYER_WIDTH, MAX_LAYERS, DNNOptions
 
 DEMO = Path(__file__).parents[3] / "trainer" / "demo_data"
 
@@ -38,6 +38,14 @@ def test_the_cli_refuses_an_absurd_width_in_one_line_before_reading_data(tmp_pat
         "error: --hidden: a layer of 1000000000 units is wider than the 16384 allowed"
     ]
     assert not out.exists()
+
+
+def test_absurd_depths_are_refused() -> None:
+    with pytest.raises(ValidationError, match=f"at most {MAX_LAYERS} items"):
+        DNNOptions(hidden=[1] * (MAX_LAYERS + 1))
+    with pytest.raises(ValidationError, match=f"less than or equal to {MAX_LAYERS}"):
+        DNNOptions(cross_layers=10**6)
+    assert DNNOptions(hidden=[8] * MAX_LAYERS, cross_layers=MAX_LAYERS).cross_layers == MAX_LAYERS
 
 
 def test_eval_at_beyond_int32_is_refused() -> None:

@@ -212,12 +212,13 @@ class ImpressionSink:
 
     async def start(self) -> None:
         if self._task is None:
+            self.failing = "not checked yet"  # a feedback call before the check makes its own
             self._task = asyncio.create_task(self._drain(), name="impression-sink")
-        self.failing = "not checked yet"
-        if not await self.usable():
-            log.error("the impression log cannot be written (%s): records dropped", self.failing)
 
     async def _drain(self) -> None:
+        # Checked here, not in start: a Redis that does not answer must not delay start-up.
+        if not await self.usable():
+            log.error("the impression log cannot be written (%s): records dropped", self.failing)
         while True:
             batch = [await self.queue.get()]
             while len(batch) < BATCH_MAX and not self.queue.empty():

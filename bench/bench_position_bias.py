@@ -19,8 +19,7 @@
    (c7) the position-based click model's likelihood boosted directly, theta from EM
    (lambdamart.click_likelihood, `--debias click-model`, the default; c7b: theta re-estimated
    while boosting; c7c: lists without a click left out; c7d: the true theta);
-   (c8) the command-line path: the logs split as `ltr dataset` splits them (by query, a fifth
-   of the query ids validate, since the sessions log query ids), EM on the
+   (c8) the command-line path: the logs split by time (latest 20 % validate), EM on the
    rest, `ltr train --unbiased --debias D` with early stopping on the IPW DCG@10 of the
    validation clicks (clicks.ipw_eval), for D = click-model, ipw (c8b), position-bias (c8c);
    plus ablations (suffixes _trunc30, _norm, _trunc30_norm: LightGBM's pair truncation at
@@ -44,8 +43,7 @@ from typing import Any
 import numpy as np
 
 from trainer.clicks.ipw_eval import ipw_relabel
-from trainer.clicks.join import join_logs
-from trainer.clicks.log_splits import split_logs
+from trainer.clicks.join import join_logs, split_by_time
 from trainer.clicks.logs import read_logs
 from trainer.clicks.propensity import (
     estimate_from_dataset,
@@ -255,10 +253,10 @@ def main() -> None:
         return fit_native(data, params, test, objective)
 
     def cli_path(debias: str) -> tuple[np.ndarray, float]:
-        """What `ltr dataset --from-logs` (a fifth of the queries validate, EM on the rest)
+        """What `ltr dataset --from-logs` (latest 20 % of the lists validate, EM on the rest)
         then `ltr train --unbiased --debias D --valid valid.parquet --early-stopping 30` do:
         up to 3x the trees, stopped on the IPW DCG@10 of the validation clicks."""
-        train_part, valid_part, _ = split_logs(joined)  # the CLI's default split
+        train_part, valid_part = split_by_time(joined, valid_fraction=0.2)
         estimate = estimate_from_dataset(train_part.dataset)
         es_params = params.model_copy(
             update={"num_trees": 3 * args.trees, "early_stopping_rounds": 30}

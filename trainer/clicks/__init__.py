@@ -1,8 +1,7 @@
 """Learning from the service's own logs: read impressions and feedback, join them into
 training data, estimate position bias."""
 
-from trainer.clicks.join import LabelRules, join_logs
-from trainer.clicks.log_splits import dataset_from_logs, split_by_query, split_by_time, split_logs
+from trainer.clicks.join import LabelRules, dataset_from_logs, join_logs, split_by_time
 from trainer.clicks.logs import read_logs
 from trainer.clicks.propensity import estimate_propensities, load_propensities
 
@@ -13,7 +12,5 @@ __all__ = [
     "join_logs",
     "load_propensities",
     "read_logs",
-    "split_by_query",
     "split_by_time",
-    "split_logs",
 ]

@@ -1,4 +1,4 @@
-"""Impressions + feedback → query-grouped training data (splits: trainer.clicks.log_splits).
+"""Impressions + feedback → query-grouped training data, split by time.
 
 Each logged request is one query list (qid = request id) of the candidates it served, with
 their served positions, the features the model scored and a label from the feedback:
@@ -7,15 +7,22 @@ the largest of click → `click`, purchase → `purchase`, dwell of at least `dw
 by `ts` (the first in read order among equal times): the service checks feedback against the
 first impression it served, and replicas' logs need not be read in time order. The same
 (request, candidate, event type) counts once however often it was posted.
+
+The validation part is the latest impressions: every validation list was served strictly
+after every training list, so no training example comes from the validation period. Lists
+served at the same time are never split between the two, so a fraction is met as closely as
+the distinct times allow.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from trainer.clicks.logs import ClickLogs, Impression, LoggedFeedbackEvent
+from trainer.clicks.logs import ClickLogs, Impression, LoggedFeedbackEvent, read_logs
 from trainer.data.dataset import RankingDataset
 
 
@@ -41,14 +48,9 @@ class JoinedLogs:
     times: np.ndarray  # float64 [n_queries], impression time (Unix seconds), non-decreasing
     stats: dict[str, int] = field(default_factory=dict)
     skipped: str = ""  # what was left out and why (Selection.describe), "" when nothing
-    # object [n_queries]: the query id each request logged (`query_id`), None where it gave none
-    queries: np.ndarray | None = None
 
     def subset(self, query_index: np.ndarray) -> JoinedLogs:
-        queries = None if self.queries is None else self.queries[query_index]
-        return JoinedLogs(
-            self.dataset.subset_queries(query_index), self.times[query_index], queries=queries
-        )
+        return JoinedLogs(self.dataset.subset_queries(query_index), self.times[query_index])
 
 
 def _labels(
@@ -205,5 +207,65 @@ def join_logs(
     }
     times = np.array([imp.ts for imp in impressions], dtype=np.float64)
     width = None if feature_names is None else len(feature_names)
-    queries = np.array([imp.query_id for imp in impressions], dtype=object)
-    return JoinedLogs(dataset, times, stats, selection.describe(model, width), queries)
+    return JoinedLogs(dataset, times, stats, selection.describe(model, width))
+
+
+def split_by_time(
+    joined: JoinedLogs, valid_after: float | None = None, valid_fraction: float | None = None
+) -> tuple[JoinedLogs, JoinedLogs]:
+    """(train, valid): valid = lists served after `valid_after` (Unix seconds), or the latest
+    `valid_fraction` of them; lists served at the cut-off time all go to train."""
+    if (valid_after is None) == (valid_fraction is None):
+        raise ValueError("give exactly one of valid_after and valid_fraction")
+    if valid_fraction is not None:
+        valid_after = _fraction_cutoff(joined.times, valid_fraction)
+    assert valid_after is not None
+    if not math.isfinite(valid_after):
+        raise ValueError(f"the cut-off time must be a finite number of seconds, got {valid_after}")
+    is_valid = joined.times > valid_after
+    if not is_valid.any() or is_valid.all():
+        where = "after" if not is_valid.any() else "up to"
+        raise ValueError(f"no logged list was served {where} the cut-off time {valid_after}")
+    return joined.subset(np.flatnonzero(~is_valid)), joined.subset(np.flatnonzero(is_valid))
+
+
+def _fraction_cutoff(times: np.ndarray, valid_fraction: float) -> float:
+    """The cut-off time whose split of `times` [n] (non-decreasing) has validation lists
+    closest in number to `valid_fraction` of them (at least one), both parts non-empty. A cut
+    can only fall between two distinct times: lists served at the same second stay together."""
+    n = times.size
+    if not 0.0 < valid_fraction < 1.0:
+        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
+    if n < 2:
+        raise ValueError(f"{n} logged list is too few to split")
+    wanted = max(1, math.ceil(valid_fraction * n))
+    if wanted >= n:
+        raise ValueError(
+            f"a validation fraction of {valid_fraction:g} of the {n} logged lists leaves none "
+            f"to train on (at most {(n - 1) / n:.4g} leaves one)"
+        )
+    # Candidate training sizes: each index where the time steps up.
+    cuts = np.flatnonzero(times[1:] > times[:-1]) + 1
+    if cuts.size == 0:
+        raise ValueError(
+            f"all {n} logged lists were served at the same time {float(times[0])}: "
+            "there is no time to split them at"
+        )
+    # Closest to the wanted validation size; on a tie, the larger training part.
+    n_train = int(cuts[np.argmin(np.abs((n - cuts) - wanted) * 2 + (cuts < n - wanted))])
+    return float(times[n_train - 1])
+
+
+def dataset_from_logs(
+    source: Path,
+    manifest_feature_names: list[str] | None,
+    valid_fraction: float,
+    *,
+    rules: LabelRules | None = None,
+    model: str | None = None,
+) -> tuple[RankingDataset, RankingDataset]:
+    """(train, valid) from a log source (JSONL file or directory, or a redis:// URL): labels
+    from feedback, served positions, validation = the latest `valid_fraction` of the lists."""
+    joined = join_logs(read_logs(source), manifest_feature_names, rules, model)
+    train, valid = split_by_time(joined, valid_fraction=valid_fraction)
+    return train.dataset, valid.dataset

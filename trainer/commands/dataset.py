@@ -1,5 +1,5 @@
 """`ltr dataset --from-logs`: the service's impression + feedback logs → Parquet training data
-(train.parquet, valid.parquet: qid, label, position, user_id, features) split by query or time, and
+(train.parquet, valid.parquet: qid, label, position, user_id, features) split by time, and
 propensities.json (examination probability per position, EM under the position-based model)."""
 
 from __future__ import annotations
@@ -72,22 +72,8 @@ def dataset_command(
         str | None, Opt(help="Lists served after this time (Unix s or ISO 8601) validate.")
     ] = None,
     valid_fraction: Annotated[
-        float | None,
-        Opt(
-            help="The fraction of queries (--split query) or latest lists (time) that validate.",
-            show_default="0.2",
-        ),
+        float | None, Opt(help="The latest fraction of lists validate (default 0.2).")
     ] = None,
-    split: Annotated[
-        str,
-        Opt(
-            help=(
-                "query: the lists of a stable fifth of the logged query ids validate, so early "
-                "stopping sees queries training did not; time: the latest lists validate; "
-                "auto: query when requests logged 20 or more distinct query_ids, else time."
-            )
-        ),
-    ] = "auto",
     manifest: Annotated[
         Path | None,
         Opt(
@@ -125,21 +111,17 @@ def dataset_command(
     ] = True,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Join impression and feedback logs into query-grouped Parquet, split by query or time."""
-    from trainer.clicks.join import LabelRules, join_logs
-    from trainer.clicks.log_splits import SPLITS, split_logs
+    """Join impression and feedback logs into query-grouped Parquet with a time-based split."""
+    from trainer.clicks.join import LabelRules, join_logs, split_by_time
     from trainer.clicks.logs import read_logs
     from trainer.data.parquet import write_parquet
 
     if valid_after is not None and valid_fraction is not None:
         fail("give --valid-after or --valid-fraction, not both")
-    if split not in SPLITS:
-        fail(f"--split {split!r}: one of {', '.join(SPLITS)}")
-    if valid_after is not None and split == "query":
-        fail("--valid-after splits by time: give --split time or auto, or leave it out")
     if all_models and model is not None:
         fail("give --model or --all-models, not both")
     cutoff = None if valid_after is None else parse_time(valid_after)
+    fraction = 0.2 if cutoff is None and valid_fraction is None else valid_fraction
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
     for flag, grade in (("--click", click), ("--purchase", purchase), ("--dwell", dwell)):
@@ -159,7 +141,7 @@ def dataset_command(
         wanted = None if all_models else (model or model_name)
         try:
             joined = join_logs(logs, names, rules, wanted)
-            train, valid, used = split_logs(joined, split, cutoff, valid_fraction)
+            train, valid = split_by_time(joined, valid_after=cutoff, valid_fraction=fraction)
         except ValueError as exc:  # about what the logs hold: name them
             raise ValueError(f"{from_logs}: {exc}") from None
         out.mkdir(parents=True, exist_ok=True)
@@ -175,10 +157,9 @@ def dataset_command(
             "train_rows": train.dataset.num_docs,
             "valid_lists": valid.dataset.num_queries,
             "valid_rows": valid.dataset.num_docs,
-            "split": used,
+            "train_until": float(train.times[-1]),
+            "valid_from": float(valid.times[0]),
         }
-        if used == "time":
-            summary |= {"train_until": float(train.times[-1]), "valid_from": float(valid.times[0])}
         if propensities:
             summary["propensities"] = _propensities(train.dataset, out / "propensities.json")
     if sourced:
@@ -188,7 +169,7 @@ def dataset_command(
         return
     typer.echo(
         f"wrote {summary['train_lists']:,} train lists ({summary['train_rows']:,} rows) and "
-        f"{summary['valid_lists']:,} valid lists to {out} (split by {used})"
+        f"{summary['valid_lists']:,} valid lists to {out}"
     )
     if joined.skipped:
         typer.echo(f"left out {summary['impressions_skipped']:,} impressions: {joined.skipped}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import re
 from dataclasses import dataclass
@@ -12,7 +13,6 @@ import numpy as np
 
 from trainer.commands.errors import CommandError
 from trainer.data.dataset import RankingDataset
-from trainer.data.query_hash import query_hash_fraction
 
 DATE_IN_NAME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})")
 DATA_SUFFIXES = {".txt", ".letor", ".svm", ".parquet", ".pq", ".train", ".test"}
@@ -81,6 +81,15 @@ def find_partitions(root: Path, newest: int) -> list[Partition]:
                 ", ".join(entries[part.date]),
             )
     return chosen
+
+
+def query_hash_fraction(query_ids: np.ndarray) -> np.ndarray:
+    """A stable pseudo-random number in [0, 1) per query id (same id → same number, any run)."""
+    out = np.empty(len(query_ids), dtype=np.float64)
+    for i, qid in enumerate(query_ids):
+        digest = hashlib.blake2b(str(qid).encode(), digest_size=8).digest()
+        out[i] = int.from_bytes(digest, "little") / 2.0**64
+    return out
 
 
 def split_by_query_hash(

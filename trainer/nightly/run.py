@@ -127,7 +127,7 @@ def load_data(config: NightlyConfig) -> NightlyData:
     cfg = config.data
     summary: dict[str, Any]
     if cfg.source == "logs":
-        from trainer.clicks.log_splits import dataset_from_logs
+        from trainer.clicks.join import dataset_from_logs
 
         # Logged rows are in the deployed model's columns (its query and item-store features
         # included): the retrained version keeps its sources (trainer.nightly.served_sources).
@@ -135,14 +135,15 @@ def load_data(config: NightlyConfig) -> NightlyData:
         names = None if served is None else served.feature_names
         model = None if served is None else served.name
         try:
-            train, valid, holdout = dataset_from_logs(
-                cfg.dir, names, cfg.holdout_fraction, cfg.valid_fraction, model=model
+            train_all, holdout = dataset_from_logs(
+                cfg.dir, names, cfg.holdout_fraction, model=model
             )
         except ValueError as exc:
             # "the logs hold no impressions" (an empty file) named no file.
             if str(cfg.dir) in str(exc):
                 raise
             raise CommandError(f"{cfg.dir}: {exc}") from None
+        train, valid = split_by_query_hash(train_all, cfg.valid_fraction, salt="valid")
         plan = None if served is None else served_plan(config, served)
         summary = {"source": f"logs in {cfg.dir}", "debias": cfg.debias}
         if plan is not None:

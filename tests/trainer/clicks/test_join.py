@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 from tests.trainer.clicks.conftest import feedback, impression, write_log
-from trainer.clicks.join import JoinedLogs, LabelRules, join_logs
-from trainer.clicks.log_splits import dataset_from_logs, split_by_time
+from trainer.clicks.join import (
+    JoinedLogs,
+    LabelRules,
+    dataset_from_logs,
+    join_logs,
+    split_by_time,
+)
 from trainer.clicks.logs import read_logs
 
 
@@ -94,8 +99,8 @@ def test_feature_width_must_be_chosen(tmp_path: Path) -> None:
 
 
 def test_dataset_from_logs(tmp_path: Path) -> None:
-    train, valid, holdout = dataset_from_logs(logs(tmp_path), ["t", "j"], 0.3, 0.5)
-    assert [d.query_ids.tolist() for d in (train, valid, holdout)] == [["r1"], ["r2"], ["r3"]]
+    train, valid = dataset_from_logs(logs(tmp_path), ["t", "j"], 0.3)
+    assert train.query_ids.tolist() == ["r1", "r2"] and valid.query_ids.tolist() == ["r3"]
     assert train.positions is not None and train.feature_names == ["t", "j"]
 
 

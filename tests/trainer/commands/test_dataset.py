@@ -81,43 +81,6 @@ def test_a_model_with_query_features_is_told_how_to_keep_them(
     assert result.exit_code == 0 and "note:" not in result.stderr
 
 
-def test_lists_split_by_query_when_requests_log_query_ids(
-    runner: CliRunner, tmp_path: Path
-) -> None:
-    records = [
-        impression(f"r{i}", ["a", "b"], 1000.0 + i, query_id=f"q{i % 30}") for i in range(90)
-    ]
-    records += [feedback(f"r{i}", ("a", "click")) for i in range(0, 90, 3)]
-    source = write_log(tmp_path / "l.jsonl", records)
-    args = ["dataset", "--from-logs", str(source), "--no-propensities", "--json"]
-    result = runner.invoke(app, [*args, "--out", str(tmp_path / "d")])
-    assert result.exit_code == 0, result.output
-    summary = orjson.loads(result.stdout)
-    assert summary["split"] == "query" and "valid_from" not in summary
-    assert summary["valid_lists"] % 3 == 0 and 0 < summary["valid_lists"] < 90  # whole queries
-    timed = runner.invoke(app, [*args, "--out", str(tmp_path / "t"), "--split", "time"])
-    summary = orjson.loads(timed.stdout)
-    assert (summary["split"], summary["valid_lists"]) == ("time", 18)
-    assert summary["train_until"] < summary["valid_from"]
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--split", "random"], "--split 'random': one of auto, query, time"),
-        (["--split", "query", "--valid-after", "1020"], "--valid-after splits by time"),
-    ],
-)
-def test_bad_split_options(
-    runner: CliRunner, tmp_path: Path, extra: list[str], message: str
-) -> None:
-    _logs(tmp_path)
-    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(tmp_path / "d")]
-    result = runner.invoke(app, [*args, *extra])
-    assert result.exit_code == 2 and message in result.stderr
-    assert not (tmp_path / "d").exists()
-
-
 def test_valid_after_iso_time(runner: CliRunner, tmp_path: Path) -> None:
     _logs(tmp_path)
     cut = dt.datetime.fromtimestamp(1029.0, dt.UTC).isoformat()

@@ -72,6 +72,26 @@ def test_validation_clicks_are_scored_with_ipw_labels(
     assert not training["valid_source"].endswith("(IPW labels)")
 
 
+def test_early_stopping_on_raw_clicks_is_refused_and_on_few_clicks_warned(
+    runner: CliRunner, click_data: Path, tmp_path: Path
+) -> None:
+    """A held-out trial: `--debias position-bias` ("no file needed") with --early-stopping
+    scored the validation clicks as served and kept 1-3 trees on every dataset."""
+    stop = ("--unbiased", "--debias", "position-bias", "--early-stopping", "3")
+    result = _train(runner, click_data, tmp_path / "raw", *stop)
+    assert result.exit_code == 2
+    assert "--early-stopping on click data needs --propensities FILE" in one_error_line(
+        result.stderr
+    )
+    assert not (tmp_path / "raw").exists()
+    assert _train(runner, click_data, tmp_path / "fixed", *stop[:3]).exit_code == 0  # no stop
+    props = str(click_data / "propensities.json")
+    result = _train(runner, click_data, tmp_path / "few", *stop, "--propensities", props)
+    assert result.exit_code == 0, result.output
+    assert "warning: the validation data holds" in result.stderr
+    assert "clicks: early stopping on so few is noisy" in result.stderr
+
+
 def test_unbiased_needs_a_native_engine_and_a_file(
     runner: CliRunner, click_data: Path, tmp_path: Path
 ) -> None:

@@ -600,7 +600,9 @@ def _train_trees(
     from trainer.engines.tree_model import train_tree_model
     from trainer.progress import TrainingProgress
 
-    metric = f"ndcg@{params.eval_at}"
+    # Debiased training still reports the NDCG of the clicks as served (its lambdas' own
+    # figure): named so, it is not read as the quality of the debiased model.
+    metric = f"{'raw-click ' if objective is not None else ''}ndcg@{params.eval_at}"
     valid_name = f"IPW dcg@{params.eval_at}" if valid_metric == "dcg" else None
     with TrainingProgress(params.num_trees, metric=metric, valid_metric=valid_name) as progress:
         return train_tree_model(

@@ -90,6 +90,8 @@ def test_early_stopping_on_raw_clicks_is_refused_and_on_few_clicks_warned(
     assert result.exit_code == 0, result.output
     assert "warning: the validation data holds" in result.stderr
     assert "clicks: early stopping on so few is noisy" in result.stderr
+    # The training figure is the NDCG of the clicks as served, and says so.
+    assert "train raw-click ndcg@10" in result.stderr
 
 
 def test_unbiased_needs_a_native_engine_and_a_file(

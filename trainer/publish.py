@@ -112,7 +112,8 @@ def user_cluster_warning(old: Artifact, new: Artifact) -> str | None:
             f"{head} buckets user profiles by another scheme than {old.manifest.version}: "
             "users map to other cluster ids (overrides in Redis may name ids it lacks)"
         )
-    gone = [c for c in _cluster_ids(old) if c not in set(_cluster_ids(new))]
+    kept = set(_cluster_ids(new))
+    gone = [c for c in _cluster_ids(old) if c not in kept]
     if not gone:
         return None
     shown = ", ".join(gone[:5]) + (", ..." if len(gone) > 5 else "")

@@ -173,7 +173,9 @@ def _probe_server(settings: Settings, app: FastAPI) -> ProbeServer:
 async def _load_then_poll(registry: ModelRegistry, poll_seconds: float, freeze: bool) -> None:
     try:
         await registry.reload()
-    except Exception:  # an unreadable registry at start: the poll may still find models later
+    except OSError:
+        pass  # an unreadable registry at start, logged once: the poll may find models later
+    except Exception:
         log.exception("initial model load failed")
     if freeze:
         freeze_long_lived()

@@ -34,6 +34,7 @@ from app.api.dependencies import (
     ServicesDep,
     SettingsDep,
 )
+from app.api.errors import json_error
 from app.api.retrieval_order import split_candidates
 from app.api.schemas import (
     BODY_ERRORS,
@@ -505,7 +506,11 @@ async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
 @router.post(
     "/admin/reload",
     response_model=ReloadResponse,
-    responses={401: {"model": MessageResponse}, 403: {"model": MessageResponse}},
+    responses={
+        401: {"model": MessageResponse},
+        403: {"model": MessageResponse},
+        503: {"model": MessageResponse, "description": "The registry cannot be read."},
+    },
     dependencies=[AdminDep],
     summary="Re-read CURRENT now (retries refused versions)",
 )
@@ -513,7 +518,10 @@ async def admin_reload(
     registry: RegistryDep,
     model: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
 ) -> Response:
-    report = await registry.reload(model, force=True)
+    try:
+        report = await registry.reload(model, force=True)
+    except OSError:  # logged with the path by the registry; the served versions stay
+        return json_error(503, "the registry cannot be read (the service log says why)")
     return _json(
         {
             "loaded": [{"name": n, "version": v} for n, v in report.loaded],

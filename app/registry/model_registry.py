@@ -134,6 +134,9 @@ class ModelRegistry:
         self._scanned = False  # a reload of every model has finished once
         self._why_none = NOTHING_LOADED  # why nothing serves, as the last full scan found
         self._logged_why: str | None = None  # ... and as last logged
+        # Why the registry (key None) or a model's directory could not be read, as last logged:
+        # a poll that fails every few seconds logs the change, not every failure.
+        self._unreadable: dict[str | None, str] = {}
         self.experiments = ExperimentSlots(self.root, self._load)
 
     # Reading: cheap, lock-free, called per request.
@@ -199,10 +202,20 @@ class ModelRegistry:
         """Bring every model (or `name`) to its CURRENT version; `force` retries refused ones."""
         report = ReloadReport()
         async with self._lock:
-            names = [name] if name is not None else list_models(self.root)
+            try:
+                names = [name] if name is not None else list_models(self.root)
+            except OSError as exc:
+                self._read_failed(None, exc)
+                raise
+            self._read_again(None)
             for model_name in names:
                 if _NAME.fullmatch(model_name):
-                    await self._reload_one(model_name, force, report)
+                    try:
+                        await self._reload_one(model_name, force, report)
+                    except OSError as exc:  # its directory: the other models still reload
+                        self._read_failed(model_name, exc)
+                        continue
+                    self._read_again(model_name)
                     control = self._models.get(model_name)
                     await self.experiments.refresh(model_name, control, force)
             if name is None:
@@ -210,11 +223,43 @@ class ModelRegistry:
                 self._explain_none()
         return report
 
+    def _read_failed(self, name: str | None, exc: OSError) -> None:
+        """The registry (name None) or a model's directory could not be read: the served
+        versions stay, each counts a reload failure (what alerts watch), the reason goes to
+        /models' errors and, once per change, to the log (one line: it repeats every poll)."""
+        where = "the registry" if name is None else f"model {name}'s directory"
+        full = f"cannot read {where}: {type(exc).__name__}: {exc}"
+        for served in [name] if name is not None else list(self._models):
+            metrics.RELOAD_FAILURES.labels(served).inc()
+            self._errors[served] = self._public(full)
+        if self._unreadable.get(name) != full:
+            serving = ", ".join(f"{m.name}/{m.version}" for m in self._models.values())
+            log.error("%s; still serving %s", full, serving or "nothing")
+        self._unreadable[name] = full
+
+    def _read_again(self, name: str | None) -> None:
+        if self._unreadable.pop(name, None) is None:
+            return
+        log.info("%s readable again", "the registry" if name is None else f"model {name}")
+        for served in [name] if name is not None else list(self._models):
+            if self._errors.get(served, "").startswith("cannot read "):
+                del self._errors[served]
+
     def _explain_none(self) -> None:
         """After a full scan that leaves nothing to serve: why, for why_none, and a warning
         with the registry's path (once per reason: the poll repeats the scan), where a
-        mistyped LTR_REGISTRY served 503s with nothing in the log to say why."""
-        why = self._find_why_none() if not self._models else None
+        mistyped LTR_REGISTRY served 503s with nothing in the log to say why; likewise a
+        default model (LTR_DEFAULT_MODEL) the registry does not serve."""
+        default = self.settings.default_model
+        if self._models and default is not None and default not in self._models:
+            loaded = ", ".join(sorted(self._models))
+            why: str | None = (
+                f"the default model {default!r} (LTR_DEFAULT_MODEL) is not served; loaded: {loaded}"
+            )
+            if default in self._errors:
+                why = f"{why}; {default}: {self._errors[default]}"
+        else:
+            why = self._find_why_none() if not self._models else None
         self._why_none = why or NOTHING_LOADED
         if why is not None and why != self._logged_why:
             log.warning("%s (registry %s)", why, self.root.resolve())
@@ -226,6 +271,8 @@ class ModelRegistry:
             await asyncio.sleep(poll_seconds)
             try:
                 await self.reload()
+            except OSError:
+                pass  # said once by _read_failed; the next poll tries again
             except Exception:  # the poll must outlive any surprise
                 log.exception("model poll failed")
 

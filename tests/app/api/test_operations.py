@@ -166,3 +166,20 @@ def test_the_poll_reloads_without_a_trigger(make_client: ClientFactory, registry
                 break
             time.sleep(0.01)
         assert client.post("/rerank", json=ONE).json()["model"]["version"] == "v2"
+
+
+def test_admin_reload_of_an_unreadable_registry_is_503_not_500(
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.registry.model_registry as module
+
+    def unreadable(root: Path) -> list[str]:
+        raise PermissionError(13, "Permission denied", str(root))
+
+    with make_client() as client:
+        monkeypatch.setattr(module, "list_models", unreadable)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        response = client.post("/admin/reload", headers=auth)
+        assert response.status_code == 503
+        assert response.json()["detail"].startswith("the registry cannot be read")
+        assert client.post("/rerank", json=ONE).status_code == 200  # the served model stays

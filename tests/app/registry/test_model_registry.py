@@ -283,3 +283,88 @@ def test_a_refused_current_at_start_serves_the_newest_valid_older_version(
     assert reload(registry).loaded == []  # the poll does not retry v3 (or step back again)
     publish(tmp_path, random_ensemble(NF, seed=4), version="v4")
     assert reload(registry).loaded == [("m", "v4")] and registry.errors() == {}
+
+
+def test_an_unreadable_registry_keeps_serving_counts_failures_and_logs_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator trial: a registry made unreadable logged a 20-line traceback every poll,
+    counted no reload failure (the documented alert) and said nothing in /models."""
+    import app.registry.model_registry as module
+
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    denied = PermissionError(13, "Permission denied", str(tmp_path))
+    real_list = module.list_models
+
+    def unreadable(root: Path) -> list[str]:
+        raise denied
+
+    monkeypatch.setattr(module, "list_models", unreadable)
+    before = failures()
+
+    async def polls(n: int) -> None:
+        watcher = asyncio.create_task(registry.watch(0.01))
+        for _ in range(500):
+            if failures() >= before + n:
+                break
+            await asyncio.sleep(0.01)
+        watcher.cancel()
+
+    with caplog.at_level(logging.INFO, logger="app.registry.model_registry"):
+        asyncio.run(polls(3))
+    assert failures() >= before + 3 and registry.get().version == "v1" and registry.ready
+    assert registry.errors()["m"].startswith("cannot read the registry: PermissionError")
+    assert str(tmp_path) not in registry.errors()["m"]  # public: the log has the path
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None  # once, one line
+    assert "still serving m/v1" in errors[0].getMessage()
+    monkeypatch.setattr(module, "list_models", real_list)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="app.registry.model_registry"):
+        reload(registry)
+    assert "m" not in registry.errors()
+    assert any("the registry readable again" in r.getMessage() for r in caplog.records)
+
+
+def test_one_unreadable_model_directory_does_not_stop_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.registry.model_registry as module
+
+    publish(tmp_path, random_ensemble(NF), version="v1", name="a")
+    publish(tmp_path, random_ensemble(NF), version="v1", name="b")
+    registry = make_registry(tmp_path)
+    real_read = module.read_current
+
+    def read(root: Path, name: str) -> str | None:
+        if name == "a":
+            raise PermissionError(13, "Permission denied", str(root / name))
+        return real_read(root, name)
+
+    monkeypatch.setattr(module, "read_current", read)
+    before = failures("a")
+    reload(registry)
+    publish(tmp_path, random_ensemble(NF, seed=5), version="v2", name="b")
+    reload(registry)
+    assert registry.get("b").version == "v2"  # b moved on although a cannot be read
+    assert failures("a") == before + 2
+    assert registry.errors()["a"].startswith("cannot read model a's directory")
+
+
+def test_a_default_model_the_registry_does_not_serve_is_named_as_the_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LTR_DEFAULT_MODEL=abc (a typo) answered /readyz 503 "no model loaded yet", logging
+    nothing, while model m was loaded."""
+    publish(tmp_path, random_ensemble(NF), version="v1")
+    registry = make_registry(tmp_path, default_model="abc")
+    with caplog.at_level(logging.WARNING, logger="app.registry.model_registry"):
+        reload(registry)
+        reload(registry)
+    assert not registry.ready
+    why = "the default model 'abc' (LTR_DEFAULT_MODEL) is not served; loaded: m"
+    assert why in registry.why_none()
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 1 and why in logged[0]  # once, though the scan ran twice

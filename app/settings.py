@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LTR_", env_file=".env", extra="ignore")
+    # No setting has a use for inf or NaN: inf passed every lower bound (a budget of inf
+    # never sheds, a breaker reset of inf never closes again).
+    model_config = SettingsConfigDict(
+        env_prefix="LTR_", env_file=".env", extra="ignore", allow_inf_nan=False
+    )
 
     @field_validator(
         "default_model",
@@ -38,7 +42,9 @@ class Settings(BaseSettings):
     numba_cache_seed: Path | None = None
 
     # Server
-    host: str = "127.0.0.1"
+    # Not empty: uvicorn binds every interface for "" (a blank LTR_HOST in a templated config
+    # exposed the service).
+    host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     workers: Annotated[int, Field(ge=1)] = 1
     # With several workers, uvicorn's supervisor kills a worker that does not answer its ping
@@ -202,3 +208,19 @@ class Settings(BaseSettings):
     # (app.features.item_row_cache; ~0.5 KB a row at 100 features); 0, the default: read every
     # row. Pays when nearly every candidate's row repeats, or when Redis's CPU is the limit.
     item_row_cache_rows: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        """Pairs that contradict each other: the service ran with one of them ignored."""
+        if self.admission_min_rows > self.admission_max_rows:
+            raise ValueError(
+                f"LTR_ADMISSION_MIN_ROWS ({self.admission_min_rows}) is above "
+                f"LTR_ADMISSION_MAX_ROWS ({self.admission_max_rows})"
+            )
+        if self.request_budget_ms > self.max_request_budget_ms:
+            raise ValueError(
+                f"LTR_REQUEST_BUDGET_MS ({self.request_budget_ms:g}) is above "
+                f"LTR_MAX_REQUEST_BUDGET_MS ({self.max_request_budget_ms:g}), the most a "
+                "request may ask for"
+            )
+        return self

@@ -66,7 +66,12 @@ def serve_command(
         settings = Settings()
     except ValidationError as exc:
         first = exc.errors()[0]
-        fail(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        # The variable the operator set, not the field: LTR_REDIS_DEADLINE_MS, not
+        # redis_deadline_ms (a check of several settings has no loc and names them itself).
+        where = "_".join(map(str, first["loc"])).upper()
+        fail(
+            f"LTR_{where}: {first['msg']}" if where else first["msg"].removeprefix("Value error, ")
+        )
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options

@@ -45,3 +45,34 @@ def test_several_workers_logging_to_a_file_are_warned_about_feedback(
     assert "warning: 2 workers logging impressions to a JSONL file" in result.stderr
     for quiet in (_serve(tmp_path, 1, **log), _serve(tmp_path, 2)):
         assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # An operator trial: a blank LTR_HOST bound every interface; the rest started and
+        # misbehaved, and errors named the field (redis_deadline_ms), not the variable.
+        ({"LTR_HOST": ""}, "error: LTR_HOST: String should have at least 1 character"),
+        ({"LTR_REDIS_DEADLINE_MS": "-1"}, "error: LTR_REDIS_DEADLINE_MS: Input should be greater"),
+        (
+            {"LTR_REQUEST_BUDGET_MS": "inf"},
+            "error: LTR_REQUEST_BUDGET_MS: Input should be a finite",
+        ),
+        ({"LTR_BREAKER_RESET_SECONDS": "nan"}, "error: LTR_BREAKER_RESET_SECONDS: Input should be"),
+        (
+            {"LTR_ADMISSION_MIN_ROWS": "60000", "LTR_ADMISSION_MAX_ROWS": "1000"},
+            "error: LTR_ADMISSION_MIN_ROWS (60000) is above LTR_ADMISSION_MAX_ROWS (1000)",
+        ),
+        (
+            {"LTR_REQUEST_BUDGET_MS": "500", "LTR_MAX_REQUEST_BUDGET_MS": "50"},
+            "error: LTR_REQUEST_BUDGET_MS (500) is above LTR_MAX_REQUEST_BUDGET_MS (50)",
+        ),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_variable(
+    tmp_path: Path, started: list[dict[str, Any]], env: dict[str, str], message: str
+) -> None:
+    result = _serve(tmp_path, 1, **env)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not started

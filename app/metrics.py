@@ -3,7 +3,8 @@
 With several uvicorn workers each is its own process. `ltr serve --workers N` then runs
 prometheus-client's multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`, set before the workers start):
 every worker writes its values to files there and any worker's `/metrics` answers for all of
-them, counters and histograms summed, gauges one series per live worker (label `pid`).
+them, counters and histograms summed, gauges one series per live worker (label `pid`), and the
+`process_*` series of every live worker (label `pid`), read from /proc when scraped.
 With one worker, or a `PROMETHEUS_MULTIPROC_DIR` left unset, `/metrics` is the process's own.
 """
 
@@ -13,16 +14,18 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    PLATFORM_COLLECTOR,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
     multiprocess,
 )
@@ -68,26 +71,59 @@ def exposition() -> tuple[bytes, str]:
     path = multiprocess_dir()
     if path is None:
         return generate_latest(), CONTENT_TYPE_LATEST
-    forget_dead_workers(Path(path))
+    workers = forget_dead_workers(Path(path))
     registry = CollectorRegistry()
     registry.register(_LiveSeries(multiprocess.MultiProcessCollector(None)))
+    registry.register(WorkerProcesses(workers))
+    registry.register(PLATFORM_COLLECTOR)  # python_info: the same interpreter in every worker
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
 
 
-def forget_dead_workers(path: Path) -> None:
+def forget_dead_workers(path: Path) -> set[int]:
     """Drop the gauge series of workers that died without their shutdown (killed, crashed):
-    uvicorn replaces them, and their last values would otherwise be served for good."""
+    uvicorn replaces them, and their last values would otherwise be served for good. Returns
+    the pids of the live workers, those whose gauge series are served."""
     pids = {int(m[1]) for f in os.listdir(path) if (m := _LIVE_GAUGE_FILE.fullmatch(f))}
+    dead: set[int] = set()
     for pid in pids - {os.getpid()}:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             multiprocess.mark_process_dead(pid, str(path))
+            dead.add(pid)
         except PermissionError:
             pass  # alive, another user's
+    return pids - dead
+
+
+class WorkerProcesses:
+    """The `process_*` series (CPU, memory, fds, start time) of each given worker, labelled
+    `pid`. The multiprocess collector has none (the default registry's ProcessCollector reads
+    only its own process), so the scraping worker reads every live worker's /proc entries
+    itself: values as of the scrape, at no cost between scrapes. A worker gone from /proc in
+    the meantime is left out."""
+
+    def __init__(self, pids: Iterable[int]) -> None:
+        self._pids = sorted(pids)
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for pid in self._pids:
+            for family in _process_of(pid).collect():
+                samples = [s._replace(labels={**s.labels, "pid": str(pid)}) for s in family.samples]
+                if family.name in families:
+                    families[family.name].samples += samples
+                else:
+                    family.samples = samples
+                    families[family.name] = family
+        yield from families.values()
+
+
+def _process_of(pid: int) -> ProcessCollector:
+    return ProcessCollector(pid=lambda: pid, registry=None)
 
 
 class _LiveSeries:

@@ -35,7 +35,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 LOCK_ENV = "LTR_KERNEL_WARMUP_LOCK"
-_FD_ENV = "LTR_KERNEL_WARMUP_FD"
+FD_ENV = "LTR_KERNEL_WARMUP_FD"
 POLL_SECONDS = 0.1
 # Past this a worker compiles on its own: a warm-up stuck for whatever reason must not keep
 # the compiled paths away for good (compiling twice costs time, never results).
@@ -51,7 +51,7 @@ def warmup_process() -> Iterator[subprocess.Popen[bytes]]:
         fcntl.flock(fd, fcntl.LOCK_EX)  # shared with the child: it holds it from its start
         child = subprocess.Popen(
             [sys.executable, "-m", __name__, path],
-            env={**os.environ, _FD_ENV: str(fd)},
+            env={**os.environ, FD_ENV: str(fd)},
             pass_fds=(fd,),
             stdout=subprocess.DEVNULL,
         )
@@ -122,7 +122,7 @@ def compile_all() -> None:
 
 def main(argv: list[str]) -> None:
     # The inherited descriptor keeps the parent's exclusive lock for this process's lifetime.
-    held = os.environ.get(_FD_ENV)
+    held = os.environ.get(FD_ENV)
     logging.basicConfig(level=logging.INFO, format="kernel warm-up: %(message)s")
     try:
         compile_all()

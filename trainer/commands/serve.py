@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -81,6 +81,12 @@ def serve_command(
     from app.numba_cache_seed import seed_numba_cache
 
     seed_numba_cache(settings.numba_cache_seed)
+    unknown = _unknown_settings(os.environ)
+    if unknown:
+        echo_err(
+            f"warning: {', '.join(unknown)}: no such setting, ignored (a typo? the settings are "
+            "in docs/OPERATIONS.md, docs/API.md and app/settings.py)"
+        )
     if (
         settings.workers > 1
         and settings.impressions_enabled
@@ -233,3 +239,13 @@ def _heartbeat(what: str, since: float, every: float = 10.0) -> Iterator[Callabl
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve_command)
+
+
+def _unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """`LTR_*` variables no setting reads (a misspelt one was ignored without a word); the
+    warm-up's own variables, which ltr serve sets for its workers, are not settings."""
+    from app.kernel_warmup import FD_ENV, LOCK_ENV
+    from app.settings import Settings
+
+    known = {f"LTR_{name.upper()}" for name in Settings.model_fields} | {FD_ENV, LOCK_ENV}
+    return sorted(k for k in environ if k.startswith("LTR_") and k not in known)

@@ -76,3 +76,12 @@ def test_bad_settings_are_refused_naming_the_variable(
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(message), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not started
+
+
+def test_an_ltr_variable_that_is_no_setting_is_warned_about(
+    tmp_path: Path, started: list[dict[str, Any]]
+) -> None:
+    result = _serve(tmp_path, 1, LTR_REDIS_DEADLINE="5", LTR_WORKERS="1")
+    assert result.exit_code == 0, result.output
+    assert "warning: LTR_REDIS_DEADLINE: no such setting, ignored (a typo?" in result.stderr
+    assert "LTR_WORKERS" not in result.stderr

@@ -10,6 +10,7 @@ pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 from app.artifacts.store import load_version
 from app.features.embedding_table import EmbeddingTable
 from app.features.field_combinations import bucket_of
+from tests.support.taste_lists import graded_by_taste
 from trainer.data.dataset import RankingDataset
 from trainer.data.letor import read_letor
 from trainer.dnn.onnx_export import onnx_scores, onnx_session
@@ -74,20 +75,7 @@ def personalised_data(seed, n_queries=240, n_docs=8, n_users=60):
     users = rng.integers(0, n_users, size=n_queries)
     x = rng.normal(size=(n_queries * n_docs, 4)).astype(np.float32)
     taste = np.where(users % 2 == 0, 1.0, -1.0).repeat(n_docs)
-    utility = taste * x[:, 0] + 0.5 * x[:, 1]
-    labels = np.zeros(x.shape[0])
-    for q in range(n_queries):
-        rows = slice(q * n_docs, (q + 1) * n_docs)
-        order = np.argsort(-utility[rows])
-        labels[rows][order[:2]] = 2.0
-        labels[rows][order[2:4]] = 1.0
-    return RankingDataset(
-        features=x,
-        labels=labels,
-        group_offsets=np.arange(0, x.shape[0] + 1, n_docs, dtype=np.int64),
-        query_ids=np.arange(n_queries),
-        user_ids=np.array([f"u{u}" for u in users]),
-    )
+    return graded_by_taste(x, taste, n_docs, 0.5, np.array([f"u{u}" for u in users]))
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
 
 from app.artifacts.store import load_version
 from app.features.embedding_table import EmbeddingTable
+from tests.support.taste_lists import graded_by_taste
 from trainer.data.dataset import RankingDataset
 from trainer.dnn.onnx_export import onnx_scores, onnx_session
 from trainer.dnn.options import DNNOptions
@@ -31,20 +32,7 @@ def lists(seed: int, users: list[str], kinds: list[str]) -> RankingDataset:
     n = len(users)
     x = rng.normal(size=(n * N_DOCS, 3)).astype(np.float32)
     taste = np.repeat(np.where(np.array(kinds) == "a", 1.0, -1.0), N_DOCS)
-    utility = taste * x[:, 0] + 0.3 * x[:, 1]
-    labels = np.zeros(n * N_DOCS)
-    for q in range(n):
-        rows = slice(q * N_DOCS, (q + 1) * N_DOCS)
-        order = np.argsort(-utility[rows])
-        labels[rows][order[:2]] = 2.0
-        labels[rows][order[2:4]] = 1.0
-    return RankingDataset(
-        features=x,
-        labels=labels,
-        group_offsets=np.arange(0, n * N_DOCS + 1, N_DOCS, dtype=np.int64),
-        query_ids=np.arange(n),
-        user_ids=np.array(users),
-    )
+    return graded_by_taste(x, taste, N_DOCS, 0.3, np.array(users))
 
 
 @pytest.fixture

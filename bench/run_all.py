@@ -26,6 +26,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("service.md", ["bench.bench_service"]),
     ("shed_cost.md", ["bench.bench_shed_cost"]),
     ("overload.md", ["bench.bench_overload"]),
+    ("hot_swap.md", ["bench.bench_hot_swap"]),
     ("dnn.md", ["bench.bench_dnn"]),
     ("position_bias.md", ["bench.bench_position_bias"]),
     ("convert.md", ["bench.bench_convert"]),

@@ -51,7 +51,8 @@ DEFAULT_SPARE_CORE_MIN_ROWS = 512
 SPARE_CORE = 0.4
 # Compile with this many processes at most (one module each; see compiler/jit.py), and only
 # for models of at least MIN_SPLITS_PER_PROCESS splits per process: starting a process costs
-# ~0.2 s, while 500 trees x 62 splits take ~5 s of code generation on one core.
+# ~0.2 s, while 500 trees x 62 splits take ~5 s of code generation on one core. A model of at
+# least that many splits is compiled wholly in children, at the lowest CPU priority.
 COMPILE_PROCESSES = 2
 MIN_SPLITS_PER_PROCESS = 4000
 
@@ -141,7 +142,10 @@ class CompiledTreeScorer:
         if model_sha256 is not None and cache_dir is not None:
             key = cache_key(model_sha256, f"lanes={LANES},chunk={CHUNK_TREES},parts={parts}")
         self._module: CompiledModule = compile_cached(
-            build, key, Path(cache_dir) if cache_dir is not None else None
+            build,
+            key,
+            Path(cache_dir) if cache_dir is not None else None,
+            all_in_children=splits >= MIN_SPLITS_PER_PROCESS,
         )
         address = self._module.address(f"{prefix}_{ENTRY}")
         self._entry_address = address

@@ -150,6 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         release=release_slot,
         buffer_wait=settings.body_buffer_wait_ms / 1000.0,
         wait_most_bytes=settings.body_read_ahead_bytes,
+        log_access=settings.access_log,
     )
     install_error_handlers(app)
     app.add_exception_handler(Shed, overload_response)

@@ -124,7 +124,8 @@ class Settings(BaseSettings):
     header_read_timeout_seconds: Annotated[float, Field(gt=0)] = 5.0
     body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     keep_alive_timeout_seconds: Annotated[int, Field(ge=1)] = 5
-    # uvicorn's access log, a line per request on stderr: off by default, since every request
+    # An access log (app.api.middleware: uvicorn's line plus the duration and the request id),
+    # a line per request on stderr: off by default, since every request
     # is already counted and timed in /metrics, and at a few hundred requests a second per
     # worker the lines cost the event loop time and the cluster log volume (docs/OPERATIONS.md).
     access_log: bool = False

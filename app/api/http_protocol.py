@@ -422,14 +422,15 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """The slow-client limits for `uvicorn.run`: this protocol (request-head timeout), the
     keep-alive timeout, and h11's cap on an incomplete head (if httptools is missing, uvicorn
     falls back to h11, which ignores the protocol's timeout); and the event loop that accepts
-    every waiting connection (app.accept_loop); uvicorn's access log only when asked for
-    (`LTR_ACCESS_LOG`); how long the supervisor of several workers waits for one to answer
-    its ping. The body's limits are the service middleware's."""
+    every waiting connection (app.accept_loop); uvicorn's access log off (the service
+    middleware writes its own, with request ids, when `LTR_ACCESS_LOG` asks for one); how long
+    the supervisor of several workers waits for one to answer its ping. The body's limits are
+    the service middleware's."""
     return {
         "http": PROTOCOL,
         "loop": LOOP_FACTORY if settings.accept_greedily else "auto",
         "timeout_keep_alive": settings.keep_alive_timeout_seconds,
         "h11_max_incomplete_event_size": 64 * 1024,
-        "access_log": settings.access_log,
+        "access_log": False,
         "timeout_worker_healthcheck": settings.worker_healthcheck_timeout_seconds,
     }

@@ -14,12 +14,14 @@ within milliseconds, as answers go out: 100 clients sending 1.8 MB bodies to one
 `wait_most_bytes` (what the protocol reads ahead) wait, since a waiting body is read
 meanwhile: 40 clients uploading 32 MiB again and again, each let wait, took the worker's RSS
 up by 1.3 GB, where refused at once it grows ~175 MB. The metrics record the status that was
-really sent (nothing sent: 500 if the app failed, 499 if the client left).
+really sent (nothing sent: 500 if the app failed, 499 if the client left); so does the access
+log, when on (`LTR_ACCESS_LOG`), with the request id the answer carried and its duration.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections import deque
@@ -49,6 +51,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
+access_log = logging.getLogger("app.access")
 
 
 # A request waiting for room under the cap: (bytes it needs, its count of bytes held, woken).
@@ -106,8 +109,10 @@ class ServiceMiddleware:
         release: Callable[[Scope], None] | None = None,
         buffer_wait: float = 0.0,
         wait_most_bytes: int = 0,
+        log_access: bool = False,
     ) -> None:
         self.app = app
+        self.log_access = log_access  # a line per request (uvicorn's own has no request id)
         # A 503 detail for a request to refuse before its body is read (shedding in 503 mode).
         self.refuse_early = refuse_early
         # Admission once the body is in (app.api.early_admission): an answer for a request
@@ -135,17 +140,19 @@ class ServiceMiddleware:
         # when the loop read them), else from now.
         started = state.setdefault(ARRIVED_STATE, started)
         status: int | None = None
+        sent_id = request_id  # the x-request-id the answer carried
         failed = False
         label = "unmatched"  # the route's path, for the metrics
         held = [0]  # bytes this request counts against the buffer cap
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, sent_id
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 if safe_request_id(headers.get("x-request-id", "")) is None:
                     del headers["x-request-id"]
                     headers.append("x-request-id", request_id)
+                sent_id = headers["x-request-id"]
                 await send(message)
                 status = message["status"]  # only once it was really sent
                 return
@@ -220,6 +227,8 @@ class ServiceMiddleware:
             method = scope["method"] if scope["method"] in METHOD_LABELS else "other"
             metrics.REQUESTS.labels(label, method, code).inc()
             metrics.REQUEST_SECONDS.labels(label, method, code).observe(elapsed)
+            if self.log_access:
+                _log_access(scope, status, elapsed, sent_id)
 
     async def _read_body(self, scope: Scope, receive: Receive, held: list[int]) -> bytes | None:
         """The whole body, None if the client disconnected; BodyTooLarge past the limit,
@@ -409,3 +418,23 @@ def _plain_route(scope: Scope) -> Route | None:
         if isinstance(route, Route) and route.endpoint is endpoint:
             return route
     return None
+
+
+def _log_access(scope: Scope, status: int, elapsed: float, request_id: str) -> None:
+    """uvicorn's access line (client, request line, status) with the duration and the request
+    id the answer carried, so that a caller's id finds its line."""
+    client = scope.get("client")
+    where = f"{client[0]}:{client[1]}" if client else "-"
+    target = scope.get("raw_path") or scope["path"].encode()
+    if scope.get("query_string"):
+        target += b"?" + scope["query_string"]
+    access_log.info(
+        '%s - "%s %s HTTP/%s" %d %.1f ms request_id=%s',
+        where,
+        scope["method"],
+        target.decode("latin-1"),
+        scope.get("http_version", "1.1"),
+        status,
+        elapsed * 1e3,
+        request_id,
+    )

@@ -1,0 +1,65 @@
+"""The access log (`LTR_ACCESS_LOG=true`) over real HTTP: one line per request with the
+status really sent, its duration and the request id the answer carried (uvicorn's own line
+has no request id, so a caller's id could not find its request in the log)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.support import publish, random_ensemble
+from tests.support.uvicorn_server import product_server
+
+pytestmark = [pytest.mark.integration]
+LINE = re.compile(
+    r'INFO: +app\.access: 127\.0\.0\.1:\d+ - "(\S+) (\S+) HTTP/1\.1" (\d+) ([\d.]+) ms '
+    r"request_id=(\S+)$"
+)
+
+
+def _lines(log: str) -> list[tuple[str, str, int, str]]:
+    found = []
+    for line in log.splitlines():
+        match = LINE.search(line)
+        if match:
+            method, target, status, _, request_id = match.groups()
+            found.append((method, target, int(status), request_id))
+    return found
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_each_request_is_logged_with_the_id_its_answer_carried(
+    tmp_path: Path, enabled: bool
+) -> None:
+    publish(tmp_path / "registry", random_ensemble(3, seed=0), version="v1")
+    env = {"LTR_REGISTRY": str(tmp_path / "registry"), "LTR_ACCESS_LOG": str(enabled).lower()}
+    server = product_server(env).start().wait_ready()
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            body = {
+                "request_id": "from-the-body",
+                "candidates": [{"id": "a", "features": [1, 2, 3]}],
+            }
+            scored = client.post("/rerank", content=orjson.dumps(body))
+            bad = client.post("/rerank", content=b"{", headers={"x-request-id": "caller-7"})
+            probe = client.get("/livez?verbose=1", headers={"x-request-id": "bad id!"})
+        assert scored.status_code == 200 and bad.status_code == 422
+        # The start-up waits polled /livez and /readyz: those lines are left out.
+        lines = [line for line in _lines(server.log()) if line[1] not in ("/livez", "/readyz")]
+    finally:
+        server.stop()
+    if not enabled:
+        assert lines == [] and '"POST /rerank HTTP/1.1" 200' not in server.log()
+        return
+    assert lines == [
+        ("POST", "/rerank", 200, "from-the-body"),
+        ("POST", "/rerank", 422, "caller-7"),
+        ("GET", "/livez?verbose=1", probe.status_code, probe.headers["x-request-id"]),
+    ]
+    assert scored.headers["x-request-id"] == "from-the-body"
+    # uvicorn's own access line (without the id) is not written as well.
+    assert '"POST /rerank HTTP/1.1" 200\n' not in server.log()

@@ -27,8 +27,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app import metrics
 from app.errors import LtrError
-from app.features.circuit_breaker import CircuitBreaker
+from app.features.circuit_breaker import CircuitBreaker, State
 from app.features.clusters import MAX_CLUSTER_ID_LENGTH
 from app.features.redis_fault_log import RedisFaultLog
 from app.loop_lag import LoopLag
@@ -151,6 +152,7 @@ class RedisStore:
             # A bad URL must not stop the service: it answers from the artifact, degraded.
             log.error("LTR_REDIS_URL is not a usable Redis URL (%s); Redis stays off", exc)
             return
+        metrics.REDIS_CIRCUIT_OPEN.set(0)  # a series from the start, for alerts on its value
         try:
             # Not a request's wait: a worker starting on a busy machine (other workers compiling
             # their kernels) may take longer than the deadline to run its side of the PING.
@@ -279,15 +281,23 @@ class RedisStore:
         before = self.breaker.state
         self.breaker.record_success()
         self.faults.answered()
-        self.faults.breaker(before, self.breaker.state, self.breaker.reset_seconds)
+        self._breaker_moved(before)
 
     def _failed(self, reason: str, started: float) -> Fetch:
         before = self.breaker.state
         self.breaker.record_failure(started)
         self.faults.failed(reason)
-        self.faults.breaker(before, self.breaker.state, self.breaker.reset_seconds)
+        self._breaker_moved(before)
         self._count("errors")
         return Fetch(None, reason)
+
+    def _breaker_moved(self, before: State) -> None:
+        """Logs and exposes a change of the breaker's state (open and half-open count as open:
+        no call goes out but a probe until Redis answers one)."""
+        after = self.breaker.state
+        self.faults.breaker(before, after, self.breaker.reset_seconds)
+        if (before == "closed") != (after == "closed"):
+            metrics.REDIS_CIRCUIT_OPEN.set(0 if after == "closed" else 1)
 
     def _count(self, what: str) -> None:
         counter = self._counters.get(what)

@@ -132,6 +132,13 @@ class Stack:
         found = re.search(rf"^{name} (\S+)$", self.client.get("/metrics").text, re.M)
         return float(found.group(1)) if found else 0.0
 
+    def breaker_open(self) -> list[float]:
+        """ltr_redis_circuit_open of each worker (one series each, labelled pid or not)."""
+        text = self.client.get("/metrics").text
+        return [
+            float(v) for v in re.findall(r"^ltr_redis_circuit_open(?:\{.*\})? (\S+)$", text, re.M)
+        ]
+
 
 def expected_order(vector: np.ndarray) -> tuple[list[str], np.ndarray]:
     rows = np.column_stack([BM25, np.tile(vector, (len(BM25), 1))]).astype(np.float32)
@@ -231,6 +238,7 @@ def test_redis_killed_mid_run_degrades_then_recovers(live: Stack) -> None:
                     failures.append(f"{resp.status_code} {resp.text}")
 
     errors = live.metric("ltr_redis_errors_total")
+    assert live.breaker_open() == [0.0]  # a series from the start, for alerts
     thread = threading.Thread(target=fire)
     thread.start()
     try:
@@ -240,6 +248,9 @@ def test_redis_killed_mid_run_degrades_then_recovers(live: Stack) -> None:
         degraded = [a for a in answers if a["degraded"]]
         assert degraded, "no degraded answer while Redis was down"
         assert {r for a in degraded for r in a["reasons"]} <= DEGRADED_REASONS
+        # Refused connections fail at once: the breaker opens within that second's load.
+        assert any("circuit_open" in a["reasons"] for a in answers)
+        assert live.breaker_open() == [1.0]  # what an operator's alert reads
         body = live.rerank(US)  # meanwhile the in-process copy answers
         assert body["degraded"] and set(body["reasons"]) <= DEGRADED_REASONS
         assert_scored_with(body, ARTIFACT_VECTORS[1])
@@ -263,6 +274,7 @@ def test_redis_killed_mid_run_degrades_then_recovers(live: Stack) -> None:
         a["reasons"] for a in answers[recovered:]
     ]
     assert live.metric("ltr_redis_errors_total") > errors
+    assert live.breaker_open() == [0.0]
 
 
 @pytest.mark.usefixtures("no_gc_pauses")

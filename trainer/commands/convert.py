@@ -57,16 +57,22 @@ def convert_command(
         else:
             ensemble = convert_xgboost(raw, source=str(model_file))
             notes.append(early_stopping_note(raw, len(ensemble.trees)))
-        final_names = (
-            names
-            or ensemble.meta.get("feature_names")
-            or [f"f{i + 1}" for i in range(ensemble.num_features)]
-        )
+        own = ensemble.meta.get("feature_names")
+        if own == automatic_lightgbm_names(ensemble.num_features):
+            # LightGBM names the columns of a plain array itself; they name nothing the
+            # caller's data has, so the version takes f1..fN as for a model without names.
+            own = None
+            notes.append(
+                "the model's feature names are LightGBM's own Column_0.. (trained on an array "
+                "without names): the version takes f1..fN; --feature-names names them"
+            )
+        final_names = names or own or [f"f{i + 1}" for i in range(ensemble.num_features)]
         if len(final_names) != ensemble.num_features:
             raise CommandError(
                 f"--feature-names: {len(final_names)} names, the model has "
                 f"{ensemble.num_features} features"
             )
+        _check_unique(final_names, "--feature-names" if names else str(model_file))
         summary = _export(ensemble, source, raw, model_file, out, name, list(final_names), data)
         summary["notes"] = [note for note in notes if note]
     for note in summary["notes"]:
@@ -75,9 +81,27 @@ def convert_command(
         typer.echo(orjson.dumps(summary).decode())
     else:
         typer.echo(summary["model_dir"])
+        trees = summary["trees"]
         typer.echo(
-            f"{source} → {summary['trees']} trees, verified on {summary['verified_rows']} rows"
+            f"{source} → {trees} tree{'' if trees == 1 else 's'}, verified on "
+            f"{summary['verified_rows']} rows"
         )
+
+
+def automatic_lightgbm_names(n: int) -> list[str]:
+    """The names LightGBM gives the columns of data passed without names."""
+    return [f"Column_{i}" for i in range(n)]
+
+
+def _check_unique(names: list[str], where: str) -> None:
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise CommandError(
+                f"{where}: feature name {name!r} is given twice (features {seen[name] + 1} and "
+                f"{i + 1}); each feature needs its own name"
+            )
+        seen[name] = i
 
 
 def _read(path: Path) -> bytes:

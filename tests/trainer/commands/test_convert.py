@@ -39,7 +39,9 @@ def test_lightgbm_to_version(runner: CliRunner, lightgbm_model_file: Path, tmp_p
     summary = json.loads(result.stdout)
     assert (summary["version"], summary["engine"], summary["trees"]) == ("v1", "lightgbm", 10)
     manifest = load_version(out).manifest
-    assert manifest.feature_names[:2] == ["Column_0", "Column_1"]  # the model's own names
+    # Trained on an array: LightGBM's own Column_0.. name nothing the caller has (README).
+    assert manifest.feature_names[:2] == ["f1", "f2"]
+    assert "LightGBM's own Column_0" in result.stderr
     assert manifest.training["objective"] == "lambdarank"
     test = load_dataset(TEST, num_features=300)
     booster = lgb.Booster(model_file=str(lightgbm_model_file))
@@ -181,6 +183,15 @@ def test_probe_rows_reach_both_sides_of_every_split(lightgbm_model_file: Path) -
     [
         (["--from", "catboost"], "--from 'catboost': choose lightgbm or xgboost"),
         (["--from", "xgboost"], "not JSON"),
+        (
+            [
+                "--from",
+                "lightgbm",
+                "--feature-names",
+                ",".join(["a", *(f"x{i}" for i in range(298)), "a"]),
+            ],
+            "--feature-names: feature name 'a' is given twice (features 1 and 300)",
+        ),
     ],
 )
 def test_errors(

@@ -75,9 +75,9 @@ def test_pair_shows_what_separates_two_documents(
     diff = phi[0, :-1] - phi[1, :-1]
     assert report["difference"] == pytest.approx(phi[0].sum() - phi[1].sum(), abs=1e-9)
     top = np.argsort(-np.abs(diff), kind="stable")[:4]
-    assert [f["name"] for f in report["features"]] == [f"Column_{j}" for j in top if diff[j]]
+    assert [f["name"] for f in report["features"]] == [f"f{j + 1}" for j in top if diff[j]]
     for f in report["features"]:
-        j = int(f["name"].split("_")[1])
+        j = int(f["name"][1:]) - 1
         assert f["difference"] == pytest.approx(diff[j], abs=1e-9)
     shown = sum(f["difference"] for f in report["features"])
     assert shown + report["rest"] == pytest.approx(report["difference"], abs=1e-9)

@@ -24,7 +24,7 @@ PER_QUERY = 6
 
 @pytest.fixture(scope="module")
 def version_dir(lightgbm_model_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo LightGBM model converted (300 features, named Column_0..Column_299)."""
+    """The demo LightGBM model converted (300 features, trained without names: f1..f300)."""
     out = tmp_path_factory.mktemp("lgb") / "v1"
     args = ["convert", "--from", "lightgbm", str(lightgbm_model_file), "--out", str(out)]
     result = CliRunner().invoke(app, args)
@@ -36,7 +36,7 @@ def _frame(first_qid: int = 2000) -> pd.DataFrame:
     """The first QUERIES * PER_QUERY rows of the demo test data as Parquet columns."""
     test = load_dataset(TEST, num_features=300)
     n = QUERIES * PER_QUERY
-    frame = pd.DataFrame(test.features[:n], columns=[f"Column_{j}" for j in range(300)])
+    frame = pd.DataFrame(test.features[:n], columns=[f"f{j + 1}" for j in range(300)])
     frame.insert(0, "label", test.labels[:n].astype(np.int64))
     frame.insert(0, "qid", first_qid + np.repeat(np.arange(QUERIES), PER_QUERY))
     return frame
@@ -132,9 +132,9 @@ def test_errors_in_unlabelled_data_name_the_file_given(
     runner: CliRunner, version_dir: Path, tmp_path: Path
 ) -> None:
     frame = _frame().drop(columns="label")
-    frame["Column_3"] = frame["Column_3"].astype(str)
+    frame["f4"] = frame["f4"].astype(str)
     data = tmp_path / "bad.parquet"
     frame.to_parquet(data)
     args = ["explain", "--model", str(version_dir), "--data", str(data), "--query", "2001"]
     line = one_error_line(runner.invoke(app, args).stderr)
-    assert line.startswith(f"error: {data}: ") and "column 'Column_3': has type" in line
+    assert line.startswith(f"error: {data}: ") and "column 'f4': has type" in line

@@ -6,6 +6,7 @@ is unsure about to this parser, which either parses it or names precisely what i
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -95,7 +96,8 @@ def parse_line(text: str, max_id: int | None = None) -> ParsedLine | None:
         value = parse_number(raw)
         if value is None:
             raise LineError(f"value {quote(raw)} of feature {fid} is not a number")
-        if beyond_float32(value):  # float32 would make it ±inf
+        # float32 would make it ±inf; so would float64 a number written past its range (1e400)
+        if beyond_float32(value) or (math.isinf(value) and "inf" not in raw.lower()):
             raise LineError(f"value {quote(raw)} of feature {fid} {BEYOND_FLOAT32}")
         seen.add(fid)
         ids.append(fid)

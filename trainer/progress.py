@@ -40,6 +40,8 @@ class TrainingProgress:
     mode "auto" picks the bar when `stream` is a terminal.
     Plain lines come at the first iteration, every `every` iterations (default total/20),
     at least every 10 s, and for the last update when the context exits.
+    `live=False`: the updates come after the fact (a Dask cluster reports its rounds when it
+    ends), so the lines say no elapsed time or eta, and there is no bar.
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class TrainingProgress:
         mode: Mode = "auto",
         every: int | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        live: bool = True,
     ) -> None:
         self.total = max(int(total), 1)
         self.metric = metric
@@ -62,8 +65,9 @@ class TrainingProgress:
         self.description = description or metric
         self.stream = stream if stream is not None else sys.stderr
         if mode == "auto":
-            mode = "bar" if self.stream.isatty() else "lines"
+            mode = "bar" if self.stream.isatty() and live else "lines"
         self.mode = mode
+        self.live = live
         self.every = every or max(1, self.total // 20)
         self._clock = clock
         self._start = clock()
@@ -128,7 +132,7 @@ class TrainingProgress:
         elif self.mode == "lines":
             now = self._clock()
             due = iteration == 1 or iteration % self.every == 0 or iteration >= self.total
-            if due or now - self._last_line_at >= LINE_INTERVAL_SECONDS:
+            if due or (self.live and now - self._last_line_at >= LINE_INTERVAL_SECONDS):
                 self._print_line(iteration, train_metric, valid_metric)
 
     def message(self, text: str) -> None:
@@ -156,10 +160,9 @@ class TrainingProgress:
         self, iteration: int, train_metric: float | None, valid_metric: float | None
     ) -> None:
         metrics = self._metrics_text(train_metric, valid_metric)
-        line = (
-            f"{self.unit} {iteration}/{self.total} {metrics}{' ' if metrics else ''}"
-            f"elapsed {self.elapsed:.1f}s eta {self.eta(iteration):.0f}s"
-        )
+        line = f"{self.unit} {iteration}/{self.total} {metrics}".rstrip()
+        if self.live:
+            line += f" elapsed {self.elapsed:.1f}s eta {self.eta(iteration):.0f}s"
         print(line, file=self.stream, flush=True)
         self._last_printed = iteration
         self._last_line_at = self._clock()

@@ -99,3 +99,18 @@ def test_eta_extrapolates_average_iteration_time() -> None:
         clock.now += 3.0
         assert progress.eta(3) == 7.0
         assert progress.eta(10) == 0.0
+
+
+def test_updates_after_the_fact_say_no_time_and_draw_no_bar() -> None:
+    # A Dask cluster's rounds arrive when training ends: every line said the whole run's
+    # elapsed time and an eta computed from it (a held-out trial: `elapsed 59.1s eta 5849s`).
+    clock, stream = ManualClock(), TtyStream()
+    with TrainingProgress(100, stream=stream, clock=clock, live=False) as progress:
+        assert progress.mode == "lines"  # not a bar, even on a terminal
+        clock.now += 59.1
+        for it in range(1, 13):
+            progress.update(it, valid_metric=0.8 + it / 100)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "iter 1/100 valid ndcg@10 0.8100"
+    assert [line.split()[1] for line in lines] == ["1/100", "5/100", "10/100", "12/100"]
+    assert not any("elapsed" in line or "eta" in line for line in lines)

@@ -488,7 +488,12 @@ def _train_on_cluster(
     from trainer.engines.dask_model import train_cluster_model
     from trainer.progress import TrainingProgress
 
-    with TrainingProgress(params.num_trees, metric=f"ndcg@{params.eval_at}") as progress:
+    metric = f"ndcg@{params.eval_at}"
+    with TrainingProgress(params.num_trees, metric=metric, live=False) as progress:
+        progress.message(
+            f"training on the Dask cluster at {dask_scheduler}; its rounds' validation {metric} "
+            "is listed when it ends"
+        )
         return train_cluster_model(
             _location(train_file),
             None if valid_file is None else _location(valid_file),

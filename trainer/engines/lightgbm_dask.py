@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 import uuid
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +43,17 @@ if TYPE_CHECKING:
     from trainer.data.dask_parquet import ClusterDataset
 
 _LOG = logging.getLogger("lightgbm")
+
+
+class _NotOurNJobs(logging.Filter):
+    """LightGBM's Dask module warns through its registered logger (not `warnings`) that the
+    n_jobs the sklearn wrapper always passes is ignored: Dask sets threads per worker."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Parameter n_jobs will be ignored" not in record.getMessage()
+
+
+_LOG.addFilter(_NotOurNJobs())
 CONNECT_TIMEOUT_SECONDS = 30
 WATCH_SECONDS = 0.5  # how often the client checks that every training worker is still there
 VERIFY_SAMPLE_ROWS = 10_000
@@ -134,10 +144,7 @@ def _fit_watching_workers(client: Client, fit: Any) -> None:
 
     def run() -> None:
         try:
-            with warnings.catch_warnings():
-                # The sklearn wrapper always passes n_jobs; Dask replaces it per worker.
-                warnings.filterwarnings("ignore", "Parameter n_jobs will be ignored")
-                fit()
+            fit()
         except BaseException as exc:
             failure.append(exc)
 

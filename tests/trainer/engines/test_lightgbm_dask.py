@@ -181,6 +181,10 @@ def test_ltr_train_reads_a_directory_on_the_workers(
     assert result.exit_code == 0, result.output
     summary = orjson.loads(result.stdout.strip().splitlines()[-1])
     assert summary["engine"] == "lightgbm-dask" and summary["trees"] <= 8
+    # The rounds are listed when the cluster ends, so with no time that would be wrong (a
+    # held-out trial saw `elapsed 59.1s eta 5849s` on every line), and no n_jobs warning.
+    assert "iter 1/8 valid ndcg@10 " in result.stderr, result.stderr
+    assert " eta " not in result.stderr and "n_jobs" not in result.stderr, result.stderr
     manifest = load_version(out).manifest
     assert manifest.training["valid_metric"] == "ndcg@10"
     assert manifest.metrics["ndcg@10"]["dataset"] == str(parquet_dirs / "valid")

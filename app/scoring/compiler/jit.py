@@ -245,7 +245,7 @@ def compile_cached(
 @contextlib.contextmanager
 def _compiling(path: Path) -> Iterator[None]:
     """Holds `<path>.lock` (flock: released by the kernel if its holder dies); without a lock
-    file (a read-only cache), goes on unlocked."""
+    (a read-only cache, a file system that refuses flock), goes on unlocked."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -253,7 +253,8 @@ def _compiling(path: Path) -> Iterator[None]:
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # the GIL is released while it waits
+        with contextlib.suppress(OSError):  # e.g. ENOLCK on some network file systems
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the GIL is released while it waits
         yield
     finally:
         os.close(fd)

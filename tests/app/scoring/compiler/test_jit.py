@@ -113,6 +113,13 @@ def test_a_cache_that_cannot_hold_a_lock_file_only_costs_a_compile(
     module = jit.compile_cached(lambda: ["ir"], "key", blocker)  # its "directory" is a file
     assert module.object_code == [b"object"]
 
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(37, "No locks available")  # ENOLCK, as some network file systems say
+
+    monkeypatch.setattr(jit.fcntl, "flock", no_locks)
+    module = jit.compile_cached(lambda: ["ir"], "key", tmp_path / "nfs")
+    assert module.object_code == [b"object"] and (tmp_path / "nfs" / "key.o").exists()
+
 
 def test_a_large_model_is_compiled_in_children_at_the_lowest_priority(
     monkeypatch: pytest.MonkeyPatch,

@@ -154,7 +154,10 @@ def test_tls_and_unix_servers_are_uvloops_own(loop: asyncio.AbstractEventLoop) -
 
 @pytest.mark.parametrize("greedy", [True, False])
 def test_ltr_serve_runs_uvicorn_on_it_unless_turned_off(greedy: bool) -> None:
-    options = uvicorn_options(Settings(accept_greedily=greedy))
+    options = uvicorn_options(Settings(accept_greedily=greedy, access_log=greedy))
+    # uvicorn's own access line, without the request id, never: the service writes its own
+    # when asked (tests/integration/test_access_log.py), and none by default.
+    assert options["access_log"] is False and Settings().access_log is False
     config = uvicorn.Config("app.main:create_app", factory=True, **options)
     factory = config.get_loop_factory()
     assert factory is not None

@@ -68,6 +68,17 @@ def train_command(
             show_default="none",
         ),
     ] = None,
+    dask_listen_port: Annotated[
+        int | None,
+        Opt(
+            help="--engine lightgbm-dask: the port LightGBM's own network listens on, on every "
+            "worker machine (one worker per machine), for a firewalled cluster.",
+            rich_help_panel=TREE,
+            show_default="free ports LightGBM picks",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
     config: Annotated[
         Path | None, Opt(help="Params TOML file; flags override it.", show_default="none")
     ] = None,
@@ -361,6 +372,8 @@ def train_command(
         chosen = engine or str(file_values.get("engine", "native"))
         if chosen not in ENGINES:
             fail(f"unknown engine {chosen!r} (choose one of {', '.join(ENGINES)})")
+        if dask_listen_port is not None and chosen != "lightgbm-dask":
+            fail(f"--dask-listen-port applies to --engine lightgbm-dask, not {chosen}")
         source = str(config) if config is not None else "command line"
         label = f"--engine {chosen}"
         # Parameters are checked before the data is read: bad values fail before any work.
@@ -375,7 +388,9 @@ def train_command(
             params = _params(LambdaMARTParams, file_values, flags, source=source, label=label)
             if unbiased or propensities is not None:
                 fail("click-log debiasing (--unbiased, --propensities) trains with --engine native")
-            result = _train_on_cluster(train_file, valid_file, params, out, name, dask_scheduler)
+            result = _train_on_cluster(
+                train_file, valid_file, params, out, name, dask_scheduler, dask_listen_port
+            )
             if result.splits == 0:
                 _warn_nothing_learned(None)  # the data stayed on the workers
         else:
@@ -481,6 +496,7 @@ def _train_on_cluster(
     out: Path,
     name: str,
     dask_scheduler: str | None,
+    listen_port: int | None,
 ) -> TrainingResult:
     """The workers read the Parquet data and train; this process never holds it."""
     if not dask_scheduler:
@@ -502,6 +518,7 @@ def _train_on_cluster(
             scheduler=dask_scheduler,
             name=name,
             on_iteration=lambda log: progress.update(log.iteration, None, log.valid_ndcg),
+            listen_port=listen_port,
         )
 
 

@@ -30,6 +30,7 @@ def train_cluster_model(
     on_iteration: Callable[[IterationRecord], None] | None = None,
     train_files: list[str] | None = None,
     valid_files: list[str] | None = None,
+    listen_port: int | None = None,
 ) -> TrainingResult:
     """Train on the cluster at `scheduler` from Parquet files the workers read (a file,
     directory or glob; local path or fsspec URL; or the given file URLs, the locations then
@@ -51,7 +52,7 @@ def train_cluster_model(
                 partition_rows=partition_rows,
                 files=valid_files,
             )
-        result, sample = train_lightgbm_dask(client, train, params, valid)
+        result, sample = train_lightgbm_dask(client, train, params, valid, listen_port)
         if on_iteration is not None:
             for log in result.history:
                 on_iteration(log)

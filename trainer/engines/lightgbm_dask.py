@@ -14,7 +14,9 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import numpy as np
 
@@ -89,8 +91,11 @@ def train_lightgbm_dask(
     train: ClusterDataset,
     params: LambdaMARTParams,
     valid: ClusterDataset | None = None,
+    listen_port: int | None = None,
 ) -> tuple[LightGBMResult, np.ndarray]:
     """Train on the data the workers hold; keep the best round of global valid NDCG@eval_at.
+    `listen_port`: the port LightGBM's network listens on, on every worker machine (one
+    worker per machine); None: free ports LightGBM picks at random.
 
     Returns the result and the verification sample (float32 [<= 10,000, n_features]) that the
     converted model was checked on, for the export to check again after serialising."""
@@ -106,6 +111,9 @@ def train_lightgbm_dask(
     fit: dict[str, Any] = {"group": train.query_sizes}
     run_key = f"ltr-lightgbm-dask-{uuid.uuid4().hex}"
     lgb_params["metric"] = "None"  # validation is ours (no eval_set: see dask_validation)
+    if listen_port is not None:
+        _one_worker_per_machine(client, listen_port)
+        lgb_params["local_listen_port"] = listen_port
     if valid is not None:
         plan = plan_validation(client, valid, params.eval_at, params.empty_query_ndcg)
         rounds = params.early_stopping_rounds or 0
@@ -165,6 +173,20 @@ def _fit_watching_workers(client: Client, fit: Any) -> None:
     if isinstance(exc, lgb.basic.LightGBMError):
         raise EngineError(f"LightGBM on Dask: {exc}") from None
     raise exc
+
+
+def _one_worker_per_machine(client: Client, port: int) -> None:
+    """A fixed listen port serves one LightGBM worker per machine (LightGBM's own rule):
+    refused before training, naming the crowded host, rather than by LightGBM mid-fit."""
+    hosts = Counter(urlparse(address).hostname for address in _workers(client))
+    crowded = [(host, n) for host, n in hosts.items() if n > 1]
+    if crowded:
+        host, n = crowded[0]
+        raise EngineError(
+            f"--dask-listen-port {port}: {host} runs {n} Dask workers, and LightGBM listens on "
+            "a fixed port once per machine; run one worker per machine (a pod each) or leave "
+            "the port to LightGBM"
+        )
 
 
 def _lost(gone: set[str]) -> str:

@@ -71,6 +71,7 @@ def train_on_cluster(
             on_iteration=None if progress is None else progress,
             train_files=train_files,
             valid_files=None if valid is None else valid[1],
+            listen_port=config.dask.listen_port,
         )
     except EngineError as exc:
         raise CommandError(str(exc)) from None

@@ -64,6 +64,9 @@ class DaskConfig(_Section):
     """model.engine = "lightgbm-dask": the cluster that reads the data and trains."""
 
     scheduler: str | None = None  # e.g. "tcp://dask-scheduler:8786"
+    # The port LightGBM's network listens on, on every worker machine (one worker per machine:
+    # a firewalled cluster opens just it); None: free ports LightGBM picks at random.
+    listen_port: int | None = Field(None, ge=1, le=65535)
     partition_rows: int = Field(262_144, ge=1)  # files are cut at query starts into about this
 
 

@@ -270,3 +270,56 @@ def test_dask_engine_without_a_scheduler_is_a_clear_error(
     result = CliRunner().invoke(app, [*args, "--engine", "lightgbm-dask", "--num-trees", "2"])
     assert result.exit_code != 0
     assert "--dask-scheduler" in result.output
+
+
+def test_a_fixed_listen_port_is_refused_on_a_machine_running_two_workers(
+    dask_cluster, parquet_dirs: Path, tmp_path: Path
+) -> None:
+    # LightGBM listens on a fixed port once per machine; this cluster runs two workers on one.
+    from typer.testing import CliRunner
+
+    from trainer.cli import app
+
+    args = ["train", "--train", str(parquet_dirs / "train"), "--out", str(tmp_path / "v1")]
+    args += ["--engine", "lightgbm-dask", "--dask-scheduler", dask_cluster.address]
+    result = CliRunner().invoke(app, [*args, "--dask-listen-port", "12400", "--num-trees", "2"])
+    assert result.exit_code == 2, result.output
+    assert "--dask-listen-port 12400: 127.0.0.1 runs 2 Dask workers" in result.stderr
+    assert not (tmp_path / "v1").exists()
+    other = ["train", "--train", str(parquet_dirs / "train"), "--out", str(tmp_path / "v2")]
+    result = CliRunner().invoke(app, [*other, "--dask-listen-port", "12400"])
+    assert result.exit_code == 2
+    assert "--dask-listen-port applies to --engine lightgbm-dask, not native" in result.stderr
+
+
+def test_the_port_given_is_lightgbms_listen_port(
+    parquet_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One worker per machine, as the port needs. (With one worker LightGBM opens no network,
+    # so what is checked is that the port reaches LightGBM as its local_listen_port.)
+    import lightgbm as lgb
+    from typer.testing import CliRunner
+
+    from tests.support.dask_cluster import DaskCluster
+    from tests.support.redis_server import free_port
+    from trainer.cli import app
+
+    given: list[object] = []
+
+    class Recording(lgb.DaskLGBMRanker):  # type: ignore[misc]
+        def __init__(self, **kwargs: object) -> None:
+            given.append(kwargs.get("local_listen_port"))
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(lgb, "DaskLGBMRanker", Recording)
+    cluster = DaskCluster(workers=1).start()
+    try:
+        port = free_port()
+        args = ["train", "--train", str(parquet_dirs / "train"), "--num-trees", "3"]
+        args += ["--engine", "lightgbm-dask", "--dask-scheduler", cluster.address]
+        args += ["--dask-listen-port", str(port), "--out", str(tmp_path / "v1")]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert given == [port]
+    finally:
+        cluster.stop()

@@ -56,6 +56,7 @@ class _NotOurNJobs(logging.Filter):
 
 
 _LOG.addFilter(_NotOurNJobs())
+
 CONNECT_TIMEOUT_SECONDS = 30
 WATCH_SECONDS = 0.5  # how often the client checks that every training worker is still there
 VERIFY_SAMPLE_ROWS = 10_000
@@ -183,9 +184,9 @@ def _one_worker_per_machine(client: Client, port: int) -> None:
     if crowded:
         host, n = crowded[0]
         raise EngineError(
-            f"--dask-listen-port {port}: {host} runs {n} Dask workers, and LightGBM listens on "
-            "a fixed port once per machine; run one worker per machine (a pod each) or leave "
-            "the port to LightGBM"
+            f"listen port {port} (--dask-listen-port, or the nightly job's dask.listen_port): "
+            f"{host} runs {n} Dask workers, and LightGBM listens on a fixed port once per "
+            "machine; run one worker per machine (a pod each) or leave the port to LightGBM"
         )
 
 

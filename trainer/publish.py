@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,17 +55,20 @@ def install_version(source: Path, registry: Path, name: str | None = None) -> Ar
     """Copy a verified version directory into `<registry>/<name>/<version>` atomically."""
     artifact = load_version(source)
     with model_lock(registry, name or artifact.manifest.name):
-        return _install(artifact, registry, name)
+        return _install(artifact, registry, name)[0]
 
 
-def _install(artifact: Artifact, registry: Path, name: str | None) -> Artifact:
+def _install(artifact: Artifact, registry: Path, name: str | None) -> tuple[Artifact, bool]:
+    """The installed version, and whether this call wrote it (False: it was there already)."""
     manifest = artifact.manifest
     if name is not None and name != manifest.name:
         manifest = manifest.model_copy(update={"name": name})
     final = Path(registry) / manifest.name / manifest.version
+    written = False
     if not final.exists():
         try:
             write_version_dir(final, manifest, artifact.all_files())
+            written = True
         except ArtifactError:
             if not final.exists():  # refused for another reason than being there already
                 raise
@@ -72,7 +76,7 @@ def _install(artifact: Artifact, registry: Path, name: str | None) -> Artifact:
     existing = load_version(final)
     if existing.manifest.files != artifact.manifest.files:
         raise ArtifactError(f"{final} already exists with different contents")
-    return existing
+    return existing, written
 
 
 def feature_change_warning(old: Manifest, new: Manifest) -> str | None:
@@ -287,14 +291,21 @@ def _publish_locked(
     redis_prefix: str,
     as_candidate: bool,
 ) -> PublishResult:
-    artifact = _install(source, registry, name)
+    artifact, written = _install(source, registry, name)
     m = artifact.manifest
     previous = read_current(registry, m.name)
     item_set = None
     if redis_url and m.item_features is not None:
         # Unlike the embeddings, a failed push stops the deploy: the new model would otherwise
-        # score with whatever set version Redis holds, not the one it was trained with.
-        item_set = push_model_item_set(artifact, redis_url, redis_prefix)
+        # score with whatever set version Redis holds, not the one it was trained with. The
+        # version this call installed goes too, so a refused publish leaves the registry as it
+        # found it.
+        try:
+            item_set = push_model_item_set(artifact, redis_url, redis_prefix)
+        except Exception:
+            if written:
+                shutil.rmtree(artifact.path, ignore_errors=True)
+            raise
     pushed = False
     warnings: list[str | None] = []
     if redis_url:

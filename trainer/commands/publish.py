@@ -55,6 +55,7 @@ def publish_command(
                 fail("--rollback needs --name")
             old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
             out: dict[str, object] = {"name": name, "from": old, "to": new}
+            out["item_set"] = _restored_item_set(registry / name / new) if redis_url else None
             for warning in (
                 *rollback_warnings(registry, name, old, new),
                 experiment_pause_warning(registry, name, new),
@@ -93,15 +94,34 @@ def publish_command(
     if as_json:
         typer.echo(orjson.dumps(out).decode())
     elif rollback:
-        typer.echo(f"{out['name']}: CURRENT {out['from']} -> {out['to']}")
+        typer.echo(f"{out['name']}: CURRENT {out['from']} -> {out['to']}{_item_set_part(out)}")
     elif candidate:
         typer.echo(
             f"installed {out['name']} {out['version']} as a candidate; CURRENT stays "
             f"{out['previous']} (start it: ltr experiment start --name {out['name']} "
-            f"--candidate {out['version']}{_registry_option(registry)})"
+            f"--candidate {out['version']}{_registry_option(registry)}){_item_set_part(out)}"
         )
     else:
-        typer.echo(f"published {out['name']} {out['version']} (previous: {out['previous']})")
+        typer.echo(
+            f"published {out['name']} {out['version']} (previous: {out['previous']})"
+            f"{_item_set_part(out)}"
+        )
+
+
+def _item_set_part(out: dict[str, object]) -> str:
+    """The item set made live in Redis, for the one-line summary: the models' and the shared
+    set's versions move together, and an operator should see both."""
+    return f"; item set {out['item_set']} live in Redis" if out.get("item_set") else ""
+
+
+def _restored_item_set(version_dir: Path) -> str | None:
+    """The `set@version` a rollback with a Redis URL made live again (None: no item set).
+    The rollback verified the version; its manifest alone says which set."""
+    from app.artifacts.manifest import Manifest
+    from app.artifacts.store import MANIFEST_FILE
+
+    items = Manifest.model_validate_json((version_dir / MANIFEST_FILE).read_bytes()).item_features
+    return None if items is None else f"{items.set}@{items.version}"
 
 
 def _registry_option(registry: Path) -> str:
@@ -116,9 +136,10 @@ def _not_pushed_note(label: str, path: Path) -> str:
     """An operator who meant the set to go to Redis learns it did not, and how to push it."""
     set_name = label.split("@", 1)[0]
     return (
-        f"note: item set {label} was not pushed to Redis (no --redis-url): services use the "
-        f"model's in-process snapshot; push it with `ltr features push --set {set_name} "
-        f"--model {path}` or publish with --redis-url"
+        f"note: item set {label} was not pushed to Redis (no --redis-url): services that read "
+        f"items from Redis (LTR_REDIS_URL set) keep serving the set's live version there, "
+        f"services without Redis this version's in-process snapshot; push it with "
+        f"`ltr features push --set {set_name} --model {path}` or publish with --redis-url"
     )
 
 

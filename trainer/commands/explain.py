@@ -93,6 +93,8 @@ def explain_command(
             report = _pair_report(method, names, features, phi, scores, labels, a, b, top)
         else:
             report = _query_report(method, names, features, phi, scores, labels, top)
+        if dataset.doc_ids is not None:
+            _name_documents(report, dataset.doc_ids[lo:hi])
     report = {"query": query, "model": artifact.manifest.version, **report}
     if joined is not None:
         report["items"] = joined.summary(slice(lo, hi))
@@ -224,6 +226,18 @@ def _query_report(
     return {"method": method, "expected_value": float(phi[0, m]), "documents": docs}
 
 
+def _name_documents(report: dict[str, Any], ids: np.ndarray) -> None:
+    """Each document's id from the data's id column beside its number in file order: the id
+    is what a request and the logs name an item by."""
+    shown = report["documents"] if "documents" in report else [report["a"], report["b"]]
+    for doc in shown:
+        doc["id"] = str(ids[doc["document"] - 1])
+
+
+def _doc_name(d: dict[str, Any]) -> str:
+    return f"document {d['document']}" + (f" ({d['id']})" if "id" in d else "")
+
+
 def _fmt(v: float | None) -> str:
     return "missing" if v is None else f"{v:.6g}"
 
@@ -233,7 +247,7 @@ def _pair_text(r: dict[str, Any]) -> str:
 
     def doc(d: dict[str, Any]) -> str:
         label = "" if d["label"] is None else f", label {d['label']:g}"
-        return f"document {d['document']} (score {d['score']:.6g}, rank {d['rank']}{label})"
+        return f"{_doc_name(d)} (score {d['score']:.6g}, rank {d['rank']}{label})"
 
     lines = [
         f"query {r['query']}: {doc(a)} vs {doc(b)}; {r['method']}",
@@ -260,7 +274,7 @@ def _query_text(r: dict[str, Any]) -> str:
         )
         label = "" if d["label"] is None else f" (label {d['label']:g})"
         lines.append(
-            f"  {d['rank']:>3}. document {d['document']:<4}{label} {d['score']:+.5f}  {feats}, "
+            f"  {d['rank']:>3}. {_doc_name(d):<13}{label} {d['score']:+.5f}  {feats}, "
             f"other features {d['rest']:+.4f}"
         )
     return "\n".join(lines)

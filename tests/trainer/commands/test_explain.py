@@ -208,6 +208,31 @@ def test_item_features_are_joined_by_document_id(
     assert f"items: {missing} of {hi - lo} documents not in {model}" in text
 
 
+def test_documents_are_named_by_their_ids(
+    runner: CliRunner, item_model: tuple[Path, Path, Path]
+) -> None:
+    """Data with a document id column: each document carries its id, in JSON and text (a
+    held-out trial found only numbers, where requests and logs name items by id)."""
+    model, valid, _ = item_model
+    data = load_dataset(valid, id_column="doc_id")
+    lo = int(data.group_offsets[0])
+    assert data.doc_ids is not None
+    query = str(data.query_ids[0])
+    args = ["explain", "--model", str(model), "--data", str(valid), "--query", query]
+    report = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    for doc in report["documents"]:
+        assert doc["id"] == str(data.doc_ids[lo + doc["document"] - 1])
+    top = report["documents"][0]
+    text = runner.invoke(app, args).stdout
+    assert f"  1. document {top['document']} ({top['id']})" in text
+    pair = runner.invoke(app, [*args, "--pair", "1,2", "--json"])
+    assert json.loads(pair.stdout)["b"]["id"] == str(data.doc_ids[lo + 1])
+    assert (
+        f"document 1 ({data.doc_ids[lo]}) (score"
+        in runner.invoke(app, [*args, "--pair", "1,2"]).stdout
+    )
+
+
 def test_item_model_global_view_and_errors(
     runner: CliRunner, item_model: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:

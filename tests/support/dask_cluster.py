@@ -68,10 +68,10 @@ class DaskCluster:
         os.killpg(self.workers[index].pid, signal.SIGKILL)
         self.workers[index].wait()
 
-    def stop(self) -> None:
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
         for proc in [*self.workers, self.scheduler]:
             if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, sig)
         for proc in [*self.workers, self.scheduler]:
             if proc is None:
                 continue
@@ -94,9 +94,11 @@ def dask_cluster() -> Iterator[DaskCluster]:
 
 @pytest.fixture
 def dask_cluster_to_break() -> Iterator[DaskCluster]:
-    """Two workers of this test's own, which it may kill."""
+    """Two workers of this test's own, which it may kill. Stopped with SIGKILL: a worker left
+    waiting in LightGBM's network for a killed peer does not heed SIGTERM (its wait cost every
+    run 10 s)."""
     cluster = DaskCluster(workers=2).start()
     try:
         yield cluster
     finally:
-        cluster.stop()
+        cluster.stop(signal.SIGKILL)

@@ -285,7 +285,9 @@ def train_command(
     features_spec: Annotated[
         Path | None,
         Opt(
-            help="Feature sources spec (TOML/JSON: query columns, an item section with the table).",
+            help="Feature sources file (TOML or JSON) giving what the flags below give: query "
+            "(the columns) and an item section (table, set, id_column, items_id_column); a "
+            "flag given wins over the file. Every key, with examples: docs/FEATURES.md.",
             rich_help_panel=SOURCES,
             show_default="none",
         ),
@@ -293,7 +295,7 @@ def train_command(
     query_features: Annotated[
         str | None,
         Opt(
-            help="Query-level columns (one value per query), comma-separated.",
+            help="Query-level columns of the data (one value per query), comma-separated.",
             rich_help_panel=SOURCES,
             show_default="none",
         ),
@@ -301,7 +303,8 @@ def train_command(
     items: Annotated[
         Path | None,
         Opt(
-            help="Item feature table (Parquet), joined by --id-column.",
+            help="Item feature table (Parquet), joined on the data's --id-column by its "
+            "--items-id-column.",
             rich_help_panel=SOURCES,
             show_default="none",
         ),
@@ -313,9 +316,18 @@ def train_command(
     id_column: Annotated[
         str | None,
         Opt(
-            help="Document id column of the data and the item table.",
+            help="Document id column of the training data (and of the item table, unless "
+            "--items-id-column names its own).",
             rich_help_panel=SOURCES,
             show_default="doc_id",
+        ),
+    ] = None,
+    items_id_column: Annotated[
+        str | None,
+        Opt(
+            help="Item id column of the --items table, when not named as the data's.",
+            rich_help_panel=SOURCES,
+            show_default="--id-column",
         ),
     ] = None,
     as_json: Annotated[
@@ -352,7 +364,7 @@ def train_command(
     from trainer.dnn.user_clusters import ClusterConfigError
     from trainer.dnn.user_profiles import ProfileTableError
     from trainer.engines.lightgbm_ranker import EngineError
-    from trainer.features.sources import SpecError, build_spec
+    from trainer.features.spec import SpecError, build_spec
 
     user_errors = (ClusterConfigError, ProfileTableError)
     with clear_errors(
@@ -365,7 +377,9 @@ def train_command(
         *user_errors,
     ):
         check_out_dir(out, name)
-        spec = build_spec(features_spec, query_features, items, item_set, id_column)
+        spec = build_spec(
+            features_spec, query_features, items, item_set, id_column, items_id_column
+        )
         final_out, out = out, _staging(out) if spec is not None else out
         sourced: list[Any] = []  # the joined data, once loaded (for the manifest's sources)
         file_values = read_config(config) if config is not None else {}

@@ -11,7 +11,7 @@ from trainer.data.errors import DataFormatError
 
 if TYPE_CHECKING:
     from trainer.features.item_table import ItemTable
-    from trainer.features.sources import FeatureSpec
+    from trainer.features.spec import FeatureSpec
 
 
 @dataclass(frozen=True)

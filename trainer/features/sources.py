@@ -1,13 +1,6 @@
 """Training with feature sources: query-level columns and an item table joined by document id,
-recorded in the model version so the service assembles the same rows.
-
-A features spec (TOML or JSON; flags override it):
-
-    query = ["query_length", "hour"]     # columns of the training data, constant per query
-    [item]
-    table = "items.parquet"               # relative to the spec file
-    set = "catalog"                       # the item feature set's name (Redis, manifests)
-    id_column = "doc_id"                  # in the training data and in the item table
+recorded in the model version so the service assembles the same rows. What sources to join
+comes from `trainer.features.spec` (a `--features-spec` file and the flags).
 
 The model's columns are the training data's own (candidate and query features, file order)
 followed by the item table's features. Documents whose id the table lacks get NaN, exactly what
@@ -16,21 +9,16 @@ the service gives an item its store does not know.
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 import tempfile
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from app.artifacts.manifest import NAME_PATTERN, FeatureSource, ItemFeatureSet, Manifest
+from app.artifacts.manifest import FeatureSource, ItemFeatureSet, Manifest
 from app.artifacts.store import load_version, write_version_dir
-from app.errors import LtrError
 from app.features.item_snapshot import write_snapshot
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
@@ -38,69 +26,10 @@ from trainer.data.loader import align_features, load_dataset
 from trainer.features.item_table import ItemTable, as_snapshot, read_item_table
 from trainer.features.source_checks import ItemCoverage, check_query_names
 
-
-class SpecError(LtrError, ValueError):
-    """A features spec or flag combination that cannot be used (names the file or flag)."""
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    query: list[str]
-    items: Path | None
-    item_set: str
-    id_column: str
-
-
-def build_spec(
-    spec_file: Path | None,
-    query_features: str | None,
-    items: Path | None,
-    item_set: str | None,
-    id_column: str | None,
-) -> FeatureSpec | None:
-    """The spec from the file and the flags; None when neither names any source."""
-    doc = _read_spec(spec_file) if spec_file is not None else {}
-    item_doc = doc.get("item", {})
-    if not isinstance(item_doc, dict):
-        raise SpecError(f"{spec_file}: [item] must be a table")
-    query = doc.get("query", [])
-    if query_features is not None:
-        query = [q.strip() for q in query_features.split(",") if q.strip()]
-    if not isinstance(query, list) or not all(isinstance(q, str) for q in query):
-        raise SpecError(f"{spec_file}: query must be a list of column names")
-    table = items
-    if table is None and item_doc.get("table"):
-        table = Path(spec_file or ".").parent / str(item_doc["table"])
-    set_name = item_set or str(item_doc.get("set", "items"))
-    if not re.fullmatch(NAME_PATTERN, set_name):
-        raise SpecError(f"item set name {set_name!r} must match {NAME_PATTERN}")
-    column = id_column or str(item_doc.get("id_column", "doc_id"))
-    if not query and table is None:
-        if spec_file is not None:
-            raise SpecError(f"{spec_file}: names no query columns and no item table")
-        return None
-    return FeatureSpec(list(query), table, set_name, column)
-
-
-def _read_spec(path: Path) -> dict[str, Any]:
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        doc = (
-            json.loads(raw)
-            if Path(path).suffix == ".json"
-            else tomllib.loads(raw.decode("utf-8-sig"))
-        )
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError(f"{path}: not a valid features spec ({exc})") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{path}: expected a table of `query` and `[item]`")
-    unknown = sorted(set(doc) - {"query", "item"})
-    if unknown:
-        raise SpecError(f"{path}: unknown key(s) {unknown} (expected query, item)")
-    return doc
+# Re-exported: nightly, the demo and older callers import them from here.
+from trainer.features.spec import FeatureSpec as FeatureSpec
+from trainer.features.spec import SpecError as SpecError
+from trainer.features.spec import build_spec as build_spec
 
 
 @dataclass(frozen=True)
@@ -123,7 +52,7 @@ class SourcedData:
 
 def load_sourced(spec: FeatureSpec, train_file: Path, valid_file: Path | None) -> SourcedData:
     """Training (and validation) data with the item table joined and the sources checked."""
-    table = read_item_table(spec.items, spec.id_column) if spec.items is not None else None
+    table = read_item_table(spec.items, spec.table_id_column) if spec.items is not None else None
     id_column = data_id_column(spec, train_file)
     train, coverage = _sourced(load_dataset(train_file, id_column=id_column), spec, table)
     valid = None
@@ -201,7 +130,8 @@ def _joined(
         raise DataFormatError(
             f"{data.source}: none of its {len(ids):,} document ids is in the item table "
             f"{table.source} (its ids look like {str(ids[0])!r}, the table's like "
-            f"{str(table.ids[0]) if table.ids.size else ''!r}): check --id-column"
+            f"{str(table.ids[0]) if table.ids.size else ''!r}): check --id-column (the "
+            "data's) and --items-id-column (the table's)"
         )
     coverage = ItemCoverage(data.source, table.source, len(ids), int(len(ids) - found.sum()))
     return data.with_columns(rows, table.names), [coverage]

@@ -6,11 +6,13 @@ Every engine (native LambdaMART, LightGBM, DNN) reports through `TrainingProgres
         for it in ...:
             progress.update(it + 1, train_metric=0.71, valid_metric=0.69)
 
-Plain lines look like `iter 10/100 train ndcg@10 0.7100 valid ndcg@10 0.6900 elapsed 3.2s eta 28s`.
+Plain lines look like `iter 10/100 train ndcg@10 0.7100 valid ndcg@10 0.6900 elapsed 3.2s eta 28s`
+(the first says no eta: one iteration, compile time and all, tells no pace).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -74,6 +76,10 @@ class TrainingProgress:
         self._last_line_at = self._start
         self._last: tuple[int, float | None, float | None] | None = None
         self._last_printed: int | None = None
+        # (iteration, time) of the first update: the eta's pace is measured from it, because
+        # the first iteration also pays one-off costs (numba compiling the kernels took 37 s
+        # of a 38 s first tree: its eta read 5643 s for a run of a few minutes).
+        self._first: tuple[int, float] | None = None
         self._bar: Progress | None = None
         self._task: TaskID | None = None
 
@@ -113,16 +119,23 @@ class TrainingProgress:
         return self._clock() - self._start
 
     def eta(self, iteration: int) -> float:
-        """Seconds left if the remaining iterations take as long as the done ones on average."""
-        if iteration <= 0:
+        """Seconds left if the remaining iterations take as long, on average, as those done
+        since the first update; NaN (unknown) until one is."""
+        left = max(self.total - iteration, 0)
+        if left == 0:
+            return 0.0
+        if self._first is None or iteration <= self._first[0]:
             return float("nan")
-        return self.elapsed / iteration * max(self.total - iteration, 0)
+        first_iteration, first_at = self._first
+        return (self._clock() - first_at) / (iteration - first_iteration) * left
 
     def update(
         self, iteration: int, train_metric: float | None = None, valid_metric: float | None = None
     ) -> None:
         """`iteration` iterations are done (1-based), with their latest metrics (None = unknown)."""
         self._last = (iteration, train_metric, valid_metric)
+        if self._first is None:
+            self._first = (iteration, self._clock())
         if self._bar is not None and self._task is not None:
             self._bar.update(
                 self._task,
@@ -162,7 +175,10 @@ class TrainingProgress:
         metrics = self._metrics_text(train_metric, valid_metric)
         line = f"{self.unit} {iteration}/{self.total} {metrics}".rstrip()
         if self.live:
-            line += f" elapsed {self.elapsed:.1f}s eta {self.eta(iteration):.0f}s"
+            line += f" elapsed {self.elapsed:.1f}s"
+            eta = self.eta(iteration)
+            if not math.isnan(eta):
+                line += f" eta {eta:.0f}s"
         print(line, file=self.stream, flush=True)
         self._last_printed = iteration
         self._last_line_at = self._clock()

@@ -257,7 +257,7 @@ def _fraction_cutoff(times: np.ndarray, valid_fraction: float) -> float:
 
 
 def dataset_from_logs(
-    source: Path,
+    source: str | Path,
     manifest_feature_names: list[str] | None,
     valid_fraction: float,
     *,

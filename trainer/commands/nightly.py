@@ -81,7 +81,10 @@ def nightly_command(
     registry: Annotated[
         Path | None, typer.Option(help="Override [publish] registry.", envvar="LTR_REGISTRY")
     ] = None,
-    data_dir: Annotated[Path | None, typer.Option("--data", help="Override [data] dir.")] = None,
+    # Text, not a Path: a redis:// URL must reach the config as written (pathlib drops a `/`).
+    data_dir: Annotated[
+        str | None, typer.Option("--data", help="Override [data] dir (a path or a URL).")
+    ] = None,
     bootstrap_demo: Annotated[
         bool,
         typer.Option(

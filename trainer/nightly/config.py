@@ -1,8 +1,10 @@
 """The nightly job's configuration file (TOML): where data is, what to train, the gate, where to
-publish. Every section is optional; see deploy/nightly.toml for a documented example."""
+publish. Every section is optional; every key with its default: docs/OPERATIONS.md ("The
+nightly config, key by key"); deploy/nightly.toml is a commented example."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +34,9 @@ def _quality_metrics() -> tuple[str, ...]:
 
 
 GATE_METRICS = _quality_metrics()
+# `scheme://...`: a URL, kept as text (pathlib folds `//` into `/`: redis:/host:6379/0).
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+LOG_URL_SCHEMES = ("redis://", "rediss://", "unix://")  # what trainer.clicks.logs reads
 
 
 class _Section(BaseModel):
@@ -39,9 +44,11 @@ class _Section(BaseModel):
 
 
 class DataConfig(_Section):
-    # A directory of LETOR text or Parquet files. Partitions are files or sub-directories whose
-    # name holds a date (YYYY-MM-DD or YYYYMMDD); the newest `partitions` are used.
-    dir: Path = Path("data")
+    # source = "files": a directory of LETOR text or Parquet files. Partitions are files or
+    # sub-directories whose name holds a date (YYYY-MM-DD or YYYYMMDD); the newest `partitions`
+    # are used. source = "logs": a JSONL file, a directory of them, or a redis:// URL. A URL
+    # stays text; anything else is a path (relative: to the working directory).
+    dir: Path | str = Path("data")
     source: Literal["files", "logs"] = "files"
     partitions: int = Field(7, ge=1)
     # With two or more partitions the newest one is the held-out set (time split, no leakage);
@@ -58,6 +65,18 @@ class DataConfig(_Section):
     # (a path they see or an fsspec URL: s3://bucket/clicks, gs://..., hdfs://...); default:
     # `dir`. The workers list and read them; this process reads only the held-out partition.
     url: str | None = None
+
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _url_or_path(cls, value: object) -> object:
+        if isinstance(value, str) and not URL.match(value):
+            return Path(value)
+        return value
+
+    @property
+    def path(self) -> Path:
+        """`dir` as a local directory (a URL is refused for it at load: NightlyConfig)."""
+        return Path(self.dir)
 
 
 class DaskConfig(_Section):
@@ -168,12 +187,34 @@ class NightlyConfig(_Section):
                 raise ValueError('model.engine = "lightgbm-dask" needs dask.scheduler')
             if data.source != "files":
                 raise ValueError('model.engine = "lightgbm-dask" reads data.source = "files"')
+        _check_data_url(self)
         if self.gate.metric is None:
             self.gate.metric = "dcg@10" if debiased else "ndcg@10"
         chosen = self.gate.model_fields_set
         if debiased and not chosen & {"tolerance", "relative_tolerance"}:
             self.gate.tolerance, self.gate.relative_tolerance = 0.0, 0.01
         return self
+
+
+def _check_data_url(config: NightlyConfig) -> None:
+    """A URL in `data.dir` only where something reads one: the logs' Redis, or the Dask
+    workers' fsspec (s3://, gs://, ...)."""
+    url = config.data.dir
+    if not isinstance(url, str):
+        return
+    scheme = url.split("://", 1)[0] + "://"  # not the whole URL: it may hold a password
+    if config.data.source == "logs":
+        if not url.startswith(LOG_URL_SCHEMES):
+            raise ValueError(
+                f"data.dir is a {scheme} URL: the logs are read from a JSONL file or "
+                f"directory, or a {', '.join(LOG_URL_SCHEMES)} URL"
+            )
+    elif config.model.engine != "lightgbm-dask":
+        raise ValueError(
+            f"data.dir is a {scheme} URL: data.source = 'files' reads a local directory "
+            "(a URL is read by data.source = 'logs' (redis://) or model.engine = "
+            "'lightgbm-dask' (s3://, gs://, ...))"
+        )
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> NightlyConfig:

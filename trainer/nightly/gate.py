@@ -69,23 +69,34 @@ def run_gate(
     metric = config.metric or "ndcg@10"
     if metric not in result.candidate:
         raise ValueError(f"gate metric {metric!r} is not one of {sorted(result.candidate)}")
+    unlabelled = _no_positive_label(holdout)
     if deployed is None and deployed_error is not None:
         text = f"the deployed model does not load ({deployed_error})"
         _without_comparison(result, text, config.allow_broken_deployed, "allow_broken_deployed")
-        return result
+        return _note(result, unlabelled)
     if deployed is None:
         result.notes.append("no deployed model: the candidate is compared to nothing")
-        return result
+        return _note(result, unlabelled)
     try:
         old = score_dataset(deployed, holdout, user_vectors)
     except ValueError as exc:
         text = f"deployed model {deployed.manifest.version} cannot score the held-out rows: {exc}"
         _without_comparison(result, text, config.allow_feature_change, "allow_feature_change")
-        return result
+        return _note(result, unlabelled)
     result.deployed = {
         "version": deployed.manifest.version,
         **ranking_report(old, holdout.labels, holdout.group_offsets),
     }
+    if unlabelled is not None:
+        # Every ranking scores the same on it (DCG 0, NDCG/MAP/MRR the empty-list value): a
+        # pass would say nothing. A few lists with a positive label still compare, as usual.
+        result.passed = False
+        result.reasons.append(
+            f"{unlabelled}: nothing to compare on ({metric} is "
+            f"{float(result.candidate[metric]):.4g} for any ranking); check the data export or, "
+            "for click logs, that the service receives feedback (POST /feedback)"
+        )
+        return result
     new_value = float(result.candidate[metric])
     old_value = float(result.deployed[metric])
     allowed = config.tolerance + config.relative_tolerance * abs(old_value)
@@ -95,6 +106,25 @@ def run_gate(
             f"{metric} {new_value:.4f} is below the deployed model's {old_value:.4f} "
             f"minus tolerance {allowed:.4g}"
         )
+    return result
+
+
+def _no_positive_label(holdout: RankingDataset) -> str | None:
+    """Why the held-out labels cannot tell two rankings apart, or None when they can: no list
+    has a positive label (click logs whose held-out lists got no click, or all-zero labels)."""
+    if np.any(holdout.labels > 0):
+        return None
+    return (
+        f"the held-out set's {holdout.num_queries} lists have no positive label "
+        "(from click logs: no clicks)"
+    )
+
+
+def _note(result: GateResult, unlabelled: str | None) -> GateResult:
+    """A run that compares nothing (nothing deployed, or an opt-in) still says its held-out
+    metrics are empty."""
+    if unlabelled is not None:
+        result.notes.append(f"{unlabelled}: the candidate's metrics on it say nothing")
     return result
 
 

@@ -1,5 +1,5 @@
 """The run report: `report.json` for machines, `report.html` (self-contained, inline SVG charts)
-for people: data summary, metrics vs the deployed model, NDCG per iteration, feature importance,
+for people: data summary, metrics vs the deployed model, metrics per iteration, feature importance,
 and the global view of contributions (trainer/explain) with its change from the deployed model."""
 
 from __future__ import annotations
@@ -118,6 +118,7 @@ def write_report(directory: Path, report: dict[str, Any]) -> None:
     gate = report.get("gate", {})
     verdict = "PASSED" if gate.get("passed") else "REFUSED"
     history = report.get("history", {})
+    names = report.get("history_metrics", {})
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>ltr nightly {html.escape(str(report.get('version', '')))}</title>",
@@ -135,7 +136,12 @@ def write_report(directory: Path, report: dict[str, Any]) -> None:
         "<h2>Data</h2>",
         _table(report.get("data", {})),
         "<h2>Training</h2>",
-        line_chart("NDCG@k per iteration", history),
+        # Each series by its metric's name: on debiased clicks validation is IPW DCG, which
+        # is not on NDCG's scale.
+        line_chart(
+            "Training metrics per iteration",
+            {f"{k} {names.get(k, '')}".rstrip(): v for k, v in history.items()},
+        ),
         bar_chart("Feature importance (splits)", report.get("feature_importance", {})),
         _table({k: v for k, v in report.get("training", {}).items() if k != "params"}),
         _explanations(report.get("explanations")),

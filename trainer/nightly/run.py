@@ -102,7 +102,7 @@ class NightlyOutcome:
 
 
 class _RecordingProgress(TrainingProgress):
-    """The usual progress output, plus the NDCG history for the report."""
+    """The usual progress output, plus the metric history for the report."""
 
     def __init__(self, total: int, **kwargs: Any) -> None:
         super().__init__(total, **kwargs)
@@ -120,6 +120,18 @@ class _RecordingProgress(TrainingProgress):
         if valid_metric is not None:
             self.valid_history.append(float(valid_metric))
         super().update(iteration, train_metric, valid_metric)
+
+
+def metric_names(config: NightlyConfig, debiased: bool) -> dict[str, str]:
+    """What the progress lines and the report call the training and validation metrics. On
+    debiased clicks training reports the NDCG of the clicks as served (its lambdas' own
+    figure) and validation the mean DCG of IPW labels (clicks / theta: above 1 is usual), as
+    `ltr train --debias` names them."""
+    model = config.model
+    k = model.dnn.eval_at if model.engine == "dnn" else model.lambdamart.eval_at
+    if debiased:
+        return {"train": f"raw-click ndcg@{k}", "valid": f"IPW dcg@{k}"}
+    return {"train": f"ndcg@{k}", "valid": f"ndcg@{k}"}
 
 
 def load_data(config: NightlyConfig) -> NightlyData:
@@ -145,7 +157,9 @@ def load_data(config: NightlyConfig) -> NightlyData:
             raise CommandError(f"{cfg.dir}: {exc}") from None
         train, valid = split_by_query_hash(train_all, cfg.valid_fraction, salt="valid")
         plan = None if served is None else served_plan(config, served)
-        summary = {"source": f"logs in {cfg.dir}", "debias": cfg.debias}
+        from trainer.commands.features import redacted
+
+        summary = {"source": f"logs in {redacted(str(cfg.dir))}", "debias": cfg.debias}
         if plan is not None:
             summary["item_set"] = (
                 None if plan.item_set is None else f"{plan.item_set.set}@{plan.item_set.version}"
@@ -155,7 +169,7 @@ def load_data(config: NightlyConfig) -> NightlyData:
         if cfg.debias == "none":
             return NightlyData(train, valid, holdout, summary | sizes, None, plan)
         return replace(_debiased(config, train, valid, holdout, summary | sizes), sources=plan)
-    partitions = find_partitions(cfg.dir, cfg.partitions) if cfg.dir.is_dir() else []
+    partitions = find_partitions(cfg.path, cfg.partitions) if cfg.path.is_dir() else []
     if not partitions:
         _check_demo_allowed(config)
         data = load_dataset(DEMO_DATA / "rank.train")
@@ -179,7 +193,7 @@ def load_data(config: NightlyConfig) -> NightlyData:
         ]
         rest, holdout, split = _time_split(config, partitions, parts)
         summary = {
-            "source": str(cfg.dir),
+            "source": str(cfg.path),
             "partitions": [str(p.date) for p in partitions],
             "split": split,
         }
@@ -194,8 +208,9 @@ def _check_demo_allowed(config: NightlyConfig) -> None:
     current = read_current(config.publish.registry, config.model.name)
     if cfg.bundled_demo and current is None:
         return
-    what = "no dated partitions of training data" if cfg.dir.is_dir() else "does not exist"
-    if not cfg.dir.is_dir() and cfg.dir.exists():
+    data_dir = cfg.path
+    what = "no dated partitions of training data" if data_dir.is_dir() else "does not exist"
+    if not data_dir.is_dir() and data_dir.exists():
         what = "is not a directory"
     why = (
         f" (data.bundled_demo applies only before a first model is deployed; "
@@ -203,7 +218,7 @@ def _check_demo_allowed(config: NightlyConfig) -> None:
         if cfg.bundled_demo
         else ""
     )
-    raise CommandError(f"{cfg.dir}: training data directory {what}{why}")
+    raise CommandError(f"{data_dir}: training data directory {what}{why}")
 
 
 def _time_split(
@@ -277,7 +292,7 @@ def _sourced_data(config: NightlyConfig, spec: FeatureSpec, partitions: list[Any
     rest, holdout, split = _time_split(config, partitions, parts)
     train, valid = split_by_query_hash(rest, config.data.valid_fraction, salt="valid")
     summary = {
-        "source": str(config.data.dir),
+        "source": str(config.data.path),
         "partitions": [str(p.date) for p in partitions],
         "split": split,
         "item_set": None if table is None else f"{spec.item_set}@{table.version()}",
@@ -330,11 +345,13 @@ def train_candidate(
         trained, history = train_candidate(config, replace(data, sources=None), staged)
         return attach_sources(trained, out, data.sources), history
     model = config.model
+    names = metric_names(config, data.propensities is not None)
+    named = {"metric": names["train"], "valid_metric": names["valid"]}
     if model.engine == "dnn":
         from trainer.engines.dnn_model import train_dnn_model
 
         options = model.dnn
-        progress = _RecordingProgress(options.epochs, unit="epoch")
+        progress = _RecordingProgress(options.epochs, unit="epoch", **named)
         with progress:
             path = train_dnn_model(
                 data.train, data.valid, options, out, progress, name=model.name
@@ -350,7 +367,7 @@ def train_candidate(
             debias = config.data.debias
             assert debias != "none"
             objective = click_objective(data.train, params, data.propensities, debias=debias)
-        progress = _RecordingProgress(params.num_trees)
+        progress = _RecordingProgress(params.num_trees, **named)
         with progress:
             path = train_tree_model(
                 model.engine,
@@ -427,7 +444,10 @@ def _train_on_cluster(
     """model.engine = "lightgbm-dask": the workers read and train (trainer.nightly.cluster)."""
     from trainer.nightly.cluster import train_on_cluster
 
-    progress = _RecordingProgress(config.model.lambdamart.num_trees)
+    names = metric_names(config, debiased=False)
+    progress = _RecordingProgress(
+        config.model.lambdamart.num_trees, metric=names["train"], valid_metric=names["valid"]
+    )
     with progress:
         trained = train_on_cluster(
             config, out, lambda log: progress.update(log.iteration, None, log.valid_ndcg)
@@ -460,10 +480,12 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
             config = config.model_copy(update={"model": demo_model})
     if on_cluster is not None:
         candidate_dir, holdout, summary, history = on_cluster
+        metrics = metric_names(config, debiased=False)
     else:
         data = load_data(config)
         holdout, summary = data.holdout, data.summary
         candidate_dir, history = train_candidate(config, data, staging / version)
+        metrics = metric_names(config, data.propensities is not None)
     candidate = load_version(candidate_dir)
     expected = None
     if candidate.manifest.kind == "lambdamart":
@@ -487,6 +509,7 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         "data": summary,
         "gate": gate.to_dict(),
         "history": history,
+        "history_metrics": {k: v for k, v in metrics.items() if k in history},
         "feature_importance": feature_importance(candidate),
         "training": candidate.manifest.training,
         "explanations": version_views(candidate, deployed.artifact, holdout),

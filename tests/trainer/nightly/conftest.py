@@ -51,6 +51,29 @@ def write_config(tmp_path: Path, data_dir: Path, **model: object) -> Path:
     return path
 
 
+def write_logs_config(tmp_path: Path, source: str, name: str, num_trees: int = 10) -> Path:
+    """A small config training on the service's logs at `source` (file, directory or URL),
+    the newest quarter of the lists held out."""
+    lines = [
+        f'work_dir = "{tmp_path / "work"}"',
+        "[data]",
+        'source = "logs"',
+        f'dir = "{source}"',
+        "holdout_fraction = 0.25",
+        "[model]",
+        f'name = "{name}"',
+        "[model.lambdamart]",
+        f"num_trees = {num_trees}",
+        "num_leaves = 4",
+        "min_data_in_leaf = 5",
+        "[publish]",
+        f'registry = "{tmp_path / "registry"}"',
+    ]
+    path = tmp_path / "nightly.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 @pytest.fixture(scope="session")
 def deployed_template(tmp_path_factory: pytest.TempPathFactory, partitioned: Path) -> Path:
     """A registry where run_nightly published `nightly` once (60 trees), for copying."""

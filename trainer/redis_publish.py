@@ -17,6 +17,22 @@ from app.artifacts.manifest import Manifest
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
+def redacted(url: str) -> str:
+    """`url` with its password (or a lone user part, which may be one) shown as `***`."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(an unparsable URL)"
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    hidden = f"{user}:***" if colon else "***"
+    return parts._replace(netloc=f"{hidden}@{host}").geturl()
+
+
 def check_redis_url(url: str, option: str = "--redis-url") -> str:
     """`url` when redis-py can use it as it stands; ValueError naming `option` and what is
     wrong (an unknown scheme, or a database path that is not a number, which redis-py reads as

@@ -173,7 +173,7 @@ def read_redis(url: str) -> ClickLogs:
     parts = urlsplit(url)
     prefix = parse_qs(parts.query).get("prefix", ["ltr:"])[0]
     plain = parts._replace(query="").geturl()
-    from trainer.redis_publish import check_redis_url
+    from trainer.redis_publish import check_redis_url, redacted
 
     try:
         check_redis_url(plain, "log source")
@@ -192,13 +192,13 @@ def read_redis(url: str) -> ClickLogs:
                     try:
                         _add(orjson.loads(fields[b"data"]), logs)
                     except _RECORD_ERRORS as exc:
-                        where = f"{plain} stream {stream} entry {entry_id.decode()}"
+                        where = f"{redacted(plain)} stream {stream} entry {entry_id.decode()}"
                         raise DataFormatError(f"{where}: bad log record: {exc}") from None
                 if len(entries) < XRANGE_PAGE:
                     break
                 start = "(" + entries[-1][0].decode()
     except redis.RedisError as exc:
-        raise DataFormatError(f"{plain}: cannot read the log streams: {exc}") from None
+        raise DataFormatError(f"{redacted(plain)}: cannot read the log streams: {exc}") from None
     finally:
         client.close()
     return logs

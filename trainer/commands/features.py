@@ -295,7 +295,7 @@ def _client(redis_url: str | None) -> redis.Redis:
     url = redis_url or os.environ.get("LTR_REDIS_URL")
     if not url:
         raise CommandError("no Redis: give --redis-url or set LTR_REDIS_URL")
-    from trainer.redis_publish import check_redis_url
+    from trainer.redis_publish import check_redis_url, redacted
 
     client: redis.Redis | None = None
     try:
@@ -317,22 +317,6 @@ def _asks_for_password(exc: Exception) -> bool:
     text = str(exc)
     # RESP3 (HELLO) and RESP2 (NOAUTH) say it differently.
     return isinstance(exc, redis.AuthenticationError) or text.startswith(("NOAUTH", "HELLO"))
-
-
-def redacted(url: str) -> str:
-    """`url` with its password (or a lone user part, which may be one) shown as `***`."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "(an unparsable URL)"
-    if "@" not in parts.netloc:
-        return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    hidden = f"{user}:***" if colon else "***"
-    return parts._replace(netloc=f"{hidden}@{host}").geturl()
 
 
 def register(app: typer.Typer) -> None:

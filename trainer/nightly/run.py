@@ -157,7 +157,7 @@ def load_data(config: NightlyConfig) -> NightlyData:
             raise CommandError(f"{cfg.dir}: {exc}") from None
         train, valid = split_by_query_hash(train_all, cfg.valid_fraction, salt="valid")
         plan = None if served is None else served_plan(config, served)
-        from trainer.commands.features import redacted
+        from trainer.redis_publish import redacted
 
         summary = {"source": f"logs in {redacted(str(cfg.dir))}", "debias": cfg.debias}
         if plan is not None:

@@ -130,3 +130,13 @@ def test_a_redis_source_with_a_database_that_is_not_a_number_is_refused() -> Non
     """redis-py read `redis://host/abc` as database 0: the logs of another database."""
     with pytest.raises(DataFormatError, match="the database 'abc' is not a number"):
         read_logs("redis://127.0.0.1:1/abc")
+
+
+def test_an_unreachable_redis_source_is_named_without_its_password() -> None:
+    from tests.support.redis_server import free_port
+
+    url = f"redis://reader:s3cret@127.0.0.1:{free_port()}/0"
+    with pytest.raises(DataFormatError, match="cannot read the log streams") as info:
+        read_logs(url)
+    assert "s3cret" not in str(info.value)
+    assert f"redis://reader:***@127.0.0.1:{url.rsplit(':', 1)[1]}" in str(info.value)

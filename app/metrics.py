@@ -201,6 +201,12 @@ DEGRADED = Counter(
     "Responses answered with degraded user features, by reason.",
     ["reason"],
 )
+QUERY_FEATURES_MISSING = Counter(
+    "ltr_query_features_missing_total",
+    "/rerank requests scored with some of their model's query features absent or null, by "
+    "model (a client that stopped sending them).",
+    ["model"],
+)
 
 # Incremented by app.features (one per Redis lookup).
 REDIS_CIRCUIT_OPEN = worker_gauge(

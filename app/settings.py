@@ -203,7 +203,10 @@ class Settings(BaseSettings):
     impressions_ttl_seconds: Annotated[int, Field(ge=1)] = 86400
 
     # Item feature store (app.features.item_store): `auto` reads Redis when redis_url is set,
-    # else the snapshot the model version carries; `snapshot` never asks Redis for items.
+    # else the snapshot the model version carries; `redis` insists on Redis (no redis_url is
+    # refused at start: an operator forcing Redis must not be served from the snapshot
+    # unawares); `snapshot` never asks Redis for items. With Redis, the snapshot still stands
+    # in for it when it fails (degraded).
     item_store: Literal["auto", "redis", "snapshot"] = "auto"
     # Rows of the live item set version each worker keeps after reading them from Redis
     # (app.features.item_row_cache; ~0.5 KB a row at 100 features); 0, the default: read every
@@ -223,5 +226,10 @@ class Settings(BaseSettings):
                 f"LTR_REQUEST_BUDGET_MS ({self.request_budget_ms:g}) is above "
                 f"LTR_MAX_REQUEST_BUDGET_MS ({self.max_request_budget_ms:g}), the most a "
                 "request may ask for"
+            )
+        if self.item_store == "redis" and self.redis_url is None:
+            raise ValueError(
+                "LTR_ITEM_STORE=redis needs LTR_REDIS_URL, which is not set (or blank): set it, "
+                "or use LTR_ITEM_STORE=auto (Redis when LTR_REDIS_URL is set, else the snapshot)"
             )
         return self

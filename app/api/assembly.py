@@ -23,6 +23,7 @@ from app.api.request_matrix import (
     CandidateMatrix,
     RequestError,
     build_matrix,
+    counted,
     decode_body,
     token_budget,
 )
@@ -41,6 +42,7 @@ Columns = slice | np.ndarray
 # one to spare. 1,000 ids: 1.0-1.1 ms less per request than fetching after the parse.
 SEND_TURNS = 4
 _LAYOUTS_MAX = 64
+QUERY_FEATURES_MISSING = "query_features_missing"  # some of the model's query features absent
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class Assembled:
     user_vector: np.ndarray | None  # float32 [embedding_dim] for `onnx_input` models
     user: UserFeatures | None
     items: ItemFeatures | None
+    # How many of the model's query features the request left out or sent as null; None for
+    # a model without query features.
+    query_missing: int | None = None
 
 
 _layouts: dict[int, tuple[Manifest, FeatureLayout]] = {}
@@ -178,6 +183,8 @@ async def assemble(
         discard_early(early)
     try:
         query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
+        # Per request, not per candidate: a few query features.
+        query_missing = int(np.isnan(query).sum()) if layout.query else None
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)
         try:
             matrix = _candidate_matrix(candidates, raw, doc, layout, settings, extra)
@@ -220,7 +227,7 @@ async def assemble(
             features[:, layout.user_cols] = user.vector
         else:
             user_vector = user.vector
-    return Assembled(matrix.ids, features, user_vector, user, items)
+    return Assembled(matrix.ids, features, user_vector, user, items, query_missing)
 
 
 def _candidate_matrix(
@@ -306,8 +313,8 @@ def _query_vector(
         if len(given) != len(layout.query):
             raise RequestError(
                 where,
-                f"expected {len(layout.query)} values in the model's query feature order "
-                f"({', '.join(layout.query[:5])}{' ...' if len(layout.query) > 5 else ''}), "
+                f"expected {counted(len(layout.query), 'value')} in the model's query feature "
+                f"order ({', '.join(layout.query[:5])}{' ...' if len(layout.query) > 5 else ''}), "
                 f"got {len(given)}",
                 "feature_count",
             )
@@ -359,6 +366,18 @@ def _columns(indices: Sequence[int]) -> Columns:
     if list(indices) == list(range(indices[0], indices[-1] + 1)):
         return slice(indices[0], indices[-1] + 1)
     return np.asarray(indices, dtype=np.int64)
+
+
+def report_query(body: dict[str, Any], missing: int | None, model: str) -> None:
+    """Add the query features' outcome to a response body: the count and, when some were
+    missing, the reason (not `degraded`: the model's missing-value rule scored them, but a
+    client that stopped sending them must be seen) and the model's counter."""
+    if missing is None:
+        return
+    body["query_features_missing"] = missing
+    if missing:
+        body["reasons"].append(QUERY_FEATURES_MISSING)
+        metrics.QUERY_FEATURES_MISSING.labels(model).inc()
 
 
 def report_items(body: dict[str, Any], items: ItemFeatures) -> None:

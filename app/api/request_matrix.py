@@ -178,7 +178,8 @@ def build_matrix(
             if len(feats) != width:
                 raise RequestError(
                     (*where, i, "features"),
-                    f"expected {width} values in the model's feature order, got {len(feats)}",
+                    f"expected {counted(width, 'value')} in the model's feature order, "
+                    f"got {len(feats)}",
                     "feature_count",
                 )
             list_pos.append(i)
@@ -217,7 +218,7 @@ def build_matrix(
 def check_count(n: int, min_candidates: int, max_candidates: int, where: Loc) -> None:
     if n < min_candidates or n == 0:
         needed = max(min_candidates, 1)
-        raise RequestError(where, f"at least {needed} candidate(s) needed", "too_short")
+        raise RequestError(where, f"at least {counted(needed, 'candidate')} needed", "too_short")
     if n > max_candidates:
         raise RequestError(where, f"{n} candidates; at most {max_candidates} allowed", "too_long")
 
@@ -350,7 +351,8 @@ def _fill_from_maps(
                 shown = ", ".join(repr(u) for u in unknown[:5])
                 raise RequestError(
                     (*where, pos, "features", unknown[0]),
-                    f"unknown feature name(s) {shown}{' ...' if len(unknown) > 5 else ''}",
+                    f"unknown feature {'name' if len(unknown) == 1 else 'names'} {shown}"
+                    f"{' ...' if len(unknown) > 5 else ''}",
                     "unknown_feature",
                 )
             keep = [j for j, c in enumerate(cols) if c >= 0]
@@ -401,12 +403,21 @@ def _first_non_number(
             if type(value) not in _NUMERIC:
                 raise RequestError(
                     (*where, pos, "features", j if keys is None else keys[j]),
-                    f"not a number: {_describe(value)} (use null for a missing value)",
+                    not_a_number(value),
                     "float_type",
                 )
 
 
-def _describe(value: object) -> str:
+def counted(n: int, noun: str) -> str:
+    """`1 value`, `2 values`: a count with its noun in the right number."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def not_a_number(value: object) -> str:
+    return f"not a number: {describe_value(value)} (use null for a missing value)"
+
+
+def describe_value(value: object) -> str:
     """A short, safe rendering of a JSON value (deeply nested input must not recurse)."""
     if type(value) is bool:
         return "true" if value else "false"

@@ -31,7 +31,13 @@ from app.api.admission import Shed
 from app.api.body_marks import KERNEL, BodyMarks, ShedKernels
 from app.api.errors import json_error
 from app.api.middleware import safe_request_id
-from app.api.request_matrix import ID_TYPE_MESSAGE, RequestError, decode_body, duplicate_id
+from app.api.request_matrix import (
+    ID_TYPE_MESSAGE,
+    RequestError,
+    check_count,
+    decode_body,
+    duplicate_id,
+)
 from app.api.schemas import RerankEnvelope
 from app.features.item_lookup import IdTokens
 from app.settings import Settings
@@ -310,12 +316,7 @@ def _fallback(
     envelope = RerankEnvelope.model_validate(doc)
     n = len(ids)
     where = ("body", "candidates")
-    if n < max(settings.min_candidates, 1):
-        raise RequestError(where, f"at least {max(settings.min_candidates, 1)} needed", "too_short")
-    if n > settings.max_candidates:
-        raise RequestError(
-            where, f"{n} candidates; at most {settings.max_candidates} allowed", "too_long"
-        )
+    check_count(n, settings.min_candidates, settings.max_candidates, where)
     if len(set(ids)) != n:
         duplicate_id(ids, where)  # names the repeated id and both candidates
     return envelope, ids, raw_ids

@@ -8,6 +8,7 @@ import asyncio
 import datetime as dt
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -27,6 +28,7 @@ from app.api.assembly import (
     discard_early,
     fetch_items_early,
     report_items,
+    report_query,
 )
 from app.api.dependencies import (
     AdminDep,
@@ -35,6 +37,7 @@ from app.api.dependencies import (
     SettingsDep,
 )
 from app.api.errors import json_error
+from app.api.query_values import QUERY_NAMES
 from app.api.retrieval_order import split_candidates
 from app.api.schemas import (
     BODY_ERRORS,
@@ -159,7 +162,9 @@ async def _parse(
     try:
         early = await _early_items(raw, slot, registry, settings, item_store)
         doc, candidates = await decoding
-        envelope = RerankEnvelope.model_validate(doc)
+        # The model's query feature names, asked for only to name a bad value (error path).
+        names = {QUERY_NAMES: partial(_query_names, registry, doc)} if "query" in doc else None
+        envelope = RerankEnvelope.model_validate(doc, context=names)
         model = registry.get(envelope.model)
         lookup = slot.lookup_time()
         args = (envelope, settings, resolver, item_store, lookup, early)
@@ -179,6 +184,12 @@ async def _parse(
         request_id=envelope.request_id or request.scope["state"]["request_id"],
         user_columns=uc.embedding_dim if uc is not None and uc.input == "features" else 0,
     )
+
+
+def _query_names(registry: ModelRegistry, doc: dict[str, Any]) -> list[str]:
+    """The query feature names of the model `doc` names (LtrError for a model not served)."""
+    name = doc.get("model")
+    return registry.get(name if type(name) is str else None).manifest.names_from("query")
 
 
 async def _early_items(
@@ -255,6 +266,7 @@ async def _rank(
         body["_trial"] = trial
     if rows.items is not None:
         report_items(body, rows.items)
+    report_query(body, rows.query_missing, model.name)
     return body
 
 
@@ -479,9 +491,10 @@ async def prometheus_metrics() -> Response:
 
 
 @router.get("/models", response_model=ModelsResponse, summary="The models serving now")
-async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
+async def models(request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
     loaded = registry.models()
     default = settings.default_model or (next(iter(loaded)) if len(loaded) == 1 else None)
+    store: ItemFeatureStore | None = getattr(request.app.state, "item_store", None)
     infos = [
         {
             "name": m.name,
@@ -493,7 +506,7 @@ async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
             "feature_names": m.manifest.candidate_feature_names,
             "query_features": m.manifest.names_from("query"),
             "item_features": m.manifest.names_from("item"),
-            "item_set": m.manifest.item_features.set if m.manifest.item_features else None,
+            **_item_set(m, store),
             "user_clusters": m.manifest.user_clusters is not None,
             "metrics": m.manifest.metrics,
             "experiment": served_experiment(registry, m.name),
@@ -501,6 +514,16 @@ async def models(registry: RegistryDep, settings: SettingsDep) -> Response:
         for m in sorted(loaded.values(), key=lambda m: m.name)
     ]
     return _json({"models": infos, "errors": registry.errors()})
+
+
+def _item_set(model: LoadedModel, store: ItemFeatureStore | None) -> dict[str, str | None]:
+    """The item set a model reads, the version it was trained with, and the live one this
+    worker last read from Redis (what it knows already: /models sends Redis nothing)."""
+    items = model.manifest.item_features
+    if items is None:
+        return {"item_set": None, "item_set_version": None, "item_set_live_version": None}
+    live = store.live_version(items.set) if store is not None else None
+    return {"item_set": items.set, "item_set_version": items.version, "item_set_live_version": live}
 
 
 @router.post(

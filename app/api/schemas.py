@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from app.api.query_values import checked_query_features
 from app.artifacts.manifest import NAME_PATTERN
 
 ProfileValue = str | int | float | bool | None
@@ -58,6 +59,12 @@ class QueryInfo(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     features: dict[str, float | None] | list[float | None] = Field(default_factory=dict)
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _one_error(cls, value: Any, info: ValidationInfo) -> Any:
+        # One error naming the query feature, not one per branch of the union.
+        return checked_query_features(value, info.context)
 
 
 class ExplainOptions(BaseModel):
@@ -197,12 +204,18 @@ class RerankResponse(BaseModel):
         "shed)."
     )
     reasons: list[str] = Field(
-        description="Why: user- and item-feature reasons, or `over_budget` / `shed`."
+        description="Why: user-, item- and query-feature reasons, or `over_budget` / `shed`."
     )
     item_features_missing: int | None = Field(
         None,
         description="Models with item features: candidates the item store did not know "
         "(scored with missing values; `reasons` then holds `item_features_missing`).",
+    )
+    query_features_missing: int | None = Field(
+        None,
+        description="Models with query features: how many of them the request left out of "
+        "`query.features` or sent as null (scored as missing values; `reasons` then holds "
+        "`query_features_missing`).",
     )
     user_cluster: str | None = Field(None, description="With `explain`: the user's cluster.")
     explanation_error: str | None = Field(
@@ -229,7 +242,7 @@ class ValidationErrorResponse(BaseModel):
                     "detail": [
                         {
                             "loc": ["body", "candidates", 3, "features"],
-                            "msg": "expected 136 values, got 135",
+                            "msg": "expected 136 values in the model's feature order, got 135",
                             "type": "feature_count",
                         }
                     ]
@@ -281,6 +294,14 @@ class ModelInfo(BaseModel):
         default_factory=list, description="Looked up by candidate id in the item feature store."
     )
     item_set: str | None = Field(None, description="The item feature set they come from.")
+    item_set_version: str | None = Field(
+        None, description="The version of that set the model was trained with."
+    )
+    item_set_live_version: str | None = Field(
+        None,
+        description="With items from Redis: the set's live version as this worker last read "
+        "it there (null before its first item lookup, or with the snapshot as the store).",
+    )
     user_clusters: bool
     metrics: dict[str, Any]
     experiment: dict[str, Any] | None = Field(

@@ -89,6 +89,11 @@ class RedisItemBackend:
         self._live: dict[str, SetVersion] = {}  # set -> the version the pointer named last
         self._meta: dict[tuple[str, str], SetVersion] = {}
 
+    def live_version(self, set_name: str) -> str | None:
+        """The version the set's pointer named when this worker last read it (no round trip)."""
+        known = self._live.get(set_name)
+        return None if known is None else known.version
+
     async def fetch(self, set_name: str, ids: Sequence[Any], deadline: Deadline) -> RedisItems:
         prefix = self.store.prefix
         pointer = pointer_key(prefix, set_name)

@@ -2,15 +2,18 @@
 snapshot the model version carries, with the snapshot as Redis's fallback.
 
 Backend (`LTR_ITEM_STORE`): `redis` when `LTR_REDIS_URL` is set and the setting is `auto` or
-`redis`, else `snapshot`. Whatever happens, `fetch` answers within the Redis deadline and never
-raises: an item the store does not know gets missing values (NaN, the model's missing-value
-rule) and is counted (`item_features_missing`); Redis failing falls back to the snapshot when
-the model carries one, else every item is missing; both are `degraded` with a reason.
+`redis` (which refuses to start without it, app.settings), else `snapshot`. Whatever happens,
+`fetch` answers within the Redis deadline and never raises: an item the store does not know
+gets missing values (NaN, the model's missing-value rule) and is counted
+(`item_features_missing`); Redis failing falls back to the snapshot when the model carries one,
+else every item is missing; both are `degraded` with a reason.
 
 Set versions are content hashes, so when Redis's live version is the snapshot's, a row Redis
 lacks or holds malformed is one Redis lost (eviction under `maxmemory`, a partial restart):
-it comes from the snapshot (`item_rows_lost_in_redis`, degraded). Under another version an
-absent id is simply not in that catalog.
+it comes from the snapshot (`item_rows_lost_in_redis`, degraded), and the log names one such
+key. A row key holding another type than a string (a list, a hash) is one of those: MGET
+answers nil for it, as for an absent key, and telling them apart would cost a round trip.
+Under another version an absent id is simply not in that catalog.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from prometheus_client import Counter, Histogram
 
 from app.artifacts.manifest import ItemFeatureSet
 from app.features.item_lookup import IdTokens
-from app.features.item_redis import RedisItemBackend, decode_rows
+from app.features.item_redis import RedisItemBackend, decode_rows, item_keys
 from app.features.item_row_cache import ItemRowCache
 from app.features.item_snapshot import ItemSnapshot, is_identity
 from app.features.redis_store import LookupTime, RedisStore
@@ -82,6 +85,10 @@ class ItemFeatureStore:
     def backend(self) -> Backend:
         return "redis" if self.redis is not None else "snapshot"
 
+    def live_version(self, set_name: str) -> str | None:
+        """The set's live Redis version as last read by this worker; None without Redis."""
+        return None if self.redis is None else self.redis.live_version(set_name)
+
     async def fetch(
         self,
         items: ItemFeatureSet,
@@ -133,7 +140,11 @@ class ItemFeatureStore:
             # (names added or dropped), so none of this version can be read.
             return _from_snapshot(snapshot, names, ids, [ITEM_FEATURES_MALFORMED], tokens)
         if snapshot is not None and snapshot.version == got.set_version.version:
-            return _refilled(matrix, found, malformed, snapshot, names, ids)
+            result, lost = _refilled(matrix, found, malformed, snapshot, names, ids)
+            if lost:  # the log names a key: lost, or holding another type (MGET says nil)
+                key = item_keys(self._store.prefix, items.set, got.set_version.version, lost[:1])
+                self._store.faults.rows_lost(items.set, len(lost), key[0])
+            return result
         reasons = [ITEM_FEATURES_MISSING]
         if malformed:
             reasons.append(ITEM_FEATURES_MALFORMED)
@@ -186,16 +197,18 @@ def _refilled(
     snapshot: ItemSnapshot,
     names: tuple[str, ...],
     ids: Sequence[Any],
-) -> ItemFeatures:
+) -> tuple[ItemFeatures, list[Any]]:
     """Redis's rows of the snapshot's own version, the ones it lacks (`found` False) taken
-    from the snapshot where it has them: those Redis lost."""
+    from the snapshot where it has them: those Redis lost (their ids come back too)."""
     holes = np.flatnonzero(~found)
     columns = column_index(tuple(snapshot.names), names)
     lost = 0
+    lost_ids: list[Any] = []
     if columns is not None:
         values, known = snapshot.lookup([ids[j] for j in holes.tolist()], columns)
         lost = int(known.sum())
         if lost:
+            lost_ids = [ids[j] for j in holes[known].tolist()]
             if not matrix.flags.writeable:  # decode_rows may hand out Redis's buffer
                 matrix = matrix.copy()
             matrix[holes[known]] = values[known]
@@ -207,7 +220,7 @@ def _refilled(
         reasons.append(ITEM_FEATURES_MISSING)
     if lost:
         ROWS_LOST.inc(lost)
-    return ItemFeatures(matrix, missing, bool(lost or malformed), reasons, "redis")
+    return ItemFeatures(matrix, missing, bool(lost or malformed), reasons, "redis"), lost_ids
 
 
 def _all_missing(n: int, width: int, reasons: list[str]) -> ItemFeatures:

@@ -4,7 +4,8 @@ A Redis outage touches every request, so logging per request would flood the log
 it is read; logging nothing (as before) left operators blind. So the log says when Redis stops
 answering and when it answers again, when the breaker opens and when it closes; a key holding a
 bad value (wrong type, oversized) is named at most once per BAD_VALUE_INTERVAL_S, and at most
-BAD_VALUES_PER_INTERVAL keys are named per interval (keys come from clients: user ids).
+BAD_VALUES_PER_INTERVAL keys are named per interval (keys come from clients: user ids); item
+rows the live version lost are summed per set and logged, with one of their keys, as often.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class RedisFaultLog:
         self._window_start = -BAD_VALUE_INTERVAL_S
         self._window_named = 0
         self._suppressed = 0
+        self._lost: dict[str, int] = {}  # item set → rows lost since it was last logged
+        self._lost_logged: dict[str, float] = {}  # item set → when that was
 
     def failed(self, reason: str) -> None:
         """A call timed out or could not reach Redis."""
@@ -55,6 +58,26 @@ class RedisFaultLog:
             )
         elif before != "closed" and after == "closed":
             log.warning("redis circuit breaker closed: Redis calls resume")
+
+    def rows_lost(self, set_name: str, lost: int, key: str) -> None:
+        """Rows of the live version that Redis lacked, served from the snapshot: a summary
+        with one of their keys at most once per BAD_VALUE_INTERVAL_S per set (eviction loses
+        rows on every request until the version is pushed again)."""
+        now = self._clock()
+        self._lost[set_name] = self._lost.get(set_name, 0) + lost
+        if now - self._lost_logged.get(set_name, -BAD_VALUE_INTERVAL_S) < BAD_VALUE_INTERVAL_S:
+            return
+        self._lost_logged[set_name] = now
+        log.warning(
+            "item set %s: %s of its live version absent from Redis or not a string "
+            "(MGET reads both as nil; `redis-cli TYPE` tells them apart), e.g. %r; served from "
+            "the snapshot. Pushing the live version again rewrites them (ltr features push); "
+            "logged again in %g s at the earliest",
+            set_name,
+            _rows(self._lost.pop(set_name)),
+            key[:200],
+            BAD_VALUE_INTERVAL_S,
+        )
 
     def bad_value(self, key: str, detail: str) -> None:
         """A key holds a value the service cannot use."""
@@ -81,3 +104,7 @@ class RedisFaultLog:
             BAD_VALUE_INTERVAL_S,
             extra,
         )
+
+
+def _rows(n: int) -> str:
+    return "1 row" if n == 1 else f"{n} rows"

@@ -170,7 +170,8 @@ class ImpressionLog:
         unknown = [e["id"] for e in events if e["id"] not in served.ids]
         if unknown:
             shown = ", ".join(orjson.dumps(i).decode() for i in unknown[:5])
-            raise FeedbackError(f"request {request_id!r} did not serve candidate(s) {shown}")
+            noun = "candidate" if len(unknown) == 1 else "candidates"
+            raise FeedbackError(f"request {request_id!r} did not serve {noun} {shown}")
         fresh: list[dict[str, Any]] = []
         for event in events:
             key = (event["id"], event["type"])

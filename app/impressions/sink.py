@@ -280,6 +280,16 @@ def _why(exc: BaseException) -> str:
 
 def make_writer(settings: Settings) -> Writer | None:
     """Redis when `redis_url` is set, else the JSONL file, else None (logging off)."""
+    if settings.redis_url and settings.impressions_jsonl is not None:
+        # Both set is likely a leftover or a misunderstanding: say which one is written.
+        log.warning(
+            "LTR_REDIS_URL and LTR_IMPRESSIONS_JSONL are both set: Redis wins, impressions and "
+            "feedback go to its streams %simpressions and %sfeedback; LTR_IMPRESSIONS_JSONL (%s) "
+            "is not written",
+            settings.redis_prefix,
+            settings.redis_prefix,
+            settings.impressions_jsonl,
+        )
     if settings.redis_url:
         client = aioredis.Redis.from_url(
             settings.redis_url,

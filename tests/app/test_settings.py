@@ -1,8 +1,42 @@
-"""Settings that must agree with the code's own defaults."""
+"""Settings that must agree with the code's own defaults, and pairs refused at start."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from pydantic import ValidationError
+from typer.testing import CliRunner
 
 from app.scoring.compiled import DEFAULT_PARALLEL_MIN_ROWS
 from app.settings import Settings
+from trainer.cli import app as cli_app
 
 
 def test_one_default_for_splitting_a_request_over_threads() -> None:
     assert Settings().parallel_min_rows == DEFAULT_PARALLEL_MIN_ROWS
+
+
+@pytest.mark.parametrize("url", [None, "", "  "])
+def test_forcing_the_redis_item_store_without_redis_is_refused(url: str | None) -> None:
+    """LTR_ITEM_STORE=redis served from the snapshot, quietly, when LTR_REDIS_URL was unset (a
+    held-out trial): an operator who forces Redis gets an error at start instead."""
+    with pytest.raises(ValidationError, match="LTR_ITEM_STORE=redis needs LTR_REDIS_URL"):
+        Settings(item_store="redis", redis_url=url)
+    assert Settings(item_store="redis", redis_url="redis://x:6379/0").item_store == "redis"
+    assert Settings(item_store="auto", redis_url=url).redis_url is None
+
+
+def test_ltr_serve_refuses_it_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    started: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: started.append(kwargs))
+    monkeypatch.delenv("LTR_REDIS_URL", raising=False)
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # what `ltr serve` sets stays here
+    args = ["serve", "--registry", str(tmp_path), "--port", "1"]
+    result = CliRunner().invoke(cli_app, args, env={"LTR_ITEM_STORE": "redis"})
+    assert result.exit_code == 2 and not started, result.output
+    assert result.stderr.startswith("error: LTR_ITEM_STORE=redis needs LTR_REDIS_URL")
+    assert len(result.stderr.strip().splitlines()) == 1

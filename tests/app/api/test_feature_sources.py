@@ -125,7 +125,9 @@ def test_unknown_items_are_missing_and_counted(client: TestClient, model, table)
     resp = client.post("/rerank", json={"candidates": [{"id": i} for i in ids]})
     out = resp.json()
     assert resp.status_code == 200 and out["item_features_missing"] == 2
-    assert out["reasons"] == ["item_features_missing"] and out["degraded"] is False
+    # No `query` either: both query features are missing too, said as such (not degraded).
+    assert out["reasons"] == ["item_features_missing", "query_features_missing"]
+    assert out["query_features_missing"] == 2 and out["degraded"] is False
     rows = expected_rows(table, ids, {}, {})
     assert scores_of(out) == pytest.approx(
         dict(zip(ids, predict(model, rows).tolist(), strict=True))

@@ -55,8 +55,10 @@ def test_feedback_errors(tmp_path: Path) -> None:
         log.log_rerank(answer("r1", ["a", "b"], [1]), None, None, None, ["a", "b"], features(2))
         with pytest.raises(UnknownRequest):
             await log.record_feedback("nope", [click("a")])
-        with pytest.raises(FeedbackError, match="did not serve candidate"):
+        with pytest.raises(FeedbackError, match=r'did not serve candidate "a"\Z'):
             await log.record_feedback("r1", [click("a")])  # a was cut by top_k
+        with pytest.raises(FeedbackError, match=r'did not serve candidates "a", "z"\Z'):
+            await log.record_feedback("r1", [click("a"), click("z")])
         with pytest.raises(FeedbackUnavailable):
             await ImpressionLog(settings(impressions_enabled=False)).record_feedback("r1", [])
 

@@ -12,6 +12,7 @@ import typer
 from app.artifacts.store import Artifact, ArtifactError, load_version
 from app.artifacts.tree_dump import TreeDumpError
 from trainer.commands.errors import CommandError, clear_errors, echo_err
+from trainer.commands.options import ItemsIdColumn
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 
@@ -59,6 +60,7 @@ def evaluate_command(
             "document id column, instead of the snapshot the version carries."
         ),
     ] = None,
+    items_id_column: ItemsIdColumn = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """NDCG@1/3/5/10, MAP, MRR, ERR@10 and DCG@10 of a model version on a data file."""
@@ -83,7 +85,7 @@ def evaluate_command(
                 f"warning: {model} has no user-cluster features: --user-profiles "
                 f"{user_profiles} is not used"
             )
-        rows = load_model_rows(artifact, data, items)
+        rows = load_model_rows(artifact, data, items, items_id_column)
         dataset = rows.data
         if propensities is not None:  # clicks, scored without the served ranking's bias
             from trainer.clicks.ipw_eval import ipw_relabel

@@ -27,6 +27,7 @@ from app.artifacts.tree_dump import TreeDumpError
 from app.explain.top import largest
 from app.explain.tree_tables import ExplainUnavailable
 from trainer.commands.errors import CommandError, clear_errors
+from trainer.commands.options import ItemsIdColumn
 from trainer.data.errors import clip
 
 DEFAULT_ROWS = 5000
@@ -61,6 +62,7 @@ def explain_command(
             "instead of the snapshot the version carries."
         ),
     ] = None,
+    items_id_column: ItemsIdColumn = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Per-feature contributions: a pair of documents, one query, or the whole data (HTML)."""
@@ -73,7 +75,7 @@ def explain_command(
             raise CommandError("--pair needs --query (the query both documents belong to)")
         artifact = load_version(model)
         names = artifact.manifest.feature_names
-        loaded = load_explain_rows(artifact, data, items)
+        loaded = load_explain_rows(artifact, data, items, items_id_column)
         dataset, joined = loaded.rows.data, loaded.rows.items
         if query is None:
             sample = np.random.default_rng(seed).permutation(dataset.num_docs)[:rows]

@@ -57,8 +57,11 @@ class ModelRows:
     items: ItemJoin | None
 
 
-def load_model_rows(artifact: Artifact, path: Path, items: Path | None = None) -> ModelRows:
-    """Read `path` for `artifact`; `items`: an item table (Parquet) instead of the snapshot."""
+def load_model_rows(
+    artifact: Artifact, path: Path, items: Path | None = None, items_id_column: str | None = None
+) -> ModelRows:
+    """Read `path` for `artifact`; `items`: an item table (Parquet) instead of the snapshot,
+    keyed by `items_id_column` (default: the data's document id column, as in training)."""
     manifest = artifact.manifest
     item_set = manifest.item_features
     if item_set is None:
@@ -72,13 +75,18 @@ def load_model_rows(artifact: Artifact, path: Path, items: Path | None = None) -
         return ModelRows(data, None)
     _check_id_column(path, item_set.id_column, manifest.names_from("item"))
     data = load_dataset(path, id_column=item_set.id_column)
-    joined, join = join_items(artifact, data, manifest.names_from("item"), items)
+    item_names = manifest.names_from("item")
+    joined, join = join_items(artifact, data, item_names, items, items_id_column)
     check_query_columns(joined, manifest.names_from("query"))
     return ModelRows(align_features(joined, manifest.request_feature_names), join)
 
 
 def join_items(
-    artifact: Artifact, data: RankingDataset, names: list[str], items: Path | None = None
+    artifact: Artifact,
+    data: RankingDataset,
+    names: list[str],
+    items: Path | None = None,
+    items_id_column: str | None = None,
 ) -> tuple[RankingDataset, ItemJoin]:
     """`data` (with doc_ids) with the item features `names` appended, looked up by id."""
     item_set = artifact.manifest.item_features
@@ -89,7 +97,7 @@ def join_items(
             f"{data.source}: columns {clash[:5]} are item features of the model, joined by "
             f"{item_set.id_column!r}; a feature comes from one source (drop them from the data)"
         )
-    snapshot, source = _item_source(artifact, items)
+    snapshot, source = _item_source(artifact, items, items_id_column)
     absent = [n for n in names if n not in snapshot.names]
     if absent:
         raise DataFormatError(
@@ -101,11 +109,16 @@ def join_items(
     return data.with_columns(values, names), ItemJoin(source, item_set.id_column, found)
 
 
-def _item_source(artifact: Artifact, items: Path | None) -> tuple[ItemSnapshot, str]:
+def _item_source(
+    artifact: Artifact, items: Path | None, items_id_column: str | None = None
+) -> tuple[ItemSnapshot, str]:
     item_set = artifact.manifest.item_features
     assert item_set is not None
     if items is not None:
-        return as_snapshot(read_item_table(items, item_set.id_column)), str(items)
+        table = read_item_table(items, items_id_column or item_set.id_column)
+        return as_snapshot(table), str(items)
+    if items_id_column is not None:
+        raise DataFormatError("--items-id-column names a column of --items FILE: give both")
     label = f"{item_set.set}@{item_set.version}"
     if not item_set.has_snapshot:
         raise DataFormatError(

@@ -25,15 +25,18 @@ class ExplainRows:
     labelled: bool  # the data's labels are the file's own (else placeholders: do not show them)
 
 
-def load_explain_rows(artifact: Artifact, path: Path, items: Path | None = None) -> ExplainRows:
+def load_explain_rows(
+    artifact: Artifact, path: Path, items: Path | None = None, items_id_column: str | None = None
+) -> ExplainRows:
     """`load_model_rows`, also for a Parquet file whose `label` column is absent or unusable."""
     if has_usable_labels(path):
-        return ExplainRows(load_model_rows(artifact, path, items), labelled=True)
+        rows = load_model_rows(artifact, path, items, items_id_column)
+        return ExplainRows(rows, labelled=True)
     with tempfile.TemporaryDirectory(prefix="ltr-explain-") as tmp:
         copy = Path(tmp) / path.name
         _write_with_zero_labels(path, copy)
         try:
-            rows = load_model_rows(artifact, copy, items)
+            rows = load_model_rows(artifact, copy, items, items_id_column)
         except DataFormatError as exc:
             raise DataFormatError(str(exc).replace(str(copy), str(path))) from None
     data = replace(rows.data, source=str(path))

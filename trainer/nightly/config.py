@@ -140,6 +140,7 @@ class FeaturesConfig(_Section):
     items: Path | None = None  # Parquet item table; the data must be Parquet with `id_column`
     item_set: str = Field("items", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     id_column: str = "doc_id"
+    items_id_column: str | None = None  # the item table's id column; unset: id_column
 
 
 class ExperimentConfig(_Section):

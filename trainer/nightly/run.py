@@ -276,12 +276,15 @@ def _feature_spec(config: NightlyConfig) -> FeatureSpec | None:
     features = config.features
     if not features.query and features.items is None:
         return None
-    return FeatureSpec(features.query, features.items, features.item_set, features.id_column)
+    return FeatureSpec(
+        features.query, features.items, features.item_set, features.id_column,
+        features.items_id_column,
+    )  # fmt: skip
 
 
 def _sourced_data(config: NightlyConfig, spec: FeatureSpec, partitions: list[Any]) -> NightlyData:
     """Partitions with the item table joined and query columns checked (Parquet data)."""
-    table = read_item_table(spec.items, spec.id_column) if spec.items is not None else None
+    table = read_item_table(spec.items, spec.table_id_column) if spec.items is not None else None
     parts = []
     for p in partitions:
         files = [

@@ -117,3 +117,33 @@ def test_evaluate_and_explain_join_the_table_by_its_own_column(
     alone = CliRunner().invoke(app, [*base, "--items-id-column", "item_id"])
     assert alone.exit_code == 2
     assert one_error_line(alone.stderr).endswith("names a column of --items FILE: give both")
+
+
+def test_the_nightly_reads_the_table_by_features_items_id_column(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    """`[features] items_id_column` is the nightly's `--items-id-column`."""
+    import shutil
+
+    from trainer.nightly.config import load_config
+    from trainer.nightly.run import run_nightly
+
+    data, items = files
+    (tmp_path / "data" / "2026-11-21").mkdir(parents=True)
+    (tmp_path / "data" / "2026-11-22").mkdir(parents=True)
+    shutil.copy(data, tmp_path / "data" / "2026-11-21" / "part-0.parquet")
+    shutil.copy(data, tmp_path / "data" / "2026-11-22" / "part-0.parquet")
+    lines = [
+        f'work_dir = "{tmp_path / "work"}"',
+        f'[data]\ndir = "{tmp_path / "data"}"\npartitions = 2',
+        f'[features]\nitems = "{items}"\nitem_set = "catalog"\nitems_id_column = "item_id"',
+        '[model]\nname = "shop"\nengine = "lightgbm"',
+        "[model.lambdamart]\nnum_trees = 3\nnum_leaves = 3\nmin_data_in_leaf = 5\nthreads = 1",
+        f'[publish]\nregistry = "{tmp_path / "registry"}"',
+    ]
+    config = tmp_path / "nightly.toml"
+    config.write_text("\n".join(lines) + "\n")
+    out = run_nightly(load_config(config))
+    manifest = load_version(out.published.path).manifest
+    assert manifest.item_features is not None and manifest.item_features.id_column == "doc_id"
+    assert manifest.names_from("item") == ITEM_NAMES

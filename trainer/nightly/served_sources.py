@@ -62,8 +62,8 @@ def _item_table(
 ) -> ItemTable | None:
     wanted = manifest.names_from("item")
     where = f"{manifest.name}/{manifest.version}"
-    if config.features.items is not None:
-        features = config.features
+    features = config.features
+    if features.items is not None:
         table = read_item_table(features.items, features.items_id_column or features.id_column)
         missing = [n for n in wanted if n not in table.names]
         if missing:

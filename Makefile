@@ -51,11 +51,15 @@ run: $(call stamp,$(RUN_EXTRAS))
 
 # What CI runs: lint and types first (cheap, and they fail fast), then the whole suite. The
 # service's compiled kernels go into numba's cache meanwhile, on the other core: in a fresh
-# clone the suite's first tests compiled them (~50 s on a 2-vCPU VM).
+# clone the suite's first tests compiled them (~50 s on a 2-vCPU VM). The suite runs on
+# TEST_WORKERS pytest-xdist workers, a test directory each at a time (tests/support/
+# parallel_runs.py): 2 took ~6 min where one process took ~10.5 on a 2-vCPU VM; 0 runs it
+# serially in one process.
+TEST_WORKERS ?= 2
 test: $(call stamp,$(ALL_EXTRAS)) redis
 	@$(BIN)/python -m app.kernel_warmup >/dev/null 2>&1 & warm=$$!; \
 	  $(MAKE) --no-print-directory lint; status=$$?; wait $$warm; exit $$status
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(call stamp,$(ALL_EXTRAS))
 	$(BIN)/ruff check .

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.support.dask_cluster",
     "tests.support.gc_pauses",
     "tests.support.compiled_kernels",
+    "tests.support.parallel_runs",
 ]

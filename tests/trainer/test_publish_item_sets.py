@@ -147,3 +147,26 @@ def test_a_publish_refused_for_its_item_set_leaves_no_version_behind(tmp_path: P
         "v1",
     ]
     assert read_current(registry, "m") == "v1"
+
+
+def test_a_rollback_without_redis_says_the_item_set_was_not_pushed(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Published with Redis, rolled back without: Redis keeps the newer set live, and the
+    rollback must say so (a held-out trial found it silent)."""
+    old, new = item_table(5, NAMES, seed=8), item_table(5, NAMES, seed=9)
+    registry = tmp_path / "registry"
+    for version, table in (("v1", old), ("v2", new)):
+        publish(
+            model_version(tmp_path / "runs", version, table), registry, redis_url=redis_server.url
+        )
+    args = ["publish", "--registry", str(registry), "--rollback", "--name", "m", "--json"]
+    result = CliRunner().invoke(app, args, env={"LTR_REDIS_URL": None})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    label = f"catalog@{old.version()}"
+    assert (out["to"], out["item_set"], out["item_set_not_pushed"]) == ("v1", None, label)
+    assert result.stderr.startswith(f"note: item set {label} was not pushed to Redis")
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.get("ltr:itemset:catalog") == new.version().encode()  # as the note says
+    client.close()

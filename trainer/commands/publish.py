@@ -55,13 +55,17 @@ def publish_command(
                 fail("--rollback needs --name")
             old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
             out: dict[str, object] = {"name": name, "from": old, "to": new}
-            out["item_set"] = _restored_item_set(registry / name / new) if redis_url else None
+            label = _restored_item_set(registry / name / new)
+            out["item_set"] = label if redis_url else None
+            out["item_set_not_pushed"] = None if redis_url else label
             for warning in (
                 *rollback_warnings(registry, name, old, new),
                 experiment_pause_warning(registry, name, new),
             ):
                 if warning is not None:
                     echo_err(warning)
+            if label is not None and not redis_url:
+                echo_err(_not_pushed_note(label, registry / name / new))
         else:
             if model is None:
                 fail("give --model DIR (a version directory) or --rollback --name NAME")
@@ -115,8 +119,9 @@ def _item_set_part(out: dict[str, object]) -> str:
 
 
 def _restored_item_set(version_dir: Path) -> str | None:
-    """The `set@version` a rollback with a Redis URL made live again (None: no item set).
-    The rollback verified the version; its manifest alone says which set."""
+    """The `set@version` a rolled-back-to version was trained with (None: no item set), which
+    a rollback with a Redis URL made live again. The rollback verified the version; its
+    manifest alone says which set."""
     from app.artifacts.manifest import Manifest
     from app.artifacts.store import MANIFEST_FILE
 

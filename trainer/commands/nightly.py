@@ -43,6 +43,10 @@ def _run_once(config: Any) -> dict[str, Any]:
         "version": outcome.published.version,
         "previous": outcome.published.previous,
         "warnings": outcome.published.warnings,
+        # "set@version" made live in Redis before CURRENT moved; or, with no Redis URL, the
+        # set the version carries but did not push (services reading Redis keep theirs).
+        "item_set": outcome.published.item_set,
+        "item_set_not_pushed": outcome.published.item_set_not_pushed,
         "gate": outcome.gate.to_dict(),
         "report": str(outcome.report_dir / "report.html"),
     }
@@ -65,15 +69,22 @@ def summary(result: dict[str, Any]) -> str:
     """What the run did to the registry, in one line: a version installed only as an
     experiment's candidate was not published (CURRENT did not move)."""
     done = f"{result['name']} {result['version']}"
+    items = ""
+    if result.get("item_set"):
+        items = f"; item set {result['item_set']} live in Redis"
+    elif result.get("item_set_not_pushed"):
+        items = f"; item set {result['item_set_not_pushed']} not pushed to Redis (no Redis URL)"
     if result["status"] == "published":
-        return f"published {done} (previous: {result['previous']}; {result['report']})"
+        return f"published {done} (previous: {result['previous']}{items}; {result['report']})"
     started = (result["experiment"] or {}).get("started")
     role = (
         f"as the candidate of experiment {started['name']}"
         if started is not None
         else "without an experiment (another one still runs)"
     )
-    return f"installed {done} {role}; CURRENT stays {result['previous']} ({result['report']})"
+    return (
+        f"installed {done} {role}; CURRENT stays {result['previous']}{items} ({result['report']})"
+    )
 
 
 def nightly_command(

@@ -534,7 +534,15 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
                 "not published"
             )
             raise _refuse(config, version, candidate_dir, report, gate, deployed.version)
-        published, experiment = _publish(config, candidate_dir, decided)
+        try:
+            published, experiment = _publish(config, candidate_dir, decided)
+        except ArtifactError as exc:
+            # Passed the gate, refused at publish (the item set could not be made live in
+            # Redis): nothing moved; the report goes where refused runs keep theirs.
+            refused = config.work_dir / "refused" / version
+            write_report(refused, report | {"gate": gate.to_dict(), "publish_error": str(exc)})
+            shutil.rmtree(candidate_dir, ignore_errors=True)
+            raise ArtifactError(f"{exc}; nothing published (report: {refused})") from None
     for warning in published.warnings:
         log.warning("%s", warning)
     shutil.rmtree(candidate_dir, ignore_errors=True)

@@ -117,3 +117,37 @@ def test_publish_refuses_when_redis_cannot_take_the_set(
     with pytest.raises(ValueError, match=r"could not be made live in Redis"):
         publish(out.published.path, registry, redis_url="redis://127.0.0.1:1/0")
     assert read_current(registry, "shop") is None  # CURRENT never moved
+
+
+def test_a_nightly_refused_at_publish_keeps_its_report_with_the_refused_ones(
+    tmp_path: Path,
+) -> None:
+    """The gate passed, Redis could not take the item set: nothing is published, no version
+    is left in the registry, and the report is under work_dir/refused (a held-out trial found
+    it left among the candidates, the error not saying where)."""
+    from tests.support.redis_server import free_port
+
+    data, items = partitions(tmp_path, 5)
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    config = load_config(nightly_config(tmp_path / "d", data, items, dead))
+    with pytest.raises(ValueError, match=r"could not be made live in Redis") as info:
+        run_nightly(config)
+    refused = list((config.work_dir / "refused").iterdir())
+    assert len(refused) == 1 and (refused[0] / "report.html").exists()
+    assert f"nothing published (report: {refused[0]})" in str(info.value)
+    assert not any((config.work_dir / "candidates").glob("*/report.json"))
+    registry = tmp_path / "d" / "registry"
+    assert read_current(registry, "shop") is None
+    assert not [p for p in (registry / "shop").iterdir() if not p.name.startswith(".")]
+
+
+def test_the_nightly_summary_names_the_item_set_made_live() -> None:
+    from trainer.commands.nightly import summary
+
+    result = {"status": "published", "name": "shop", "version": "v2", "previous": "v1"}
+    result |= {"report": "r.html", "item_set": "catalog@vabc", "item_set_not_pushed": None}
+    assert summary(result) == (
+        "published shop v2 (previous: v1; item set catalog@vabc live in Redis; r.html)"
+    )
+    result |= {"item_set": None, "item_set_not_pushed": "catalog@vabc"}
+    assert "item set catalog@vabc not pushed to Redis (no Redis URL)" in summary(result)

@@ -45,7 +45,10 @@ def explain_command(
     ] = None,
     pair: Annotated[
         str | None,
-        typer.Option(help="A,B: two documents of --query, numbered from 1 in file order."),
+        typer.Option(
+            help="A,B: two documents of --query, numbered from 1 in file order (or, for data "
+            "with a document id column, their ids)."
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Global view: the HTML report to write.")] = Path(
         "explain.html"
@@ -91,7 +94,8 @@ def explain_command(
         labels = dataset.labels[lo:hi] if loaded.labelled else None
         method, phi, scores = artifact_contributions(artifact, features)
         if pair is not None:
-            a, b = _pair(pair, hi - lo, query)
+            ids = None if dataset.doc_ids is None else [str(d) for d in dataset.doc_ids[lo:hi]]
+            a, b = _pair(pair, hi - lo, query, ids)
             report = _pair_report(method, names, features, phi, scores, labels, a, b, top)
         else:
             report = _query_report(method, names, features, phi, scores, labels, top)
@@ -128,18 +132,30 @@ def _queries_text(ids: list[Any]) -> str:
     return f"{n} queries, qid {', '.join(shown)}"
 
 
-def _pair(text: str, size: int, query: str) -> tuple[int, int]:
+def _pair(text: str, size: int, query: str, ids: list[str] | None) -> tuple[int, int]:
+    """The two documents' 0-based rows: numbers in file order, or (data with a document id
+    column) the ids `--query` shows; a number is a number even where ids look like one."""
     parts = text.split(",")
     try:
-        a, b = (int(p) for p in parts)
+        a, b = (_document_number(p.strip(), ids) for p in parts)
     except ValueError:
-        raise CommandError(f"--pair {text!r}: give two document numbers, e.g. 1,4") from None
+        given = "two document numbers, e.g. 1,4" + (", or two of the query's ids" if ids else "")
+        raise CommandError(f"--pair {text!r}: give {given}") from None
     for d in (a, b):
         if not 1 <= d <= size:
             raise CommandError(f"--pair: query {query} has documents 1..{size}, not {d}")
     if a == b:
         raise CommandError("--pair: give two different documents")
     return a - 1, b - 1
+
+
+def _document_number(part: str, ids: list[str] | None) -> int:
+    try:
+        return int(part)
+    except ValueError:
+        if ids is not None and part in ids:
+            return ids.index(part) + 1
+        raise
 
 
 def _value(x: float) -> float | None:

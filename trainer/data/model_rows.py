@@ -115,6 +115,17 @@ def _item_source(
     item_set = artifact.manifest.item_features
     assert item_set is not None
     if items is not None:
+        schema = _schema(items)
+        if (
+            items_id_column is None
+            and schema is not None
+            and item_set.id_column not in schema.names
+        ):
+            raise DataFormatError(
+                f"{items}: no id column {item_set.id_column!r} (the data's, as trained; columns: "
+                f"{', '.join(schema.names[:8])}): for a table keyed by another column give "
+                "--items-id-column NAME"
+            )
         table = read_item_table(items, items_id_column or item_set.id_column)
         return as_snapshot(table), str(items)
     if items_id_column is not None:

@@ -227,6 +227,13 @@ def test_documents_are_named_by_their_ids(
     assert f"  1. document {top['document']} ({top['id']})" in text
     pair = runner.invoke(app, [*args, "--pair", "1,2", "--json"])
     assert json.loads(pair.stdout)["b"]["id"] == str(data.doc_ids[lo + 1])
+    by_ids = runner.invoke(
+        app, [*args, "--pair", f"{data.doc_ids[lo]},{data.doc_ids[lo + 1]}", "--json"]
+    )
+    assert json.loads(by_ids.stdout) == json.loads(pair.stdout)
+    unknown = runner.invoke(app, [*args, "--pair", "1,no-such-doc"])
+    assert unknown.exit_code == 2
+    assert "give two document numbers, e.g. 1,4, or two of the query's ids" in unknown.stderr
     assert (
         f"document 1 ({data.doc_ids[lo]}) (score"
         in runner.invoke(app, [*args, "--pair", "1,2"]).stdout

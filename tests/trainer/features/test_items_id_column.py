@@ -109,6 +109,7 @@ def test_evaluate_and_explain_join_the_table_by_its_own_column(
     refused = CliRunner().invoke(app, [*base, "--items", str(items)])
     assert refused.exit_code == 2
     assert "no id column 'doc_id'" in one_error_line(refused.stderr)
+    assert one_error_line(refused.stderr).endswith("give --items-id-column NAME")
     joined = CliRunner().invoke(app, [*base, "--items", str(items), "--items-id-column", "item_id"])
     assert joined.exit_code == 0, joined.output
     from_snapshot = CliRunner().invoke(app, base)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -59,6 +60,8 @@ class TrainingProgress:
         every: int | None = None,
         clock: Callable[[], float] = time.perf_counter,
         live: bool = True,
+        slow_start_note: str | None = None,
+        slow_start_seconds: float = 10.0,
     ) -> None:
         self.total = max(int(total), 1)
         self.metric = metric
@@ -82,9 +85,23 @@ class TrainingProgress:
         self._first: tuple[int, float] | None = None
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        # Plain lines only: said once if the first update is this late (a first run's numba
+        # compile kept `ltr train` silent for ~28 s before its first line).
+        self._slow_start = (
+            threading.Timer(slow_start_seconds, self._say_slow_start, (slow_start_note,))
+            if slow_start_note is not None and live and mode == "lines"
+            else None
+        )
+
+    def _say_slow_start(self, note: str) -> None:
+        if self._first is None:
+            print(f"{self.unit} 0/{self.total} {note}", file=self.stream, flush=True)
 
     def __enter__(self) -> TrainingProgress:
         self._start = self._last_line_at = self._clock()
+        if self._slow_start is not None:
+            self._slow_start.daemon = True
+            self._slow_start.start()
         if self.mode == "bar":
             console = Console(file=self.stream, force_terminal=True)
             # Short columns so the whole line fits an 80-column terminal.
@@ -108,6 +125,8 @@ class TrainingProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._slow_start is not None:
+            self._slow_start.cancel()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 from tests.support.manual_clock import ManualClock
 from trainer.progress import TrainingProgress
@@ -118,3 +119,22 @@ def test_updates_after_the_fact_say_no_time_and_draw_no_bar() -> None:
     assert lines[0] == "iter 1/100 valid ndcg@10 0.8100"
     assert [line.split()[1] for line in lines] == ["1/100", "5/100", "10/100", "12/100"]
     assert not any("elapsed" in line or "eta" in line for line in lines)
+
+
+def test_a_slow_first_iteration_is_explained_once() -> None:
+    """A first run's compile kept `ltr train` silent for ~28 s before its first line."""
+    stream = io.StringIO()
+    note = "still on the first tree: compiling"
+    with TrainingProgress(
+        10, stream=stream, mode="lines", slow_start_note=note, slow_start_seconds=0.05
+    ) as progress:
+        deadline = time.monotonic() + 10
+        while note not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        progress.update(1, 0.5, 0.4)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == f"iter 0/10 {note}" and lines[1].startswith("iter 1/10")
+    quick = io.StringIO()
+    with TrainingProgress(10, stream=quick, mode="lines", slow_start_note=note) as progress:
+        progress.update(1, 0.5, 0.4)
+    assert note not in quick.getvalue()  # the first update came in time; the timer is cancelled

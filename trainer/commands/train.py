@@ -641,7 +641,15 @@ def _train_trees(
     # figure): named so, it is not read as the quality of the debiased model.
     metric = f"{'raw-click ' if objective is not None else ''}ndcg@{params.eval_at}"
     valid_name = f"IPW dcg@{params.eval_at}" if valid_metric == "dcg" else None
-    with TrainingProgress(params.num_trees, metric=metric, valid_metric=valid_name) as progress:
+    slow = (
+        "still on the first tree: a first run compiles the native kernels (numba), up to a "
+        "minute; they are cached for later runs"
+        if engine == "native"
+        else None
+    )
+    with TrainingProgress(
+        params.num_trees, metric=metric, valid_metric=valid_name, slow_start_note=slow
+    ) as progress:
         return train_tree_model(
             engine,
             train,

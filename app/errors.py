@@ -7,6 +7,11 @@ class LtrError(Exception):
     """An expected failure whose message says what is wrong and where (file, line, field)."""
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 value`, `2 values`: a count with its noun in the right number, for messages."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def error_text(exc: BaseException) -> str:
     """The exception's text; a pydantic validation error's problems on one line, without its
     model name, error-type tags and documentation links."""

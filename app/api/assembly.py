@@ -23,12 +23,12 @@ from app.api.request_matrix import (
     CandidateMatrix,
     RequestError,
     build_matrix,
-    counted,
     decode_body,
     token_budget,
 )
 from app.api.schemas import QueryInfo, RerankEnvelope
 from app.artifacts.manifest import Manifest
+from app.errors import counted
 from app.features.item_lookup import IdTokens
 from app.features.item_store import ItemFeatures, ItemFeatureStore
 from app.features.redis_store import LookupTime

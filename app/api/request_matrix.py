@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.errors import LtrError
+from app.errors import LtrError, counted
 
 Loc = tuple[str | int, ...]
 _NUMERIC = frozenset({float, int, type(None)})  # bool is not a number; null is missing
@@ -406,11 +406,6 @@ def _first_non_number(
                     not_a_number(value),
                     "float_type",
                 )
-
-
-def counted(n: int, noun: str) -> str:
-    """`1 value`, `2 values`: a count with its noun in the right number."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def not_a_number(value: object) -> str:

@@ -14,6 +14,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 
+from app.errors import counted
 from app.features.circuit_breaker import State
 
 log = logging.getLogger("app.features.redis_store")
@@ -74,7 +75,7 @@ class RedisFaultLog:
             "the snapshot. Pushing the live version again rewrites them (ltr features push); "
             "logged again in %g s at the earliest",
             set_name,
-            _rows(self._lost.pop(set_name)),
+            counted(self._lost.pop(set_name), "row"),
             key[:200],
             BAD_VALUE_INTERVAL_S,
         )
@@ -104,7 +105,3 @@ class RedisFaultLog:
             BAD_VALUE_INTERVAL_S,
             extra,
         )
-
-
-def _rows(n: int) -> str:
-    return "1 row" if n == 1 else f"{n} rows"

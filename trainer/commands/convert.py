@@ -11,6 +11,7 @@ import typer
 
 from app.artifacts.store import ArtifactError, sha256_hex
 from app.artifacts.tree_dump import ZERO_THRESHOLD, TreeEnsemble
+from app.errors import counted
 from trainer.commands.errors import CommandError, clear_errors, fail
 from trainer.data.errors import DataFormatError
 from trainer.export import ExportError, check_out_dir
@@ -83,8 +84,7 @@ def convert_command(
         typer.echo(summary["model_dir"])
         trees = summary["trees"]
         typer.echo(
-            f"{source} → {trees} tree{'' if trees == 1 else 's'}, verified on "
-            f"{summary['verified_rows']} rows"
+            f"{source} → {counted(trees, 'tree')}, verified on {summary['verified_rows']} rows"
         )
 
 

@@ -115,18 +115,14 @@ def _item_source(
     item_set = artifact.manifest.item_features
     assert item_set is not None
     if items is not None:
-        schema = _schema(items)
-        if (
-            items_id_column is None
-            and schema is not None
-            and item_set.id_column not in schema.names
-        ):
-            raise DataFormatError(
-                f"{items}: no id column {item_set.id_column!r} (the data's, as trained; columns: "
-                f"{', '.join(schema.names[:8])}): for a table keyed by another column give "
-                "--items-id-column NAME"
-            )
-        table = read_item_table(items, items_id_column or item_set.id_column)
+        try:
+            table = read_item_table(items, items_id_column or item_set.id_column)
+        except DataFormatError as exc:
+            schema = _schema(items)  # the error path only: is the table keyed by another column?
+            keyed_apart = schema is not None and item_set.id_column not in schema.names
+            if items_id_column is None and keyed_apart:
+                raise DataFormatError(f"{exc}; give --items-id-column NAME") from None
+            raise
         return as_snapshot(table), str(items)
     if items_id_column is not None:
         raise DataFormatError("--items-id-column names a column of --items FILE: give both")

@@ -539,9 +539,8 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
         except ArtifactError as exc:
             # Passed the gate, refused at publish (the item set could not be made live in
             # Redis): nothing moved; the report goes where refused runs keep theirs.
-            refused = config.work_dir / "refused" / version
-            write_report(refused, report | {"gate": gate.to_dict(), "publish_error": str(exc)})
-            shutil.rmtree(candidate_dir, ignore_errors=True)
+            extra = {"publish_error": str(exc)}
+            refused = _keep_refused(config, version, candidate_dir, report, gate, extra)
             raise ArtifactError(f"{exc}; nothing published (report: {refused})") from None
     for warning in published.warnings:
         log.warning("%s", warning)
@@ -558,17 +557,29 @@ def _refuse(
     deployed: str | None,
 ) -> NightlyRefused:
     """Keep the report under work_dir/refused, drop the candidate: the error to raise."""
-    refused = config.work_dir / "refused" / version
-    write_report(refused, report | {"gate": gate.to_dict()})
-    shutil.rmtree(candidate_dir, ignore_errors=True)
     return NightlyRefused(
         gate.reasons,
-        refused,
+        _keep_refused(config, version, candidate_dir, report, gate),
         name=config.model.name,
         version=version,
         deployed=deployed,
         gate=gate,
     )
+
+
+def _keep_refused(
+    config: NightlyConfig,
+    version: str,
+    candidate_dir: Path,
+    report: dict[str, Any],
+    gate: GateResult,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write the report under work_dir/refused/<version> and drop the candidate; the directory."""
+    refused = config.work_dir / "refused" / version
+    write_report(refused, report | {"gate": gate.to_dict()} | (extra or {}))
+    shutil.rmtree(candidate_dir, ignore_errors=True)
+    return refused
 
 
 def _publish(

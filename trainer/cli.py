@@ -14,6 +14,8 @@ import typer
 from rich.markup import escape
 from typer.models import ParameterInfo
 
+from trainer.commands.errors import json_aware
+
 COMMAND_MODULES: tuple[str, ...] = (
     "train",
     "evaluate",
@@ -50,6 +52,13 @@ def _parameter_infos(callback: Any) -> Iterator[ParameterInfo]:
             yield param.default
 
 
+def _commands(group: typer.Typer) -> Iterator[typer.models.CommandInfo]:
+    yield from group.registered_commands
+    for sub in group.registered_groups:  # `ltr features ...`, `ltr experiment ...`
+        if sub.typer_instance is not None:
+            yield from _commands(sub.typer_instance)
+
+
 def show_help_as_written(cli: typer.Typer) -> None:
     """Help strings are plain text, but typer renders them as rich markup, where `[default: x]`
     or `[publish]` is a style tag and vanishes: escape every command's docstring and every
@@ -64,22 +73,33 @@ def show_help_as_written(cli: typer.Typer) -> None:
 
     def walk(group: typer.Typer) -> None:
         plain(group.info, "help")
-        for command in group.registered_commands:
-            plain(command, "help")
-            if command.callback is not None:
-                plain(command.callback, "__doc__")
-                for info in _parameter_infos(command.callback):
-                    plain(info, "help")
-        for sub in group.registered_groups:  # `ltr features ...`, `ltr experiment ...`
+        for sub in group.registered_groups:
             if sub.typer_instance is not None:
                 walk(sub.typer_instance)
 
     walk(cli)
+    for command in _commands(cli):
+        plain(command, "help")
+        if command.callback is not None:
+            plain(command.callback, "__doc__")
+            for info in _parameter_infos(command.callback):
+                plain(info, "help")
+
+
+def report_failures_as_json(cli: typer.Typer) -> None:
+    """A command given `--json` prints its failure as a JSON object on stdout too."""
+    for command in _commands(cli):
+        if (
+            command.callback is not None
+            and "as_json" in inspect.signature(command.callback).parameters
+        ):
+            command.callback = json_aware(command.callback)
 
 
 for _module in COMMAND_MODULES:
     importlib.import_module(f"trainer.commands.{_module}").register(app)
 show_help_as_written(app)
+report_failures_as_json(app)
 
 
 def main() -> None:

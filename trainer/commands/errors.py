@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
+import orjson
 import typer
 
 from app.errors import LtrError, error_text
@@ -18,7 +21,32 @@ class CommandError(LtrError):
 
 def fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
+    if _json_requested():
+        # A script reading `--json` from stdout gets an object on failure too, not nothing.
+        typer.echo(orjson.dumps({"status": "error", "error": message, "exit_code": code}).decode())
     raise typer.Exit(code)
+
+
+_JSON_OUTPUT: contextvars.ContextVar[bool] = contextvars.ContextVar("ltr_json", default=False)
+
+
+def _json_requested() -> bool:
+    return _JSON_OUTPUT.get()
+
+
+def json_aware(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """The command `callback`, noting for `fail` whether it was given `--json` (every command
+    names that option `as_json`). The signature stays the callback's, which typer reads."""
+
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        token = _JSON_OUTPUT.set(bool(kwargs.get("as_json")))
+        try:
+            return callback(*args, **kwargs)
+        finally:
+            _JSON_OUTPUT.reset(token)
+
+    return run
 
 
 @contextmanager

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from tests.trainer.commands.conftest import TRAIN
+from tests.trainer.commands.conftest import TRAIN, one_error_line
 from trainer.cli import app
 from trainer.commands.errors import clear_errors
 
@@ -30,13 +31,36 @@ def test_what_the_system_refuses_is_one_line_naming_the_path(
     assert capsys.readouterr().err == f"error: {line}\n"
 
 
-def test_publishing_into_a_registry_that_is_a_file(runner: CliRunner, tmp_path: Path) -> None:
-    """It was a traceback ending in NotADirectoryError."""
+def _publish_into_a_file(runner: CliRunner, tmp_path: Path) -> tuple[list[str], Path]:
+    """The arguments of a publish whose registry path is a file, and that registry path."""
     version = tmp_path / "v1"
     args = ["train", "--train", str(TRAIN), "--out", str(version), "--num-trees", "2"]
     assert runner.invoke(app, [*args, "--threads", "1"]).exit_code == 0
     registry = tmp_path / "registry"
     registry.write_text("not a directory")
-    result = runner.invoke(app, ["publish", "--model", str(version), "--registry", str(registry)])
+    return ["publish", "--model", str(version), "--registry", str(registry)], registry
+
+
+def test_publishing_into_a_registry_that_is_a_file(runner: CliRunner, tmp_path: Path) -> None:
+    """It was a traceback ending in NotADirectoryError."""
+    publish, registry = _publish_into_a_file(runner, tmp_path)
+    result = runner.invoke(app, publish)
     assert result.exit_code == 2
     assert result.stderr == f"error: {registry / 'default'}: not a directory\n"
+    assert result.stdout == ""
+
+
+def test_with_json_a_refusal_is_an_object_on_stdout_too(runner: CliRunner, tmp_path: Path) -> None:
+    """A script reading `ltr publish --json` got nothing on stdout when the command refused."""
+    publish, registry = _publish_into_a_file(runner, tmp_path)
+    result = runner.invoke(app, [*publish, "--json"])
+    assert result.exit_code == 2
+    message = f"{registry / 'default'}: not a directory"
+    assert result.stderr == f"error: {message}\n"
+    assert orjson.loads(result.stdout) == {"status": "error", "error": message, "exit_code": 2}
+
+    missing = tmp_path / "missing.txt"
+    evaluate = ["evaluate", "--model", str(tmp_path / "v1"), "--data", str(missing), "--json"]
+    result = runner.invoke(app, evaluate)
+    assert result.exit_code == 2
+    assert orjson.loads(result.stdout)["error"] == one_error_line(result.stderr)[len("error: ") :]

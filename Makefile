@@ -84,6 +84,8 @@ push-images: images
 	@echo "   cd deploy/k8s && kustomize edit set image \\"
 	@echo "     $(IMAGE_PREFIX)-serve=$(IMAGE_REGISTRY)/$(IMAGE_PREFIX)-serve:$(IMAGE_TAG) \\"
 	@echo "     $(IMAGE_PREFIX)-trainer=$(IMAGE_REGISTRY)/$(IMAGE_PREFIX)-trainer:$(IMAGE_TAG)"
+	@echo "   kubectl -n ltr delete job ltr-nightly-bootstrap --ignore-not-found  # its image cannot change"
+	@echo "   kubectl apply -k deploy/k8s"
 
 # Local stand-ins for python:3.11-slim and redis:7-alpine where Docker Hub is unreachable.
 base-images:

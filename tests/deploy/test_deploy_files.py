@@ -167,9 +167,25 @@ def test_compose_commands_settings_ports_and_volumes_agree(compose: dict[str, An
 
 def test_nightly_configs_are_valid() -> None:
     NightlyConfig.model_validate(tomllib.loads((ROOT / "deploy" / "nightly.toml").read_text()))
-    configmap = yaml.safe_load((K8S / "configmap.yaml").read_text())
-    NightlyConfig.model_validate(tomllib.loads(configmap["data"]["nightly.toml"]))
-    assert_settings_env(configmap["data"])
+    docs = _k8s_docs()
+    NightlyConfig.model_validate(tomllib.loads(_nightly_configmap(docs)))
+    assert_settings_env(docs["ConfigMap/ltr-settings"]["data"])
+
+
+def _nightly_configmap(docs: dict[str, dict[str, Any]]) -> str:
+    text: str = docs["ConfigMap/ltr-nightly-config"]["data"]["nightly.toml"]
+    return text
+
+
+def test_kubernetes_env_configmaps_hold_only_settings() -> None:
+    """`envFrom` makes every key of the ConfigMap a variable: nightly.toml sat beside the
+    settings and came into every pod as a multi-line variable (or an event per pod)."""
+    docs = _k8s_docs()
+    for key, pod in _pod_specs().items():
+        for container in pod["containers"]:
+            for source in container.get("envFrom", []):
+                data = docs[f"ConfigMap/{source['configMapRef']['name']}"]["data"]
+                assert all(name.startswith("LTR_") for name in data), key
 
 
 def _k8s_docs() -> dict[str, dict[str, Any]]:
@@ -211,6 +227,9 @@ def test_kubernetes_api_deployment_probes_and_shutdown() -> None:
     assert env["LTR_PROBE_PORT"] == str(probe_port["containerPort"])
     for probe in (readiness, liveness, container["startupProbe"]):
         assert probe["httpGet"]["port"] == "probes"
+    # Scraped on the probe listener too: /metrics never queues behind requests there.
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(probe_port["containerPort"])
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert pod["terminationGracePeriodSeconds"] > 5 and container["lifecycle"]["preStop"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -248,8 +267,9 @@ def test_kubernetes_images_are_the_ones_make_builds() -> None:
     mapped = {image["name"] for image in kustomization["images"]}
     used = set()
     for pod in _pod_specs().values():
-        used |= {c["image"] for c in pod["containers"] if c["image"].startswith("ltr-rerank-")}
-    assert used == mapped == {"ltr-rerank-serve", "ltr-rerank-trainer"}
+        used |= {c["image"].split(":")[0] for c in pod["containers"]}
+    # Every image is mapped (Redis too: a mirror where Docker Hub is unreachable).
+    assert used == mapped == {"ltr-rerank-serve", "ltr-rerank-trainer", "redis"}
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^push-images:", makefile, re.M)
     assert "$(IMAGE_PREFIX)-serve" in makefile and "IMAGE_PREFIX ?= ltr-rerank" in makefile
@@ -267,7 +287,7 @@ def test_kubernetes_bootstrap_job_publishes_before_the_first_nightly_run() -> No
 def test_kubernetes_nightly_config_is_the_compose_one() -> None:
     """The ConfigMap carries deploy/nightly.toml as it is: it had drifted (no learning rate,
     so Kubernetes trained with 0.1 where compose used 0.05)."""
-    configmap = _k8s_docs()["ConfigMap/ltr-settings"]["data"]["nightly.toml"]
+    configmap = _nightly_configmap(_k8s_docs())
     assert configmap == (ROOT / "deploy" / "nightly.toml").read_text()
 
 
@@ -281,6 +301,38 @@ def test_kubernetes_nightly_cronjob() -> None:
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert str(Path(config).parent) in mounts
     assert "/registry" in mounts
+    # Refused candidates' reports outlive the pod (a failed Job's reason to read).
+    work_dir = tomllib.loads(_nightly_configmap(_k8s_docs()))["work_dir"]
+    assert mounts[work_dir] in _claims(pod)
+    assert cron["spec"]["timeZone"]
+
+
+def _claims(pod: dict[str, Any]) -> set[str]:
+    """The pod's volumes backed by a PersistentVolumeClaim."""
+    return {v["name"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
+
+
+def test_kubernetes_deployments_under_an_autoscaler_leave_the_count_to_it() -> None:
+    docs = _k8s_docs()
+    for key, doc in docs.items():
+        if key.startswith("HorizontalPodAutoscaler/"):
+            target = doc["spec"]["scaleTargetRef"]
+            assert "replicas" not in docs[f"{target['kind']}/{target['name']}"]["spec"], key
+
+
+def test_kubernetes_redis_keeps_its_data_and_never_evicts() -> None:
+    """Redis restarted without persistence lost the live item sets and every impression;
+    an allkeys-* eviction policy deletes item rows and pointers under a push."""
+    deployment = _k8s_docs()["Deployment/ltr-redis"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    option = {args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}
+    assert option["--appendonly"] == "yes"
+    assert option["--maxmemory-policy"] == "noeviction"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[option["--dir"]] in _claims(pod)
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
 
 
 def test_kubernetes_nightly_jobs_do_not_retry_a_refusal_or_bad_input() -> None:

@@ -225,6 +225,12 @@ MODEL_INFO = worker_gauge(
     "1 for the version of each model currently serving.",
     ("model", "version", "kind"),
 )
+EXPERIMENT_INFO = worker_gauge(
+    "ltr_experiment_serving_info",
+    "1 for each experiment this worker serves: its model, name, mode, control and candidate "
+    "versions (the candidate is loaded and scores requests beside the control).",
+    ("model", "experiment", "mode", "control", "candidate"),
+)
 MODEL_LOADED_TIMESTAMP = worker_gauge(
     "ltr_model_loaded_timestamp_seconds",
     "Unix time the serving version of each model was swapped in.",

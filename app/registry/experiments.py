@@ -21,6 +21,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from app import metrics
 from app.artifacts.store import write_atomic
 from app.errors import LtrError
 from app.experiments.draft_kernel import compile_later
@@ -210,7 +211,10 @@ class ExperimentSlots:
             self._drop(model, f"experiment {spec.name} refused: {type(exc).__name__}: {exc}")
             log.error("experiment %s refused: %s", spec.name, exc)
             return
+        if current is not None:
+            _serving_info(current.spec, 0)
         self._active = {**self._active, model: ActiveExperiment(spec, candidate)}
+        _serving_info(spec, 1)
         self.errors.pop(model, None)
         if spec.mode == "interleave":
             compile_later()  # the merge's compiled kernel, in the background
@@ -226,9 +230,17 @@ class ExperimentSlots:
 
     def _drop(self, model: str, error: str | None) -> None:
         if model in self._active:
+            _serving_info(self._active[model].spec, 0)
             self._active = {k: v for k, v in self._active.items() if k != model}
             log.info("experiment on %s no longer served", model)
         if error is None:
             self.errors.pop(model, None)
         else:
             self.errors[model] = error
+
+
+def _serving_info(spec: ExperimentSpec, value: int) -> None:
+    """`ltr_experiment_serving_info`: zeroed, not removed, when the experiment stops (as the
+    model info: multiprocess files keep every series; the exposition leaves zeroed ones out)."""
+    labels = (spec.model, spec.name, spec.mode, spec.control, spec.candidate)
+    metrics.EXPERIMENT_INFO.labels(*labels).set(value)

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from app.experiments.spec import TEAM_NAMES, ExperimentSpec
-from app.registry.experiments import write_active
+from app.registry.experiments import clear_active, write_active
 from app.scoring import beside
-from tests.app.api.conftest import NF, ClientFactory
+from tests.app.api.conftest import NF, TOKEN, ClientFactory
 from tests.support import publish, random_ensemble, with_covers
 
 
@@ -193,6 +193,24 @@ def test_models_shows_the_experiment_or_why_not(
         assert "sha256" in models["experiment"]["error"]
         response = client.post("/rerank", json=body(explain=True)).json()
         assert "experiment" not in response and response["model"]["version"] == "v1"
+
+
+def test_metrics_show_the_experiment_while_it_is_served(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    """The candidate scored requests but no series said so (`ltr_model_loaded_info` names
+    the serving CURRENT only)."""
+    spec = start(registry_dir, "ab", traffic=0.5)
+    series = (
+        f'ltr_experiment_serving_info{{candidate="v2",control="v1",experiment="{spec.name}",'
+        'mode="ab",model="m"}'
+    )
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with make_client() as client:
+        assert f"{series} 1.0" in client.get("/metrics").text
+        clear_active(registry_dir, "m")
+        assert client.post("/admin/reload", headers=auth).status_code == 200
+        assert f"{series} 0.0" in client.get("/metrics").text
 
 
 def _answers_one_thread_then_two(make_client: ClientFactory) -> list[Any]:

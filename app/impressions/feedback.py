@@ -192,7 +192,12 @@ class ImpressionLog:
         if local is not None and (self.redis is None or local.shared):
             return local
         if self.redis is None:
-            raise UnknownRequest(f"unknown request id {request_id!r}")
+            # Each worker keeps its own requests without Redis: say so, or a 404 for a request
+            # another worker or replica served reads as a lost impression.
+            raise UnknownRequest(
+                f"unknown request id {request_id!r} (without Redis, a worker knows only the "
+                "requests it served itself: with several workers or replicas, log to Redis)"
+            )
         try:
             async with asyncio.timeout(LOOKUP_TIMEOUT_S):
                 raw = await self.redis.get(f"{self.prefix}imp:{request_id}")

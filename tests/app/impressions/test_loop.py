@@ -34,7 +34,10 @@ def test_rerank_feedback_and_join(make_client: ClientFactory, tmp_path: Path) ->
         assert client.post("/feedback", json=click).json()["duplicates"] == 1
         bad = {"request_id": "req-1", "events": [{"id": cut, "type": "click"}]}
         assert client.post("/feedback", json=bad).status_code == 422
-        assert client.post("/feedback", json={**click, "request_id": "nope"}).status_code == 404
+        unknown = client.post("/feedback", json={**click, "request_id": "nope"})
+        assert unknown.status_code == 404
+        # Another worker's or replica's request is unknown here too: the answer says why.
+        assert "without Redis" in unknown.json()["detail"]
     # Leaving the client ran the lifespan's shutdown, which drains the queue.
     data = join_logs(read_logs(log_file)).dataset
     assert data.query_ids.tolist() == ["req-1"]

@@ -49,7 +49,18 @@ def _run_once(config: Any) -> dict[str, Any]:
         "item_set_not_pushed": outcome.published.item_set_not_pushed,
         "gate": outcome.gate.to_dict(),
         "report": str(outcome.report_dir / "report.html"),
+        "data_source": _data_source(outcome.report_dir),
     }
+
+
+def _data_source(report_dir: Path) -> str | None:
+    """What the candidate was trained on, as its report.json records it (the bundled demo
+    data, partitions of a directory, logs)."""
+    try:
+        source = orjson.loads((report_dir / "report.json").read_bytes())["data"]["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(source)
 
 
 def _refused(exc: Any) -> dict[str, Any]:
@@ -74,6 +85,8 @@ def summary(result: dict[str, Any]) -> str:
         items = f"; item set {result['item_set']} live in Redis"
     elif result.get("item_set_not_pushed"):
         items = f"; item set {result['item_set_not_pushed']} not pushed to Redis (no Redis URL)"
+    if result.get("data_source"):
+        done += f" trained on {result['data_source']}"
     if result["status"] == "published":
         return f"published {done} (previous: {result['previous']}{items}; {result['report']})"
     started = (result["experiment"] or {}).get("started")

@@ -97,6 +97,8 @@ def test_bootstrap_only_when_the_registry_is_empty(tmp_path: Path) -> None:
     assert first.exit_code == 0, first.output
     version = read_current(tmp_path / "registry", "nightly")
     assert version is not None
+    # The summary says what it trained on (it did not: a trial could not tell).
+    assert f"published nightly {version} trained on bundled demo data" in first.stdout
     again = runner.invoke(app, ["nightly", "--config", str(config), "--bootstrap-demo"])
     assert again.exit_code == 0 and "nothing to bootstrap" in again.output
     assert read_current(tmp_path / "registry", "nightly") == version

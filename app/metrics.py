@@ -198,7 +198,8 @@ CANDIDATES = Histogram(
 )
 DEGRADED = Counter(
     "ltr_degraded_responses_total",
-    "Responses answered with degraded user features, by reason.",
+    "Degraded responses, by each reason that degraded them (informational reasons beside "
+    "them, such as item_features_missing, are not counted).",
     ["reason"],
 )
 QUERY_FEATURES_MISSING = Counter(

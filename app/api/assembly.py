@@ -30,7 +30,7 @@ from app.api.schemas import QueryInfo, RerankEnvelope
 from app.artifacts.manifest import Manifest
 from app.errors import counted
 from app.features.item_lookup import IdTokens
-from app.features.item_store import ItemFeatures, ItemFeatureStore
+from app.features.item_store import NOT_DEGRADED, ItemFeatures, ItemFeatureStore
 from app.features.redis_store import LookupTime
 from app.features.user_features import UserFeatureResolver, UserFeatures
 from app.registry import LoadedModel
@@ -387,4 +387,5 @@ def report_items(body: dict[str, Any], items: ItemFeatures) -> None:
     if items.degraded:
         body["degraded"] = True
         for reason in items.reasons:
-            metrics.DEGRADED.labels(reason).inc()
+            if reason not in NOT_DEGRADED:
+                metrics.DEGRADED.labels(reason).inc()

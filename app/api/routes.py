@@ -62,7 +62,7 @@ from app.experiments.serving import (
     served_experiment,
 )
 from app.features.item_store import ItemFeatureStore
-from app.features.user_features import UserFeatureResolver, UserFeatures
+from app.features.user_features import INFORMATIONAL, UserFeatureResolver, UserFeatures
 from app.health import liveness, readiness
 from app.impressions import log_impression
 from app.registry import LoadedModel, ModelRegistry
@@ -454,7 +454,8 @@ def _ranked(
         reasons.append(SCORES_NOT_FINITE)
     if degraded:
         for reason in reasons:
-            metrics.DEGRADED.labels(reason).inc()
+            if reason not in INFORMATIONAL:
+                metrics.DEGRADED.labels(reason).inc()
     return {
         "request_id": request_id,
         "model": {"name": model.name, "version": model.version},

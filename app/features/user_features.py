@@ -33,6 +33,9 @@ EMBEDDING_MISSING_IN_REDIS = "embedding_missing_in_redis"
 EMBEDDING_MALFORMED_IN_REDIS = "embedding_malformed_in_redis"
 EMBEDDING_TABLE_MISSING = "embedding_table_missing"
 INTERNAL_ERROR = "user_features_error"
+# Reasons that describe the request, not a fault: they neither set `degraded` nor count in
+# `ltr_degraded_responses_total`.
+INFORMATIONAL = frozenset({NO_USER, UNKNOWN_CLUSTER})
 # Per model: the serving version, versions requests in flight may still use, refused loads.
 VERSIONS_KEPT = 8
 
@@ -167,7 +170,7 @@ class UserFeatureResolver:
                 else:
                     vector = remote
         vector = table.user_vector(vector, raw_cid)  # plus per-field rows, when the model has them
-        degraded = any(r not in (NO_USER, UNKNOWN_CLUSTER) for r in reasons)
+        degraded = any(r not in INFORMATIONAL for r in reasons)
         return UserFeatures(vector, cluster, degraded, reasons)
 
 

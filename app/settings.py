@@ -4,9 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What makes `url` unusable as redis-py reads it (an unknown scheme, or a database path
+    that is not a number, which redis-py takes as db 0), else None; never the URL itself,
+    which may hold a password."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "not a URL (expected redis://, rediss:// or unix://)"
+    if parts.scheme not in REDIS_SCHEMES:
+        given = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        return (
+            f"expected redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0), got {given}"
+        )
+    database = parts.path.strip("/") if parts.scheme != "unix" else ""
+    if database and not database.isdigit():
+        return f"the database {database!r} is not a number"
+    return None
 
 
 class Settings(BaseSettings):
@@ -30,6 +53,17 @@ class Settings(BaseSettings):
         # `LTR_REDIS_URL=` in a compose file or a shell means "no Redis", as the CLI reads it;
         # taken as a URL, the service logged an error and degraded every item-feature answer.
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _usable_redis_url(cls, value: str | None) -> str | None:
+        # A malformed URL used to be logged once and served with every Redis answer degraded;
+        # it is a typo to fix before serving. A custom error: `ltr serve` prints its message
+        # as it stands (no "Value error, "), and the message never repeats the URL's password.
+        problem = None if value is None else redis_url_problem(value)
+        if problem is not None:
+            raise PydanticCustomError("redis_url", problem)
+        return value
 
     # Models
     registry: Path = Path("registry")

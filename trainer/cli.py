@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "features",
     "explain",
     "experiment",
+    "redis",
 )
 
 app = typer.Typer(

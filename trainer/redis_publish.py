@@ -13,8 +13,7 @@ import numpy as np
 import redis
 
 from app.artifacts.manifest import Manifest
-
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+from app.settings import redis_url_problem
 
 
 def redacted(url: str) -> str:
@@ -35,24 +34,35 @@ def redacted(url: str) -> str:
 
 def check_redis_url(url: str, option: str = "--redis-url") -> str:
     """`url` when redis-py can use it as it stands; ValueError naming `option` and what is
-    wrong (an unknown scheme, or a database path that is not a number, which redis-py reads as
-    db 0), never the URL itself, which may hold a password."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.scheme not in REDIS_SCHEMES:
-        raise ValueError(
-            f"{option}: expected redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0), "
-            f"got {(parts.scheme + '://') if parts.scheme else 'no scheme'}"
-        )
-    database = parts.path.strip("/") if parts.scheme != "unix" else ""
-    if database and not database.isdigit():
-        raise ValueError(f"{option}: the database {database!r} is not a number")
+    wrong (app.settings.redis_url_problem), never the URL itself, which may hold a password."""
+    problem = redis_url_problem(url)
+    if problem is not None:
+        raise ValueError(f"{option}: {problem}")
     return url
 
 
 def embeddings_key(prefix: str, model: str, version: str) -> str:
     return f"{prefix}emb:{model}:{version}"
+
+
+def embedding_rows(
+    manifest: Manifest, clusters: list[str], embeddings: np.ndarray
+) -> dict[str, bytes]:
+    """Cluster id → its row as the hash holds it (float32 little-endian), checked."""
+    uc = manifest.user_clusters
+    if uc is None:
+        raise ValueError(f"model {manifest.name!r} has no user clusters to publish")
+    array = np.asarray(embeddings)
+    if array.shape != (len(clusters), uc.embedding_dim):
+        raise ValueError(
+            f"embeddings shape {array.shape}, expected ({len(clusters)}, {uc.embedding_dim})"
+        )
+    if len(set(clusters)) != len(clusters) or not all(clusters):
+        raise ValueError("cluster ids must be unique and non-empty")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("embeddings hold NaN or infinite values")
+    rows = array.astype("<f4")
+    return {cid: rows[i].tobytes() for i, cid in enumerate(clusters)}
 
 
 def push_embeddings(
@@ -67,20 +77,7 @@ def push_embeddings(
     The hash is built under a temporary key and renamed into place, so readers see the old
     hash or the complete new one, never a partial one.
     """
-    uc = manifest.user_clusters
-    if uc is None:
-        raise ValueError(f"model {manifest.name!r} has no user clusters to publish")
-    array = np.asarray(embeddings)
-    if array.shape != (len(clusters), uc.embedding_dim):
-        raise ValueError(
-            f"embeddings shape {array.shape}, expected ({len(clusters)}, {uc.embedding_dim})"
-        )
-    if len(set(clusters)) != len(clusters) or not all(clusters):
-        raise ValueError("cluster ids must be unique and non-empty")
-    if not np.all(np.isfinite(array)):
-        raise ValueError("embeddings hold NaN or infinite values")
-    rows = array.astype("<f4")
-    mapping = {cid: rows[i].tobytes() for i, cid in enumerate(clusters)}
+    mapping = embedding_rows(manifest, clusters, embeddings)
     key = embeddings_key(prefix, manifest.name, manifest.version)
     tmp = f"{key}:tmp:{secrets.token_hex(4)}"
     with redis.Redis.from_url(redis_url) as client:

@@ -30,7 +30,13 @@ from prometheus_client import Counter, Histogram
 
 from app.artifacts.manifest import ItemFeatureSet
 from app.features.item_lookup import IdTokens
-from app.features.item_redis import RedisItemBackend, decode_rows, item_keys
+from app.features.item_redis import (
+    ITEM_SET_MISSING,
+    RedisItemBackend,
+    decode_rows,
+    item_keys,
+    pointer_key,
+)
 from app.features.item_row_cache import ItemRowCache
 from app.features.item_snapshot import ItemSnapshot, is_identity
 from app.features.redis_store import LookupTime, RedisStore
@@ -126,7 +132,11 @@ class ItemFeatureStore:
         deadline = self._store.new_deadline(lookup)
         got = await self.redis.fetch(items.set, ids, deadline)
         if got.error is not None or got.set_version is None or got.values is None:
+            if got.error == ITEM_SET_MISSING:
+                pointer = pointer_key(self._store.prefix, items.set)
+                self._store.faults.set_missing(items.set, pointer)
             return _from_snapshot(snapshot, names, ids, [_store_reason(got.error)], tokens)
+        self._store.faults.set_present(items.set)
         columns = column_index(got.set_version.names, names)
         if columns is None:
             return _from_snapshot(snapshot, names, ids, [ITEM_SET_MISMATCH], tokens)

@@ -6,6 +6,8 @@ answering and when it answers again, when the breaker opens and when it closes; 
 bad value (wrong type, oversized) is named at most once per BAD_VALUE_INTERVAL_S, and at most
 BAD_VALUES_PER_INTERVAL keys are named per interval (keys come from clients: user ids); item
 rows the live version lost are summed per set and logged, with one of their keys, as often.
+An item set with no live version in Redis (a restart without persistence, FLUSHALL, eviction)
+is logged once when that starts and once when it ends, per set.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class RedisFaultLog:
         self._suppressed = 0
         self._lost: dict[str, int] = {}  # item set → rows lost since it was last logged
         self._lost_logged: dict[str, float] = {}  # item set → when that was
+        self._sets_missing: dict[str, float] = {}  # item set → since when it has none live
 
     def failed(self, reason: str) -> None:
         """A call timed out or could not reach Redis."""
@@ -79,6 +82,33 @@ class RedisFaultLog:
             key[:200],
             BAD_VALUE_INTERVAL_S,
         )
+
+    def set_missing(self, set_name: str, pointer: str) -> None:
+        """Redis answered, but the set has no live version: every request of its models is
+        served from the snapshot until it is pushed again, which nobody may notice otherwise
+        (the state logged nothing)."""
+        if set_name in self._sets_missing:
+            return
+        if len(self._sets_missing) >= KEYS_REMEMBERED:  # set names come from models: few
+            return
+        self._sets_missing[set_name] = self._clock()
+        log.warning(
+            "item set %s has no live version in Redis (%r is absent or names a version whose "
+            "meta is gone: a restart without persistence, FLUSHALL or eviction?); its models "
+            "serve from their snapshots, degraded (item_set_missing_in_redis), until it is "
+            "pushed again: `ltr redis restore` restores what the registry's deployed versions "
+            "need; logged again when it is back",
+            set_name,
+            pointer[:200],
+        )
+
+    def set_present(self, set_name: str) -> None:
+        """The set has a live version again (a request read it)."""
+        since = self._sets_missing.pop(set_name, None)
+        if since is not None:
+            log.warning(
+                "item set %s is live in Redis again after %.0f s", set_name, self._clock() - since
+            )
 
     def bad_value(self, key: str, detail: str) -> None:
         """A key holds a value the service cannot use."""

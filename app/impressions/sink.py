@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,6 +38,7 @@ import orjson
 import redis.asyncio as aioredis
 from prometheus_client import Counter
 
+from app.errors import counted
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 BATCH_MAX = 256  # records per write: one pipeline / one write() call
 WRITE_TIMEOUT_S = 2.0  # a batch that takes longer is dropped (the queue keeps filling meanwhile)
 CLOSE_TIMEOUT_S = 2.0  # how long shutdown waits for the queue to drain
+# While the sink cannot write, the log says so when it starts and when it ends, and in between
+# at most this often how many records were dropped: a line per failed batch was a line per
+# request (200 in 10 s) for as long as Redis was down. The metrics count every one.
+OUTAGE_REMINDER_S = 60.0
 
 WRITTEN = Counter("ltr_impressions_written_total", "Log records written, by kind.", ["kind"])
 DROPPED = Counter(
@@ -182,11 +187,14 @@ class ImpressionSink:
     `failing` holds why the last write failed (None once one succeeds), so a feedback call is
     not acknowledged while its record would only be dropped."""
 
-    def __init__(self, writer: Writer, queue_size: int) -> None:
+    def __init__(
+        self, writer: Writer, queue_size: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.writer = writer
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(queue_size)
         self._task: asyncio.Task[None] | None = None
         self.failing: str | None = None
+        self._outage = _OutageLog(clock)
 
     async def usable(self) -> bool:
         """Whether a record submitted now can be written: true while writes succeed; after a
@@ -218,7 +226,7 @@ class ImpressionSink:
     async def _drain(self) -> None:
         # Checked here, not in start: a Redis that does not answer must not delay start-up.
         if not await self.usable():
-            log.error("the impression log cannot be written (%s): records dropped", self.failing)
+            self._outage.failed(self.failing or "", 0, error=True)
         while True:
             batch = [await self.queue.get()]
             while len(batch) < BATCH_MAX and not self.queue.empty():
@@ -235,11 +243,12 @@ class ImpressionSink:
                 await self.writer.write(batch)
         except Exception as exc:  # whatever the sink does, serving goes on
             self.failing = _why(exc)
-            log.warning("dropped %d log records: %s", len(batch), self.failing)
+            self._outage.failed(self.failing, len(batch))
             for record in batch:
                 DROPPED.labels(record.get("kind", "unknown"), "sink_error").inc()
             return
         self.failing = None
+        self._outage.wrote()
         for record in batch:
             WRITTEN.labels(record["kind"]).inc()
 
@@ -272,6 +281,52 @@ class ImpressionSink:
         while not self.queue.empty():
             DROPPED.labels(self.queue.get_nowait().get("kind", "unknown"), "shutdown").inc()
         await self.writer.close()
+
+
+class _OutageLog:
+    """The sink's failures as log lines: one when writes start failing, a reminder with the
+    records dropped at most once per OUTAGE_REMINDER_S, one when a write succeeds again."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._since: float | None = None  # when the outage being reported started
+        self._logged = 0.0  # when it was last logged
+        self._dropped = 0  # records dropped since then
+        self._total = 0  # records dropped during the whole outage
+
+    def failed(self, why: str, dropped: int, error: bool = False) -> None:
+        now = self._clock()
+        self._dropped += dropped
+        self._total += dropped
+        if self._since is None:
+            self._since = self._logged = now
+            self._dropped = 0
+            log.log(
+                logging.ERROR if error else logging.WARNING,
+                "the impression log cannot be written (%s): records are dropped "
+                "(ltr_impressions_dropped_total) until it can; logged again when it can, and "
+                "at most every %g s meanwhile",
+                why,
+                OUTAGE_REMINDER_S,
+            )
+        elif now - self._logged >= OUTAGE_REMINDER_S:
+            log.warning(
+                "the impression log still cannot be written (%s): %s dropped in the last %.0f s",
+                why,
+                counted(self._dropped, "record"),
+                now - self._logged,
+            )
+            self._logged, self._dropped = now, 0
+
+    def wrote(self) -> None:
+        if self._since is None:
+            return
+        log.warning(
+            "the impression log is written again after %.0f s (%s dropped meanwhile)",
+            self._clock() - self._since,
+            counted(self._total, "record"),
+        )
+        self._since, self._dropped, self._total = None, 0, 0
 
 
 def _why(exc: BaseException) -> str:

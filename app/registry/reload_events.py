@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
@@ -61,6 +62,8 @@ async def listen_for_reloads(
         return
     channel = f"{settings.redis_prefix}events"
     backoff = min_backoff
+    # An outage is logged when it starts and when it ends, not at every retry (every 5 s).
+    down_since: float | None = None
     while True:
         try:
             client = aioredis.Redis.from_url(
@@ -76,17 +79,30 @@ async def listen_for_reloads(
         try:
             async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                 await pubsub.subscribe(channel)
-                log.info("listening for reload announcements on %s", channel)
+                if down_since is None:
+                    log.info("listening for reload announcements on %s", channel)
+                else:
+                    log.warning(
+                        "reload events: redis answers again after %.0f s; listening on %s",
+                        time.monotonic() - down_since,
+                        channel,
+                    )
+                    down_since = None
                 backoff = min_backoff
                 async for message in pubsub.listen():
                     await _dispatch(message, on_event)
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning(
-                "reload events: redis %s (%s); reconnecting in %.1f s",
-                type(exc).__name__,
-                exc,
-                backoff,
-            )
+            if down_since is None:
+                down_since = time.monotonic()
+                log.warning(
+                    "reload events: redis %s (%s); reconnecting every %.1f s at most, logged "
+                    "again when it answers (the registry's filesystem poll reloads meanwhile)",
+                    type(exc).__name__,
+                    exc,
+                    max_backoff,
+                )
+            else:
+                log.debug("reload events: redis %s (%s)", type(exc).__name__, exc)
         except Exception:  # a bug must cost a reconnect, not the listener for good
             log.exception("reload events: listener failed; reconnecting in %.1f s", backoff)
         finally:

@@ -48,7 +48,7 @@ def push_command(
     """Write a whole new version, verify it, then switch the live pointer (atomic); the live
     version pushed again is verified and what Redis lost rewritten."""
     from trainer.data.errors import DataFormatError
-    from trainer.features.redis_sets import PushError, push_item_set
+    from trainer.features.redis_sets import PushError, eviction_warning, push_item_set
     from trainer.features.set_keys import check_name
 
     if (items is None) == (model is None):
@@ -57,7 +57,11 @@ def push_command(
         check_name("item set", set_name)
         table = _table(items, model, id_column)
         version = _model_set_version(model)
-        with _client(redis_url) as client:
+        with connect(redis_url) as client:
+            # Said before the push: it may be what makes the push fail.
+            warning = eviction_warning(client)
+            if warning is not None:
+                echo_err(warning)
             result = push_item_set(client, _prefix(prefix), set_name, table, version=version)
     summary = {
         "set": result.set,
@@ -69,6 +73,7 @@ def push_command(
         "unchanged": result.unchanged,
         "repaired": result.repaired,
         "expiring": result.expired,
+        "warnings": [] if warning is None else [warning],
     }
     if as_json:
         typer.echo(orjson.dumps(summary).decode())
@@ -158,7 +163,7 @@ def rollback_command(
     with clear_errors(PushError, *_redis_errors()):
         check_name("item set", set_name)
         check_name("version", to)
-        with _client(redis_url) as client:
+        with connect(redis_url) as client:
             previous = switch_version(client, _prefix(prefix), set_name, to)
     typer.echo(f"{set_name}: {to} live again (was {previous})")
 
@@ -171,7 +176,7 @@ def _inspect_redis(
 
     set_name, version = _redis_source(source)
     pre = _prefix(prefix)
-    with _client(redis_url) as client:
+    with connect(redis_url) as client:
         live = live_version(client, pre, set_name)
         listed = [v.decode() for v in client.zrange(versions_key(pre, set_name), 0, -1)]
         known = sorted(set(listed) | ({live} if live else set()))
@@ -244,7 +249,7 @@ def _load_source(
 
     if source.startswith("redis:"):
         set_name, version = _redis_source(source)
-        with _client(redis_url) as client:
+        with connect(redis_url) as client:
             pre = _prefix(prefix)
             chosen = version or live_version(client, pre, set_name)
             if chosen is None:
@@ -289,7 +294,9 @@ def _prefix(prefix: str | None) -> str:
     return prefix if prefix is not None else os.environ.get("LTR_REDIS_PREFIX", "ltr:")
 
 
-def _client(redis_url: str | None) -> redis.Redis:
+def connect(redis_url: str | None) -> redis.Redis:
+    """A client of `redis_url` (else LTR_REDIS_URL) that answered PING; CommandError naming
+    the URL without its password when it is malformed or Redis does not answer."""
     import redis
 
     url = redis_url or os.environ.get("LTR_REDIS_URL")

@@ -72,7 +72,7 @@ def push_item_set(
     )
     n = len(packed.keys)
     if live == version and known:
-        repaired = _guarded(lambda: repair(client, packed), live)
+        repaired = _guarded(lambda: repair(client, packed), Served(client, pointer, live))
         seconds = time.perf_counter() - started
         return PushResult(set_name, version, live, n, seconds, True, [], repaired)
     meta = {"names": table.names, "count": n, "created_at": time.time(), "source": table.source}
@@ -82,16 +82,19 @@ def push_item_set(
         write_items(client, packed, range(n), progress, 2 * n)
         bad = mismatches(client, packed, range(n), progress, 2 * n)
         if bad:
-            raise PushError(f"item {packed.keys[bad[0]]!r} did not read back as written")
+            key = packed.keys[bad[0]]
+            gone = " (it is absent: evicted or deleted)" if not client.exists(key) else ""
+            raise PushError(f"item {key!r} did not read back as written{gone}")
         client.set(meta_key(prefix, set_name, version), orjson.dumps(meta))
 
     # A version Redis already held (the one kept for rollback) is left as it was.
     discard = None if known else lambda: _discard(client, prefix, set_name, version, packed)
-    _guarded(write, live, discard)
+    served = Served(client, pointer, live)
+    _guarded(write, served, discard)
     try:
         previous = _text(client.set(pointer, version, get=True))
     except redis.ResponseError as exc:  # refused, so not run: nothing switched
-        raise _failed(exc, live, discard is not None and discard()) from None
+        raise _failed(exc, served, discard is not None and discard()) from None
     expired = expire_old_versions(client, prefix, set_name, {version, previous}, expire_seconds)
     seconds = time.perf_counter() - started
     return PushResult(set_name, version, previous, n, seconds, False, expired)
@@ -191,15 +194,69 @@ def sample_items(
     ]
 
 
+@dataclass(frozen=True)
+class Served:
+    """The set's live version when a push began, and where to read it again."""
+
+    client: redis.Redis
+    pointer: str
+    live: str | None
+
+    def now(self) -> str:
+        """What a failed push's message says is served, read again after the failure: under
+        `maxmemory` with an allkeys-* policy Redis may have evicted the pointer while the push
+        ran, and "the live version is unchanged" was then untrue (Redis was empty)."""
+        try:
+            now = _text(self.client.get(self.pointer))
+        except redis.RedisError as exc:
+            return f"the live version could not be read again ({exc}); it was {self.live}"
+        if now == self.live:
+            return f"the live version ({self.live}) is unchanged"
+        if now is None:
+            policy = eviction_policy(self.client)
+            why = f"; Redis's maxmemory-policy is {policy}" if policy else ""
+            return (
+                f"the set now has NO live version in Redis (it was {self.live}): its pointer "
+                f"{self.pointer!r} is gone (evicted, deleted, or Redis restarted empty{why}); "
+                "services serve from their snapshots, degraded, until a push succeeds"
+            )
+        return f"the live version is now {now} (it was {self.live}: another push or rollback?)"
+
+
+def eviction_policy(client: redis.Redis) -> str | None:
+    """Redis's `maxmemory-policy`; None when Redis refuses CONFIG (managed Redis often does)."""
+    try:
+        reply = client.config_get("maxmemory-policy")
+    except redis.ResponseError:
+        return None
+    # A dict of str or of bytes, as the client decodes replies or not.
+    values: dict[Any, Any] = dict(reply)
+    return _text(values.get("maxmemory-policy") or values.get(b"maxmemory-policy"))
+
+
+def eviction_warning(client: redis.Redis) -> str | None:
+    """A warning when Redis may evict any key under memory pressure (an allkeys-* policy):
+    an item set's keys and its live pointer carry no TTL, and only such a policy evicts them."""
+    policy = eviction_policy(client)
+    if policy is None or not policy.startswith("allkeys-"):
+        return None
+    return (
+        f"warning: Redis's maxmemory-policy is {policy}: under maxmemory it evicts any key, "
+        "item set rows and the live pointer included (the set is then served from the "
+        "models' snapshots, degraded); item sets need noeviction or a volatile-* policy "
+        "(docs/FEATURES.md)"
+    )
+
+
 def _guarded(
-    step: Callable[[], Any], live: str | None, discard: Callable[[], bool] | None = None
+    step: Callable[[], Any], served: Served, discard: Callable[[], bool] | None = None
 ) -> Any:
     """Run `step`; on failure delete the partial version when `discard` is given (best effort:
-    a killed push's keys are expired by the next push instead), and say what is still served."""
+    a killed push's keys are expired by the next push instead), and say what is served now."""
     try:
         return step()
     except (PushError, redis.ResponseError) as exc:
-        raise _failed(exc, live, discard is not None and discard()) from None
+        raise _failed(exc, served, discard is not None and discard()) from None
     except redis.TimeoutError:
         raise  # Redis is not answering: deleting would only wait again
     except Exception:
@@ -208,10 +265,10 @@ def _guarded(
         raise
 
 
-def _failed(exc: Exception, live: str | None, deleted: bool) -> PushError:
+def _failed(exc: Exception, served: Served, deleted: bool) -> PushError:
     what = str(exc) if isinstance(exc, PushError) else refused(exc)
     note = "; its partial keys were deleted" if deleted else ""
-    return PushError(f"{what}; the live version ({live}) is unchanged{note}")
+    return PushError(f"{what}; {served.now()}{note}")
 
 
 def _discard(

@@ -1,0 +1,36 @@
+"""LTR_REDIS_URL is checked when the settings are read: a malformed one stops `ltr serve`
+(tests/trainer/commands/test_serve_redis_url.py) instead of serving every answer degraded."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import Settings
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://localhost:6379/0", "rediss://:pw@cache:6380", "unix:///run/redis.sock"]
+)
+def test_usable_urls_are_taken(url: str) -> None:
+    assert Settings(redis_url=url).redis_url == url
+
+
+def test_a_blank_url_is_no_redis() -> None:
+    assert Settings(redis_url=" ").redis_url is None
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("notaurl", "got no scheme"),
+        ("localhost:6379", "got localhost://"),
+        ("redis://:hunter2@cache:6379/zero", "the database 'zero' is not a number"),
+    ],
+)
+def test_a_malformed_url_is_refused_without_showing_it(url: str, problem: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Settings(redis_url=url)
+    error = caught.value.errors()[0]
+    assert error["loc"] == ("redis_url",) and problem in error["msg"]
+    assert "hunter2" not in error["msg"]

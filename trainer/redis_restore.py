@@ -1,0 +1,186 @@
+"""Put back in Redis what the registry's deployed versions need: `ltr redis restore`.
+
+Redis may lose everything (a restart without persistence, FLUSHALL, eviction); the service
+then serves every model from its versions' own copies, degraded, until the embeddings and item
+sets are pushed again. For every model's CURRENT version, and the candidate of a running
+experiment, this re-pushes the user embeddings (`{prefix}emb:{model}:{version}`) unless Redis
+holds them byte for byte, and makes the version's item set live unless a complete version of
+it already is; then it announces each model it restored something for, so every worker drops
+what it cached from Redis. Overrides (`{prefix}user:{id}`) are not in the registry and cannot
+be restored.
+
+One item set has one live version, whoever uses it: CURRENT versions are restored first (in
+name order) and a set made or found live is left as it is for the versions after them, so a
+candidate never takes its set away from a CURRENT (docs/EXPERIMENTS.md).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import orjson
+import redis
+
+from app.artifacts.lock import model_lock
+from app.artifacts.store import Artifact, list_models, load_version, read_current
+from app.errors import LtrError, error_text
+from app.registry.experiments import read_active
+from trainer.features.redis_sets import live_version, read_meta
+from trainer.features.set_keys import item_counts
+from trainer.publish import push_model_item_set
+from trainer.redis_publish import announce, embedding_rows, embeddings_key, push_embeddings
+
+Role = Literal["current", "candidate"]
+# intact: Redis held it as it should; restored: written now; none: the version has none;
+# kept: another complete version of the set is live and stays so; error: see `errors`.
+State = Literal["intact", "restored", "none", "kept", "error"]
+
+
+@dataclass
+class Restored:
+    model: str
+    version: str
+    role: Role
+    embeddings: State = "none"
+    item_set: str | None = None  # "set@version" the version was trained with
+    item_set_state: State = "none"
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def wrote(self) -> bool:
+        return "restored" in (self.embeddings, self.item_set_state)
+
+
+@dataclass
+class RestoreReport:
+    versions: list[Restored]
+    announced: list[str]  # models announced on `{prefix}events`
+    missing_models: list[str]  # asked for by name, not deployed in the registry
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{r.model} {r.version}: {e}" for r in self.versions for e in r.errors]
+
+
+def restore_redis(
+    registry: Path, redis_url: str, prefix: str, names: list[str] | None = None
+) -> RestoreReport:
+    """Restore what the deployed versions of `names` (default: every model) need in Redis."""
+    wanted = list_models(registry) if names is None else sorted(set(names))
+    deployed = [(n, v) for n in wanted if (v := read_current(registry, n)) is not None]
+    missing = sorted(set(wanted) - {n for n, _ in deployed}) if names is not None else []
+    versions: list[Restored] = []
+    with redis.Redis.from_url(redis_url, socket_timeout=30) as client:
+        run = _Restorer(Path(registry), client, redis_url, prefix)
+        for name, current in deployed:
+            with model_lock(registry, name):
+                # CURRENT may have moved since it was read: restore what it names now.
+                current = read_current(registry, name) or current
+                versions.append(run.version(name, current, "current"))
+        for name, _ in deployed:
+            with model_lock(registry, name):
+                done = run.candidate(name)
+            if done is not None:
+                versions.append(done)
+    announced = []
+    for name in sorted({r.model for r in versions if r.wrote}):
+        now = read_current(registry, name)
+        if now is not None:
+            announce(redis_url, prefix, name, now)
+            announced.append(name)
+    return RestoreReport(versions, announced, missing)
+
+
+@dataclass
+class _Restorer:
+    registry: Path
+    client: redis.Redis
+    url: str
+    prefix: str
+    live_sets: dict[str, str] = field(default_factory=dict)  # set -> version left live
+
+    def candidate(self, name: str) -> Restored | None:
+        """The candidate of `name`'s running experiment, if one runs."""
+        try:
+            spec = read_active(self.registry, name)
+        except LtrError as exc:
+            failed = Restored(name, "(experiment)", "candidate", "error", item_set_state="error")
+            failed.errors.append(error_text(exc))
+            return failed
+        return None if spec is None else self.version(name, spec.candidate, "candidate")
+
+    def version(self, name: str, version: str, role: Role) -> Restored:
+        report = Restored(name, version, role)
+        try:
+            artifact = load_version(self.registry / name / version)  # verified, file by file
+        except (LtrError, OSError) as exc:
+            report.embeddings = report.item_set_state = "error"
+            report.errors.append(error_text(exc))
+            return report
+        try:
+            report.embeddings = self._embeddings(artifact)
+        except (redis.RedisError, ValueError) as exc:
+            report.embeddings = "error"
+            report.errors.append(f"user embeddings: {error_text(exc)}")
+        items = artifact.manifest.item_features
+        if items is not None:
+            report.item_set = f"{items.set}@{items.version}"
+            try:
+                report.item_set_state = self._item_set(artifact, report)
+            except (redis.RedisError, LtrError) as exc:
+                report.item_set_state = "error"
+                report.errors.append(error_text(exc))
+        return report
+
+    def _embeddings(self, artifact: Artifact) -> State:
+        manifest = artifact.manifest
+        uc = manifest.user_clusters
+        if uc is None:
+            return "none"
+        clusters = orjson.loads(artifact.files[uc.clusters_file])
+        embeddings = np.load(io.BytesIO(artifact.files[uc.embeddings_file]), allow_pickle=False)
+        rows = embedding_rows(manifest, clusters, embeddings)
+        key = embeddings_key(self.prefix, manifest.name, manifest.version)
+        held = {_str(k): v for k, v in self.client.hgetall(key).items()}
+        if held == rows:
+            return "intact"
+        push_embeddings(self.url, self.prefix, manifest, clusters, embeddings)
+        return "restored"
+
+    def _item_set(self, artifact: Artifact, report: Restored) -> State:
+        items = artifact.manifest.item_features
+        assert items is not None
+        claimed = self.live_sets.get(items.set)
+        if claimed is None:
+            live = live_version(self.client, self.prefix, items.set)
+            if live is not None and self._complete(items.set, live):
+                claimed = self.live_sets[items.set] = live
+        if claimed is not None:
+            if claimed == items.version:
+                return "intact"
+            report.notes.append(
+                f"item set {items.set}: version {claimed} is live and complete and stays live "
+                f"(one live version per set); this version was trained with {items.version}"
+            )
+            return "kept"
+        push_model_item_set(artifact, self.url, self.prefix)  # switch back, or push snapshot
+        self.live_sets[items.set] = live_version(self.client, self.prefix, items.set) or ""
+        return "restored"
+
+    def _complete(self, set_name: str, version: str) -> bool:
+        """As rollback checks it: the version's meta, and every item's key of the right size."""
+        meta = read_meta(self.client, self.prefix, set_name, version)
+        if meta is None:
+            return False
+        width = 4 * len(meta["names"])
+        found = item_counts(self.client, self.prefix, set_name, {version: width})[version]
+        return bool(found == meta["count"])
+
+
+def _str(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -6,8 +6,9 @@ answering and when it answers again, when the breaker opens and when it closes; 
 bad value (wrong type, oversized) is named at most once per BAD_VALUE_INTERVAL_S, and at most
 BAD_VALUES_PER_INTERVAL keys are named per interval (keys come from clients: user ids); item
 rows the live version lost are summed per set and logged, with one of their keys, as often.
-An item set with no live version in Redis (a restart without persistence, FLUSHALL, eviction)
-is logged once when that starts and once when it ends, per set.
+An item set with no live version in Redis, or a served version's user embeddings missing there
+(a restart without persistence, FLUSHALL, eviction), is logged once when that starts and once
+when it ends, per set and per version.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class RedisFaultLog:
         self._suppressed = 0
         self._lost: dict[str, int] = {}  # item set → rows lost since it was last logged
         self._lost_logged: dict[str, float] = {}  # item set → when that was
-        self._sets_missing: dict[str, float] = {}  # item set → since when it has none live
+        # What a served model needs and Redis lacks (an item set's live version, a version's
+        # embeddings) → since when.
+        self._absent: dict[str, float] = {}
 
     def failed(self, reason: str) -> None:
         """A call timed out or could not reach Redis."""
@@ -87,12 +90,8 @@ class RedisFaultLog:
         """Redis answered, but the set has no live version: every request of its models is
         served from the snapshot until it is pushed again, which nobody may notice otherwise
         (the state logged nothing)."""
-        if set_name in self._sets_missing:
-            return
-        if len(self._sets_missing) >= KEYS_REMEMBERED:  # set names come from models: few
-            return
-        self._sets_missing[set_name] = self._clock()
-        log.warning(
+        self._gone(
+            f"item set {set_name}",
             "item set %s has no live version in Redis (%r is absent or names a version whose "
             "meta is gone: a restart without persistence, FLUSHALL or eviction?); its models "
             "serve from their snapshots, degraded (item_set_missing_in_redis), until it is "
@@ -104,11 +103,37 @@ class RedisFaultLog:
 
     def set_present(self, set_name: str) -> None:
         """The set has a live version again (a request read it)."""
-        since = self._sets_missing.pop(set_name, None)
+        self._back(f"item set {set_name}", "is live in Redis again")
+
+    def embeddings_missing(self, model: str, version: str, key: str) -> None:
+        """Redis answered, but holds no embedding for a served version's cluster: its user
+        features come from the artifact's copy, degraded, until they are pushed again."""
+        self._gone(
+            f"embeddings of {model}/{version}",
+            "user embeddings of %s/%s are missing in Redis (%r: a restart without persistence, "
+            "FLUSHALL, eviction, or a publish without a Redis URL?); served from the model's "
+            "own copy, degraded (embedding_missing_in_redis), until pushed again: `ltr redis "
+            "restore` restores what the registry's deployed versions need; logged again when "
+            "they are back",
+            model,
+            version,
+            key[:200],
+        )
+
+    def embeddings_present(self, model: str, version: str) -> None:
+        self._back(f"embeddings of {model}/{version}", "are in Redis again")
+
+    def _gone(self, what: str, message: str, *args: object) -> None:
+        """Log `message` once when `what` goes missing (not again until it is back)."""
+        if what in self._absent or len(self._absent) >= KEYS_REMEMBERED:  # names from models
+            return
+        self._absent[what] = self._clock()
+        log.warning(message, *args)
+
+    def _back(self, what: str, state: str) -> None:
+        since = self._absent.pop(what, None) if self._absent else None
         if since is not None:
-            log.warning(
-                "item set %s is live in Redis again after %.0f s", set_name, self._clock() - since
-            )
+            log.warning("%s %s after %.0f s", what, state, self._clock() - since)
 
     def bad_value(self, key: str, detail: str) -> None:
         """A key holds a value the service cannot use."""

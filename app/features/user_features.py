@@ -163,7 +163,10 @@ class UserFeatureResolver:
                 reasons.append(fetch.error)
             elif fetch.value is None:
                 reasons.append(EMBEDDING_MISSING_IN_REDIS)
+                key = f"{self.store.prefix}emb:{manifest.name}:{manifest.version}"
+                self.store.faults.embeddings_missing(manifest.name, manifest.version, key)
             else:
+                self.store.faults.embeddings_present(manifest.name, manifest.version)
                 remote = _parse_vector(fetch.value, uc.embedding_dim, table.redis_bound)
                 if remote is None:
                     reasons.append(EMBEDDING_MALFORMED_IN_REDIS)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
@@ -400,3 +401,31 @@ def test_a_huge_override_is_read_bounded_and_spares_the_breaker(
     assert (longest.cluster, longest.degraded) == ("FR", False)
     assert (too_long.cluster, too_long.reasons) == ("US", ["redis_bad_value"])
     assert (empty.cluster, empty.degraded, empty.reasons) == ("US", False, [])
+
+
+def test_missing_embeddings_are_logged_when_they_go_and_when_they_are_back(
+    redis_server: RedisServer, manifest: Manifest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every answer was degraded (embedding_missing_in_redis) after a Redis restart without
+    persistence, and the log said nothing."""
+    caplog.set_level(logging.INFO, "app.features.redis_store")
+    settings = _settings(redis_server.url, redis_cache_ttl_seconds=0.001)
+
+    async def body(resolver: UserFeatureResolver) -> list[list[str]]:
+        reasons = []
+        for _ in range(3):
+            reasons.append((await resolver.resolve(manifest, US_USER)).reasons)
+            await asyncio.sleep(0.002)
+        _push(redis_server, manifest)
+        for _ in range(3):
+            reasons.append((await resolver.resolve(manifest, US_USER)).reasons)
+            await asyncio.sleep(0.002)
+        return reasons
+
+    reasons = _with_resolver(settings, manifest, body)
+    assert reasons == [["embedding_missing_in_redis"]] * 3 + [[]] * 3
+    logged = [r.getMessage() for r in caplog.records if r.name == "app.features.redis_store"]
+    assert len(logged) == 2, logged
+    assert logged[0].startswith("user embeddings of m/v1 are missing in Redis ('t:emb:m:v1'")
+    assert "ltr redis restore" in logged[0]
+    assert logged[1].startswith("embeddings of m/v1 are in Redis again after")

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +24,7 @@ import orjson
 from app.artifacts.lock import model_lock
 from app.artifacts.manifest import Manifest
 from app.artifacts.store import (
+    CURRENT_FILE,
     Artifact,
     ArtifactError,
     load_version,
@@ -30,7 +35,16 @@ from app.artifacts.store import (
 from app.registry.experiments import ExperimentError, compatibility_errors, read_active
 from trainer.retention import prune_versions, rollback_target
 
-__all__ = ["PublishResult", "install_version", "prune_versions", "publish", "rollback"]
+__all__ = [
+    "ItemSetUnreachable",
+    "PublishResult",
+    "RollbackResult",
+    "install_version",
+    "prune_versions",
+    "publish",
+    "roll_back",
+    "rollback",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,21 +63,77 @@ class PublishResult:
     item_set_not_pushed: str | None = None
     announced: bool = False  # the new CURRENT was announced on Redis (else services poll)
     warnings: list[str] = field(default_factory=list)  # one line each, for the operator
+    # Why the copy already installed did not verify (it was replaced by the source's), if so.
+    repaired: str | None = None
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    name: str
+    previous: str  # CURRENT before the rollback
+    version: str  # CURRENT now
+    redis_pushed: bool  # the version's user embeddings were written to Redis
+    announced: bool  # the new CURRENT was announced on Redis (else services poll)
+
+
+class ItemSetUnreachable(ArtifactError):
+    """Redis could not be reached to make a model's item set live (the command's error line
+    says how to deploy without it)."""
+
+    def __init__(self, message: str, set_name: str, path: Path) -> None:
+        super().__init__(message)
+        self.set_name = set_name
+        self.path = path  # the version directory whose set it is
+
+
+@dataclass(frozen=True)
+class _Installed:
+    artifact: Artifact
+    written: bool  # this call created the version directory (a failed publish removes it)
+    repaired: str | None = None  # why the copy there before did not verify
 
 
 def install_version(source: Path, registry: Path, name: str | None = None) -> Artifact:
     """Copy a verified version directory into `<registry>/<name>/<version>` atomically."""
     artifact = load_version(source)
     with model_lock(registry, name or artifact.manifest.name):
-        return _install(artifact, registry, name)[0]
+        return _install(artifact, registry, name).artifact
 
 
-def _install(artifact: Artifact, registry: Path, name: str | None) -> tuple[Artifact, bool]:
-    """The installed version, and whether this call wrote it (False: it was there already)."""
+@contextmanager
+def _stage(path: Path, doing: str, left: str) -> Iterator[None]:
+    """An OSError in one publish step (a full disk, permissions) as `<path>: <what> while
+    <doing>; <left>`: a bare "[Errno 28] No space left on device" said neither where nor what
+    state the registry was left in."""
+    try:
+        yield
+    except OSError as exc:
+        raise _located(exc, path, doing, left) from exc
+
+
+def _located(exc: OSError, path: Path, doing: str, left: str) -> OSError:
+    return OSError(exc.errno, f"{exc.strerror or exc} while {doing}; {left}", str(path))
+
+
+def _install(artifact: Artifact, registry: Path, name: str | None) -> _Installed:
     manifest = artifact.manifest
     if name is not None and name != manifest.name:
         manifest = manifest.model_copy(update={"name": name})
     final = Path(registry) / manifest.name / manifest.version
+    current = read_current(registry, manifest.name)
+    with _stage(final, "installing the version", f"nothing installed, CURRENT stays {current}"):
+        return _install_at(final, manifest, artifact)
+
+
+def _install_at(final: Path, manifest: Manifest, artifact: Artifact) -> _Installed:
+    if final.is_dir():
+        try:
+            load_version(final)
+        except ArtifactError as exc:
+            # The registry is written only by the trainer: publishing the verified source
+            # again is how an operator repairs a corrupt or truncated installed copy.
+            _replace_installed(final, manifest, artifact.all_files())
+            return _Installed(load_version(final), False, str(exc))
     written = False
     if not final.exists():
         try:
@@ -76,7 +146,30 @@ def _install(artifact: Artifact, registry: Path, name: str | None) -> tuple[Arti
     existing = load_version(final)
     if existing.manifest.files != artifact.manifest.files:
         raise ArtifactError(f"{final} already exists with different contents")
-    return existing, written
+    return _Installed(existing, written)
+
+
+def _replace_installed(final: Path, manifest: Manifest, files: Mapping[str, bytes | Path]) -> None:
+    """Replace the installed version directory `final` as a new install would appear: the
+    fresh copy is written in full beside it first, then two renames swap it in."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.repair.", dir=final.parent))
+    try:
+        fresh = write_version_dir(staging / final.name, manifest, files)
+        broken = staging / "broken"
+        os.rename(final, broken)
+        try:
+            os.rename(fresh, final)
+        except OSError:
+            os.rename(broken, final)  # as it was, rather than no copy at all
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_installed(installed: _Installed) -> None:
+    """A publish that fails after installing leaves the registry as it found it."""
+    if installed.written:
+        shutil.rmtree(installed.artifact.path, ignore_errors=True)
 
 
 def feature_change_warning(old: Manifest, new: Manifest) -> str | None:
@@ -241,6 +334,10 @@ def push_model_item_set(artifact: Artifact, redis_url: str, prefix: str) -> str:
                 )
             table = table_from_version(artifact.path)
             push_item_set(client, prefix, items.set, table, version=items.version)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise ItemSetUnreachable(
+            f"item set {label} could not be made live in Redis: {exc}", items.set, artifact.path
+        ) from None
     except (redis.RedisError, PushError) as exc:
         raise ArtifactError(f"item set {label} could not be made live in Redis: {exc}") from None
     return label
@@ -291,7 +388,8 @@ def _publish_locked(
     redis_prefix: str,
     as_candidate: bool,
 ) -> PublishResult:
-    artifact, written = _install(source, registry, name)
+    installed = _install(source, registry, name)
+    artifact = installed.artifact
     m = artifact.manifest
     previous = read_current(registry, m.name)
     item_set = None
@@ -303,8 +401,7 @@ def _publish_locked(
         try:
             item_set = push_model_item_set(artifact, redis_url, redis_prefix)
         except Exception:
-            if written:
-                shutil.rmtree(artifact.path, ignore_errors=True)
+            _remove_installed(installed)
             raise
     pushed = False
     warnings: list[str | None] = []
@@ -318,7 +415,7 @@ def _publish_locked(
     else:
         warnings += _change_warnings(registry, m.name, previous, artifact)
         warnings.append(experiment_pause_warning(registry, m.name, m.version))
-        set_current(registry, m.name, m.version)
+        warnings.append(_move_current(registry, installed, previous))
         announced = _try_announce(redis_url, redis_prefix, m.name, m.version)
     removed = prune_versions(registry, m.name, keep)
     not_pushed = None
@@ -336,14 +433,46 @@ def _publish_locked(
         announced,
         # The caller shows them (the CLI on stderr, nightly in its log).
         [w for w in warnings if w is not None],
+        installed.repaired,
     )
+
+
+def _move_current(registry: Path, installed: _Installed, previous: str | None) -> str | None:
+    """Point CURRENT at the installed version. When that fails (a full disk), the version
+    this publish installed is removed and the error says so; when only HISTORY could not be
+    written after CURRENT moved, the publish took effect (HISTORY's reader counts a CURRENT
+    it lacks as the newest entry) and the operator gets a warning."""
+    m = installed.artifact.manifest
+    try:
+        set_current(registry, m.name, m.version)
+    except OSError as exc:
+        if read_current(registry, m.name) == m.version:
+            return (
+                f"warning: {registry / m.name}/HISTORY: could not record {m.version} "
+                f"({exc.strerror or exc}); CURRENT moved to it"
+            )
+        _remove_installed(installed)
+        left = f"CURRENT stays {previous}"
+        if installed.written:
+            left = f"removed the version this publish installed, {left}"
+        path = registry / m.name / CURRENT_FILE
+        raise _located(exc, path, f"moving CURRENT to {m.version}", left) from exc
+    return None
 
 
 def rollback(
     registry: Path, name: str, *, redis_url: str | None = None, redis_prefix: str = "ltr:"
 ) -> tuple[str, str]:
-    """Point CURRENT back at the version it named before (trainer.retention.rollback_target);
-    returns (from, to). Rolling back again goes further back."""
+    """Point CURRENT back at the version it named before; returns (from, to)."""
+    result = roll_back(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
+    return result.previous, result.version
+
+
+def roll_back(
+    registry: Path, name: str, *, redis_url: str | None = None, redis_prefix: str = "ltr:"
+) -> RollbackResult:
+    """Point CURRENT back at the version it named before (trainer.retention.rollback_target).
+    Rolling back again goes further back."""
     model_dir = Path(registry) / name
     if read_current(registry, name) is None:  # checked before the lock creates the directory
         raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
@@ -358,14 +487,21 @@ def rollback(
         artifact = load_version(model_dir / target)
         if redis_url and artifact.manifest.item_features is not None:
             push_model_item_set(artifact, redis_url, redis_prefix)
+        pushed = False
         if redis_url:
             # Redis may have lost the older version's embeddings (eviction, a restart).
             warning = _push_embeddings_or_warning(artifact, redis_url, redis_prefix)
             if warning is not None:
                 log.warning("%s", warning.removeprefix("warning: "))
-        set_current(registry, name, target, rollback=True)
-        _try_announce(redis_url, redis_prefix, name, target)
-    return current, target
+            pushed = warning is None and artifact.manifest.user_clusters is not None
+        try:
+            set_current(registry, name, target, rollback=True)
+        except OSError as exc:
+            left = f"CURRENT is {read_current(registry, name)}"
+            path = model_dir / CURRENT_FILE
+            raise _located(exc, path, f"moving CURRENT to {target}", left) from exc
+        announced = _try_announce(redis_url, redis_prefix, name, target)
+    return RollbackResult(name, current, target, pushed, announced)
 
 
 def rollback_warnings(registry: Path, name: str, old: str, new: str) -> list[str]:

@@ -10,11 +10,14 @@ CURRENT back at an older version (a rollback), which the registry then follows.
 
 A version that fails to read, verify, load or warm up is refused: the old one keeps serving,
 `ltr_model_reload_failures_total` rises once, and the poll does not retry that same version
-(an explicit trigger does). A model whose CURRENT disappears keeps serving its last version.
-When nothing serves a model yet (a start-up) and its CURRENT is refused, the newest older
-version on disk that loads is served instead (as TF Serving and Triton keep the old version)
-and the refusal is reported in `errors()`. Public error texts name files relative to the
-registry; the log has the absolute paths.
+while its files stay as they were (an explicit trigger does; a repaired or re-published copy
+is retried by the poll). When nothing serves a model yet (a start-up) and its CURRENT is
+refused, the newest older version on disk that loads is served instead (as TF Serving and
+Triton keep the old version) and the refusal is reported in `errors()` for as long as CURRENT
+names it. A served model whose registry, directory or CURRENT goes missing keeps serving its
+last version and is reported like an unreadable registry (a failure counted per poll, an error
+in `errors()`, one log line when it starts and one when it ends). Public error texts name
+files relative to the registry; the log has the absolute paths.
 Swaps replace one immutable dict by another, so a request that took a `LoadedModel` finishes on
 it even if a newer version is swapped in meanwhile.
 """
@@ -26,7 +29,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio.to_thread
@@ -35,6 +38,7 @@ import numpy as np
 from app import metrics
 from app.artifacts.manifest import NAME_PATTERN, Manifest
 from app.artifacts.store import (
+    CURRENT_FILE,
     Artifact,
     list_models,
     list_versions,
@@ -45,6 +49,7 @@ from app.artifacts.store import (
 from app.errors import LtrError
 from app.features.item_snapshot import ItemSnapshot
 from app.registry.experiments import ActiveExperiment, ExperimentSlots
+from app.registry.version_signature import VersionSignature, version_signature
 from app.scoring.protocol import Scorer
 from app.settings import Settings
 
@@ -90,6 +95,21 @@ class LoadedModel:
         return self.manifest.version
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A refused version, its files as they were when it was refused, and why (public)."""
+
+    version: str
+    signature: VersionSignature
+    reason: str = ""
+    older: str | None = None  # the older version served instead (a start-up's fallback)
+
+    @property
+    def error(self) -> str:
+        text = f"version {self.version} refused: {self.reason}"
+        return text if self.older is None else f"{text}; serving the older version {self.older}"
+
+
 @dataclass
 class ReloadReport:
     loaded: list[tuple[str, str]] = field(default_factory=list)
@@ -128,15 +148,19 @@ class ModelRegistry:
         self._on_load = on_load
         self._on_serve = on_serve  # called on the event loop once a version serves: be quick
         self._models: Mapping[str, LoadedModel] = {}
-        self._refused: dict[str, str] = {}  # name -> version the poll must not retry
-        self._errors: dict[str, str] = {}  # name -> last load error
+        # name -> the version the poll must not retry while its files are unchanged; its error
+        # stays in errors() only while CURRENT names that version.
+        self._refused: dict[str, Refusal] = {}
+        # name -> why its served version cannot follow the registry now (unreadable, missing)
+        self._problems: dict[str, str] = {}
         self._lock = asyncio.Lock()
         self._scanned = False  # a reload of every model has finished once
         self._why_none = NOTHING_LOADED  # why nothing serves, as the last full scan found
         self._logged_why: str | None = None  # ... and as last logged
-        # Why the registry (key None) or a model's directory could not be read, as last logged:
-        # a poll that fails every few seconds logs the change, not every failure.
-        self._unreadable: dict[str | None, str] = {}
+        # Why the registry (key None) or a model's directory could not be read or is missing,
+        # as last logged, and the line that says it ended: a poll that fails every few seconds
+        # logs the change, not every failure.
+        self._unreadable: dict[str | None, tuple[str, str]] = {}
         self.experiments = ExperimentSlots(self.root, self._load)
 
     # Reading: cheap, lock-free, called per request.
@@ -153,7 +177,10 @@ class ModelRegistry:
         return self._models
 
     def errors(self) -> dict[str, str]:
-        return dict(self._errors)
+        found = {name: refusal.error for name, refusal in self._refused.items()}
+        for name, problem in self._problems.items():
+            found[name] = f"{problem}; {found[name]}" if name in found else problem
+        return found
 
     def why_none(self) -> str:
         """Why no model serves, for /readyz and /rerank, as the last full scan found it (not
@@ -187,8 +214,9 @@ class ModelRegistry:
         model = models.get(name)
         if model is not None:
             return model
-        if name in self._errors or not models:
-            reason = self._errors.get(name, "not loaded yet")
+        errors = self.errors()
+        if name in errors or not models:
+            reason = errors.get(name, "not loaded yet")
             raise ModelNotAvailable(f"model {name!r} is not available: {reason}")
         raise UnknownModel(f"unknown model {name!r}; loaded: {', '.join(sorted(models))}")
 
@@ -202,20 +230,27 @@ class ModelRegistry:
         """Bring every model (or `name`) to its CURRENT version; `force` retries refused ones."""
         report = ReloadReport()
         async with self._lock:
-            try:
-                names = [name] if name is not None else list_models(self.root)
-            except OSError as exc:
-                self._read_failed(None, exc)
-                raise
-            self._read_again(None)
+            if name is None:
+                try:
+                    names = list_models(self.root)
+                except OSError as exc:
+                    self._trouble(None, f"cannot read the registry: {type(exc).__name__}: {exc}")
+                    raise
+                self._check_registry(names)
+            else:
+                names = [name]
             for model_name in names:
                 if _NAME.fullmatch(model_name):
                     try:
-                        await self._reload_one(model_name, force, report)
+                        problem = await self._reload_one(model_name, force, report)
                     except OSError as exc:  # its directory: the other models still reload
-                        self._read_failed(model_name, exc)
+                        what = f"cannot read model {model_name}'s directory"
+                        self._trouble(model_name, f"{what}: {type(exc).__name__}: {exc}")
                         continue
-                    self._read_again(model_name)
+                    if problem is None:
+                        self._trouble_over(model_name)
+                    else:
+                        self._trouble(model_name, problem, ended=f"resolved: {problem}")
                     control = self._models.get(model_name)
                     await self.experiments.refresh(model_name, control, force)
             if name is None:
@@ -223,27 +258,53 @@ class ModelRegistry:
                 self._explain_none()
         return report
 
-    def _read_failed(self, name: str | None, exc: OSError) -> None:
-        """The registry (name None) or a model's directory could not be read: the served
-        versions stay, each counts a reload failure (what alerts watch), the reason goes to
-        /models' errors and, once per change, to the log (one line: it repeats every poll)."""
-        where = "the registry" if name is None else f"model {name}'s directory"
-        full = f"cannot read {where}: {type(exc).__name__}: {exc}"
-        for served in [name] if name is not None else list(self._models):
-            metrics.RELOAD_FAILURES.labels(served).inc()
-            self._errors[served] = self._public(full)
-        if self._unreadable.get(name) != full:
-            serving = ", ".join(f"{m.name}/{m.version}" for m in self._models.values())
-            log.error("%s; still serving %s", full, serving or "nothing")
-        self._unreadable[name] = full
-
-    def _read_again(self, name: str | None) -> None:
-        if self._unreadable.pop(name, None) is None:
+    def _check_registry(self, names: list[str]) -> None:
+        """Report (not follow) a served model the registry no longer has: the registry directory
+        moved, deleted or replaced by a file, or the model's own directory gone. A new replica
+        would serve nothing there, so the served versions must not look healthy."""
+        root = self.root.resolve()
+        if not root.is_dir():
+            what = "does not exist" if not root.exists() else "is not a directory"
+            if self._models:  # nothing served: _explain_none says it (once) for /readyz
+                self._trouble(
+                    None,
+                    f"the registry {root} {what}",
+                    public=f"the registry {'directory' if what[0] == 'd' else 'path'} {what}",
+                    ended=f"the registry {root} is back",
+                )
             return
-        log.info("%s readable again", "the registry" if name is None else f"model {name}")
-        for served in [name] if name is not None else list(self._models):
-            if self._errors.get(served, "").startswith("cannot read "):
-                del self._errors[served]
+        self._trouble_over(None)
+        for gone in sorted(set(self._models) - set(names)):
+            missing = f"{root / gone}/ is missing from the registry"
+            self._trouble(gone, missing, ended=f"resolved: {missing}")
+
+    def _trouble(
+        self, key: str | None, full: str, *, public: str | None = None, ended: str | None = None
+    ) -> None:
+        """The registry (key None) or model `key` cannot be read or lacks what its served
+        version needs: the served versions stay, each counts a reload failure at every poll
+        (what alerts watch), the reason goes to /models' errors and, once per change, to the
+        log (one line: it repeats every poll)."""
+        where = "the registry" if key is None else f"model {key}"
+        public = public or self._public(full)
+        affected = list(self._models) if key is None else [key]
+        for served in affected:
+            metrics.RELOAD_FAILURES.labels(served).inc()
+            self._problems[served] = public
+        if self._unreadable.get(key, ("", ""))[0] != full:
+            serving = ", ".join(
+                f"{m.name}/{m.version}" for m in self._models.values() if m.name in affected
+            )
+            log.error("%s; still serving %s", full, serving or "nothing")
+        self._unreadable[key] = (full, ended or f"{where} readable again")
+
+    def _trouble_over(self, key: str | None) -> None:
+        over = self._unreadable.pop(key, None)
+        if over is None:
+            return
+        log.info("%s", over[1])
+        for served in list(self._problems) if key is None else [key]:
+            self._problems.pop(served, None)
 
     def _explain_none(self) -> None:
         """After a full scan that leaves nothing to serve: why, for why_none, and a warning
@@ -256,8 +317,9 @@ class ModelRegistry:
             why: str | None = (
                 f"the default model {default!r} (LTR_DEFAULT_MODEL) is not served; loaded: {loaded}"
             )
-            if default in self._errors:
-                why = f"{why}; {default}: {self._errors[default]}"
+            errors = self.errors()
+            if default in errors:
+                why = f"{why}; {default}: {errors[default]}"
         else:
             why = self._find_why_none() if not self._models else None
         self._why_none = why or NOTHING_LOADED
@@ -272,26 +334,42 @@ class ModelRegistry:
             try:
                 await self.reload()
             except OSError:
-                pass  # said once by _read_failed; the next poll tries again
+                pass  # said once by _trouble; the next poll tries again
             except Exception:  # the poll must outlive any surprise
                 log.exception("model poll failed")
 
-    async def _reload_one(self, name: str, force: bool, report: ReloadReport) -> None:
+    async def _reload_one(self, name: str, force: bool, report: ReloadReport) -> str | None:
+        """Serve CURRENT's version; returns why a served model's CURRENT cannot be followed
+        (missing, empty), else None."""
         version = read_current(self.root, name)
+        if version is None:
+            self._refused.pop(name, None)  # CURRENT no longer names the refused version
+            return self._no_current(name) if name in self._models else None
         while version is not None:
             current = self._models.get(name)
             if current is not None and current.version == version:
+                # CURRENT is back on the version serving (fixed by hand, a rollback): a
+                # refusal of another version no longer holds.
+                self._refused.pop(name, None)
                 report.unchanged.append((name, version))
-                return
-            if not force and self._refused.get(name) == version:
-                return
+                return None
+            # Taken before the load: files that change meanwhile differ at the next poll.
+            signature = (
+                version_signature(self.root / name / version) if _NAME.fullmatch(version) else ()
+            )
+            refused = self._refused.get(name)
+            if (
+                not force
+                and refused is not None
+                and refused.version == version
+                and refused.signature == signature
+            ):
+                return None  # refused as it is now; a repaired or re-published copy is retried
             try:
                 loaded = await anyio.to_thread.run_sync(self._load, name, version)
             except Exception as exc:
-                self._refuse(name, version, exc, report)
-                if name not in self._models:
-                    await self._serve_older(name, version, report)
-                return
+                await self._refuse(name, Refusal(version, signature, ""), exc, report)
+                return None
             latest = read_current(self.root, name)
             if latest != version:
                 # CURRENT moved on while this one loaded: load the newer one instead.
@@ -300,7 +378,16 @@ class ModelRegistry:
                 continue
             self._swap(loaded)
             report.loaded.append((name, version))
-            return
+            return None
+        return None
+
+    def _no_current(self, name: str) -> str:
+        """Why model `name`, served, has no CURRENT version now (with the absolute path)."""
+        model_dir = self.root.resolve() / name
+        if not model_dir.is_dir():
+            return f"{model_dir}/ is missing from the registry"
+        current = model_dir / CURRENT_FILE
+        return f"{current} is {'empty' if current.exists() else 'missing'}"
 
     def _load(self, name: str, version: str) -> LoadedModel:
         """Read, verify, build and warm up one version (runs in a worker thread)."""
@@ -325,9 +412,12 @@ class ModelRegistry:
             snapshot = ItemSnapshot.load(artifact.path, items)
         return LoadedModel(manifest, scorer, artifact.path, time.time(), snapshot)
 
-    async def _serve_older(self, name: str, refused: str, report: ReloadReport) -> None:
+    async def _serve_older(
+        self, name: str, refusal: Refusal, full: str, report: ReloadReport
+    ) -> None:
         """Serve the version CURRENT named before the refused one that loads, else the newest
         installed before it that does (names are free-form: `v10` sorts before `v9`)."""
+        refused = refusal.version
         installed = list_versions(self.root, name)
         before = installed[: installed.index(refused)] if refused in installed else installed
         named = [v for v in read_history(self.root, name) if v in installed]
@@ -340,15 +430,24 @@ class ModelRegistry:
             try:
                 loaded = await anyio.to_thread.run_sync(self._load, name, version)
             except Exception as exc:
-                log.error("%s/%s (older, tried instead) refused too: %s", name, version, exc)
+                log.error(
+                    "%s/%s, tried instead of the refused CURRENT %s, refused too: %s",
+                    name,
+                    version,
+                    refused,
+                    exc,
+                )
                 continue
-            error = self._errors[name]
+            # One line for the refusal and what serves instead: a refusal logged as "still
+            # serving nothing" right before "serving m/v1" contradicted itself.
+            log.error(
+                "%s: CURRENT %s refused; serving the older %s (%s)", name, refused, version, full
+            )
             self._swap(loaded)
-            self._refused[name] = refused
-            self._errors[name] = f"{error}; serving the older version {version}"
+            self._refused[name] = replace(refusal, older=version)
             report.loaded.append((name, version))
-            log.warning("%s: CURRENT %s refused; serving the older %s", name, refused, version)
             return
+        log.error("refused %s/%s (%s); still serving nothing", name, refused, full)
 
     def _public(self, message: str) -> str:
         """`message` with paths made relative to the registry (absolute ones go to the log)."""
@@ -360,7 +459,6 @@ class ModelRegistry:
         old = self._models.get(loaded.name)
         self._models = {**self._models, loaded.name: loaded}
         self._refused.pop(loaded.name, None)
-        self._errors.pop(loaded.name, None)
         if old is not None:
             # Zeroed: in multiprocess mode the shared files keep every series (the exposition
             # leaves zeroed info series out) and prometheus-client warns on a removal there.
@@ -376,21 +474,24 @@ class ModelRegistry:
         if self._on_serve is not None:
             self._on_serve(loaded)
 
-    def _refuse(self, name: str, version: str, exc: Exception, report: ReloadReport) -> None:
+    async def _refuse(
+        self, name: str, refusal: Refusal, exc: Exception, report: ReloadReport
+    ) -> None:
         full = f"{type(exc).__name__}: {exc}"
         message = self._public(full)
-        self._refused[name] = version
-        self._errors[name] = f"version {version} refused: {message}"
+        version = refusal.version
+        before = self._refused.get(name)
+        # Refused again (a retry of a changed copy): the older version still serves instead.
+        older = before.older if before is not None and before.version == version else None
+        refusal = replace(refusal, reason=message, older=older)
+        self._refused[name] = refusal
         metrics.RELOAD_FAILURES.labels(name).inc()
         report.failed.append((name, version, message))
         serving = self._models.get(name)
-        log.error(
-            "refused %s/%s (%s); still serving %s",
-            name,
-            version,
-            full,
-            serving.version if serving else "nothing",
-        )
+        if serving is None:  # a start-up: an older version may serve, said in one line
+            await self._serve_older(name, refusal, full, report)
+            return
+        log.error("refused %s/%s (%s); still serving %s", name, version, full, serving.version)
 
 
 def warm_up(scorer: Scorer, manifest: Manifest, parallel_min_rows: int) -> None:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
 
 from app.artifacts.store import ArtifactError
 from trainer.commands.errors import clear_errors, echo_err, fail
+
+if TYPE_CHECKING:  # imported when the command runs: `ltr --help` stays quick
+    from trainer.publish import ItemSetUnreachable
 
 
 def publish_command(
@@ -40,11 +45,16 @@ def publish_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
-    from trainer.publish import experiment_pause_warning, publish, rollback_warnings
-    from trainer.publish import rollback as do_rollback
+    from trainer.publish import (
+        ItemSetUnreachable,
+        experiment_pause_warning,
+        publish,
+        roll_back,
+        rollback_warnings,
+    )
     from trainer.redis_publish import check_redis_url
 
-    with clear_errors(ArtifactError, ValueError):
+    with clear_errors(ArtifactError, ValueError), _without_redis_hint(ItemSetUnreachable, model):
         redis_url = redis_url or os.environ.get("LTR_REDIS_URL") or None
         if redis_url is not None:
             check_redis_url(redis_url)  # before anything is installed or moved
@@ -53,11 +63,14 @@ def publish_command(
                 fail("--rollback takes --name, not --model or --candidate")
             if name is None:
                 fail("--rollback needs --name")
-            old, new = do_rollback(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
+            done = roll_back(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
+            old, new = done.previous, done.version
             out: dict[str, object] = {"name": name, "from": old, "to": new}
             label = _restored_item_set(registry / name / new)
             out["item_set"] = label if redis_url else None
             out["item_set_not_pushed"] = None if redis_url else label
+            out["redis_pushed"] = done.redis_pushed
+            out["announced"] = done.announced
             for warning in (
                 *rollback_warnings(registry, name, old, new),
                 experiment_pause_warning(registry, name, new),
@@ -66,6 +79,8 @@ def publish_command(
                     echo_err(warning)
             if label is not None and not redis_url:
                 echo_err(_not_pushed_note(label, registry / name / new))
+            if not done.announced:
+                echo_err(_polling_note(redis_url))
         else:
             if model is None:
                 fail("give --model DIR (a version directory) or --rollback --name NAME")
@@ -90,7 +105,14 @@ def publish_command(
                 "item_set_not_pushed": res.item_set_not_pushed,
                 "warnings": res.warnings,
                 "candidate": candidate,
+                "repaired": res.repaired is not None,
+                "repaired_reason": res.repaired,
             }
+            if res.repaired is not None:
+                echo_err(
+                    f"note: repaired {res.path}: the installed copy did not verify "
+                    f"({res.repaired}); replaced it with the copy from {model}"
+                )
             for warning in res.warnings:
                 echo_err(warning)
             if res.item_set_not_pushed is not None:
@@ -109,6 +131,34 @@ def publish_command(
         typer.echo(
             f"published {out['name']} {out['version']} (previous: {out['previous']})"
             f"{_item_set_part(out)}"
+        )
+
+
+def _polling_note(redis_url: str | None) -> str:
+    why = "no --redis-url" if redis_url is None else "Redis could not be reached"
+    return (
+        f"note: not announced on Redis ({why}): services switch at their next registry poll "
+        "(LTR_RELOAD_POLL_SECONDS, 5 s by default)"
+    )
+
+
+@contextmanager
+def _without_redis_hint(
+    unreachable: type[ItemSetUnreachable], model: Path | None
+) -> Iterator[None]:
+    """Redis down stops a deploy that must make an item set live: the error line says how to
+    deploy without it, rather than leaving the operator to find out."""
+    try:
+        yield
+    except unreachable as exc:
+        # A refused publish removes the copy it installed: the set is pushed from the source.
+        source = shlex.quote(str(model if model is not None else exc.path))
+        fail(
+            f"{exc}; to deploy without Redis, run the command again without --redis-url and "
+            "with LTR_REDIS_URL unset: the version is installed and CURRENT moves, services "
+            "that read items from Redis keep the set's live version there, and "
+            f"`ltr features push --set {exc.set_name} --model {source}` pushes the set once "
+            "Redis is back"
         )
 
 

@@ -1,0 +1,229 @@
+"""A black-box trial: refusals that outlived their cause, and a registry lost in silence."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app import metrics
+from app.artifacts.store import set_current
+from app.registry import ModelRegistry
+from app.settings import Settings
+from tests.support import publish, random_ensemble, reference_loader
+
+NF = 4
+LOGGER = "app.registry.model_registry"
+
+
+def failures(name: str = "m") -> float:
+    return metrics.RELOAD_FAILURES.labels(name)._value.get()
+
+
+def make_registry(root: Path) -> ModelRegistry:
+    return ModelRegistry(
+        Settings(registry=root, parallel_min_rows=16), scorer_loader=reference_loader
+    )
+
+
+def reload(registry: ModelRegistry) -> None:
+    asyncio.run(registry.reload())
+
+
+def corrupt(root: Path, version: str) -> bytes:
+    """Truncate the version's model file (as `truncate -s` did); its original bytes."""
+    model_file = root / "m" / version / "model.json"
+    original = model_file.read_bytes()
+    model_file.write_bytes(original[: len(original) // 2])
+    return original
+
+
+def test_a_refused_version_is_retried_by_the_poll_once_its_files_change(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2")
+    original = corrupt(tmp_path, "v2")
+    before = failures()
+    reload(registry)
+    reload(registry)  # unchanged: not retried, not counted again
+    assert registry.get().version == "v1" and failures() == before + 1
+    assert "version v2 refused" in registry.errors()["m"]
+
+    (tmp_path / "m" / "v2" / "model.json").write_bytes(original)  # repaired in place
+    reload(registry)
+    assert registry.get().version == "v2" and registry.errors() == {}
+
+
+def refused_at_start(root: Path) -> ModelRegistry:
+    """v1, then v2 (CURRENT) corrupted, and a service started on that: it serves v1."""
+    publish(root, random_ensemble(NF, seed=1), version="v1")
+    publish(root, random_ensemble(NF, seed=2), version="v2")
+    corrupt(root, "v2")
+    registry = make_registry(root)
+    reload(registry)
+    assert registry.get().version == "v1"
+    return registry
+
+
+def test_a_version_refused_at_start_loads_once_removed_and_published_again(
+    tmp_path: Path,
+) -> None:
+    registry = refused_at_start(tmp_path)  # a restart: the older version serves
+    assert "serving the older version v1" in registry.errors()["m"]
+    reload(registry)
+    assert registry.get().version == "v1"
+
+    shutil.rmtree(tmp_path / "m" / "v2")  # what the trial did: rm -rf, then ltr publish
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2")
+    reload(registry)
+    assert registry.get().version == "v2" and registry.errors() == {}
+
+
+def test_a_retried_copy_still_broken_is_refused_again_and_keeps_the_older_one(
+    tmp_path: Path,
+) -> None:
+    registry = refused_at_start(tmp_path)
+    before = failures()
+    (tmp_path / "m" / "v2" / "model.json").write_bytes(b"{}")  # changed, still broken
+    reload(registry)
+    assert failures() == before + 1 and registry.get().version == "v1"
+    assert "serving the older version v1" in registry.errors()["m"]
+
+
+@pytest.mark.parametrize("how", ["by_hand", "rollback"])
+def test_a_refusal_goes_from_errors_once_current_names_the_served_version(
+    tmp_path: Path, how: str
+) -> None:
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    if how == "by_hand":  # CURRENT pointed at a version that is not there, then back
+        (tmp_path / "m" / "CURRENT").write_text("nosuch\n")
+        reload(registry)
+        assert "version nosuch refused" in registry.errors()["m"]
+        set_current(tmp_path, "m", "v2")
+    else:  # a refused CURRENT at start serves the older version; a rollback moves CURRENT there
+        publish(tmp_path, random_ensemble(NF, seed=3), version="v3")
+        corrupt(tmp_path, "v3")
+        registry = make_registry(tmp_path)
+        reload(registry)
+        assert registry.get().version == "v2" and "v3 refused" in registry.errors()["m"]
+        set_current(tmp_path, "m", "v2", rollback=True)
+    reload(registry)
+    assert registry.get().version == "v2" and registry.errors() == {}
+
+
+def test_a_refusal_at_start_is_one_log_line_naming_the_older_version_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The trial's log: `refused m/v2 (...); still serving nothing`, then `serving m/v1`."""
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2")
+    corrupt(tmp_path, "v2")
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        reload(make_registry(tmp_path))
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("serving nothing" in line for line in lines), lines
+    refusals = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(refusals) == 1, refusals
+    assert "CURRENT v2 refused; serving the older v1" in refusals[0]
+    assert "sha256 mismatch" in refusals[0]
+
+    (tmp_path / "m" / "v1" / "model.json").write_bytes(b"{}")  # nothing older loads
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        reload(make_registry(tmp_path))
+    last = [r.getMessage() for r in caplog.records if "m/v2" in r.getMessage()][-1]
+    assert last.startswith("refused m/v2") and last.endswith("still serving nothing")
+
+
+def _moved(root: Path) -> Callable[[], None]:
+    def undo() -> None:
+        root.with_name("moved").rename(root)
+
+    root.rename(root.with_name("moved"))
+    return undo
+
+
+def _emptied(root: Path) -> Callable[[], None]:
+    root.rename(root.with_name("moved"))
+    root.mkdir()
+
+    def undo() -> None:
+        root.rmdir()
+        root.with_name("moved").rename(root)
+
+    return undo
+
+
+def _a_file(root: Path) -> Callable[[], None]:
+    root.rename(root.with_name("moved"))
+    root.write_text("")
+
+    def undo() -> None:
+        root.unlink()
+        root.with_name("moved").rename(root)
+
+    return undo
+
+
+def _current_removed(root: Path) -> Callable[[], None]:
+    current = root / "m" / "CURRENT"
+    text = current.read_text()
+    current.unlink()
+    return lambda: current.write_text(text)
+
+
+def _current_emptied(root: Path) -> Callable[[], None]:
+    current = root / "m" / "CURRENT"
+    text = current.read_text()
+    current.write_text("")
+    return lambda: current.write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("lose", "public"),
+    [
+        (_moved, "the registry directory does not exist"),
+        (_emptied, "m/ is missing from the registry"),
+        (_a_file, "the registry path is not a directory"),
+        (_current_removed, "m/CURRENT is missing"),
+        (_current_emptied, "m/CURRENT is empty"),
+    ],
+)
+def test_a_lost_registry_or_current_is_reported_while_the_model_keeps_serving(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    lose: Callable[[Path], Callable[[], None]],
+    public: str,
+) -> None:
+    root = tmp_path / "reg"
+    publish(root, random_ensemble(NF), version="v1")
+    registry = make_registry(root)
+    reload(registry)
+    before = failures()
+    undo = lose(root)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for _ in range(3):  # three polls: counted each time, logged once
+            reload(registry)
+    assert registry.ready and registry.get().version == "v1"
+    assert failures() == before + 3
+    assert registry.errors() == {"m": public}  # relative to the registry: no absolute path
+    logged = [r for r in caplog.records]
+    assert len(logged) == 1 and logged[0].levelno == logging.ERROR, logged
+    assert str(root.resolve()) in logged[0].getMessage()
+    assert "still serving m/v1" in logged[0].getMessage()
+
+    undo()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        reload(registry)
+        reload(registry)
+    assert registry.errors() == {} and failures() == before + 3
+    assert len(caplog.records) == 1 and caplog.records[0].levelno == logging.INFO

@@ -83,6 +83,11 @@ def show_help_as_written(cli: typer.Typer) -> None:
         plain(command, "help")
         if command.callback is not None:
             plain(command.callback, "__doc__")
+            if command.short_help is None and command.callback.__doc__:
+                # The command list shows the docstring's first paragraph with its line
+                # breaks, which broke two summaries mid-sentence: one line, wrapped by rich.
+                first = inspect.cleandoc(command.callback.__doc__).split("\n\n")[0]
+                command.short_help = " ".join(first.split())
             for info in _parameter_infos(command.callback):
                 plain(info, "help")
 

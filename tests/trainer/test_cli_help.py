@@ -73,3 +73,17 @@ def test_bracketed_help_survives() -> None:
     assert "Override [publish] registry." in help_of("nightly")
     assert "[default: LTR_PORT or 8000]" in help_of("serve")
     assert "Redis URL [default: LTR_REDIS_URL]." in help_of("features", "push")
+
+
+def test_command_lists_show_each_summary_as_one_sentence() -> None:
+    """`ltr features --help` broke push's summary after "the live" (the docstring's line
+    break); at 200 columns each summary is one line of the list."""
+    for group in ((), ("features",), ("experiment",), ("redis",)):
+        result = CliRunner().invoke(cli_app, [*group, "--help"], env={"COLUMNS": "200"})
+        rows = [BOX.sub(" ", line).strip() for line in result.output.splitlines()]
+        listed = [r for r in rows if r and not r.startswith(("-", "Usage", "Options"))]
+        for leaf in (argv for argv in LEAVES if argv[: len(group)] == group):
+            if len(leaf) != len(group) + 1:
+                continue
+            (row,) = [r for r in listed if r.split(" ", 1)[0] == leaf[-1]]
+            assert row.rstrip().endswith((".", ")")), (leaf, row)

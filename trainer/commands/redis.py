@@ -33,9 +33,12 @@ def restore_command(
     ] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """For every model's CURRENT version (and a running experiment's candidate): push its user
-    embeddings and make its item set live (from its snapshot) unless Redis holds them intact,
-    then announce. Exit 0: done; 2: something could not be restored (all else was)."""
+    """Put back in Redis what the deployed versions need (after Redis lost its data).
+
+    For every model's CURRENT version (and a running experiment's candidate):
+    push its user embeddings and make its item set live (from its snapshot)
+    unless Redis holds them intact, then announce.
+    Exit 0: done; 2: something could not be restored (all else was)."""
     import redis
 
     from trainer.commands.features import connect

@@ -155,6 +155,7 @@ def rollback_command(
     to: Annotated[str, Opt(help="The version to make live again.")],
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
+    as_json: AsJson = False,
 ) -> None:
     """Point the set back at an earlier version, verified complete (every item, right size)."""
     from trainer.features.redis_sets import PushError, switch_version
@@ -165,7 +166,10 @@ def rollback_command(
         check_name("version", to)
         with connect(redis_url) as client:
             previous = switch_version(client, _prefix(prefix), set_name, to)
-    typer.echo(f"{set_name}: {to} live again (was {previous})")
+    if as_json:
+        typer.echo(orjson.dumps({"set": set_name, "live": to, "previous": previous}).decode())
+    else:
+        typer.echo(f"{set_name}: {to} live again (was {previous})")
 
 
 def _inspect_redis(

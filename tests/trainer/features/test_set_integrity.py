@@ -86,6 +86,9 @@ def test_rollback_and_inspect_check_every_item_is_there(redis_server: RedisServe
         switch_version(client, "ltr:", "s", v1)
     client.set(f"ltr:item:s:{v1}:d5", b"12345678")
     assert switch_version(client, "ltr:", "s", v1) == v2
+    back = ["features", "rollback", "--set", "s", "--to", v2, *url, "--json"]
+    result = CliRunner().invoke(app, back)
+    assert json.loads(result.stdout) == {"set": "s", "live": v2, "previous": v1}
 
 
 def test_a_push_redis_refuses_deletes_its_keys_in_one_readable_line(

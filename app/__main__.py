@@ -9,12 +9,13 @@ from app.log_config import log_config
 from app.metrics import shared_across_workers
 from app.numba_cache_seed import seed_numba_cache
 from app.settings import Settings
+from app.supervisor import supervised
 
 
 def main() -> None:
     settings = Settings()
     seed_numba_cache(settings.numba_cache_seed)
-    with shared_across_workers(settings.workers):
+    with shared_across_workers(settings.workers), supervised():
         uvicorn.run(
             "app.main:create_app",
             factory=True,

@@ -79,6 +79,7 @@ def serve_command(
     from app.log_config import log_config
     from app.metrics import shared_across_workers
     from app.numba_cache_seed import seed_numba_cache
+    from app.supervisor import supervised
 
     seed_numba_cache(settings.numba_cache_seed)
     unknown = _unknown_settings(os.environ)
@@ -100,7 +101,8 @@ def serve_command(
         )
 
     # uvicorn ends a SIGTERM by raising it again once the server has stopped: as an exception,
-    # not the default action, so the demo's processes below are stopped too.
+    # not the default action, so the demo's processes below are stopped too (one worker
+    # stopped by SIGHUP raises SIGTERM: app.supervisor).
     signal.signal(signal.SIGTERM, _exit_on_signal)
     with ExitStack() as stack:
         if demo and not _has_deployed_model(settings.registry):
@@ -112,6 +114,7 @@ def serve_command(
             reap(demo_items)
             stack.callback(stop, demo_items)
         stack.enter_context(shared_across_workers(settings.workers))
+        stack.enter_context(supervised())
         uvicorn.run(
             "app.main:create_app",
             factory=True,

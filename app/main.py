@@ -40,7 +40,7 @@ from app.health import liveness, readiness
 from app.impressions import ImpressionLog
 from app.long_lived import freeze_long_lived
 from app.probe_server import ProbeServer
-from app.registry import ModelRegistry
+from app.registry import ModelRegistry, sibling_reload
 from app.settings import Settings
 from app.supervisor import is_replacement
 
@@ -113,6 +113,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await _until_loaded(first_done, settings)
         if settings.redis_url:
             tasks.append(asyncio.create_task(listen_for_reloads(settings, on_event)))
+        # POST /admin/reload taken by another worker of this replica (none with one worker).
+        reload_asked = sibling_reload.follow(lambda model: registry.reload(model, force=True))
+        tasks.append(asyncio.create_task(reload_asked))
         try:
             yield
         finally:

@@ -65,7 +65,7 @@ from app.features.item_store import ItemFeatureStore
 from app.features.user_features import INFORMATIONAL, UserFeatureResolver, UserFeatures
 from app.health import liveness, readiness
 from app.impressions import log_impression
-from app.registry import LoadedModel, ModelRegistry
+from app.registry import LoadedModel, ModelRegistry, sibling_reload
 from app.scoring import beside
 from app.scoring.cost import SCORING_COST
 from app.scoring.cpu_headroom import HEADROOM
@@ -546,6 +546,7 @@ async def admin_reload(
         report = await registry.reload(model, force=True)
     except OSError:  # logged with the path by the registry; the served versions stay
         return json_error(503, "the registry cannot be read (the service log says why)")
+    sibling_reload.announce(model)  # this worker's siblings reload within CHECK_SECONDS
     return _json(
         {
             "loaded": [{"name": n, "version": v} for n, v in report.loaded],

@@ -114,3 +114,38 @@ def test_gauges_show_only_live_workers_and_serving_versions(tmp_path: Path) -> N
         assert "Removal of labels" not in server.log(), server.log()
     finally:
         server.stop()
+
+
+def test_admin_reload_reaches_every_worker(tmp_path: Path) -> None:
+    """The request reached one of two workers: the other served the old version until its
+    poll (7 of 30 answers in an operator trial, 11 of 30 ten seconds later)."""
+    registry = tmp_path / "registry"
+    publish(registry, random_ensemble(4, seed=0), version="v1")
+    env = {"LTR_RELOAD_POLL_SECONDS": "600", "LTR_ADMIN_TOKEN": "secret"}
+    server = UvicornServer(env, workers=2, command=[])
+    server.command = [
+        *[sys.executable, "-m", "trainer", "serve", "--registry", str(registry)],
+        *["--port", str(server.port), "--workers", "2"],
+    ]
+    server.start().wait_ready()
+    try:
+        wait_for(lambda: len(loaded_pids(httpx.get(f"{server.url}/metrics").text)) == 2, 120, "2")
+        publish(registry, random_ensemble(4, seed=2), version="v2")  # no announcement
+        auth = {"Authorization": "Bearer secret"}
+        answer = httpx.post(f"{server.url}/admin/reload", headers=auth, timeout=60)
+        assert answer.json()["loaded"] == [{"name": "m", "version": "v2"}], answer.text
+
+        def versions() -> set[str]:
+            text = httpx.get(f"{server.url}/metrics").text
+            return set(
+                re.findall(r'^ltr_model_loaded_info\{.*version="(\w+)".*\} 1\.0$', text, re.M)
+            )
+
+        wait_for(lambda: versions() == {"v2"}, 10, "both workers on v2")
+        body = {"candidates": [{"id": f"d{i}", "features": [i, 1, 2, 3]} for i in range(3)]}
+        for _ in range(30):
+            # A new connection each time, so the kernel spreads them over both workers.
+            with httpx.Client(base_url=server.url) as client:
+                assert client.post("/rerank", json=body).json()["model"]["version"] == "v2"
+    finally:
+        server.stop()

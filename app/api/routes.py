@@ -546,6 +546,9 @@ async def admin_reload(
         report = await registry.reload(model, force=True)
     except OSError:  # logged with the path by the registry; the served versions stay
         return json_error(503, "the registry cannot be read (the service log says why)")
+    missing = registry.registry_missing()
+    if missing is not None:  # a script reading the status must not see success
+        return json_error(503, f"{missing}; the served versions stay")
     sibling_reload.announce(model)  # this worker's siblings reload within CHECK_SECONDS
     return _json(
         {

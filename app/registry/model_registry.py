@@ -274,9 +274,21 @@ class ModelRegistry:
                 )
             return
         self._trouble_over(None)
+        for stale in set(self._refused) - set(names):
+            # Its directory is gone (renamed away, removed): nothing of it is left to refuse.
+            del self._refused[stale]
         for gone in sorted(set(self._models) - set(names)):
             missing = f"{root / gone}/ is missing from the registry"
             self._trouble(gone, missing, ended=f"resolved: {missing}")
+
+    def registry_missing(self) -> str | None:
+        """Why the registry itself cannot be followed (None: its directory is there), without
+        its path; for `POST /admin/reload`, whose caller reads its status."""
+        if self.root.is_dir():
+            return None
+        if self.root.exists():
+            return "the registry path is not a directory"
+        return "the registry directory does not exist"
 
     def _trouble(
         self, key: str | None, full: str, *, public: str | None = None, ended: str | None = None

@@ -78,6 +78,14 @@ def test_admin_reload_needs_the_token(client: TestClient, registry_dir: Path) ->
     body = client.post("/admin/reload", headers=right).json()
     assert body == {"loaded": [{"name": "m", "version": "v2"}], "unchanged": [], "failed": []}
     assert client.post("/rerank", json=ONE).json()["model"]["version"] == "v2"
+    # A registry gone is not a success: it answered 200 with nothing loaded, failed or kept.
+    registry_dir.rename(registry_dir.with_name("moved"))
+    gone = client.post("/admin/reload", headers=right)
+    assert gone.status_code == 503, gone.text
+    assert gone.json() == {
+        "detail": "the registry directory does not exist; the served versions stay"
+    }
+    assert client.post("/rerank", json=ONE).json()["model"]["version"] == "v2"
     resp = client.post("/admin/reload?model=../x", headers=right)
     assert resp.status_code == 422
 

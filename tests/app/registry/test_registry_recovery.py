@@ -227,3 +227,28 @@ def test_a_lost_registry_or_current_is_reported_while_the_model_keeps_serving(
         reload(registry)
     assert registry.errors() == {} and failures() == before + 3
     assert len(caplog.records) == 1 and caplog.records[0].levelno == logging.INFO
+
+
+def test_a_refusal_of_a_directory_that_went_away_goes_from_errors(tmp_path: Path) -> None:
+    """`mv reg/m reg/m.x`, a poll, `mv` back: /models kept the refusal of "m.x" (its manifest
+    names model m) for as long as the service ran."""
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    (tmp_path / "m").rename(tmp_path / "m.x")
+    reload(registry)
+    assert "m.x" in registry.errors()
+    (tmp_path / "m.x").rename(tmp_path / "m")
+    reload(registry)
+    assert registry.errors() == {} and registry.get().version == "v1"
+
+
+def test_registry_missing_names_what_is_wrong_without_the_path(tmp_path: Path) -> None:
+    root = tmp_path / "registry"
+    publish(root, random_ensemble(NF, seed=1), version="v1")
+    registry = make_registry(root)
+    assert registry.registry_missing() is None
+    root.rename(tmp_path / "moved")
+    assert registry.registry_missing() == "the registry directory does not exist"
+    root.write_text("a file")
+    assert registry.registry_missing() == "the registry path is not a directory"

@@ -14,8 +14,8 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def redis_url_problem(url: str) -> str | None:
-    """What makes `url` unusable as redis-py reads it (an unknown scheme, or a database path
-    that is not a number, which redis-py takes as db 0), else None; never the URL itself,
+    """What makes `url` unusable as redis-py reads it (an unknown scheme, a port out of range,
+    or a database path that is not a number, which redis-py takes as db 0), else None; never the URL itself,
     which may hold a password."""
     try:
         parts = urlsplit(url)
@@ -26,6 +26,10 @@ def redis_url_problem(url: str) -> str | None:
         return (
             f"expected redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0), got {given}"
         )
+    try:
+        _ = parts.port  # urllib checks it only when asked; redis-py asks at the first connect
+    except ValueError:
+        return "the port is not a number from 0 to 65535"
     database = parts.path.strip("/") if parts.scheme != "unix" else ""
     if database and not database.isdigit():
         return f"the database {database!r} is not a number"

@@ -26,6 +26,8 @@ def test_a_blank_url_is_no_redis() -> None:
         ("notaurl", "got no scheme"),
         ("localhost:6379", "got localhost://"),
         ("redis://:hunter2@cache:6379/zero", "the database 'zero' is not a number"),
+        ("redis://:hunter2@127.0.0.1:99999/0", "the port is not a number from 0 to 65535"),
+        ("redis://cache:port/0", "the port is not a number from 0 to 65535"),
     ],
 )
 def test_a_malformed_url_is_refused_without_showing_it(url: str, problem: str) -> None:

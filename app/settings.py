@@ -15,8 +15,8 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 def redis_url_problem(url: str) -> str | None:
     """What makes `url` unusable as redis-py reads it (an unknown scheme, a port out of range,
-    or a database path that is not a number, which redis-py takes as db 0), else None; never the URL itself,
-    which may hold a password."""
+    or a database path that is not a number, which redis-py takes as db 0), else None; never
+    the URL itself, which may hold a password."""
     try:
         parts = urlsplit(url)
     except ValueError:

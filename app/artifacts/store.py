@@ -149,8 +149,8 @@ def load_version(path: Path) -> Artifact:
         manifest = Manifest.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise ArtifactError(f"{mpath}: {loc}: {first['msg']}") from None
+        loc = ".".join(str(p) for p in first["loc"])  # empty for a file that is not JSON
+        raise ArtifactError(f"{mpath}: {loc + ': ' if loc else ''}{first['msg']}") from None
     if manifest.version != path.name:
         raise ArtifactError(f"{mpath}: version {manifest.version!r} != directory {path.name!r}")
     if not manifest.files:

@@ -46,6 +46,11 @@ def test_bad_manifest_is_refused(tmp_path: Path, manifest, ensemble) -> None:
     (path / "manifest.json").write_text('{"kind": "pickle"}')
     with pytest.raises(ArtifactError, match=r"manifest\.json"):
         load_version(path)
+    (path / "manifest.json").write_text("garbage")
+    with pytest.raises(ArtifactError) as caught:
+        load_version(path)
+    # No empty location: it read "manifest.json: : Invalid JSON".
+    assert str(caught.value).startswith(f"{path / 'manifest.json'}: Invalid JSON: ")
 
 
 def test_unknown_files_are_refused(tmp_path: Path, manifest) -> None:

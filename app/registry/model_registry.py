@@ -117,8 +117,20 @@ class ReloadReport:
     failed: list[tuple[str, str, str]] = field(default_factory=list)  # name, version, error
 
 
+def compiled_cache_dir(settings: Settings) -> Path | None:
+    """`LTR_COMPILED_CACHE_DIR`; unset with several workers, a directory in the one they share
+    (removed when the service stops): else every worker compiled each new version itself, and
+    after `POST /admin/reload` the second went on serving the old version for seconds."""
+    if settings.compiled_cache_dir is not None:
+        return settings.compiled_cache_dir
+    shared = metrics.multiprocess_dir()
+    return Path(shared) / "compiled" if shared else None
+
+
 def default_scorer_loader(settings: Settings) -> ScorerLoader:
     from app.scoring.loader import load_scorer
+
+    cache_dir = compiled_cache_dir(settings)
 
     def load(artifact: Artifact) -> Scorer:
         return load_scorer(
@@ -127,7 +139,7 @@ def default_scorer_loader(settings: Settings) -> ScorerLoader:
             onnx_intra_op_threads=settings.onnx_intra_op_threads,
             parallel_min_rows=settings.parallel_min_rows,
             spare_core_min_rows=settings.spare_core_min_rows,
-            cache_dir=settings.compiled_cache_dir,
+            cache_dir=cache_dir,
         )
 
     return load

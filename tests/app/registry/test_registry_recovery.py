@@ -252,3 +252,18 @@ def test_registry_missing_names_what_is_wrong_without_the_path(tmp_path: Path) -
     assert registry.registry_missing() == "the registry directory does not exist"
     root.write_text("a file")
     assert registry.registry_missing() == "the registry path is not a directory"
+
+
+def test_several_workers_share_a_compiled_cache_without_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unset, each of two workers compiled a new version itself: after POST /admin/reload the
+    second served the old version for seconds while it compiled at the lowest priority."""
+    from app.registry.model_registry import compiled_cache_dir
+
+    monkeypatch.delenv(metrics.MULTIPROC_ENV, raising=False)
+    assert compiled_cache_dir(Settings()) is None  # one worker: nothing to share
+    monkeypatch.setenv(metrics.MULTIPROC_ENV, str(tmp_path / "shared"))
+    assert compiled_cache_dir(Settings()) == tmp_path / "shared" / "compiled"
+    given = tmp_path / "mine"
+    assert compiled_cache_dir(Settings(compiled_cache_dir=given)) == given

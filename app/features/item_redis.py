@@ -24,6 +24,7 @@ from typing import Any, cast
 import hiredis
 import numpy as np
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.artifacts.manifest import NAME_PATTERN
 from app.features.item_row_cache import ItemRowCache
@@ -212,6 +213,12 @@ def _pipelined(first: tuple[str, ...], keys: list[str]) -> Any:
     thousand-key MGET cost more to encode than Redis takes to answer it. The buffer is packed
     by hiredis (C) and sent on a pooled connection, whose replies hiredis also parses; a
     connection left mid-reply (deadline, error) is dropped, never returned to the pool.
+
+    Sent this way, it bypasses the client's Retry, which only wraps the client's own
+    commands: a pooled connection that a restarted Redis closed failed the first request after
+    every restart (redis_unavailable, degraded). So a connection error is retried once, at once,
+    on a fresh socket (both reads are idempotent), still under the caller's deadline; a timeout
+    is not (that would spend the deadline twice).
     """
     packed = _pack(first) + (_pack(("MGET", *keys)) if keys else b"")
 
@@ -219,17 +226,26 @@ def _pipelined(first: tuple[str, ...], keys: list[str]) -> Any:
         pool = client.connection_pool
         conn = await pool.get_connection()
         try:
-            await conn.send_packed_command(packed, check_health=False)
-            head = await conn.read_response()
-            values = await conn.read_response() if keys else []
+            try:
+                return await _exchange(conn, packed, bool(keys))
+            except RedisConnectionError:
+                await conn.disconnect(nowait=True)  # the next send connects afresh
+                return await _exchange(conn, packed, bool(keys))
         except BaseException:
             await conn.disconnect(nowait=True)
             raise
         finally:
             await pool.release(conn)
-        return [head, values]
 
     return call
+
+
+async def _exchange(conn: Any, packed: bytes, mget: bool) -> list[Any]:
+    """`packed` sent on `conn` and its replies: [first command's, MGET's (or [])]."""
+    await conn.send_packed_command(packed, check_health=False)
+    head = await conn.read_response()
+    values = await conn.read_response() if mget else []
+    return [head, values]
 
 
 def _pack(args: tuple[str, ...]) -> bytes:

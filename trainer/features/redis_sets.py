@@ -63,7 +63,9 @@ def push_item_set(
     version = check_name("version", version or table.version())
     pointer = pointer_key(prefix, set_name)
     live = _text(client.get(pointer))
-    known = _meta(client, prefix, set_name, version) is not None
+    live_meta = _meta(client, prefix, set_name, live) if live is not None else None
+    served = Served(client, prefix, set_name, live, live_meta)
+    known = (live_meta if live == version else _meta(client, prefix, set_name, version)) is not None
     rows = np.ascontiguousarray(table.matrix, dtype="<f4")
     packed = PackedItems(
         [item_prefix(prefix, set_name, version) + str(i) for i in table.ids.tolist()],
@@ -72,7 +74,7 @@ def push_item_set(
     )
     n = len(packed.keys)
     if live == version and known:
-        repaired = _guarded(lambda: repair(client, packed), Served(client, pointer, live))
+        repaired = _guarded(lambda: repair(client, packed), served)
         seconds = time.perf_counter() - started
         return PushResult(set_name, version, live, n, seconds, True, [], repaired)
     meta = {"names": table.names, "count": n, "created_at": time.time(), "source": table.source}
@@ -89,7 +91,6 @@ def push_item_set(
 
     # A version Redis already held (the one kept for rollback) is left as it was.
     discard = None if known else lambda: _discard(client, prefix, set_name, version, packed)
-    served = Served(client, pointer, live)
     _guarded(write, served, discard)
     try:
         previous = _text(client.set(pointer, version, get=True))
@@ -199,19 +200,31 @@ class Served:
     """The set's live version when a push began, and where to read it again."""
 
     client: redis.Redis
-    pointer: str
+    prefix: str
+    set_name: str
     live: str | None
+    # The live version's meta when the push began: its row count and width, to say how many
+    # rows survived if Redis evicts the meta meanwhile (the meta itself is then gone).
+    live_meta: dict[str, Any] | None = None
+
+    @property
+    def pointer(self) -> str:
+        return pointer_key(self.prefix, self.set_name)
 
     def now(self) -> str:
         """What a failed push's message says is served, read again after the failure: under
-        `maxmemory` with an allkeys-* policy Redis may have evicted the pointer while the push
-        ran, and "the live version is unchanged" was then untrue (Redis was empty)."""
+        `maxmemory` with an allkeys-* policy Redis may have evicted the pointer, or the meta
+        of the version it names, while the push ran, and "the live version is unchanged" was
+        then untrue (the service reads a pointer whose meta is gone as no live set)."""
         try:
             now = _text(self.client.get(self.pointer))
+            meta_gone = now is not None and not self.client.exists(
+                meta_key(self.prefix, self.set_name, now)
+            )
         except redis.RedisError as exc:
-            return f"the live version could not be read again ({exc}); it was {self.live}"
-        if now == self.live:
-            return f"the live version ({self.live}) is unchanged"
+            return f"the live version could not be read again ({exc}); {self._was()}"
+        if now is None and self.live is None:
+            return "no version is live (none was before)"
         if now is None:
             policy = eviction_policy(self.client)
             why = f"; Redis's maxmemory-policy is {policy}" if policy else ""
@@ -220,7 +233,38 @@ class Served:
                 f"{self.pointer!r} is gone (evicted, deleted, or Redis restarted empty{why}); "
                 "services serve from their snapshots, degraded, until a push succeeds"
             )
-        return f"the live version is now {now} (it was {self.live}: another push or rollback?)"
+        if meta_gone and now == self.live:
+            return (
+                f"the pointer still names {now} but Redis evicted its meta"
+                f"{self._rows_evicted(now)}: the service sees no live set; push again with "
+                "noeviction or a volatile-* policy"
+            )
+        if meta_gone:
+            return (
+                f"the pointer now names {now} ({self._was()}: another push or rollback?), "
+                "a version whose meta is not in Redis: the service sees no live set"
+            )
+        if now == self.live:
+            return f"the live version ({self.live}) is unchanged"
+        return f"another version {now} is live now ({self._was()}: another push or rollback?)"
+
+    def _was(self) -> str:
+        # Never "it was None": a set's first push has nothing live before it.
+        return "none was live before" if self.live is None else f"it was {self.live}"
+
+    def _rows_evicted(self, version: str) -> str:
+        """The " (and N of M rows)" of `version` that Redis evicted too; "" when that cannot be
+        told. One SCAN of the set's keys, on a failed push only."""
+        meta = self.live_meta if version == self.live else None
+        names = meta.get("names") if meta is not None else None
+        count = meta.get("count") if meta is not None else None
+        if not isinstance(names, list) or not isinstance(count, int):
+            return ""  # its size died with its meta (or it was never read)
+        try:
+            found = item_counts(self.client, self.prefix, self.set_name, {version: 4 * len(names)})
+        except redis.RedisError:
+            return ""
+        return f" (and {count - found[version]:,} of {count:,} rows)"
 
 
 def eviction_policy(client: redis.Redis) -> str | None:

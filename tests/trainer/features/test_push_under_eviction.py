@@ -5,6 +5,7 @@ The failure now says what is live after it; the push warns about such a policy."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -53,13 +54,29 @@ def test_a_push_that_fails_after_another_switched_the_set_names_the_new_live_ver
     real = set_writes.mismatches
 
     def clobbered(c, packed, *args, **kwargs):
+        client.set("ltr:itemset:s:other:meta", b'{"names": ["x", "y"], "count": 0}')
         client.set("ltr:itemset:s", "other")
         client.set(packed.keys[0], b"????????")
         return real(c, packed, *args, **kwargs)
 
     monkeypatch.setattr(redis_sets, "mismatches", clobbered)
-    with pytest.raises(PushError, match=rf"the live version is now other \(it was {live}"):
+    with pytest.raises(PushError, match=rf"another version other is live now \(it was {live}"):
         push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=2))
+
+
+def test_a_push_that_fails_after_the_pointer_moved_to_a_version_without_meta_says_so(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    live = push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=1)).version
+    # A pointer set by hand to a version never pushed: the service sees no live set.
+    _fails_verification(monkeypatch, lambda: client.set("ltr:itemset:s", "other"))
+    with pytest.raises(PushError) as caught:
+        push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=2))
+    assert (
+        f"the pointer now names other (it was {live}: another push or rollback?), a version "
+        "whose meta is not in Redis: the service sees no live set"
+    ) in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -105,3 +122,68 @@ def test_push_command_warns_on_stderr_and_in_its_json(
     assert result.exit_code == 0, result.output
     assert "warning: Redis's maxmemory-policy is allkeys-lru" in result.stderr
     assert "allkeys-lru" in json.loads(result.stdout)["warnings"][0]
+
+
+def _fails_verification(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], None]) -> None:
+    """The next push's read-back finds its first item clobbered, after `meanwhile` ran."""
+    real = set_writes.mismatches
+
+    def clobbered(c, packed, *args, **kwargs):  # type: ignore[no-untyped-def]
+        meanwhile()
+        c.set(packed.keys[0], b"????????")
+        return real(c, packed, *args, **kwargs)
+
+    monkeypatch.setattr(redis_sets, "mismatches", clobbered)
+
+
+def test_a_failed_first_push_says_none_is_live_not_none_unchanged(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    _fails_verification(monkeypatch, lambda: None)
+    with pytest.raises(PushError) as caught:
+        push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=2))
+    message = str(caught.value)
+    assert "no version is live (none was before)" in message
+    assert "None" not in message and "is unchanged" not in message
+
+
+def test_a_failed_push_whose_live_meta_was_evicted_says_the_service_sees_no_live_set(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pointer survived eviction, its version's meta did not: the service reads no live
+    set there, and the push said "the live version (v...) is unchanged"."""
+    client = redis.Redis.from_url(redis_server.url)
+    live = push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=1)).version
+
+    def evicted() -> None:  # as allkeys-lru would: the meta and 15 of the 20 rows
+        client.delete(f"ltr:itemset:s:{live}:meta")
+        client.delete(*[f"ltr:item:s:{live}:d{i}" for i in range(15)])
+
+    _fails_verification(monkeypatch, evicted)
+    with pytest.raises(PushError) as caught:
+        push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=2))
+    message = str(caught.value)
+    assert "is unchanged" not in message
+    assert (
+        f"the pointer still names {live} but Redis evicted its meta (and 15 of 20 rows): the "
+        "service sees no live set; push again with noeviction or a volatile-* policy"
+    ) in message
+
+
+def test_a_failed_first_push_names_a_version_another_push_made_live(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+
+    def pushed_meanwhile() -> None:
+        monkeypatch.undo()  # that push is not clobbered (this one already is)
+        push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=1))
+
+    first = item_table(20, NAMES, seed=1).version()
+    _fails_verification(monkeypatch, pushed_meanwhile)
+    with pytest.raises(PushError) as caught:
+        push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=2))
+    message = str(caught.value)
+    assert f"another version {first} is live now (none was live before" in message
+    assert "None" not in message

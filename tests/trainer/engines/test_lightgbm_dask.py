@@ -161,7 +161,10 @@ def test_global_early_stopping_and_quality_beside_single_process(
     assert history[best - 1] == pytest.approx(ndcg, abs=1e-9)
     local = train_lightgbm(demo_train, PARAMS, demo_valid)
     local_ndcg = local.history[local.best_iteration - 1].valid_ndcg
-    assert ndcg == pytest.approx(local_ndcg, abs=0.03)  # 2-machine binning differs slightly
+    # Not worse than one process (2-machine binning differs slightly). Better is no fault: with
+    # 5 early-stopping rounds on this small set, where the rounds go decides when either run
+    # stops, and a loaded CI run's cluster once stopped later, at 0.781 against 0.740.
+    assert ndcg >= local_ndcg - 0.03
     train.release()
     valid.release()
 

@@ -333,6 +333,10 @@ def test_kubernetes_redis_keeps_its_data_and_never_evicts() -> None:
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[option["--dir"]] in _claims(pod)
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    # The stand-in image runs as redis from the start: the new volume is made its own first.
+    (owner,) = pod["initContainers"]
+    assert owner["image"] == container["image"] and "chown -R redis:redis" in owner["command"][-1]
+    assert {m["name"] for m in owner["volumeMounts"]} == {mounts[option["--dir"]]}
 
 
 def test_kubernetes_nightly_jobs_do_not_retry_a_refusal_or_bad_input() -> None:

@@ -5,6 +5,7 @@ disk reported without a path and leaving a version behind, a rollback's --json w
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -84,6 +85,38 @@ def test_a_full_disk_names_the_path_and_step_and_leaves_nothing_installed(
     code, _, err = ltr_publish(registry, "--model", str(v2))
     assert code == 2
     line = err.strip()
+    assert line.startswith(f"error: {registry / 'm'}/"), line
+    assert "no space left on device" in line and f"while {stage}" in line
+    assert "CURRENT stays v1" in line
+    assert read_current(registry, "m") == "v1"
+    assert sorted(p.name for p in (registry / "m").iterdir() if p.is_dir()) == ["v1"]
+
+
+@pytest.mark.parametrize(
+    ("patched", "stage"),
+    [("write_version_dir", "installing"), ("set_current", "moving CURRENT to v2")],
+)
+def test_a_full_disk_as_the_publish_sees_it_without_mounting_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, patched: str, stage: str
+) -> None:
+    """The same refusal where a tmpfs cannot be mounted (not root): the step's write fails
+    with ENOSPC, as a full disk makes it."""
+    from typer.testing import CliRunner
+
+    import trainer.publish
+    from trainer.cli import app
+
+    registry = tmp_path / "reg"
+    v1, v2 = run_version(tmp_path / "runs", "v1"), run_version(tmp_path / "runs", "v2", leaf=2.0)
+    assert ltr_publish(registry, "--model", str(v1))[0] == 0
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(trainer.publish, patched, full)
+    result = CliRunner().invoke(app, ["publish", "--model", str(v2), "--registry", str(registry)])
+    assert result.exit_code == 2
+    line = result.stderr.strip()
     assert line.startswith(f"error: {registry / 'm'}/"), line
     assert "no space left on device" in line and f"while {stage}" in line
     assert "CURRENT stays v1" in line

@@ -128,12 +128,13 @@ def _install(artifact: Artifact, registry: Path, name: str | None) -> _Installed
 def _install_at(final: Path, manifest: Manifest, artifact: Artifact) -> _Installed:
     if final.is_dir():
         try:
-            load_version(final)
+            existing = load_version(final)
         except ArtifactError as exc:
             # The registry is written only by the trainer: publishing the verified source
             # again is how an operator repairs a corrupt or truncated installed copy.
             _replace_installed(final, manifest, artifact.all_files())
             return _Installed(load_version(final), False, str(exc))
+        return _Installed(_same_version(existing, artifact, final), False)
     written = False
     if not final.exists():
         try:
@@ -142,11 +143,14 @@ def _install_at(final: Path, manifest: Manifest, artifact: Artifact) -> _Install
         except ArtifactError:
             if not final.exists():  # refused for another reason than being there already
                 raise
-    # The same version published again (a retry, another process) is not an error.
-    existing = load_version(final)
+    return _Installed(_same_version(load_version(final), artifact, final), written)
+
+
+def _same_version(existing: Artifact, artifact: Artifact, final: Path) -> Artifact:
+    """The same version published again (a retry, another process) is not an error."""
     if existing.manifest.files != artifact.manifest.files:
         raise ArtifactError(f"{final} already exists with different contents")
-    return _Installed(existing, written)
+    return existing
 
 
 def _replace_installed(final: Path, manifest: Manifest, files: Mapping[str, bytes | Path]) -> None:

@@ -95,6 +95,9 @@ class LoadedModel:
         return self.manifest.version
 
 
+DOES_NOT_EXIST = "does not exist"
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A refused version, its files as they were when it was refused, and why (public)."""
@@ -275,13 +278,13 @@ class ModelRegistry:
         moved, deleted or replaced by a file, or the model's own directory gone. A new replica
         would serve nothing there, so the served versions must not look healthy."""
         root = self.root.resolve()
-        if not root.is_dir():
-            what = "does not exist" if not root.exists() else "is not a directory"
+        what = self._root_problem()
+        if what is not None:
             if self._models:  # nothing served: _explain_none says it (once) for /readyz
                 self._trouble(
                     None,
                     f"the registry {root} {what}",
-                    public=f"the registry {'directory' if what[0] == 'd' else 'path'} {what}",
+                    public=self.registry_missing(),
                     ended=f"the registry {root} is back",
                 )
             return
@@ -296,11 +299,15 @@ class ModelRegistry:
     def registry_missing(self) -> str | None:
         """Why the registry itself cannot be followed (None: its directory is there), without
         its path; for `POST /admin/reload`, whose caller reads its status."""
+        what = self._root_problem()
+        if what is None:
+            return None
+        return f"the registry {'directory' if what == DOES_NOT_EXIST else 'path'} {what}"
+
+    def _root_problem(self) -> str | None:
         if self.root.is_dir():
             return None
-        if self.root.exists():
-            return "the registry path is not a directory"
-        return "the registry directory does not exist"
+        return "is not a directory" if self.root.exists() else DOES_NOT_EXIST
 
     def _trouble(
         self, key: str | None, full: str, *, public: str | None = None, ended: str | None = None

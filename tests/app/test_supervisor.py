@@ -43,6 +43,16 @@ def serving(registry: Path, workers: int) -> UvicornServer:
     return server
 
 
+def _threads_of(pid: int) -> list[str]:
+    """Each thread's kernel state and wait channel, for a failure message."""
+    found = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        with contextlib.suppress(OSError):
+            state = (task / "stat").read_text().rpartition(")")[2].split()[0]
+            found.append(f"{task.name}:{state}:{(task / 'wchan').read_text()}")
+    return found
+
+
 def children(pid: int) -> list[int]:
     """The worker processes of supervisor `pid` (multiprocessing's spawned children; not its
     resource tracker)."""
@@ -130,7 +140,10 @@ def test_a_replacement_worker_takes_no_request_before_its_model_is_loaded(
             replaced = set(workers if how == "SIGHUP" else workers[:1])
             deadline = time.monotonic() + 60
             while replaced & set(now := children(server.proc.pid)) or len(now) < 2:
-                assert time.monotonic() < deadline, server.log()
+                # What the supervisor was doing, should it never replace them (once, under a
+                # loaded CI run, no replacement came in 60 s and the log said nothing).
+                why = (now, server.proc.poll(), _threads_of(server.proc.pid), server.log())
+                assert time.monotonic() < deadline, why
                 time.sleep(0.1)
             time.sleep(6.0)  # the replacements load (a few seconds) and serve
         outcomes = load.outcomes()

@@ -25,6 +25,9 @@ connections still queued were reset, after their clients had sent the request: a
 new-connection load lost 2-4 requests. Accepted here, they are answered; a connection
 arriving after the close is refused (which clients retry safely). A connection taken in that
 has not sent its request yet is answered once before it closes (app.stopping_connections).
+A socket this process made (one worker, nobody else holds it) first refuses new handshakes
+(app.handshake_filter), so none completes between the last accept and the close; a
+supervisor's shared socket is made to refuse them by the supervisor (app.supervisor).
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ import errno
 import logging
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from app.handshake_filter import refuse_new_handshakes
 from app.stopping_connections import answer_first_request
 
 log = logging.getLogger(__name__)
@@ -48,6 +53,9 @@ ACCEPTS_PER_TURN = 128
 # accepting for a second rather than spin on a listening socket that stays readable.
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 RESOURCE_PAUSE_S = 1.0
+# Once new handshakes are refused, the ones under way complete within a round trip: the queue
+# is drained for this long before the close.
+HANDSHAKE_SETTLE_S = 0.02
 LOOP_FACTORY = "app.accept_loop:new_event_loop"  # uvicorn's `loop` option
 
 
@@ -60,9 +68,14 @@ class AcceptingServer(asyncio.AbstractServer):
         loop: asyncio.AbstractEventLoop,
         sockets: Iterable[socket.socket],
         protocol_factory: Callable[[], asyncio.BaseProtocol],
+        *,
+        sole_holder: bool = False,
     ) -> None:
+        """`sole_holder`: no other process holds `sockets` (they were made here), so closing
+        them ends their accept queues."""
         self._loop = loop
         self._sockets = list(sockets)
+        self._sole_holder = sole_holder
         self._protocol_factory = protocol_factory
         self._serving = False
         self._closed = asyncio.Event()
@@ -130,11 +143,19 @@ class AcceptingServer(asyncio.AbstractServer):
             if sock.fileno() != -1:
                 self._loop.remove_reader(sock.fileno())
                 if was_serving:  # (non-blocking since _listen)
-                    # Everything queued, in one go (the backlog bounds it), right before the
-                    # close: the kernel resets what is still queued when the last holder closes.
-                    self._accept(sock, most=sys.maxsize)
+                    self._drain(sock)
                 sock.close()
         self._closed.set()
+
+    def _drain(self, sock: socket.socket) -> None:
+        """Accept everything queued, in one go (the backlog bounds it), right before the close:
+        the kernel resets what is still queued when the last holder closes."""
+        if self._sole_holder and refuse_new_handshakes(sock):
+            settled = time.monotonic() + HANDSHAKE_SETTLE_S
+            while time.monotonic() < settled:
+                self._accept(sock, most=sys.maxsize)
+                time.sleep(HANDSHAKE_SETTLE_S / 10)
+        self._accept(sock, most=sys.maxsize)
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
@@ -199,7 +220,7 @@ def _accepting_loop_class() -> type[asyncio.AbstractEventLoop] | None:
                     start_serving=start_serving,
                     **kwargs,
                 )
-            server = AcceptingServer(self, sockets, protocol_factory)
+            server = AcceptingServer(self, sockets, protocol_factory, sole_holder=sock is None)
             if start_serving:
                 await server.start_serving()
             return server

@@ -7,7 +7,9 @@ swaps in the classes below while it runs.
   told to stop. It held it until every worker had drained and exited; the workers had closed
   theirs, so the connections the kernel completed meanwhile waited in an accept queue nobody
   read and were reset when the supervisor exited: 4 resets on every SIGTERM under
-  new-connection load. Each worker accepts what is queued before it closes its own copy
+  new-connection load. Before closing it, it has the shared socket refuse new handshakes
+  (app.handshake_filter) and tells the workers to stop at once (not at its loop's next turn,
+  up to 0.5 s later); each worker accepts what is queued before it closes its own copy
   (app.accept_loop), so the last one to close leaves nothing behind.
 - A worker dies with the supervisor (PR_SET_PDEATHSIG: SIGTERM, a graceful stop): after a
   `kill -9` of the supervisor, orphan workers served the port for over a minute and a new
@@ -36,6 +38,8 @@ from types import FrameType
 import uvicorn.supervisors.multiprocess as multiprocess
 from uvicorn.config import Config
 from uvicorn.server import Server
+
+from app.handshake_filter import refuse_new_handshakes
 
 log = logging.getLogger("uvicorn.error")
 # The module `uvicorn.run` lives in (the package's own `uvicorn.main` is the CLI command).
@@ -111,7 +115,15 @@ class Supervisor(multiprocess.Multiprocess):
         # signalled too (a process group's Ctrl-C) and be draining already. Nothing is
         # started after a stop, so the sockets are not needed again.
         for sock in self.sockets:
-            sock.close()
+            if sock.fileno() != -1:
+                refuse_new_handshakes(sock)
+                sock.close()
+        # Told now, they close their copies within a turn of their loops: new connections
+        # wait for a SYN retry meanwhile. uvicorn's own SIGTERM follows; a second is harmless.
+        for process in self.processes:
+            if process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
         self.signal_queue.append(sig)
 
     def init_processes(self) -> None:

@@ -26,6 +26,7 @@ import redis
 
 from app.scoring.reference import predict
 from tests.support import random_ensemble
+from tests.support.machine_stalls import StallWatch
 from tests.support.redis_server import RedisServer, redis_binary
 from tests.support.sourced_model import item_table, publish_sourced
 from tests.support.uvicorn_server import REPO, UvicornServer, uvicorn_server
@@ -138,10 +139,13 @@ def test_scores_come_from_redis_then_the_snapshot_then_missing(live: Stack) -> N
         assert scored(bare) == pytest.approx(scores_with(None))
 
 
-def _load(live: Stack, during: Any) -> tuple[list[dict[str, Any]], list[str], list[float]]:
+def _load(
+    live: Stack, during: Any
+) -> tuple[list[dict[str, Any]], list[str], list[tuple[float, float]]]:
+    """Two clients' answers, failures and (start, end) times while `during` happens."""
     answers: list[dict[str, Any]] = []
     failures: list[str] = []
-    times: list[float] = []
+    spans: list[tuple[float, float]] = []
     stop = threading.Event()
 
     def fire() -> None:
@@ -149,7 +153,7 @@ def _load(live: Stack, during: Any) -> tuple[list[dict[str, Any]], list[str], li
             while not stop.is_set():
                 t0 = time.perf_counter()
                 resp = client.post("/rerank", json=live.body())
-                times.append(time.perf_counter() - t0)
+                spans.append((t0, time.perf_counter()))
                 if resp.status_code == 200:
                     answers.append(resp.json())
                 else:
@@ -166,7 +170,7 @@ def _load(live: Stack, during: Any) -> tuple[list[dict[str, Any]], list[str], li
         stop.set()
         for t in threads:
             t.join()
-    return answers, failures, times
+    return answers, failures, spans
 
 
 def test_redis_killed_under_load_no_5xx(live: Stack) -> None:
@@ -179,17 +183,23 @@ def test_redis_killed_under_load_no_5xx(live: Stack) -> None:
 
 @pytest.mark.usefixtures("no_gc_pauses")
 def test_redis_paused_under_load_answers_within_the_deadline(live: Stack) -> None:
-    answers, failures, times = _load(live, live.redis.pause)
+    with StallWatch() as machine:
+        answers, failures, spans = _load(live, live.redis.pause)
     live.redis.resume()
     assert failures == []
     degraded = [a for a in answers if a["degraded"]]
     assert degraded and all(set(a["reasons"]) & OUTAGE for a in degraded), [
         a["reasons"] for a in degraded if not set(a["reasons"]) & OUTAGE
     ]
-    # Two clients on a shared 2-core machine: the deadline plus queueing for the CPU.
-    timed = zip(times, answers, strict=True)
-    slow = [(round(t * 1000), a["reasons"]) for t, a in timed if t > 0.25]
-    assert max(times) < (DEADLINE_MS + 200.0) / 1000.0, f"slow answers (ms, reasons): {slow}"
+    # Two clients on a shared 2-core machine: the deadline plus queueing for the CPU, plus
+    # any time the whole machine stood still (once 0.4 s in a loaded CI run).
+    allowed = (DEADLINE_MS + 200.0) / 1000.0
+    late = [
+        (round((end - start) * 1000), round(stalled * 1000), answer["reasons"])
+        for (start, end), answer in zip(spans, answers, strict=True)
+        if end - start - (stalled := machine.stalled_during(start, end)) > allowed
+    ]
+    assert late == [], f"late answers (ms, of which the machine stalled ms, reasons): {late}"
 
 
 def test_a_push_killed_half_way_changes_nothing_served(live: Stack, tmp_path: Path) -> None:

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import typing
 from collections.abc import Iterator
 from typing import Any
 
 import typer
 from rich.markup import escape
+from typer import rich_utils
 from typer.models import ParameterInfo
 
-from trainer.commands.errors import json_aware
+from trainer.commands.errors import json_aware, print_json_failure
 
 COMMAND_MODULES: tuple[str, ...] = (
     "train",
@@ -108,5 +110,27 @@ show_help_as_written(app)
 report_failures_as_json(app)
 
 
-def main() -> None:
-    app()
+def main(args: list[str] | None = None) -> None:
+    """The console script. With `--json`, a command line that does not parse (an unknown
+    option, `--keep abc`) prints its JSON failure on stdout too, beside typer's usage box."""
+    args = sys.argv[1:] if args is None else args
+    if "--json" not in args:
+        app(args)
+        return
+    try:
+        code = app(args, standalone_mode=False)  # returns exit codes instead of exiting
+    except COMMAND_LINE_ERROR as exc:
+        rich_utils.rich_format_error(exc)
+        print_json_failure(exc.format_message(), exc.exit_code)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        rich_utils.rich_abort_error()
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+# Click's base of the errors it reports with a usage box: typer's public BadParameter derives
+# from it, whether typer uses click or (typer 0.26 and later) its own copy of it.
+COMMAND_LINE_ERROR: Any = next(
+    base for base in typer.BadParameter.__mro__ if base.__name__ == "ClickException"
+)

@@ -23,8 +23,12 @@ def fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     if _json_requested():
         # A script reading `--json` from stdout gets an object on failure too, not nothing.
-        typer.echo(orjson.dumps({"status": "error", "error": message, "exit_code": code}).decode())
+        print_json_failure(message, code)
     raise typer.Exit(code)
+
+
+def print_json_failure(message: str, code: int) -> None:
+    typer.echo(orjson.dumps({"status": "error", "error": message, "exit_code": code}).decode())
 
 
 _JSON_OUTPUT: contextvars.ContextVar[bool] = contextvars.ContextVar("ltr_json", default=False)

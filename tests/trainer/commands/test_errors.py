@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from tests.trainer.commands.conftest import TRAIN, one_error_line
-from trainer.cli import app
+from trainer.cli import app, main
 from trainer.commands.errors import clear_errors
 
 
@@ -64,3 +64,42 @@ def test_with_json_a_refusal_is_an_object_on_stdout_too(runner: CliRunner, tmp_p
     result = runner.invoke(app, evaluate)
     assert result.exit_code == 2
     assert orjson.loads(result.stdout)["error"] == one_error_line(result.stderr)[len("error: ") :]
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["publish", "--json", "--bogus"], "No such option: --bogus"),
+        (["publish", "--keep", "abc", "--json"], "Invalid value for '--keep'"),
+        (["features", "inspect", "--json"], "Missing argument"),
+    ],
+)
+def test_with_json_a_command_line_that_does_not_parse_is_an_object_on_stdout_too(
+    capsys: pytest.CaptureFixture[str], args: list[str], error: str
+) -> None:
+    """Before: the usage box on stderr and nothing on stdout for a script to parse."""
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    failure = orjson.loads(out)
+    assert failure["status"] == "error" and failure["exit_code"] == 2, failure
+    assert failure["error"].startswith(error), failure
+    assert "Usage: " in err  # the usage box as without --json
+
+
+def test_without_json_a_command_line_that_does_not_parse_prints_nothing_on_stdout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["publish", "--bogus"])
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "No such option: --bogus" in err
+
+
+def test_with_json_exit_codes_and_help_are_as_without(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["publish", "--json", "--help"])
+    assert exited.value.code == 0
+    assert "Usage: " in capsys.readouterr().out

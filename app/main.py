@@ -73,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         if settings.gil_switch_interval_ms > 0:
             sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
+        metrics.start_series()
         resolver = UserFeatureResolver(settings)
         await resolver.start()
         from app.explain.warm import warm_later

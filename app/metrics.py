@@ -293,3 +293,13 @@ SLOW_CLIENTS = Counter(
     "`buffer_full` (503: too many body bytes buffered by this worker).",
     ["reason"],
 )
+
+
+def start_series() -> None:
+    """Every series of a label value known in advance, at 0: an alert on
+    `increase(...[10m]) > 0` misses the first event of a series that appears at 1 (it has no
+    earlier sample to increase from). Per-model series start when the model is first served."""
+    for reason in ("shed", "over_budget"):
+        SHED.labels(reason)
+    for reason in ("header_timeout", "body_timeout", "buffer_full"):
+        SLOW_CLIENTS.labels(reason)

@@ -499,6 +499,7 @@ class ModelRegistry:
         metrics.MODEL_INFO.labels(loaded.name, loaded.version, loaded.manifest.kind).set(1)
         metrics.MODEL_LOADED_TIMESTAMP.labels(loaded.name).set(loaded.loaded_at)
         metrics.MODEL_RELOADS.labels(loaded.name).inc()
+        metrics.RELOAD_FAILURES.labels(loaded.name)  # at 0 until one: alerts see the first
         log.info(
             "serving %s/%s (was %s)", loaded.name, loaded.version, old.version if old else None
         )

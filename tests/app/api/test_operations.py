@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.admission import OVER_BUDGET, SHED
 from tests.app.api.conftest import NF, TOKEN, ClientFactory
 from tests.support import publish, random_ensemble
 
@@ -109,6 +110,24 @@ def test_a_refused_reload_is_reported_and_counted(client: TestClient, registry_d
     assert client.post("/rerank", json=ONE).json()["model"]["version"] == "v1"
     assert _metric(client, 'ltr_model_reload_failures_total{model="m"}') == before + 1
     assert "v2" in client.get("/models").json()["errors"]["m"]
+
+
+def test_failure_and_shed_counters_have_series_before_their_first_event(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    """Before: a series appeared at 1 with its first event, which `increase()` cannot see (no
+    earlier sample), so an alert on a model's first refused version never fired."""
+    publish(registry_dir, random_ensemble(NF, seed=5), name="first-failure-alerts")
+    with make_client() as client:
+        text = client.get("/metrics").text.splitlines()
+    assert 'ltr_model_reload_failures_total{model="first-failure-alerts"} 0.0' in text
+    for reason in (SHED, OVER_BUDGET):
+        assert any(
+            line.startswith(f'ltr_shed_requests_total{{reason="{reason}"}} ') for line in text
+        )
+    for reason in ("header_timeout", "body_timeout", "buffer_full"):
+        prefix = f'ltr_slow_client_rejections_total{{reason="{reason}"}} '
+        assert any(line.startswith(prefix) for line in text), reason
 
 
 def _metric(client: TestClient, series: str) -> float:

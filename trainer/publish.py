@@ -27,6 +27,7 @@ from app.artifacts.store import (
     CURRENT_FILE,
     Artifact,
     ArtifactError,
+    list_versions,
     load_version,
     read_current,
     set_current,
@@ -465,18 +466,28 @@ def _move_current(registry: Path, installed: _Installed, previous: str | None) -
 
 
 def rollback(
-    registry: Path, name: str, *, redis_url: str | None = None, redis_prefix: str = "ltr:"
+    registry: Path,
+    name: str,
+    *,
+    redis_url: str | None = None,
+    redis_prefix: str = "ltr:",
+    to: str | None = None,
 ) -> tuple[str, str]:
-    """Point CURRENT back at the version it named before; returns (from, to)."""
-    result = roll_back(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
+    """Point CURRENT back at the version it named before (or `to`); returns (from, to)."""
+    result = roll_back(registry, name, redis_url=redis_url, redis_prefix=redis_prefix, to=to)
     return result.previous, result.version
 
 
 def roll_back(
-    registry: Path, name: str, *, redis_url: str | None = None, redis_prefix: str = "ltr:"
+    registry: Path,
+    name: str,
+    *,
+    redis_url: str | None = None,
+    redis_prefix: str = "ltr:",
+    to: str | None = None,
 ) -> RollbackResult:
-    """Point CURRENT back at the version it named before (trainer.retention.rollback_target).
-    Rolling back again goes further back."""
+    """Point CURRENT back at the version it named before (trainer.retention.rollback_target),
+    or at installed version `to`. Rolling back again goes further back."""
     model_dir = Path(registry) / name
     if read_current(registry, name) is None:  # checked before the lock creates the directory
         raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
@@ -484,9 +495,11 @@ def roll_back(
         current = read_current(registry, name)
         if current is None or not (model_dir / current).is_dir():
             raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
-        target = rollback_target(registry, name)
+        target = rollback_target(registry, name) if to is None else _installed_target(model_dir, to)
         if target is None:
             raise ArtifactError(f"{model_dir}: no version before {current} to roll back to")
+        if target == current:
+            raise ArtifactError(f"{model_dir}: CURRENT is {current} already")
         # Refuse to roll back onto a broken version; restore the item set it was trained with.
         artifact = load_version(model_dir / target)
         if redis_url and artifact.manifest.item_features is not None:
@@ -506,6 +519,16 @@ def roll_back(
             raise _located(exc, path, f"moving CURRENT to {target}", left) from exc
         announced = _try_announce(redis_url, redis_prefix, name, target)
     return RollbackResult(name, current, target, pushed, announced)
+
+
+def _installed_target(model_dir: Path, version: str) -> str:
+    installed_versions = list_versions(model_dir.parent, model_dir.name)
+    if version not in installed_versions:
+        installed = ", ".join(reversed(installed_versions))
+        raise ArtifactError(
+            f"{model_dir}: no installed version {version!r} (installed, newest first: {installed})"
+        )
+    return version
 
 
 def rollback_warnings(registry: Path, name: str, old: str, new: str) -> list[str]:

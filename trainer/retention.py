@@ -14,14 +14,27 @@ import time
 from pathlib import Path
 
 from app.artifacts.lock import LOCK_FILE
-from app.artifacts.store import list_versions, read_current, read_history
+from app.artifacts.store import (
+    HISTORY_GAP,
+    ArtifactError,
+    list_versions,
+    read_current,
+    read_history,
+)
 from app.registry.experiments import ExperimentError, list_records, read_active
 
 log = logging.getLogger(__name__)
 
 
+class PreviousUnknown(ArtifactError):
+    """HISTORY does not say which version CURRENT named before the present one."""
+
+
 def rollback_target(registry: Path, name: str) -> str | None:
-    """The version CURRENT named before the present one (still on disk), else None.
+    """The version CURRENT named before the present one (still on disk), else None;
+    PreviousUnknown when something that does not keep HISTORY moved CURRENT since (an older
+    release's publish or rollback: following HISTORY past it redeployed a version rolled back
+    from, or skipped the one in between).
 
     Registries written before HISTORY existed fall back to the control of the experiment that
     promoted CURRENT, then to the version installed just before CURRENT."""
@@ -29,7 +42,10 @@ def rollback_target(registry: Path, name: str) -> str | None:
     versions = list_versions(registry, name)
     if current is None:
         return None
-    for version in reversed(read_history(registry, name)[:-1]):
+    history = read_history(registry, name)
+    for version in reversed(history[:-1]):
+        if version == HISTORY_GAP:
+            raise PreviousUnknown(_unknown_previous(registry, name, current, history, versions))
         if version != current and version in versions:
             return version
     promoted = [
@@ -48,10 +64,28 @@ def rollback_target(registry: Path, name: str) -> str | None:
     return None
 
 
+def _unknown_previous(
+    registry: Path, name: str, current: str, history: list[str], versions: list[str]
+) -> str:
+    recorded = [v for v in history[: history.index(HISTORY_GAP)] if v != HISTORY_GAP]
+    newest_first = ", ".join(reversed(versions))
+    return (
+        f"{Path(registry) / name}: CURRENT {current} was set by something that does not keep "
+        f"HISTORY (an older ltr's publish or rollback, or a hand edit), so the version before "
+        f"it is not known (HISTORY last recorded {recorded[-1] if recorded else 'nothing'}); "
+        f"name it: ltr publish --rollback --name {name} --to VERSION (installed, newest "
+        f"first: {newest_first})"
+    )
+
+
 def protected_versions(registry: Path, name: str) -> set[str]:
     """Versions pruning must keep; ExperimentError when EXPERIMENT cannot be read (then what
     it protects is unknown)."""
-    protected = {read_current(registry, name), rollback_target(registry, name)}
+    try:
+        target = rollback_target(registry, name)
+    except PreviousUnknown:
+        target = None  # pruning keeps the newest installed versions, whatever came between
+    protected = {read_current(registry, name), target}
     spec = read_active(registry, name)
     if spec is not None:
         protected |= {spec.control, spec.candidate}

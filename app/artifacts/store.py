@@ -29,6 +29,11 @@ MANIFEST_FILE = "manifest.json"
 CURRENT_FILE = "CURRENT"
 HISTORY_FILE = "HISTORY"
 HISTORY_LIMIT = 100
+# In HISTORY, where CURRENT was moved by something that does not keep HISTORY (an older
+# release's publish or rollback, a hand edit): what CURRENT named in between is not known, so
+# rollback does not guess across it. Not a version name (NAME_PATTERN), so releases that do
+# not know it skip it as a version no longer installed.
+HISTORY_GAP = "?"
 # Services may run as another uid than the trainer: CURRENT and HISTORY are world-readable,
 # like the version files (mkstemp alone would leave them 0600).
 SHARED_FILE_MODE = 0o644
@@ -215,8 +220,9 @@ def write_atomic(path: Path, data: bytes, mode: int = SHARED_FILE_MODE) -> None:
 
 def read_history(registry: Path, name: str) -> list[str]:
     """The versions CURRENT has named, oldest first, ending with CURRENT itself (empty
-    without a CURRENT). A CURRENT that HISTORY does not end with (written by an older
-    release, by hand, or just before a crash) counts as the newest entry."""
+    without a CURRENT). A CURRENT that HISTORY does not end with was set by something that
+    does not keep HISTORY (an older release, a hand edit, a publish that could not write it):
+    it counts as the newest entry, after a HISTORY_GAP (what came between is not known)."""
     model_dir = Path(registry) / name
     current = read_current(registry, name)
     if current is None:
@@ -225,6 +231,8 @@ def read_history(registry: Path, name: str) -> list[str]:
         entries = (model_dir / HISTORY_FILE).read_text().split()
     except FileNotFoundError:
         entries = []
+    if entries and entries[-1] != current:
+        entries.append(HISTORY_GAP)
     if not entries or entries[-1] != current:
         entries.append(current)
     return entries

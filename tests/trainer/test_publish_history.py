@@ -10,12 +10,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.artifacts.store import ArtifactError, list_versions, read_current, write_atomic
+from app.artifacts.store import (
+    HISTORY_GAP,
+    ArtifactError,
+    list_versions,
+    read_current,
+    write_atomic,
+)
 from app.registry.experiments import experiment_path, record_path
 from tests.trainer.registry_versions import run_version
 from trainer.cli import app
 from trainer.experiments.lifecycle import end_experiment, start_experiment
 from trainer.publish import publish, rollback
+from trainer.retention import PreviousUnknown
 
 
 def test_rollback_returns_to_v9_from_v10(tmp_path: Path) -> None:
@@ -137,3 +144,78 @@ def test_cli_installs_a_candidate_without_moving_current(tmp_path: Path) -> None
     assert "installed m v2 as a candidate; CURRENT stays v1" in result.stdout
     assert read_current(registry, "m") == "v1" and "v2" in list_versions(registry, "m")
     start_experiment(registry, "m", "v2", mode="interleave", traffic=0.5)  # it can start
+
+
+def _older_release_publishes(registry: Path, version: str, leaf: float = 5.0) -> None:
+    """What a release before HISTORY (or a hand edit) did: install and move CURRENT only."""
+    run_version(registry / "m", version, leaf=leaf)
+    _older_release_points_current_at(registry, version)
+
+
+def _older_release_points_current_at(registry: Path, version: str) -> None:
+    write_atomic(registry / "m" / "CURRENT", f"{version}\n".encode())
+
+
+def test_after_an_older_release_published_rollback_names_what_it_cannot_know(
+    tmp_path: Path,
+) -> None:
+    """An upgrade trial: v01 by this release, v02 and v03 by the older one still running;
+    rollback went v03 -> v01, skipping v02 (which CURRENT named just before), silently."""
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v01"), registry)
+    _older_release_publishes(registry, "v02", leaf=2.0)
+    _older_release_publishes(registry, "v03", leaf=3.0)
+    with pytest.raises(
+        PreviousUnknown, match=r"--to VERSION \(installed, newest first: v03, v02, v01\)"
+    ):
+        rollback(registry, "m")
+    assert read_current(registry, "m") == "v03"
+    assert rollback(registry, "m", to="v02") == ("v03", "v02")
+    with pytest.raises(PreviousUnknown):  # what came before v02 is not known either
+        rollback(registry, "m")
+    assert rollback(registry, "m", to="v01") == ("v02", "v01")
+
+
+def test_after_an_older_release_rolled_back_the_version_rolled_back_from_is_not_redeployed(
+    tmp_path: Path,
+) -> None:
+    """The trial's downgrade: v01, v02 published here; the older release rolled back to v01
+    and published v03; rollback redeployed v02, the version the operator had left."""
+    registry = tmp_path / "registry"
+    for i, version in enumerate(("v01", "v02")):
+        publish(run_version(tmp_path / "runs", version, leaf=float(i)), registry)
+    _older_release_points_current_at(registry, "v01")
+    _older_release_publishes(registry, "v03")
+    with pytest.raises(PreviousUnknown, match="CURRENT v03 was set by something"):
+        rollback(registry, "m")
+    assert read_current(registry, "m") == "v03"
+
+
+def test_history_resumes_after_a_gap(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v01"), registry)
+    _older_release_publishes(registry, "v02")
+    publish(run_version(tmp_path / "runs", "v03", leaf=3.0), registry, keep=2)  # prunes v01
+    assert list_versions(registry, "m") == ["v02", "v03"]
+    assert rollback(registry, "m") == ("v03", "v02")  # CURRENT just before v03: known
+    assert (registry / "m" / "HISTORY").read_text().split() == ["v01", HISTORY_GAP, "v02"]
+
+
+def test_cli_rollback_to_a_named_version(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v01"), registry)
+    _older_release_publishes(registry, "v02")
+    runner = CliRunner()
+    base = ["publish", "--registry", str(registry), "--rollback", "--name", "m"]
+    result = runner.invoke(app, [*base, "--json"])
+    assert result.exit_code == 2
+    assert "--to VERSION" in json.loads(result.stdout)["error"]
+    result = runner.invoke(app, [*base, "--to", "v9"])
+    assert result.exit_code == 2 and "no installed version 'v9'" in result.stderr
+    result = runner.invoke(app, [*base, "--to", "v02"])
+    assert result.exit_code == 2 and "CURRENT is v02 already" in result.stderr
+    result = runner.invoke(app, [*base, "--to", "v01", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["to"] == "v01"
+    result = runner.invoke(app, ["publish", "--registry", str(registry), "--to", "v01"])
+    assert result.exit_code == 2 and "--to goes with --rollback" in result.stderr

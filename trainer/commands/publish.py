@@ -31,6 +31,14 @@ def publish_command(
     rollback: Annotated[
         bool, typer.Option("--rollback", help="Point CURRENT back at the previous version.")
     ] = False,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="With --rollback: the installed version to go back to (when HISTORY cannot "
+            "say which came before, after an older ltr moved CURRENT).",
+        ),
+    ] = None,
     redis_url: Annotated[
         str | None, typer.Option(help="Push embeddings and announce here.", envvar="LTR_REDIS_URL")
     ] = None,
@@ -63,7 +71,7 @@ def publish_command(
                 fail("--rollback takes --name, not --model or --candidate")
             if name is None:
                 fail("--rollback needs --name")
-            done = roll_back(registry, name, redis_url=redis_url, redis_prefix=redis_prefix)
+            done = roll_back(registry, name, redis_url=redis_url, redis_prefix=redis_prefix, to=to)
             old, new = done.previous, done.version
             out: dict[str, object] = {"name": name, "from": old, "to": new}
             label = _restored_item_set(registry / name / new)
@@ -82,6 +90,8 @@ def publish_command(
             if not done.announced:
                 echo_err(_polling_note(redis_url))
         else:
+            if to is not None:
+                fail("--to goes with --rollback")
             if model is None:
                 fail("give --model DIR (a version directory) or --rollback --name NAME")
             res = publish(

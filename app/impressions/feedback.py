@@ -38,6 +38,13 @@ log = logging.getLogger(__name__)
 EVENT_TYPES = ("click", "purchase", "dwell")
 LOCAL_INDEX_MAX = 50_000  # requests remembered in-process (their ids and the feedback seen)
 LOOKUP_TIMEOUT_S = 1.0  # feedback is not latency-critical, but must not hang on a stuck Redis
+# The replica that served a request writes its record to Redis with its sink's next batch, a
+# few milliseconds after the answer (tens under load): feedback sent at once to another
+# replica came first and was a 404 (4-15 % of such calls in an upgrade trial). An id Redis
+# lacks is looked up again for this long before it is called unknown.
+# Looked up again after 10, 20, 40... ms: 7 GETs at most for an id nobody served.
+RECORD_GRACE_S = 0.5
+RECORD_FIRST_POLL_S = 0.01
 
 
 LOGGING_OFF = (
@@ -199,8 +206,7 @@ class ImpressionLog:
                 "requests it served itself: with several workers or replicas, log to Redis)"
             )
         try:
-            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
-                raw = await self.redis.get(f"{self.prefix}imp:{request_id}")
+            raw = await self._shared_record(request_id, wait=local is None)
         except (RedisError, OSError, TimeoutError) as exc:
             if local is not None:
                 return local  # what this replica served stands while Redis is away
@@ -216,6 +222,23 @@ class ImpressionLog:
             served.seen = local.seen
         self.index.put(request_id, served)
         return served
+
+    async def _shared_record(self, request_id: str, *, wait: bool) -> bytes | str | None:
+        """Redis's record of what `request_id` served; with `wait`, one not there yet is
+        looked for again until RECORD_GRACE_S have passed (see there)."""
+        assert self.redis is not None
+        key = f"{self.prefix}imp:{request_id}"
+        loop = asyncio.get_running_loop()
+        given_up = loop.time() + (RECORD_GRACE_S if wait else 0.0)
+        pause = RECORD_FIRST_POLL_S
+        while True:
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                raw = await self.redis.get(key)
+            left = given_up - loop.time()
+            if raw is not None or left <= 0:
+                return raw
+            await asyncio.sleep(min(pause, left))
+            pause *= 2
 
     async def _shared_dedup(
         self, request_id: str, events: list[dict[str, Any]]

@@ -238,6 +238,11 @@ class Settings(BaseSettings):
     impressions_jsonl: Path | None = None
     impressions_stream_maxlen: Annotated[int, Field(ge=1)] = 1_000_000
     impressions_queue_size: Annotated[int, Field(ge=1)] = 10_000
+    # Bytes as well as records: a queued impression holds its feature rows (544 KB at 1,000
+    # candidates x 136 features), so 10,000 of them behind a stalled sink held 5 GB.
+    impressions_queue_max_mb: Annotated[int, Field(ge=1)] = 256
+    # The served ids each worker keeps for /feedback (app.impressions.feedback).
+    impressions_index_max_mb: Annotated[int, Field(ge=1)] = 64
     impressions_ttl_seconds: Annotated[int, Field(ge=1)] = 86400
 
     # Item feature store (app.features.item_store): `auto` reads Redis when redis_url is set,

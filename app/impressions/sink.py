@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import logging
 import os
@@ -183,15 +184,23 @@ class RedisStreamWriter:
 
 class ImpressionSink:
     """A bounded queue drained by one background task. `submit` never blocks and never raises:
-    when the queue is full the record is dropped and `ltr_impressions_dropped_total` rises.
+    when the queue is full (`queue_size` records, or `max_bytes` of what they hold) the record
+    is dropped and `ltr_impressions_dropped_total` rises.
     `failing` holds why the last write failed (None once one succeeds), so a feedback call is
     not acknowledged while its record would only be dropped."""
 
     def __init__(
-        self, writer: Writer, queue_size: int, clock: Callable[[], float] = time.monotonic
+        self,
+        writer: Writer,
+        queue_size: int,
+        clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = 256 * 2**20,
     ) -> None:
         self.writer = writer
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(queue_size)
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0
+        self._sizes: collections.deque[int] = collections.deque()  # of the queued, in order
         self._task: asyncio.Task[None] | None = None
         self.failing: str | None = None
         self._outage = _OutageLog(clock)
@@ -210,13 +219,25 @@ class ImpressionSink:
         self.failing = None
         return True
 
-    def submit(self, record: dict[str, Any]) -> bool:
+    def submit(self, record: dict[str, Any], size: int = 0) -> bool:
+        """Queue `record`, which holds about `size` bytes (its feature rows, its ids)."""
         try:
+            if self.queued_bytes + size > self.max_bytes and self._sizes:
+                raise asyncio.QueueFull
             self.queue.put_nowait(record)
         except asyncio.QueueFull:
             DROPPED.labels(record.get("kind", "unknown"), "queue_full").inc()
             return False
+        self._sizes.append(size)
+        self.queued_bytes += size
         return True
+
+    def _taken(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.queued_bytes -= self._sizes.popleft()
+        return record
+
+    def _take(self) -> dict[str, Any]:
+        return self._taken(self.queue.get_nowait())
 
     async def start(self) -> None:
         if self._task is None:
@@ -228,9 +249,9 @@ class ImpressionSink:
         if not await self.usable():
             self._outage.failed(self.failing or "", 0, error=True)
         while True:
-            batch = [await self.queue.get()]
+            batch = [self._taken(await self.queue.get())]
             while len(batch) < BATCH_MAX and not self.queue.empty():
-                batch.append(self.queue.get_nowait())
+                batch.append(self._take())
             try:
                 await self._write(batch)
             finally:
@@ -257,7 +278,7 @@ class ImpressionSink:
         while not self.queue.empty():
             batch: list[dict[str, Any]] = []
             while len(batch) < BATCH_MAX and not self.queue.empty():
-                batch.append(self.queue.get_nowait())
+                batch.append(self._take())
             try:
                 await self._write(batch)
             finally:
@@ -279,7 +300,7 @@ class ImpressionSink:
                 await self._task
             self._task = None
         while not self.queue.empty():
-            DROPPED.labels(self.queue.get_nowait().get("kind", "unknown"), "shutdown").inc()
+            DROPPED.labels(self._take().get("kind", "unknown"), "shutdown").inc()
         await self.writer.close()
 
 

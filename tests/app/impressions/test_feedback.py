@@ -260,3 +260,26 @@ def test_an_id_no_replica_served_is_unknown_after_the_grace(redis_server: RedisS
         return waited
 
     assert RECORD_GRACE_S <= asyncio.run(go()) < RECORD_GRACE_S + 1.0
+
+
+def test_the_served_ids_kept_for_feedback_are_bounded_in_bytes(tmp_path: Path) -> None:
+    """Before: the last 50,000 requests whatever they held: 96 KB a request of 1,000 short ids
+    (4.8 GB a worker), and a fuzz trial's 10,000 ids of 1 KB kept 10.5 MB each."""
+    config = jsonl_settings(tmp_path, impressions_index_max_mb=1)
+    ids = [f"doc-{j:04d}-" + "x" * 90 for j in range(1000)]  # ~100 KB of JSON a request
+
+    async def go() -> tuple[float, tuple[int, int]]:
+        log = ImpressionLog(config)
+        for r in range(30):
+            log.log_rerank(
+                answer(f"r{r}", ids, list(range(1000))), None, None, None, ids, features(1000)
+            )
+        with pytest.raises(UnknownRequest):  # the oldest made room for the newest
+            await log.record_feedback("r0", [click(ids[0])])
+        newest = await log.record_feedback("r29", [click(ids[5])])
+        held = log.index.weight
+        await log.close()
+        return held, newest
+
+    held, newest = asyncio.run(go())
+    assert held <= 2**20 and newest == (1, 0)

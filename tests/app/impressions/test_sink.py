@@ -92,6 +92,25 @@ def test_full_queue_drops_and_counts_without_blocking() -> None:
     assert dropped("feedback", "queue_full") == before + 2
 
 
+def test_a_stalled_sink_holds_at_most_its_bytes() -> None:
+    """Before: 10,000 records whatever they held; an impression holds its feature rows, 544 KB
+    at 1,000 candidates x 136 features, so a stalled sink held 5 GB."""
+    rows = np.zeros((1000, 136), np.float32)
+
+    async def go() -> tuple[list[bool], int, bool]:
+        sink = ImpressionSink(Broken(), queue_size=10_000, max_bytes=4 * rows.nbytes)
+        record = impression_record("r", None, None, None, "m", "v", ["a"] * 1000, rows)
+        accepted = [sink.submit(record, rows.nbytes) for _ in range(6)]  # nothing drains
+        await sink.flush()  # taken (and dropped: the writer fails): their bytes are free
+        return accepted, sink.queued_bytes, sink.submit(record, rows.nbytes)
+
+    before = dropped("impression", "queue_full")
+    accepted, left, again = asyncio.run(go())
+    assert accepted == [True] * 4 + [False] * 2
+    assert dropped("impression", "queue_full") == before + 2
+    assert left == 0 and again
+
+
 def test_failing_sink_drops_and_counts() -> None:
     async def go() -> None:
         sink = ImpressionSink(Broken(), queue_size=10)

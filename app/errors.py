@@ -12,6 +12,12 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def clipped(text: str, most: int) -> str:
+    """`text`, cut to `most` characters with its full length said: for what a message echoes
+    of a client's own text (a 30 MB feature name came back whole in a 422, twice)."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
+
+
 def error_text(exc: BaseException) -> str:
     """The exception's text; a pydantic validation error's problems on one line, without its
     model name, error-type tags and documentation links."""

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.api.request_matrix import RequestError
+from app.api.request_matrix import MSG_MOST, RequestError, clipped_loc
+from app.errors import clipped
 from app.registry import AmbiguousModel, ModelNotAvailable, UnknownModel
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,11 @@ def json_error(status: int, detail: Any, headers: dict[str, str] | None = None) 
 def validation_detail(errors: list[Any], prefix: tuple[str | int, ...] = ()) -> list[Any]:
     """pydantic's error list without `input`/`ctx` (which may be huge or not JSON-safe)."""
     return [
-        {"loc": [*prefix, *err.get("loc", ())], "msg": str(err.get("msg")), "type": err.get("type")}
+        {
+            "loc": clipped_loc((*prefix, *err.get("loc", ()))),
+            "msg": clipped(str(err.get("msg")), MSG_MOST),
+            "type": err.get("type"),
+        }
         for err in errors
     ]
 
@@ -65,11 +70,12 @@ async def _not_available(request: Request, exc: Exception) -> Response:
 
 
 async def _unknown_model(request: Request, exc: Exception) -> Response:
-    return json_error(404, str(exc))
+    return json_error(404, clipped(str(exc), MSG_MOST))
 
 
 async def _ambiguous_model(request: Request, exc: Exception) -> Response:
-    return json_error(422, [{"loc": ["body", "model"], "msg": str(exc), "type": "missing"}])
+    msg = clipped(str(exc), MSG_MOST)
+    return json_error(422, [{"loc": ["body", "model"], "msg": msg, "type": "missing"}])
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

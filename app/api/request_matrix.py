@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.errors import LtrError, counted
+from app.errors import LtrError, clipped, counted
 
 Loc = tuple[str | int, ...]
 _NUMERIC = frozenset({float, int, type(None)})  # bool is not a number; null is missing
@@ -44,7 +44,18 @@ class RequestError(LtrError, ValueError):
         self.type = type_
 
     def detail(self) -> list[dict[str, Any]]:
-        return [{"loc": list(self.loc), "msg": self.msg, "type": self.type}]
+        return [
+            {"loc": clipped_loc(self.loc), "msg": clipped(self.msg, MSG_MOST), "type": self.type}
+        ]
+
+
+# What a 422 echoes of the client's own text (a feature name, a key) is cut to this many
+# characters: a 30 MB unknown name came back twice, a 60 MB answer built in seconds.
+LOC_MOST, MSG_MOST = 256, 2048
+
+
+def clipped_loc(loc: Loc) -> list[str | int]:
+    return [clipped(part, LOC_MOST) if isinstance(part, str) else part for part in loc]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 from redis.exceptions import RedisError
 
-from app.errors import LtrError
+from app.errors import LtrError, clipped
 from app.features.redis_store import TTLCache
 from app.impressions.sink import (
     DROPPED,
@@ -199,7 +199,7 @@ class ImpressionLog:
         served = await self._served(request_id)
         unknown = [e["id"] for e in events if e["id"] not in served.ids]
         if unknown:
-            shown = ", ".join(orjson.dumps(i).decode() for i in unknown[:5])
+            shown = ", ".join(clipped(orjson.dumps(i).decode(), 256) for i in unknown[:5])
             noun = "candidate" if len(unknown) == 1 else "candidates"
             raise FeedbackError(f"request {request_id!r} did not serve {noun} {shown}")
         fresh: list[dict[str, Any]] = []

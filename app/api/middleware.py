@@ -16,6 +16,9 @@ meanwhile: 40 clients uploading 32 MiB again and again, each let wait, took the 
 up by 1.3 GB, where refused at once it grows ~175 MB. The metrics record the status that was
 really sent (nothing sent: 500 if the app failed, 499 if the client left); so does the access
 log, when on (`LTR_ACCESS_LOG`), with the request id the answer carried and its duration.
+The metrics label is the route's path template; an answer given before routing (413, 415, 408,
+501, a 400 for `Upgrade`, a 503, a shed /rerank) is labelled with the template its path
+matches among the app's routes, and a path no route matches is "unmatched".
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from random import getrandbits
+from typing import Any
 
+import fastapi.routing
 import orjson
 from starlette.datastructures import MutableHeaders
 from starlette.routing import Route
@@ -51,6 +56,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
+UNMATCHED = "unmatched"  # the metrics label of a path no route matches
 access_log = logging.getLogger("app.access")
 
 
@@ -127,6 +133,7 @@ class ServiceMiddleware:
         self.buffer_wait = buffer_wait
         self.wait_most_bytes = wait_most_bytes  # larger bodies are refused at once
         self._waiting: deque[_Waiter] = deque()  # in arrival order
+        self._labels: _Labels | None = None  # the app's route templates, read at first use
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -142,7 +149,8 @@ class ServiceMiddleware:
         status: int | None = None
         sent_id = request_id  # the x-request-id the answer carried
         failed = False
-        label = "unmatched"  # the route's path, for the metrics
+        label = UNMATCHED  # the route's path, for the metrics
+        routed = False  # handed to the app (else answered here, before routing)
         held = [0]  # bytes this request counts against the buffer cap
 
         async def send_with_id(message: Message) -> None:
@@ -169,16 +177,17 @@ class ServiceMiddleware:
                     status = CLIENT_CLOSED
                     return
                 answer = None if self.admit is None else await self.admit(scope, body)
-                if answer is not None:
-                    label = scope["path"]  # answered before routing
+                if answer is not None:  # answered before routing
                     await answer(scope, receive, send_with_id)
                     return
                 receive = _replay(body, receive)
             if scope["method"] == "HEAD" and scope["path"] in HEAD_AS_GET:
                 as_get = {**scope, "method": "GET"}
+                routed = True
                 await self.app(as_get, receive, _bodiless(send_with_id))
                 label = getattr(as_get.get("route"), "path", label)
                 return
+            routed = True
             await self.app(scope, receive, send_with_id)
         except BodyTooLarge:
             detail = f"request body larger than {self.max_body_bytes} bytes"
@@ -220,6 +229,10 @@ class ServiceMiddleware:
                 self._make_room()
             route = scope.get("route") or _plain_route(scope)
             label = getattr(route, "path", label)
+            if route is None and not routed:
+                # Before: every such answer (a 415 to POST /rerank) was "unmatched", which an
+                # alert on a route's errors did not see.
+                label = self._route_label(scope)
             if status is None:
                 status = 500 if failed else CLIENT_CLOSED
             code = str(status)
@@ -229,6 +242,16 @@ class ServiceMiddleware:
             metrics.REQUEST_SECONDS.labels(label, method, code).observe(elapsed)
             if self.log_access:
                 _log_access(scope, status, elapsed, sent_id)
+
+    def _route_label(self, scope: Scope) -> str:
+        """The path template of the app's route that `scope`'s path matches, whatever the
+        method (routing would answer 405 under that route), for an answer given before
+        routing; UNMATCHED for a path no route matches, so a client cannot add label values."""
+        app = scope.get("app")
+        labels = self._labels
+        if labels is None or labels.app is not app:
+            labels = self._labels = _Labels(app)
+        return labels.find(_route_path(scope))
 
     async def _read_body(self, scope: Scope, receive: Receive, held: list[int]) -> bytes | None:
         """The whole body, None if the client disconnected; BodyTooLarge past the limit,
@@ -418,6 +441,53 @@ def _plain_route(scope: Scope) -> Route | None:
         if isinstance(route, Route) and route.endpoint is endpoint:
             return route
     return None
+
+
+def _route_path(scope: Scope) -> str:
+    """The path routing matches: the request's, less the app's root path (as Starlette's)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        return path[len(root) :]
+    return path
+
+
+class _Labels:
+    """The metrics labels of an app's routes (the path templates of its Starlette and API
+    routes; mounts, such as the docs assets, stay UNMATCHED as when routed): paths without
+    parameters found in a dict, the others by their patterns, in routing order."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.exact: dict[str, str] = {}
+        self.patterns: list[tuple[re.Pattern[str], str]] = []
+        for path, regex, label in _route_templates(getattr(app, "routes", ())):
+            if "{" not in path:
+                self.exact.setdefault(path, label)
+            else:
+                self.patterns.append((regex, label))
+
+    def find(self, path: str) -> str:
+        label = self.exact.get(path)
+        if label is not None:
+            return label
+        for regex, template in self.patterns:
+            if regex.match(path):
+                return template
+        return UNMATCHED
+
+
+def _route_templates(routes: Any) -> Iterator[tuple[str, re.Pattern[str], str]]:
+    """(path as routed, its pattern, label) of each route that is a Starlette route: the label
+    is the route's own path, as routing puts the route in the scope. FastAPI versions that keep
+    an included router's routes under it list them through `iter_route_contexts`."""
+    contexts = getattr(fastapi.routing, "iter_route_contexts", None)
+    for entry in contexts(routes) if contexts is not None else routes:
+        original = getattr(entry, "original_route", entry)
+        if isinstance(original, Route):
+            path = getattr(entry, "path_format", None) or original.path_format
+            regex = getattr(entry, "path_regex", None) or original.path_regex
+            yield path, regex, original.path
 
 
 def _log_access(scope: Scope, status: int, elapsed: float, request_id: str) -> None:

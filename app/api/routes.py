@@ -533,6 +533,7 @@ def _item_set(model: LoadedModel, store: ItemFeatureStore | None) -> dict[str, s
     responses={
         401: {"model": MessageResponse},
         403: {"model": MessageResponse},
+        404: {"model": MessageResponse, "description": "`model` is not in the registry."},
         503: {"model": MessageResponse, "description": "The registry cannot be read."},
     },
     dependencies=[AdminDep],
@@ -542,13 +543,25 @@ async def admin_reload(
     registry: RegistryDep,
     model: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
 ) -> Response:
+    unreadable = "the registry cannot be read (the service log says why)"
     try:
         report = await registry.reload(model, force=True)
     except OSError:  # logged with the path by the registry; the served versions stay
-        return json_error(503, "the registry cannot be read (the service log says why)")
+        return json_error(503, unreadable)
     missing = registry.registry_missing()
     if missing is not None:  # a script reading the status must not see success
         return json_error(503, f"{missing}; the served versions stay")
+    if model is not None:
+        # A name with no directory was a 200 with nothing loaded, failed or kept: a typo
+        # looked like a reload of a model already up to date.
+        try:
+            absent = await anyio.to_thread.run_sync(_not_in_registry, registry, model)
+        except OSError:
+            return json_error(503, unreadable)
+        if absent is not None:
+            if model in registry.models():  # its directory went away while it serves
+                absent += f"; {model}/{registry.models()[model].version} still serves"
+            return json_error(404, absent)
     sibling_reload.announce(model)  # this worker's siblings reload within CHECK_SECONDS
     return _json(
         {
@@ -557,3 +570,23 @@ async def admin_reload(
             "failed": [{"name": n, "version": v, "error": e} for n, v, e in report.failed],
         }
     )
+
+
+def _not_in_registry(registry: ModelRegistry, name: str, most: int = 10) -> str | None:
+    """Why `POST /admin/reload?model=name` reloads nothing: the registry has no directory
+    `name` (with the models it has, up to `most`); None when it has one. OSError when the
+    registry cannot be read (read in a worker thread: the registry may be on a network disk)."""
+    import re
+
+    from app.artifacts.store import list_models
+
+    if (registry.root / name).is_dir():
+        return None
+    names = [n for n in list_models(registry.root) if re.fullmatch(NAME_PATTERN, n)]
+    if not names:
+        held = "it holds no model"
+    elif len(names) <= most:
+        held = f"it holds: {', '.join(names)}"
+    else:
+        held = f"it holds {len(names)} models ({', '.join(names[:most])}, ...)"
+    return f"no model {name!r} in the registry; {held}"

@@ -75,6 +75,12 @@ class ExplainOptions(BaseModel):
     top: int = Field(5, ge=1, le=1000, description="Features per result, largest |contribution|.")
 
 
+def _explain_json_schema(schema: dict[str, Any]) -> None:
+    """`explain`'s documented types: null too, which the service takes for false (the schema
+    only: validation, on the request's path, is _explain_shape's)."""
+    schema["anyOf"] = [*schema["anyOf"], {"type": "null"}]
+
+
 def _explain_shape(value: Any) -> Any:
     """One clear error for an `explain` that is neither a boolean nor an object; null is
     false, as null is "not given" for the body's other optional fields."""
@@ -107,7 +113,8 @@ class RerankEnvelope(BaseModel):
     explain: Annotated[bool | ExplainOptions, BeforeValidator(_explain_shape)] = Field(
         False,
         description='true or {"top": n}: per-feature contributions for each returned result '
-        "(docs/API.md, Explanations).",
+        "(docs/API.md, Explanations); null is false.",
+        json_schema_extra=_explain_json_schema,
     )
 
 
@@ -129,8 +136,12 @@ class RerankRequest(RerankEnvelope):
 
     model_config = ConfigDict(json_schema_extra={"examples": [RERANK_EXAMPLE]})
 
+    # min_length documents what request_matrix checks (an empty list is a 422 whatever
+    # LTR_MIN_CANDIDATES says); this model validates nothing.
     candidates: list[Candidate] = Field(
-        description="At least LTR_MIN_CANDIDATES and at most LTR_MAX_CANDIDATES; unique ids."
+        min_length=1,
+        description="At least LTR_MIN_CANDIDATES (and 1) and at most LTR_MAX_CANDIDATES; "
+        "unique ids.",
     )
 
 
@@ -140,17 +151,26 @@ class ModelRef(BaseModel):
 
 
 class FeatureContribution(BaseModel):
+    # Documentation of what app.explain.ranked sends (nothing is validated with it). Before,
+    # `value` and `contribution` were plain numbers, which an infinite value (1e300 sent,
+    # beyond float32) contradicted.
     name: str
-    value: float | None = Field(description="The value used: sent, looked up, or null (missing).")
-    contribution: float
+    value: float | Literal["Infinity", "-Infinity"] | None = Field(
+        description="The value used, as float32: sent, looked up, or null (missing); "
+        '"Infinity" or "-Infinity" for a value beyond float32\'s range (JSON has no infinities).'
+    )
+    contribution: float | None = Field(
+        description="null when it is not finite (a network's output overflowed on a huge value)."
+    )
 
 
 class Explanation(BaseModel):
     method: str = Field(description="treeshap (exact Shapley values) or occlusion (networks).")
     expected_value: float = Field(description="The model's average score (the baseline).")
     features: list[FeatureContribution] = Field(description="Largest |contribution| first.")
-    rest: float = Field(
-        description="score - expected_value - the shown contributions (the features not shown)."
+    rest: float | None = Field(
+        description="score - expected_value - the shown contributions (the features not "
+        "shown); null when that is not finite (with a null score or contribution)."
     )
 
 
@@ -261,13 +281,23 @@ class MessageResponse(BaseModel):
 
 
 # What the service middleware answers for any request body before a route sees it
-# (app.api.middleware), for each route's OpenAPI responses.
+# (app.api.middleware), for each route's OpenAPI responses. (A request the HTTP parser cannot
+# read gets the server's own plain-text 400, before the app: not documented here.)
 BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {
+        "model": MessageResponse,
+        "description": "A body sent with `Upgrade` (curl --http2 offers h2c): send plain HTTP/1.1.",
+    },
     408: {"model": MessageResponse, "description": "Body not received in time."},
     413: {"model": MessageResponse, "description": "Body larger than LTR_MAX_BODY_BYTES."},
     415: {
         "model": MessageResponse,
         "description": "A Content-Encoding other than identity: send the body uncompressed.",
+    },
+    501: {
+        "model": MessageResponse,
+        "description": "A Transfer-Encoding other than chunked (`gzip, chunked`): send the "
+        "body with Content-Length or chunked alone, uncompressed.",
     },
 }
 

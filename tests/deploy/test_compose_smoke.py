@@ -1,8 +1,10 @@
 """`docker compose up` for real (deploy/docker/compose-smoke.sh): build the images, start the
 stack, wait for readiness, rerank, publish a new version through the trainer container, see the
-API swap to it, tear down. Runs where a Docker daemon and a compose command are reachable;
-skipped elsewhere. Without Docker Hub it uses the local base images that
-deploy/docker/build-base-images.sh makes (when present and PYTHON_IMAGE is not set)."""
+API swap to it, publish a model whose item set lives in Redis, restart the Redis container and
+find its keys and the set again (answers by id not degraded), tear down. Runs where a Docker
+daemon and a compose command are reachable; skipped elsewhere. Without Docker Hub it uses the
+local base images that deploy/docker/build-base-images.sh makes (when present and PYTHON_IMAGE
+is not set)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def _docker_ready() -> str | None:
     return None
 
 
-def test_compose_stack_serves_reranks_and_swaps_models() -> None:
+def test_compose_stack_serves_reranks_swaps_models_and_keeps_redis_data() -> None:
     reason = _docker_ready()
     if reason:
         pytest.skip(reason)
@@ -55,4 +57,5 @@ def test_compose_stack_serves_reranks_and_swaps_models() -> None:
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n--- stderr\n{done.stderr[-4000:]}"
     out = done.stdout
     assert "ready, serving" in out and "swapped to" in out
+    assert "Redis kept its data across the restart" in out
     assert "compose smoke test passed" in out

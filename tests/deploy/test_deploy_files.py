@@ -339,6 +339,35 @@ def test_kubernetes_redis_keeps_its_data_and_never_evicts() -> None:
     assert {m["name"] for m in owner["volumeMounts"]} == {mounts[option["--dir"]]}
 
 
+def test_compose_redis_keeps_its_data_and_never_evicts(compose: dict[str, Any]) -> None:
+    """`docker compose up`'s Redis ran with `--appendonly no` and no volume: a restart of its
+    container lost the live item sets, user embeddings and impression streams."""
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    assert command[0] == "redis-server"
+    args = command[1:]
+    option = {args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}
+    assert len(args) == 2 * len(option), "every option with its value"
+    assert option["--appendonly"] == "yes" and option["--appendfsync"] == "everysec"
+    assert option["--save"] == ""  # no RDB snapshots beside the append-only file
+    assert option["--maxmemory-policy"] == "noeviction"
+    assert option["--protected-mode"] == "no"
+    # --dir is a named volume of the file's own (a bind mount or an anonymous volume would not
+    # carry the data to the next `docker compose up`).
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in redis["volumes"]}
+    volume = mounts[option["--dir"]]
+    assert volume in compose["volumes"] and not volume.startswith((".", "/"))
+    # Both images start on a new volume: redis:7-alpine's entrypoint chowns /data as root, and
+    # the stand-in, which runs as redis from the start, has /data (the volume's copied
+    # mount point) owned by redis.
+    dockerfile = (ROOT / "deploy" / "docker" / "redis.Dockerfile").read_text()
+    assert re.search(r"^USER redis$", dockerfile, re.M)
+    assert re.search(rf"chown redis:redis {re.escape(option['--dir'])}$", dockerfile, re.M)
+    assert re.search(rf"^VOLUME {re.escape(option['--dir'])}$", dockerfile, re.M)
+    # docker-compose 1.29 refuses a top-level `name:`.
+    assert "name" not in compose
+
+
 def test_kubernetes_nightly_jobs_do_not_retry_a_refusal_or_bad_input() -> None:
     from trainer.commands.nightly import EXIT_REFUSED
 

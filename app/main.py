@@ -180,6 +180,7 @@ def _probe_server(settings: Settings, app: FastAPI) -> ProbeServer:
         settings.probe_port,
         livez=lambda: liveness(admission.loop_lag, settings),
         readyz=lambda: readiness(registry, admission, settings),
+        head_timeout_s=settings.header_read_timeout_seconds,
     ).start()
 
 

@@ -454,7 +454,8 @@ def _move_current(registry: Path, installed: _Installed, previous: str | None) -
         if read_current(registry, m.name) == m.version:
             return (
                 f"warning: {registry / m.name}/HISTORY: could not record {m.version} "
-                f"({exc.strerror or exc}); CURRENT moved to it"
+                f"({exc.strerror or exc}); CURRENT moved to it (a rollback from it needs "
+                f"--to VERSION)"
             )
         _remove_installed(installed)
         left = f"CURRENT stays {previous}"

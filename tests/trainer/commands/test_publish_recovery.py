@@ -192,3 +192,9 @@ def test_history_unwritable_after_current_moved_keeps_the_publish_with_a_warning
     code, out, err = ltr_publish(registry, "--model", str(run_version(tmp_path / "runs", "v2")))
     assert code == 0 and "published m v2" in out
     assert "HISTORY: could not record v2" in err and read_current(registry, "m") == "v2"
+    assert "a rollback from it needs --to VERSION" in err
+    monkeypatch.undo()
+    code, _, err = ltr_publish(registry, "--rollback", "--name", "m")
+    assert code == 2 and "--to VERSION" in err and read_current(registry, "m") == "v2"
+    assert ltr_publish(registry, "--rollback", "--name", "m", "--to", "v1")[0] == 0
+    assert read_current(registry, "m") == "v1"

@@ -30,6 +30,7 @@ from app.artifacts.store import (
     list_versions,
     load_version,
     read_current,
+    read_history,
     set_current,
     write_version_dir,
 )
@@ -513,7 +514,11 @@ def roll_back(
                 log.warning("%s", warning.removeprefix("warning: "))
             pushed = warning is None and artifact.manifest.user_clusters is not None
         try:
-            set_current(registry, name, target, rollback=True)
+            # A named version HISTORY does not hold is a move forward from CURRENT, which a
+            # later rollback returns to (as a rollback it would forget CURRENT: a trial saw
+            # v01 --to v03, then a rollback to v02, the version rolled back from).
+            back = to is None or target in read_history(registry, name)
+            set_current(registry, name, target, rollback=back)
         except OSError as exc:
             left = f"CURRENT is {read_current(registry, name)}"
             path = model_dir / CURRENT_FILE

@@ -67,14 +67,16 @@ def rollback_target(registry: Path, name: str) -> str | None:
 def _unknown_previous(
     registry: Path, name: str, current: str, history: list[str], versions: list[str]
 ) -> str:
-    recorded = [v for v in history[: history.index(HISTORY_GAP)] if v != HISTORY_GAP]
+    last_gap = len(history) - 1 - history[::-1].index(HISTORY_GAP)
+    recorded = [v for v in history[:last_gap] if v != HISTORY_GAP]
     newest_first = ", ".join(reversed(versions))
     return (
-        f"{Path(registry) / name}: CURRENT {current} was set by something that does not keep "
-        f"HISTORY (an older ltr's publish or rollback, or a hand edit), so the version before "
-        f"it is not known (HISTORY last recorded {recorded[-1] if recorded else 'nothing'}); "
-        f"name it: ltr publish --rollback --name {name} --to VERSION (installed, newest "
-        f"first: {newest_first})"
+        f"{Path(registry) / name}: HISTORY does not say which version came before CURRENT "
+        f"{current}: CURRENT was moved, at or before {current}, by something that does not "
+        f"keep HISTORY (an older ltr's publish or rollback, or a hand edit); before that, "
+        f"HISTORY last recorded {recorded[-1] if recorded else 'nothing'}. Name the version: "
+        f"ltr publish --rollback --name {name} --to VERSION (installed, newest first: "
+        f"{newest_first})"
     )
 
 

@@ -171,9 +171,10 @@ def test_after_an_older_release_published_rollback_names_what_it_cannot_know(
         rollback(registry, "m")
     assert read_current(registry, "m") == "v03"
     assert rollback(registry, "m", to="v02") == ("v03", "v02")
-    with pytest.raises(PreviousUnknown):  # what came before v02 is not known either
+    assert rollback(registry, "m") == ("v02", "v03")  # undoes the named rollback
+    with pytest.raises(PreviousUnknown):  # before v03: not known
         rollback(registry, "m")
-    assert rollback(registry, "m", to="v01") == ("v02", "v01")
+    assert rollback(registry, "m", to="v01") == ("v03", "v01")
 
 
 def test_after_an_older_release_rolled_back_the_version_rolled_back_from_is_not_redeployed(
@@ -186,7 +187,7 @@ def test_after_an_older_release_rolled_back_the_version_rolled_back_from_is_not_
         publish(run_version(tmp_path / "runs", version, leaf=float(i)), registry)
     _older_release_points_current_at(registry, "v01")
     _older_release_publishes(registry, "v03")
-    with pytest.raises(PreviousUnknown, match="CURRENT v03 was set by something"):
+    with pytest.raises(PreviousUnknown, match="came before CURRENT v03: CURRENT was moved"):
         rollback(registry, "m")
     assert read_current(registry, "m") == "v03"
 
@@ -219,3 +220,27 @@ def test_cli_rollback_to_a_named_version(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["to"] == "v01"
     result = runner.invoke(app, ["publish", "--registry", str(registry), "--to", "v01"])
     assert result.exit_code == 2 and "--to goes with --rollback" in result.stderr
+
+
+def test_a_rollback_to_a_named_version_is_undone_by_the_next_rollback(tmp_path: Path) -> None:
+    """A re-check trial: v01, v02, v03; rolled back twice to v01; --to v03; a plain rollback
+    then went to v02 (install order), the version rolled back from, not to v01."""
+    registry = tmp_path / "registry"
+    for i, version in enumerate(("v01", "v02", "v03")):
+        publish(run_version(tmp_path / "runs", version, leaf=float(i)), registry)
+    assert rollback(registry, "m") == ("v03", "v02")
+    assert rollback(registry, "m") == ("v02", "v01")
+    assert rollback(registry, "m", to="v03") == ("v01", "v03")
+    assert rollback(registry, "m") == ("v03", "v01")
+
+
+def test_the_refusal_says_where_history_lost_track(tmp_path: Path) -> None:
+    """A re-check trial: the refusal said CURRENT had been set by something that does not keep
+    HISTORY where this release had set it, the gap lying further back."""
+    registry = tmp_path / "registry"
+    publish(run_version(tmp_path / "runs", "v01"), registry)
+    _older_release_publishes(registry, "v02", leaf=2.0)
+    publish(run_version(tmp_path / "runs", "v03", leaf=3.0), registry)
+    assert rollback(registry, "m") == ("v03", "v02")
+    with pytest.raises(PreviousUnknown, match=r"at or before v02, .*last recorded v01"):
+        rollback(registry, "m")

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from app.api.dependencies import ImpressionsDep
 from app.api.errors import json_error
+from app.api.key_counts import check_feedback, fields
 from app.api.request_matrix import decode_body
 from app.api.schemas import BODY_ERRORS, MessageResponse, ValidationErrorResponse
 from app.impressions.feedback import LOGGING_OFF, FeedbackError, FeedbackUnavailable
@@ -57,6 +58,9 @@ class FeedbackRequest(BaseModel):
     events: list[FeedbackEvent] = Field(min_length=1, max_length=MAX_EVENTS)
 
 
+_REQUEST_FIELDS, _EVENT_FIELDS = fields(FeedbackRequest), fields(FeedbackEvent)
+
+
 class FeedbackResponse(BaseModel):
     request_id: str
     accepted: int = Field(description="Events recorded now.")
@@ -91,7 +95,9 @@ async def feedback(
     request id + candidate + type counts once: repeats are answered 202 and ignored."""
     # Decoded here, not by FastAPI: its parser answers 400 (undocumented) for bodies that are
     # not UTF-8, and its lax mode would turn "5" into 5; every bad body is a 422 here.
-    body = FeedbackRequest.model_validate(decode_body(await request.body()))
+    doc = decode_body(await request.body())
+    check_feedback(doc, _REQUEST_FIELDS, _EVENT_FIELDS)  # one error, not one per unknown key
+    body = FeedbackRequest.model_validate(doc)
     if impressions is None:
         return json_error(503, LOGGING_OFF)
     events: list[dict[str, Any]] = [e.model_dump() for e in body.events]

@@ -30,6 +30,7 @@ from app import metrics
 from app.api.admission import Shed
 from app.api.body_marks import KERNEL, BodyMarks, ShedKernels
 from app.api.errors import json_error
+from app.api.key_counts import check_envelope
 from app.api.middleware import safe_request_id
 from app.api.request_matrix import (
     ID_TYPE_MESSAGE,
@@ -313,6 +314,7 @@ def _fallback(
             ids.append(cid)
         split = doc, ids, None
     doc, ids, raw_ids = split
+    check_envelope(doc)  # before pydantic: one error, not one per unknown key
     envelope = RerankEnvelope.model_validate(doc)
     n = len(ids)
     where = ("body", "candidates")

@@ -37,6 +37,7 @@ from app.api.dependencies import (
     SettingsDep,
 )
 from app.api.errors import json_error
+from app.api.key_counts import check_envelope
 from app.api.query_values import QUERY_NAMES
 from app.api.retrieval_order import split_candidates
 from app.api.schemas import (
@@ -164,6 +165,7 @@ async def _parse(
         doc, candidates = await decoding
         # The model's query feature names, asked for only to name a bad value (error path).
         names = {QUERY_NAMES: partial(_query_names, registry, doc)} if "query" in doc else None
+        check_envelope(doc)  # before pydantic: one error, not one per unknown key
         envelope = RerankEnvelope.model_validate(doc, context=names)
         model = registry.get(envelope.model)
         lookup = slot.lookup_time()

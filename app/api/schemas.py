@@ -15,9 +15,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from pydantic_core import PydanticCustomError
 
 from app.api.query_values import checked_query_features
+from app.api.request_matrix import LOC_MOST
 from app.artifacts.manifest import NAME_PATTERN
+from app.errors import clipped
 
 ProfileValue = str | int | float | bool | None
+_PROFILE_TYPES = frozenset({str, int, float, bool, type(None)})
+_PROFILE_BAD_MOST = 4  # a few bad values are named by pydantic, one by one
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
 
 _ID_ONLY_EXAMPLE: dict[str, Any] = {
@@ -49,6 +53,22 @@ class UserInfo(BaseModel):
 
     id: str | None = Field(None, max_length=256)
     profile: dict[str, ProfileValue] = Field(default_factory=dict)
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _few_errors(cls, value: Any) -> Any:
+        # pydantic reports a bad value once per type of the union: a million of them were
+        # four million errors. Many bad values are one error; a few are pydantic's own.
+        if type(value) is dict:
+            bad = [key for key, v in value.items() if type(v) not in _PROFILE_TYPES]
+            if len(bad) > _PROFILE_BAD_MOST:
+                raise PydanticCustomError(
+                    "too_many_errors",
+                    "{count} profile values are not a string, number, boolean or null "
+                    "(the first: {first})",
+                    {"count": f"{len(bad):,}", "first": clipped(bad[0], LOC_MOST)},
+                )
+        return value
 
 
 class QueryInfo(BaseModel):

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from app.errors import LtrError, clipped
 from app.features.redis_store import TTLCache
+from app.impressions.served_ring import ServedRing
 from app.impressions.sink import (
     DROPPED,
     ImpressionSink,
@@ -78,11 +79,11 @@ class FeedbackUnavailable(FeedbackError):
 class Served:
     """What one request served: its ids and the (id, type) feedback already recorded.
 
-    The ids are kept as the JSON list they were served as: a set of 1,000 short strings held
-    96 KB, so 50,000 requests held 4.8 GB per worker; the JSON holds 10-20 bytes an id, and its
-    length is what the index counts."""
+    The ids are kept as the JSON list they were served as, in the worker's ServedRing (a set of
+    1,000 short strings held 96 KB, so 50,000 requests held 4.8 GB per worker)."""
 
-    encoded: bytes
+    ring: ServedRing
+    span: tuple[int, int]
     seen: set[tuple[Any, str]] = field(default_factory=set)
     # Read from Redis's record, which the first replica to log the request id wrote (SET NX):
     # the impression every replica and `ltr dataset` refer to. A replica's own entry is not
@@ -90,13 +91,15 @@ class Served:
     shared: bool = False
 
     @property
-    def ids(self) -> set[Any]:
-        """Decoded for each feedback call (tens of microseconds), not kept."""
-        return set(orjson.loads(self.encoded))
+    def alive(self) -> bool:
+        return self.ring.get(self.span) is not None
 
     @property
-    def weight(self) -> int:
-        return len(self.encoded)
+    def ids(self) -> set[Any]:
+        """Decoded for each feedback call (tens of microseconds), not kept; empty once the
+        ring has overwritten them."""
+        encoded = self.ring.get(self.span)
+        return set() if encoded is None else set(orjson.loads(encoded))
 
 
 def _seen_field(candidate: Any, kind: str) -> bytes:
@@ -125,9 +128,8 @@ class ImpressionLog:
         self.redis = writer.client if isinstance(writer, RedisStreamWriter) else None
         self.prefix = settings.redis_prefix
         self.ttl = settings.impressions_ttl_seconds
-        self.index = TTLCache(
-            float(self.ttl), LOCAL_INDEX_MAX, max_weight=settings.impressions_index_max_mb * 2**20
-        )
+        self.index = TTLCache(float(self.ttl), LOCAL_INDEX_MAX)
+        self.ring = ServedRing(settings.impressions_index_max_mb * 2**20)
 
     @property
     def enabled(self) -> bool:
@@ -180,8 +182,9 @@ class ImpressionLog:
         # on it refers to what was first served under it.
         size = int(features.nbytes) + len(encoded)
         if self.sink.submit(record, size) and not self.index.get(request_id)[0]:
-            entry = Served(encoded)
-            self.index.put(request_id, entry, weight=entry.weight)
+            span = self.ring.add(encoded)
+            if span is not None:
+                self.index.put(request_id, Served(self.ring, span))
 
     async def record_feedback(
         self, request_id: str, events: list[dict[str, Any]]
@@ -219,6 +222,8 @@ class ImpressionLog:
         entry only until that record is written); else what this process served."""
         _, local = self.index.get(request_id)
         assert local is None or isinstance(local, Served)
+        if local is not None and not local.alive:  # its ids overwritten by newer requests'
+            local = None
         if local is not None and (self.redis is None or local.shared):
             return local
         if self.redis is None:
@@ -241,10 +246,16 @@ class ImpressionLog:
                 return local  # not written yet: this replica's is the first so far
             raise UnknownRequest(f"unknown request id {request_id!r}")
         _served_ids(raw, request_id)  # refused here if it is no impression of ours
-        served = Served(raw if isinstance(raw, bytes) else raw.encode(), shared=True)
+        data = raw if isinstance(raw, bytes) else raw.encode()
+        span = self.ring.add(data)
+        if span is None:  # larger than the ring: checked against in a ring of its own, not kept
+            own = ServedRing(len(data))
+            own.add(data)
+            return Served(own, (0, len(data)), shared=True)
+        served = Served(self.ring, span, shared=True)
         if local is not None:
             served.seen = local.seen
-        self.index.put(request_id, served, weight=served.weight)
+        self.index.put(request_id, served)
         return served
 
     async def _shared_record(self, request_id: str, *, wait: bool) -> bytes | str | None:

@@ -45,6 +45,9 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 BATCH_MAX = 256  # records per write: one pipeline / one write() call
+# Bytes per write as well: 256 impressions of 1,000 x 300 features are 300 MB, held (and
+# encoded, twice that) while a stalled Redis takes WRITE_TIMEOUT_S to refuse them.
+BATCH_MAX_BYTES = 16 * 2**20
 WRITE_TIMEOUT_S = 2.0  # a batch that takes longer is dropped (the queue keeps filling meanwhile)
 CLOSE_TIMEOUT_S = 2.0  # how long shutdown waits for the queue to drain
 # While the sink cannot write, the log says so when it starts and when it ends, and in between
@@ -222,7 +225,7 @@ class ImpressionSink:
     def submit(self, record: dict[str, Any], size: int = 0) -> bool:
         """Queue `record`, which holds about `size` bytes (its feature rows, its ids)."""
         try:
-            if self.queued_bytes + size > self.max_bytes and self._sizes:
+            if self.queued_bytes and self.queued_bytes + size > self.max_bytes:
                 raise asyncio.QueueFull
             self.queue.put_nowait(record)
         except asyncio.QueueFull:
@@ -232,12 +235,20 @@ class ImpressionSink:
         self.queued_bytes += size
         return True
 
-    def _taken(self, record: dict[str, Any]) -> dict[str, Any]:
-        self.queued_bytes -= self._sizes.popleft()
-        return record
+    async def _next_batch(self) -> tuple[list[dict[str, Any]], int]:
+        """Records off the queue for one write, and the bytes they hold: those stay counted
+        in `queued_bytes` until `_done` (a batch being written holds its records too)."""
+        batch = [await self.queue.get()]
+        held = self._sizes.popleft()
+        while len(batch) < BATCH_MAX and held < BATCH_MAX_BYTES and not self.queue.empty():
+            batch.append(self.queue.get_nowait())
+            held += self._sizes.popleft()
+        return batch, held
 
-    def _take(self) -> dict[str, Any]:
-        return self._taken(self.queue.get_nowait())
+    def _done(self, batch: list[dict[str, Any]], held: int) -> None:
+        self.queued_bytes -= held
+        for _ in batch:
+            self.queue.task_done()
 
     async def start(self) -> None:
         if self._task is None:
@@ -249,14 +260,11 @@ class ImpressionSink:
         if not await self.usable():
             self._outage.failed(self.failing or "", 0, error=True)
         while True:
-            batch = [self._taken(await self.queue.get())]
-            while len(batch) < BATCH_MAX and not self.queue.empty():
-                batch.append(self._take())
+            batch, held = await self._next_batch()
             try:
                 await self._write(batch)
             finally:
-                for _ in batch:
-                    self.queue.task_done()
+                self._done(batch, held)
 
     async def _write(self, batch: list[dict[str, Any]]) -> None:
         try:
@@ -276,14 +284,11 @@ class ImpressionSink:
     async def flush(self) -> None:
         """Write whatever is queued now (tests and shutdown)."""
         while not self.queue.empty():
-            batch: list[dict[str, Any]] = []
-            while len(batch) < BATCH_MAX and not self.queue.empty():
-                batch.append(self._take())
+            batch, held = await self._next_batch()
             try:
                 await self._write(batch)
             finally:
-                for _ in batch:
-                    self.queue.task_done()
+                self._done(batch, held)
 
     async def close(self) -> None:
         """Give the queue up to CLOSE_TIMEOUT_S to drain (the batch in flight included), then
@@ -300,7 +305,9 @@ class ImpressionSink:
                 await self._task
             self._task = None
         while not self.queue.empty():
-            DROPPED.labels(self._take().get("kind", "unknown"), "shutdown").inc()
+            record = self.queue.get_nowait()
+            self.queued_bytes -= self._sizes.popleft()
+            DROPPED.labels(record.get("kind", "unknown"), "shutdown").inc()
         await self.writer.close()
 
 

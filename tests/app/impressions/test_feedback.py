@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -268,7 +270,7 @@ def test_the_served_ids_kept_for_feedback_are_bounded_in_bytes(tmp_path: Path) -
     config = jsonl_settings(tmp_path, impressions_index_max_mb=1)
     ids = [f"doc-{j:04d}-" + "x" * 90 for j in range(1000)]  # ~100 KB of JSON a request
 
-    async def go() -> tuple[float, tuple[int, int]]:
+    async def go() -> tuple[int, int]:
         log = ImpressionLog(config)
         for r in range(30):
             log.log_rerank(
@@ -277,9 +279,53 @@ def test_the_served_ids_kept_for_feedback_are_bounded_in_bytes(tmp_path: Path) -
         with pytest.raises(UnknownRequest):  # the oldest made room for the newest
             await log.record_feedback("r0", [click(ids[0])])
         newest = await log.record_feedback("r29", [click(ids[5])])
-        held = log.index.weight
         await log.close()
-        return held, newest
+        return newest
 
-    held, newest = asyncio.run(go())
-    assert held <= 2**20 and newest == (1, 0)
+    assert asyncio.run(go()) == (1, 0)
+
+
+RSS_PROBE = """
+import os, sys
+import numpy as np, orjson
+from pathlib import Path
+from app.impressions.feedback import ImpressionLog
+from app.settings import Settings
+
+class Takes:  # a sink that takes every record (and keeps none)
+    def submit(self, record, size=0):
+        return True
+
+def rss_mb():
+    return int(open(f"/proc/{os.getpid()}/statm").read().split()[1]) * 4096 / 2**20
+
+log = ImpressionLog(Settings(impressions_enabled=True, impressions_jsonl=Path(sys.argv[1]),
+                             impressions_index_max_mb=16))
+log.sink = Takes()
+start = rss_mb()
+for r in range(3000):  # a request's large transient buffers around each kept entry
+    body = orjson.dumps({"candidates": [{"id": f"r{r}-{j}", "features": {"f1": 0.5}}
+                                        for j in range(1000)]})
+    ids = [c["id"] for c in orjson.loads(body)["candidates"]]
+    rows = np.full((1000, 300), np.nan, np.float32)
+    served = {"request_id": f"r{r}", "model": {"name": "m", "version": "v"},
+              "_order": list(range(1000))}
+    log.log_rerank(served, None, None, None, ids, rows)
+print(round(rss_mb() - start))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc")
+def test_the_memory_the_served_ids_hold_is_the_setting_not_a_multiple(tmp_path: Path) -> None:
+    """A re-check trial: small entries kept between each request's large transient buffers
+    fragmented the heap, so 64 MB of ids held 1.6 GB (16 MB: +399 MB in this probe); one
+    ring allocated once holds them now."""
+    probe = subprocess.run(
+        [sys.executable, "-c", RSS_PROBE, str(tmp_path / "log.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert int(probe.stdout) < 16 + 60, probe.stdout  # the ring, and allocator slack

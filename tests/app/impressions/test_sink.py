@@ -111,6 +111,26 @@ def test_a_stalled_sink_holds_at_most_its_bytes() -> None:
     assert left == 0 and again
 
 
+def test_a_batch_being_written_still_counts_against_the_bytes() -> None:
+    """A re-check trial: bytes were released when a batch left the queue, so behind a paused
+    Redis each stalled write held up to 256 more records (RSS 1.0 -> 3.2 GB, 256 MB allowed)."""
+    rows = np.zeros((100, 10), np.float32)
+
+    async def go() -> tuple[list[bool], bool, int]:
+        sink = ImpressionSink(Stuck(), queue_size=1000, max_bytes=4 * rows.nbytes)
+        record = impression_record("r", None, None, None, "m", "v", ["a"] * 100, rows)
+        await sink.start()
+        accepted = [sink.submit(record, rows.nbytes) for _ in range(4)]
+        await asyncio.sleep(0.05)  # the drain task takes them: one write, stuck
+        later = sink.submit(record, rows.nbytes)
+        held = sink.queued_bytes
+        await sink.close()
+        return accepted, later, held
+
+    accepted, later, held = asyncio.run(go())
+    assert accepted == [True] * 4 and not later and held == 4 * rows.nbytes
+
+
 def test_failing_sink_drops_and_counts() -> None:
     async def go() -> None:
         sink = ImpressionSink(Broken(), queue_size=10)

@@ -1,0 +1,41 @@
+"""The served ids a worker keeps for /feedback, in one ring of bytes allocated once.
+
+Each request's ids were a small bytes object of their own (10-20 bytes an id), allocated
+between a request's large transient buffers (its feature matrix, its body): long-lived small
+objects scattered through the heap kept its pages from being returned, so 64 MB of them held
+1.6 GB of resident memory (a re-check trial: 1,000 short ids a request, 5,600 requests held).
+Written into one preallocated ring instead, they cost the ring's size and nothing more: a new
+request's ids overwrite the oldest, and an entry whose bytes were overwritten is gone.
+"""
+
+from __future__ import annotations
+
+
+class ServedRing:
+    """`capacity` bytes; `add` gives a span, `get` its bytes while they are not overwritten."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._buffer = bytearray(capacity)  # calloc'd: pages become resident as they are used
+        self._end = 0  # bytes ever written (positions are absolute; the ring holds the last)
+
+    def add(self, data: bytes) -> tuple[int, int] | None:
+        """Where `data` went (absolute start, length); None if it is larger than the ring."""
+        size = len(data)
+        if size > self.capacity:
+            return None
+        at = self._end % self.capacity
+        if at + size > self.capacity:  # not split across the wrap: the tail is skipped
+            self._end += self.capacity - at
+            at = 0
+        self._buffer[at : at + size] = data
+        start, self._end = self._end, self._end + size
+        return start, size
+
+    def get(self, span: tuple[int, int]) -> bytes | None:
+        """The bytes at `span`, None once they have been overwritten."""
+        start, size = span
+        if start < self._end - self.capacity:
+            return None
+        at = start % self.capacity
+        return bytes(self._buffer[at : at + size])

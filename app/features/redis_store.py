@@ -54,23 +54,15 @@ class Fetch:
 
 
 class TTLCache:
-    """Bounded LRU map whose entries expire `ttl` seconds after they were stored; bounded by
-    `max_entries`, and by `max_weight` for the sum of the weights entries are stored with (their
-    bytes, say)."""
+    """Bounded LRU map whose entries expire `ttl` seconds after they were stored."""
 
     def __init__(
-        self,
-        ttl: float,
-        max_entries: int,
-        clock: Callable[[], float] = time.monotonic,
-        max_weight: float = math.inf,
+        self, ttl: float, max_entries: int, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
-        self.max_weight = max_weight
-        self.weight = 0.0  # of the entries held
         self._clock = clock
-        self._data: OrderedDict[Hashable, tuple[float, Any, float]] = OrderedDict()
+        self._data: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._data)
@@ -80,40 +72,31 @@ class TTLCache:
         entry = self._data.get(key)
         if entry is None:
             return False, None
-        expires, value, _ = entry
+        expires, value = entry
         if self._clock() >= expires:
-            self._drop(key)
+            del self._data[key]
             return False, None
         self._data.move_to_end(key)
         return True, value
 
-    def put(self, key: Hashable, value: Any, ttl: float | None = None, weight: float = 0.0) -> None:
-        """Store `value` for `ttl` seconds (default: the cache's); the oldest entries make room
-        for its `weight`. One heavier than `max_weight` alone is not stored."""
+    def put(self, key: Hashable, value: Any, ttl: float | None = None) -> None:
+        """Store `value` for `ttl` seconds (default: the cache's)."""
         ttl = self.ttl if ttl is None else min(ttl, self.ttl)
-        if self.max_entries <= 0 or ttl <= 0 or weight > self.max_weight:
-            self._drop(key)  # not the value of an earlier put either
+        if self.max_entries <= 0 or ttl <= 0:
             return
-        self._drop(key)
-        self._data[key] = (self._clock() + ttl, value, weight)
-        self.weight += weight
-        while len(self._data) > self.max_entries or self.weight > self.max_weight:
-            self._drop(next(iter(self._data)))
-
-    def _drop(self, key: Hashable) -> None:
-        entry = self._data.pop(key, None)
-        if entry is not None:
-            self.weight -= entry[2]
+        self._data[key] = (self._clock() + ttl, value)
+        self._data.move_to_end(key)
+        while len(self._data) > self.max_entries:
+            self._data.popitem(last=False)
 
     def clear(self) -> None:
         self._data.clear()
-        self.weight = 0.0
 
     def discard_where(self, predicate: Callable[[Hashable], bool]) -> int:
         """Drop the entries whose key satisfies `predicate`; how many."""
         doomed = [key for key in self._data if predicate(key)]
         for key in doomed:
-            self._drop(key)
+            del self._data[key]
         return len(doomed)
 
 

@@ -92,7 +92,7 @@ class Served:
 
     @property
     def alive(self) -> bool:
-        return self.ring.get(self.span) is not None
+        return self.ring.holds(self.span)
 
     @property
     def ids(self) -> set[Any]:

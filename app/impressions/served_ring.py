@@ -32,10 +32,13 @@ class ServedRing:
         start, self._end = self._end, self._end + size
         return start, size
 
+    def holds(self, span: tuple[int, int]) -> bool:
+        """Whether `span`'s bytes are still there (not overwritten)."""
+        return span[0] >= self._end - self.capacity
+
     def get(self, span: tuple[int, int]) -> bytes | None:
         """The bytes at `span`, None once they have been overwritten."""
-        start, size = span
-        if start < self._end - self.capacity:
+        if not self.holds(span):
             return None
-        at = start % self.capacity
-        return bytes(self._buffer[at : at + size])
+        at = span[0] % self.capacity
+        return bytes(self._buffer[at : at + span[1]])

@@ -24,18 +24,18 @@ NF = 20
 NOT_LOADED = '503 {"detail":"no model loaded yet"}'
 
 
-def ltr_serve(registry: Path, workers: int) -> UvicornServer:
-    env = {"LTR_REGISTRY": str(registry), "LTR_BODY_SCAN": "false"}
+def ltr_serve(registry: Path, workers: int, **settings: str) -> UvicornServer:
+    env = {"LTR_REGISTRY": str(registry), "LTR_BODY_SCAN": "false", **settings}
     server = UvicornServer(env, workers)
     server.command = [sys.executable, "-m", "trainer", "serve", "--port", str(server.port)]
     server.command += ["--workers", str(workers), "--log-level", "warning"]
     return server
 
 
-def serving(registry: Path, workers: int) -> UvicornServer:
+def serving(registry: Path, workers: int, **settings: str) -> UvicornServer:
     """Started, and every worker ready: /readyz answered by one worker says nothing of the
     other, so 20 fresh connections (spread over the workers by the kernel) in a row."""
-    server = ltr_serve(registry, workers).start()
+    server = ltr_serve(registry, workers, **settings).start()
     deadline = time.monotonic() + 120
     while not all(httpx.get(f"{server.url}/readyz").status_code == 200 for _ in range(20)):
         assert time.monotonic() < deadline, server.log()
@@ -151,6 +151,31 @@ def test_a_replacement_worker_takes_no_request_before_its_model_is_loaded(
         assert outcomes["200"] > 100, outcomes
         if how == "SIGHUP":  # a kill -9 resets the connections its worker held
             assert load.lost() == [], (outcomes, server.log())
+    finally:
+        server.stop()
+
+
+def test_a_worker_killed_while_its_health_check_waits_is_replaced_at_once(
+    tmp_path: Path,
+) -> None:
+    """Before: the supervisor waited for the dead worker's answer to its ping as long as the
+    health-check timeout (60 s by default, 30 here) and only then replaced it (a CI run's
+    `kill -9` test failed on it once: no replacement in 60 s). A stopped worker holds the
+    ping unanswered, as one killed mid-ping would, for as long as it takes to be sure."""
+    publish(tmp_path, random_ensemble(NF))
+    server = serving(tmp_path, 2, LTR_WORKER_HEALTHCHECK_TIMEOUT_SECONDS="30")
+    assert server.proc is not None
+    try:
+        workers = children(server.proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGSTOP)
+        time.sleep(2.0)  # the supervisor's loop (a turn every 0.5 s) pings it and waits
+        os.kill(workers[0], signal.SIGKILL)
+        killed = time.monotonic()
+        while workers[0] in (now := children(server.proc.pid)) or len(now) < 2:
+            assert time.monotonic() - killed < 10, (now, server.log())
+            time.sleep(0.05)
+        assert server.proc.poll() is None, server.log()
     finally:
         server.stop()
 

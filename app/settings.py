@@ -229,6 +229,10 @@ class Settings(BaseSettings):
     # `events` announcement also clears the model's entries).
     redis_missing_ttl_seconds: Annotated[float, Field(ge=0)] = 1.0
     redis_cache_max_entries: Annotated[int, Field(ge=0)] = 100_000
+    # Connections each worker opens at most for its reads (one pool for the user and item
+    # features, another for /feedback's lookups); a read beyond them waits for a free one
+    # within its deadline rather than fail against a healthy Redis (app.redis_pool).
+    redis_max_connections: Annotated[int, Field(ge=1)] = 64
     breaker_failure_threshold: Annotated[int, Field(ge=1)] = 5
     breaker_reset_seconds: Annotated[float, Field(gt=0)] = 2.0
 

@@ -33,6 +33,7 @@ from app.features.circuit_breaker import CircuitBreaker, State
 from app.features.clusters import MAX_CLUSTER_ID_LENGTH
 from app.features.redis_fault_log import RedisFaultLog
 from app.loop_lag import LoopLag
+from app.redis_pool import waiting_client
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,11 @@ class RedisStore:
             return
         self.loop_lag.start()
         try:
-            self._client = aioredis.Redis.from_url(
+            self._client = waiting_client(
                 self.settings.redis_url,
+                self.settings.redis_max_connections,
+                # No read waits longer for a connection than a request may wait for its answer.
+                self.settings.request_budget_ms / 1000.0,
                 # asyncio.timeout is the real deadline; these only stop a stray socket wait.
                 socket_connect_timeout=max(self.deadline_s * 2, 0.05),
                 socket_timeout=max(self.deadline_s * 2, 0.05),

@@ -125,7 +125,7 @@ class ImpressionLog:
             if writer is None
             else ImpressionSink(writer, size, max_bytes=settings.impressions_queue_max_mb * 2**20)
         )
-        self.redis = writer.client if isinstance(writer, RedisStreamWriter) else None
+        self.redis = writer.lookups if isinstance(writer, RedisStreamWriter) else None
         self.prefix = settings.redis_prefix
         self.ttl = settings.impressions_ttl_seconds
         self.index = TTLCache(float(self.ttl), LOCAL_INDEX_MAX)

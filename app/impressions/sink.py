@@ -40,6 +40,7 @@ import redis.asyncio as aioredis
 from prometheus_client import Counter
 
 from app.errors import counted
+from app.redis_pool import waiting_client
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -158,10 +159,20 @@ class JsonlWriter:
 
 class RedisStreamWriter:
     """One pipeline per batch: XADD each record to its kind's stream (MAXLEN ~) and SET EX the
-    served ids of each impression."""
+    served ids of each impression. `lookups`: the client /feedback reads impressions with
+    (default `client`); apart, a flood of lookups cannot take the connections the writes need
+    (their batches failed "Too many connections", and were dropped)."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str, maxlen: int, ttl_seconds: int) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        prefix: str,
+        maxlen: int,
+        ttl_seconds: int,
+        lookups: aioredis.Redis | None = None,
+    ) -> None:
         self.client = client
+        self.lookups = client if lookups is None else lookups
         self.prefix = prefix
         self.maxlen = maxlen
         self.ttl = ttl_seconds
@@ -183,6 +194,8 @@ class RedisStreamWriter:
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self.lookups is not self.client:
+            await self.lookups.aclose()
 
 
 class ImpressionSink:
@@ -374,16 +387,21 @@ def make_writer(settings: Settings) -> Writer | None:
             settings.impressions_jsonl,
         )
     if settings.redis_url:
-        client = aioredis.Redis.from_url(
-            settings.redis_url,
-            socket_connect_timeout=WRITE_TIMEOUT_S,
-            socket_timeout=WRITE_TIMEOUT_S,
+        timeouts: dict[str, Any] = {
+            "socket_connect_timeout": WRITE_TIMEOUT_S,
+            "socket_timeout": WRITE_TIMEOUT_S,
+        }
+        # One batch is written at a time: the writes need a connection or two.
+        client = aioredis.Redis.from_url(settings.redis_url, **timeouts)
+        lookups = waiting_client(
+            settings.redis_url, settings.redis_max_connections, WRITE_TIMEOUT_S, **timeouts
         )
         return RedisStreamWriter(
             client,
             settings.redis_prefix,
             settings.impressions_stream_maxlen,
             settings.impressions_ttl_seconds,
+            lookups,
         )
     if settings.impressions_jsonl is not None:
         return JsonlWriter(settings.impressions_jsonl)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import redis
 
 from app.impressions.feedback import (
     RECORD_GRACE_S,
@@ -329,3 +330,37 @@ def test_the_memory_the_served_ids_hold_is_the_setting_not_a_multiple(tmp_path: 
     )
     assert probe.returncode == 0, probe.stderr
     assert int(probe.stdout) < 16 + 60, probe.stdout  # the ring, and allocator slack
+
+
+def test_lookups_beyond_the_pool_wait_and_leave_the_writes_their_connections(
+    redis_server: RedisServer,
+) -> None:
+    """Before: /feedback's lookups and the sink's writes shared a pool that refused a command
+    past 100 connections. A trial's 500 concurrent lookups of unknown ids answered 6,840 of
+    7,142 with 503 "Too many connections", and impression batches failed the same way and were
+    dropped. Here every lookup connection is taken: the impressions are still written, and a
+    lookup waits for a connection instead of failing."""
+    config = settings(redis_url=redis_server.url, redis_max_connections=3)
+    before = dropped("impression", "sink_error")
+
+    async def go() -> tuple[bool, BaseException | None]:
+        log = ImpressionLog(config)
+        assert log.redis is not None and log.sink is not None
+        pool = log.redis.connection_pool
+        held = [await pool.get_connection() for _ in range(pool.max_connections)]
+        log.log_rerank(answer("r1", ["a"], [0]), None, None, None, ["a"], features(1))
+        await log.sink.flush()
+        waiting = asyncio.ensure_future(log.record_feedback("elsewhere", [click("a")]))
+        await asyncio.sleep(0.2)
+        was_waiting = not waiting.done()
+        for conn in held:
+            await pool.release(conn)
+        failure = (await asyncio.gather(waiting, return_exceptions=True))[0]
+        await log.close()
+        return was_waiting, failure if isinstance(failure, BaseException) else None
+
+    was_waiting, failure = asyncio.run(go())
+    assert dropped("impression", "sink_error") == before
+    assert was_waiting and isinstance(failure, UnknownRequest), failure
+    with redis.Redis.from_url(redis_server.url) as client:
+        assert client.xlen("ltr:impressions") == 1

@@ -20,11 +20,14 @@ swaps in the classes below while it runs.
 - SIGHUP to a single worker (nothing restarts it: there is no supervisor) stops it as SIGTERM
   does, draining, with a log line; uvicorn's default left SIGHUP's default action, an
   immediate death with nothing logged. With several workers the supervisor restarts them.
-- The supervisor's health check of a worker ends when the worker exits. uvicorn's waited for
-  the answer to its ping as long as `worker_healthcheck_timeout_seconds` (60 s) even when the
-  worker had died meanwhile (a `kill -9` or the OOM killer while a ping was in flight: the
-  supervisor holds both ends of the pipe, so it never reads an end-of-file), and every other
-  dead worker waited behind it: one worker fewer for a minute.
+- The supervisor's health check of its workers never blocks. uvicorn's pinged each worker in
+  turn and waited for its answer up to `worker_healthcheck_timeout_seconds` (60 s): a worker
+  killed while its ping was in flight (`kill -9`, the OOM killer; the supervisor holds both
+  ends of the pipe, so it never reads an end-of-file) was replaced only a minute later, and a
+  hung worker held up the replacement of every other dead one, and SIGTERM, as long. Here
+  each turn of the supervisor's loop (0.5 s) replaces what has exited, reads the answers that
+  have come, and sends the next pings; a worker is hung when a ping stays unanswered for the
+  timeout.
 """
 
 from __future__ import annotations
@@ -33,17 +36,17 @@ import contextlib
 import ctypes
 import importlib
 import logging
-import multiprocessing.connection
 import os
 import pickle
 import signal
 import sys
+import time
 from collections.abc import Generator, Iterator
 from socket import socket
 from types import FrameType
 
 import uvicorn.supervisors.multiprocess as multiprocess
-from uvicorn.config import Config
+from uvicorn.config import STARTUP_FAILURE, Config
 from uvicorn.server import Server
 
 from app.handshake_filter import refuse_new_handshakes
@@ -93,6 +96,7 @@ class Worker(multiprocess.Process):
     def __init__(self, config: Config, sockets: list[socket]) -> None:
         self.supervisor_pid = os.getpid()
         self.replacement = _first_workers_started
+        self.ping_sent: float | None = None  # when the ping not answered yet went out
         super().__init__(config, sockets)
 
     def target(self, sockets: list[socket] | None = None) -> None:  # the worker's main
@@ -108,21 +112,20 @@ class Worker(multiprocess.Process):
             self._server = StoppingServer(config=self.config)
         return self._server
 
-    def is_alive(self, timeout: float = 5) -> bool:
-        """Running and answering a ping within `timeout` seconds; False as soon as it exits."""
+    def answering(self, now: float, timeout: float) -> bool:
+        """Running, and its last ping answered or sent less than `timeout` seconds ago; sends
+        the next ping once the last is answered. Never waits."""
         if not self.process.is_alive():
             return False
         try:
+            if self.ping_sent is not None:
+                if not self.parent_conn.poll():
+                    return now - self.ping_sent < timeout
+                self.parent_conn.recv()  # its answer, whatever the uvicorn release sends
             self.parent_conn.send(b"ping")
-            # The process's sentinel too: the pipe says nothing of a worker that died.
-            ready = multiprocessing.connection.wait(
-                [self.parent_conn, self.process.sentinel], timeout
-            )
-            if self.parent_conn not in ready:
-                return False
-            self.parent_conn.recv()  # its answer, whatever the uvicorn release sends
         except (OSError, EOFError, pickle.UnpicklingError):
             return False
+        self.ping_sent = now
         return True
 
 
@@ -154,6 +157,35 @@ class Supervisor(multiprocess.Multiprocess):
         global _first_workers_started
         super().init_processes()
         _first_workers_started = True
+
+    def keep_subprocess_alive(self) -> None:
+        """uvicorn's, with a check that never blocks (see the module's doc)."""
+        if self.should_exit.is_set():
+            return  # stopping: nothing is replaced
+        now = time.monotonic()
+        timeout = self.config.timeout_worker_healthcheck
+        for idx, process in enumerate(self.processes):
+            if isinstance(process, Worker):
+                if process.answering(now, timeout):
+                    continue
+            elif process.is_alive(timeout):  # not started by supervised(): uvicorn's check
+                continue
+            if process.process.is_alive():
+                log.error(
+                    "Child process [%s] did not answer for %s s: killed", process.pid, timeout
+                )
+            process.kill()
+            process.join()
+            if process.exitcode == STARTUP_FAILURE:
+                # It failed before serving (the app, TLS or the socket is broken): every
+                # replacement would fail the same way, as uvicorn reasons.
+                log.error("Child process [%s] failed to start, stopping the parent", process.pid)
+                self.should_exit.set()
+                return
+            log.info("Child process [%s] died", process.pid)
+            replacement = Worker(self.config, self.sockets)
+            replacement.start()
+            self.processes[idx] = replacement
 
 
 def die_with_parent(parent_pid: int) -> bool:

@@ -25,7 +25,7 @@ def test_a_command_waits_for_a_freed_connection_then_gives_up(redis_server: Redi
         assert await late is True
         held = await pool.get_connection()
         started = time.monotonic()
-        with pytest.raises(RedisConnectionError, match="no Redis connection free within 0.2 s"):
+        with pytest.raises(RedisConnectionError, match=r"no Redis connection free within 0\.2 s"):
             await client.set("k", "v")
         waited = time.monotonic() - started
         await pool.release(held)

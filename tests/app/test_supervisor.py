@@ -180,6 +180,32 @@ def test_a_worker_killed_while_its_health_check_waits_is_replaced_at_once(
         server.stop()
 
 
+def test_a_hung_worker_does_not_hold_up_the_replacement_of_a_dead_one(tmp_path: Path) -> None:
+    """Before: the supervisor waited for the hung worker's answer (the health-check timeout,
+    30 s here) before it looked at the other, killed meanwhile; then it replaces the hung one
+    once the timeout has passed."""
+    publish(tmp_path, random_ensemble(NF))
+    server = serving(tmp_path, 2, LTR_WORKER_HEALTHCHECK_TIMEOUT_SECONDS="8")
+    assert server.proc is not None
+    try:
+        hung, dead = children(server.proc.pid)
+        os.kill(hung, signal.SIGSTOP)
+        time.sleep(2.0)  # the supervisor's loop pings it and gets no answer
+        os.kill(dead, signal.SIGKILL)
+        killed = time.monotonic()
+        while dead in (now := children(server.proc.pid)) or len(now) < 2:
+            assert time.monotonic() - killed < 4, (now, server.log())
+            time.sleep(0.05)
+        assert hung in now  # not yet: its ping has been unanswered for about 2 s of 8
+        while hung in (now := children(server.proc.pid)) or len(now) < 2:
+            assert time.monotonic() - killed < 20, (now, server.log())
+            time.sleep(0.1)
+        assert f"Child process [{hung}] did not answer for 8 s: killed" in server.log()
+        assert server.proc.poll() is None, server.log()
+    finally:
+        server.stop()
+
+
 def test_the_first_start_answers_probes_while_the_model_loads(tmp_path: Path) -> None:
     publish(tmp_path, random_ensemble(NF, num_trees=300, depth=6))
     server = ltr_serve(tmp_path, 2).start()  # returns once /livez answers

@@ -30,31 +30,43 @@ class WaitingPool(aioredis.ConnectionPool):
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        if not self.can_get_connection():
-            await self._wait_for_one()
-        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        until = asyncio.get_running_loop().time() + self.wait_s
+        while True:
+            if self.can_get_connection():
+                try:
+                    return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+                except RedisConnectionError:
+                    if self.can_get_connection():
+                        raise  # not for want of a connection (Redis refused one, say)
+                    # taken by another caller while this one waited for the pool's lock
+            await self._wait_for_one(until)
 
-    async def _wait_for_one(self) -> None:
+    async def _wait_for_one(self, until: float) -> None:
+        """Until a connection is released, or `until` (event-loop time) has passed."""
         loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.append(waiter)
+        woken = False
         try:
-            async with asyncio.timeout(self.wait_s):
-                # A connection freed may be taken by a caller that did not wait: look again.
-                while not self.can_get_connection():
-                    waiter = loop.create_future()
-                    self._waiters.append(waiter)
-                    try:
-                        await waiter
-                    finally:
-                        if not waiter.done():
-                            waiter.cancel()
+            async with asyncio.timeout_at(until):
+                await waiter
+            woken = True
         except TimeoutError:
             raise RedisConnectionError(
                 f"no Redis connection free within {self.wait_s:g} s "
                 f"(all {self.max_connections} in use)"
             ) from None
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            elif not woken and not waiter.cancelled():
+                self._wake_one()  # woken, but leaving (timed out, cancelled): the next one's turn
 
     async def release(self, connection: Any) -> None:
         await super().release(connection)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

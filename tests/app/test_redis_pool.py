@@ -36,3 +36,27 @@ def test_a_command_waits_for_a_freed_connection_then_gives_up(redis_server: Redi
 
     value, waited = asyncio.run(go())
     assert value == b"v" and 0.19 <= waited < 1.0
+
+
+def test_a_woken_waiter_that_leaves_passes_its_turn_on(redis_server: RedisServer) -> None:
+    """A waiter woken by a release but cancelled (its request timed out) before it ran would
+    leave the connection idle while the next waiter slept on (5 s here)."""
+
+    async def go() -> float:
+        client = waiting_client(redis_server.url, 1, wait_s=5.0)
+        pool = client.connection_pool
+        held = await pool.get_connection()
+        first = asyncio.ensure_future(pool.get_connection())
+        second = asyncio.ensure_future(pool.get_connection())
+        await asyncio.sleep(0.05)
+        assert not first.done() and not second.done()
+        await pool.release(held)  # wakes the first
+        first.cancel()  # before it runs
+        started = time.monotonic()
+        conn = await asyncio.wait_for(second, 2.0)
+        waited = time.monotonic() - started
+        await pool.release(conn)
+        await client.aclose()
+        return waited
+
+    assert asyncio.run(go()) < 0.5

@@ -37,7 +37,6 @@ import ctypes
 import importlib
 import logging
 import os
-import pickle
 import signal
 import sys
 import time
@@ -121,9 +120,11 @@ class Worker(multiprocess.Process):
             if self.ping_sent is not None:
                 if not self.parent_conn.poll():
                     return now - self.ping_sent < timeout
-                self.parent_conn.recv()  # its answer, whatever the uvicorn release sends
+                # Its answer, whatever the uvicorn release sends, read as bytes: never
+                # unpickled (the service unpickles nothing).
+                self.parent_conn.recv_bytes()
             self.parent_conn.send(b"ping")
-        except (OSError, EOFError, pickle.UnpicklingError):
+        except (OSError, EOFError):
             return False
         self.ping_sent = now
         return True

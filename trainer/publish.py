@@ -235,7 +235,8 @@ def _cluster_ids(artifact: Artifact) -> list[str]:
 
 
 def _change_warnings(registry: Path, name: str, old: str | None, new: Artifact) -> list[str]:
-    if old is None or old == new.manifest.version:
+    # None when `old` is no installed version (a blank or garbled CURRENT being set right).
+    if old is None or old == new.manifest.version or old not in list_versions(registry, name):
         return []
     try:
         previous = load_version(Path(registry) / name / old)
@@ -252,8 +253,8 @@ def candidate_warning(
     registry: Path, name: str, current: str | None, candidate: Artifact
 ) -> str | None:
     """One line when `ltr experiment start` would refuse `candidate` against CURRENT."""
-    if current is None or current == candidate.manifest.version:
-        return None
+    if current not in list_versions(registry, name) or current == candidate.manifest.version:
+        return None  # none (a blank or garbled CURRENT): nothing to compare with
     try:
         control = load_version(Path(registry) / name / current)
     except ArtifactError:
@@ -491,12 +492,18 @@ def roll_back(
     """Point CURRENT back at the version it named before (trainer.retention.rollback_target),
     or at installed version `to`. Rolling back again goes further back."""
     model_dir = Path(registry) / name
-    if read_current(registry, name) is None:  # checked before the lock creates the directory
+    # Checked before the lock creates the directory.
+    if not model_dir.is_dir() or (to is None and read_current(registry, name) is None):
         raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
     with model_lock(registry, name):
         current = read_current(registry, name)
-        if current is None or not (model_dir / current).is_dir():
-            raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
+        # A hand edit, a disk fault: `--to` points CURRENT at an installed version again.
+        if to is None and (current is None or not (model_dir / current).is_dir()):
+            named = "no version" if current is None else f"{current!r}, no installed version"
+            raise ArtifactError(
+                f"{model_dir / CURRENT_FILE} names {named}: point it at one with --rollback "
+                f"--to VERSION (installed, newest first: {_newest_first(model_dir)})"
+            )
         target = rollback_target(registry, name) if to is None else _installed_target(model_dir, to)
         if target is None:
             raise ArtifactError(f"{model_dir}: no version before {current} to roll back to")
@@ -524,17 +531,20 @@ def roll_back(
             path = model_dir / CURRENT_FILE
             raise _located(exc, path, f"moving CURRENT to {target}", left) from exc
         announced = _try_announce(redis_url, redis_prefix, name, target)
-    return RollbackResult(name, current, target, pushed, announced)
+    return RollbackResult(name, current or "", target, pushed, announced)
 
 
 def _installed_target(model_dir: Path, version: str) -> str:
-    installed_versions = list_versions(model_dir.parent, model_dir.name)
-    if version not in installed_versions:
-        installed = ", ".join(reversed(installed_versions))
+    if version not in list_versions(model_dir.parent, model_dir.name):
+        installed = _newest_first(model_dir)
         raise ArtifactError(
             f"{model_dir}: no installed version {version!r} (installed, newest first: {installed})"
         )
     return version
+
+
+def _newest_first(model_dir: Path) -> str:
+    return ", ".join(reversed(list_versions(model_dir.parent, model_dir.name))) or "none"
 
 
 def rollback_warnings(registry: Path, name: str, old: str, new: str) -> list[str]:

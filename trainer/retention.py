@@ -73,7 +73,8 @@ def _unknown_previous(
     return (
         f"{Path(registry) / name}: HISTORY does not say which version came before CURRENT "
         f"{current}: CURRENT was moved, at or before {current}, by something that does not "
-        f"keep HISTORY (an older ltr's publish or rollback, or a hand edit); before that, "
+        f"keep HISTORY (an older ltr's publish or rollback, a hand edit, or a publish stopped "
+        f"between writing CURRENT and HISTORY); before that, "
         f"HISTORY last recorded {recorded[-1] if recorded else 'nothing'}. Name the version: "
         f"ltr publish --rollback --name {name} --to VERSION (installed, newest first: "
         f"{newest_first})"

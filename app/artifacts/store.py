@@ -195,11 +195,26 @@ def _check_item_files(mpath: Path, manifest: Manifest, listed: set[str]) -> None
 
 
 def read_current(registry: Path, name: str) -> str | None:
+    """The version CURRENT names; None when CURRENT is missing or blank. Bytes that are not
+    UTF-8 are read as U+FFFD: a name no version has, refused as such by whoever follows it
+    (a UnicodeDecodeError escaped the service's reload loop and froze the models after it)."""
     try:
-        text = (Path(registry) / name / CURRENT_FILE).read_text().strip()
+        text = _read_text(Path(registry) / name / CURRENT_FILE).strip()
     except FileNotFoundError:
         return None
     return text or None
+
+
+def recorded_history(registry: Path, name: str) -> list[str]:
+    """HISTORY's entries as written, oldest first (empty without the file)."""
+    try:
+        return _read_text(Path(registry) / name / HISTORY_FILE).split()
+    except FileNotFoundError:
+        return []
+
+
+def _read_text(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", "replace")
 
 
 def write_atomic(path: Path, data: bytes, mode: int = SHARED_FILE_MODE) -> None:
@@ -222,15 +237,15 @@ def read_history(registry: Path, name: str) -> list[str]:
     """The versions CURRENT has named, oldest first, ending with CURRENT itself (empty
     without a CURRENT). A CURRENT that HISTORY does not end with was set by something that
     does not keep HISTORY (an older release, a hand edit, a publish that could not write it):
-    it counts as the newest entry, after a HISTORY_GAP (what came between is not known)."""
-    model_dir = Path(registry) / name
+    it counts as the newest entry, after a HISTORY_GAP (what came between is not known).
+    A CURRENT naming no installed version (garbled, hand-edited) served nothing: HISTORY as
+    recorded then."""
     current = read_current(registry, name)
     if current is None:
         return []
-    try:
-        entries = (model_dir / HISTORY_FILE).read_text().split()
-    except FileNotFoundError:
-        entries = []
+    entries = recorded_history(registry, name)
+    if current not in list_versions(registry, name):
+        return entries
     if entries and entries[-1] != current:
         entries.append(HISTORY_GAP)
     if not entries or entries[-1] != current:

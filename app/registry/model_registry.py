@@ -45,6 +45,7 @@ from app.artifacts.store import (
     load_version,
     read_current,
     read_history,
+    recorded_history,
 )
 from app.errors import LtrError
 from app.features.item_snapshot import ItemSnapshot
@@ -109,7 +110,8 @@ class Refusal:
 
     @property
     def error(self) -> str:
-        text = f"version {self.version} refused: {self.reason}"
+        what = f"version {self.version}" if self.version else "CURRENT"
+        text = f"{what} refused: {self.reason}"
         return text if self.older is None else f"{text}; serving the older version {self.older}"
 
 
@@ -262,6 +264,11 @@ class ModelRegistry:
                         what = f"cannot read model {model_name}'s directory"
                         self._trouble(model_name, f"{what}: {type(exc).__name__}: {exc}")
                         continue
+                    except Exception as exc:  # whatever it is, the other models still reload
+                        log.exception("reloading model %s failed", model_name)
+                        what = f"cannot reload model {model_name}"
+                        self._trouble(model_name, f"{what}: {type(exc).__name__}: {exc}")
+                        continue
                     if problem is None:
                         self._trouble_over(model_name)
                     else:
@@ -375,7 +382,13 @@ class ModelRegistry:
         version = read_current(self.root, name)
         if version is None:
             self._refused.pop(name, None)  # CURRENT no longer names the refused version
-            return self._no_current(name) if name in self._models else None
+            if name in self._models:
+                return self._no_current(name)
+            pointer = self.root / name / CURRENT_FILE
+            if pointer.exists():  # blank: broken, where a missing one is not published yet
+                blank = ValueError(f"{pointer} names no version (it is blank)")
+                await self._refuse(name, Refusal("", (), ""), blank, report)
+            return None
         while version is not None:
             current = self._models.get(name)
             if current is not None and current.version == version:
@@ -451,7 +464,9 @@ class ModelRegistry:
         refused = refusal.version
         installed = list_versions(self.root, name)
         before = installed[: installed.index(refused)] if refused in installed else installed
-        named = [v for v in read_history(self.root, name) if v in installed]
+        # A blank CURRENT (refused "") leaves HISTORY's own record of what served.
+        history = read_history(self.root, name) if refused else recorded_history(self.root, name)
+        named = [v for v in history if v in installed]
         older = [
             v
             for v in dict.fromkeys([*reversed(named), *reversed(before)])

@@ -244,3 +244,27 @@ def test_the_refusal_says_where_history_lost_track(tmp_path: Path) -> None:
     assert rollback(registry, "m") == ("v03", "v02")
     with pytest.raises(PreviousUnknown, match=r"at or before v02, .*last recorded v01"):
         rollback(registry, "m")
+
+
+def test_a_garbled_current_is_set_right_by_publish_or_rollback_to(tmp_path: Path) -> None:
+    """A disk trial: CURRENT holding bytes that are not UTF-8 stopped every publish and
+    rollback of the model with "'utf-8' codec can't decode byte 0xff", naming no file; the
+    plain rollback then said there was no CURRENT version at all."""
+    registry = tmp_path / "registry"
+    for i, version in enumerate(("v01", "v02")):
+        publish(run_version(tmp_path / "runs", version, leaf=float(i)), registry)
+    current = registry / "m" / "CURRENT"
+    current.write_bytes(b"gar\x00bage\xff\n")
+    runner = CliRunner()
+    base = ["publish", "--registry", str(registry), "--rollback", "--name", "m"]
+    result = runner.invoke(app, base)
+    assert result.exit_code == 2
+    assert f"{current} names 'gar\\x00bage\ufffd', no installed version" in result.stderr
+    assert "--rollback --to VERSION (installed, newest first: v02, v01)" in result.stderr
+    result = runner.invoke(app, [*base, "--to", "v01"])
+    assert result.exit_code == 0, result.output
+    assert current.read_text() == "v01\n"
+    current.write_bytes(b"\xff\xfe\n")
+    publish(run_version(tmp_path / "runs", "v03", leaf=3.0), registry)
+    assert current.read_text() == "v03\n"
+    assert rollback(registry, "m") == ("v03", "v01")  # HISTORY: v01 (set right), v03

@@ -267,3 +267,44 @@ def test_several_workers_share_a_compiled_cache_without_the_setting(
     assert compiled_cache_dir(Settings()) == tmp_path / "shared" / "compiled"
     given = tmp_path / "mine"
     assert compiled_cache_dir(Settings(compiled_cache_dir=given)) == given
+
+
+def test_a_current_of_bytes_that_are_not_utf8_freezes_no_other_model(tmp_path: Path) -> None:
+    """A disk trial: `printf 'gar\\x00bage\\xff' > m/CURRENT` made every poll raise
+    UnicodeDecodeError, which ended the loop over the models: `zzz`, after `m`, never moved
+    to its new version, nothing was counted or reported; at a restart `zzz` never loaded."""
+    for name in ("aaa", "m", "zzz"):
+        publish(tmp_path, random_ensemble(NF, seed=1), name=name, version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    (tmp_path / "m" / "CURRENT").write_bytes(b"gar\x00bage\xff\n")
+    for name in ("aaa", "zzz"):
+        publish(tmp_path, random_ensemble(NF, seed=2), name=name, version="v2")
+    before = failures()
+    reload(registry)
+    assert [registry.get(n).version for n in ("aaa", "m", "zzz")] == ["v2", "v1", "v2"]
+    assert "invalid version" in registry.errors()["m"] and failures() == before + 1
+
+    restarted = make_registry(tmp_path)  # a restart: the older version serves instead
+    reload(restarted)
+    assert [restarted.get(n).version for n in ("aaa", "m", "zzz")] == ["v2", "v1", "v2"]
+    assert "serving the older version v1" in restarted.errors()["m"]
+
+
+def test_a_blank_current_at_start_serves_what_history_last_named_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A disk trial: with CURRENT emptied, a restarted service served the model's siblings and
+    not it, silently: no log line, no /models error, no metric, 404 "unknown model"."""
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2")
+    publish(tmp_path, random_ensemble(NF, seed=3), version="v3")
+    set_current(tmp_path, "m", "v2", rollback=True)  # HISTORY: v1, v2
+    (tmp_path / "m" / "CURRENT").write_bytes(b"\n")
+    before = failures()
+    registry = make_registry(tmp_path)
+    reload(registry)
+    assert registry.get("m").version == "v2" and failures() == before + 1
+    assert registry.errors()["m"].startswith("CURRENT refused: ValueError: m/CURRENT names no")
+    reload(registry)  # the next poll: still reported, not loaded again
+    assert registry.get("m").version == "v2" and "CURRENT" in registry.errors()["m"]

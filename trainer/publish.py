@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from app.artifacts.lock import model_lock
+from app.artifacts.lock import check_model_name, model_lock
 from app.artifacts.manifest import Manifest
 from app.artifacts.store import (
     CURRENT_FILE,
@@ -493,6 +493,7 @@ def roll_back(
     or at installed version `to`. Rolling back again goes further back."""
     model_dir = Path(registry) / name
     # Checked before the lock creates the directory.
+    check_model_name(name)
     if not model_dir.is_dir() or (to is None and read_current(registry, name) is None):
         raise ArtifactError(f"{model_dir}: no CURRENT version to roll back from")
     with model_lock(registry, name):

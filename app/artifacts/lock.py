@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from app.artifacts.manifest import NAME_PATTERN
+from app.artifacts.store import ArtifactError
 
 LOCK_FILE = ".lock"
 _local = threading.local()
@@ -25,10 +29,20 @@ def _held() -> set[str]:
     return held
 
 
+def check_model_name(name: str) -> None:
+    """ArtifactError unless `name` is one a model can have (no path separators, no `..`)."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise ArtifactError(f"{name!r} is not a model name (letters, digits, '.', '_', '-')")
+
+
 @contextmanager
 def model_lock(registry: Path, name: str) -> Iterator[None]:
     """Hold the model's lock (creating its directory); re-entrant within one thread, since a
-    second flock on a fresh descriptor of the same file would wait for ourselves."""
+    second flock on a fresh descriptor of the same file would wait for ourselves.
+
+    ArtifactError for a `name` no model can have, before anything is created: `--name
+    ../../x` made `.lock` (and its directories) outside the registry, then was refused."""
+    check_model_name(name)
     model_dir = Path(registry) / name
     model_dir.mkdir(parents=True, exist_ok=True)
     key = str(model_dir.resolve())

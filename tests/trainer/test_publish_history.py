@@ -268,3 +268,21 @@ def test_a_garbled_current_is_set_right_by_publish_or_rollback_to(tmp_path: Path
     publish(run_version(tmp_path / "runs", "v03", leaf=3.0), registry)
     assert current.read_text() == "v03\n"
     assert rollback(registry, "m") == ("v03", "v01")  # HISTORY: v01 (set right), v03
+
+
+@pytest.mark.parametrize("name", ["../../outside", "a/b", ".hidden"])
+def test_a_name_no_model_can_have_is_refused_before_anything_is_created(
+    tmp_path: Path, name: str
+) -> None:
+    """A CLI trial: `--name ../../x` was refused after `.lock` (and its directories) had been
+    created outside the registry; `--name a/b` left `a/b/.lock` inside it."""
+    registry = tmp_path / "a" / "b" / "registry"
+    registry.mkdir(parents=True)
+    version = run_version(tmp_path / "runs", "v01")
+    before = sorted(p for p in tmp_path.rglob("*"))
+    runner = CliRunner()
+    for args in (["--model", str(version)], ["--rollback"], ["--rollback", "--to", "v01"]):
+        result = runner.invoke(app, ["publish", "--registry", str(registry), *args, "--name", name])
+        assert result.exit_code == 2, result.output
+        assert "is not a model name" in result.stderr, result.stderr
+    assert sorted(p for p in tmp_path.rglob("*")) == before

@@ -26,6 +26,8 @@ import asyncio
 import base64
 import collections
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import time
@@ -55,6 +57,12 @@ CLOSE_TIMEOUT_S = 2.0  # how long shutdown waits for the queue to drain
 # at most this often how many records were dropped: a line per failed batch was a line per
 # request (200 in 10 s) for as long as Redis was down. The metrics count every one.
 OUTAGE_REMINDER_S = 60.0
+# A failing JSONL log counts as mended (feedback accepted again) once this much is free to the
+# service's user: 1 MiB holds thousands of feedback records (a few hundred bytes each) and the
+# batches of ordinary traffic (an impression of 100 candidates x 100 features is ~55 KB), so a
+# disk with room left is not refused, while a disk full to the last blocks (what ENOSPC leaves)
+# is. A larger batch that still does not fit fails its write and marks the log failing again.
+JSONL_MIN_FREE_BYTES = 2**20
 
 WRITTEN = Counter("ltr_impressions_written_total", "Log records written, by kind.", ["kind"])
 DROPPED = Counter(
@@ -131,18 +139,50 @@ class Writer(Protocol):
 
 class JsonlWriter:
     """Appends one line per record; each batch is a single O_APPEND write, so lines from
-    several worker processes sharing the file do not interleave."""
+    several worker processes sharing the file do not interleave.
+
+    A write that fails part-way (ENOSPC after some of the bytes reached the file) is undone:
+    the file is cut back to the size it had before, so no torn record is left for the next one
+    to be appended to on the same line (the log then held a corrupt line forever, and
+    `ltr dataset --from-logs` refused the whole file). Should the cut fail too, the next append
+    starts with a newline: only the torn line is bad, not the records after it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._torn = False  # a cut that failed, for a file this process cannot read back
+
+    def _open(self) -> tuple[int, bool]:
+        """A descriptor appending to the file, and whether it can read the file too."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_APPEND | os.O_CREAT
+        try:
+            return os.open(self.path, flags | os.O_RDWR, 0o644), True
+        except PermissionError:  # writable but not readable: append without looking
+            return os.open(self.path, flags | os.O_WRONLY, 0o644), False
 
     def _append(self, data: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd, readable = self._open()
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            # The workers sharing the file append one at a time: a cut back to the size
+            # before this append must not take another worker's record written meanwhile.
+            # Released with the descriptor; a file system without locks goes on unlocked.
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            start = os.fstat(fd).st_size
+            torn = os.pread(fd, 1, start - 1) != b"\n" if readable and start else self._torn
+            if torn:
+                data = b"\n" + data
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    self._torn = True
+                raise
+            self._torn = False
         finally:
             os.close(fd)
 
@@ -150,8 +190,26 @@ class JsonlWriter:
         data = b"".join(to_json(r) + b"\n" for r in records)
         await anyio.to_thread.run_sync(self._append, data)
 
+    def _check(self) -> None:
+        os.close(self._open()[0])  # a directory or no permission raises
+        # Opening a file succeeds on a full disk: the free space is asked too, or the sink
+        # marked failing by a write that hit ENOSPC passed this check at once, and feedback
+        # was answered 202 while its record could only be dropped.
+        try:
+            fs = os.statvfs(self.path.parent)
+        except OSError:
+            return  # free space unknown: the open above is all that can be told
+        free = fs.f_bavail * fs.f_frsize  # what an unprivileged writer may still use
+        if fs.f_blocks and free < JSONL_MIN_FREE_BYTES:  # 0 blocks: a size not reported
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device: {free} bytes free for the impression log, under "
+                f"the {JSONL_MIN_FREE_BYTES} it needs",
+                str(self.path),
+            )
+
     async def check(self) -> None:
-        await anyio.to_thread.run_sync(self._append, b"")  # a directory or no permission raises
+        await anyio.to_thread.run_sync(self._check)
 
     async def close(self) -> None:
         return None

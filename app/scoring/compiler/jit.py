@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import llvmlite.binding as llvm
+
+log = logging.getLogger(__name__)
 
 # Bump when the generated code changes meaning or layout: old cache entries then miss.
 CODEGEN_VERSION = 2
@@ -208,9 +211,29 @@ def _write_cached(path: Path, objects: list[bytes]) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
         os.replace(tmp, path)
-    except OSError:
+    except OSError as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+        _warn_unwritable(path.parent, exc)
+
+
+# Cache directories this process could not write to, each said once: every model load tries
+# again (a disk that has room again is used at once), and a line per load would flood the log.
+_unwritable_dirs: set[Path] = set()
+_unwritable_lock = threading.Lock()
+
+
+def _warn_unwritable(directory: Path, exc: OSError) -> None:
+    with _unwritable_lock:
+        if directory in _unwritable_dirs:
+            return
+        _unwritable_dirs.add(directory)
+    log.warning(
+        "the compiled-model cache %s cannot be written (%s): models still load, but every "
+        "worker and every restart compiles them again; said once per directory",
+        directory,
+        exc,
+    )
 
 
 def compile_cached(

@@ -211,7 +211,12 @@ class ImpressionLog:
             if key not in served.seen:
                 served.seen.add(key)
                 fresh.append(event)
-        fresh = await self._shared_dedup(request_id, fresh)
+        try:
+            fresh = await self._shared_dedup(request_id, fresh)
+        except FeedbackUnavailable:
+            # Not acknowledged, so not seen either: the client's retry must count.
+            served.seen.difference_update((e["id"], e["type"]) for e in fresh)
+            raise
         if fresh:
             self.sink.submit(feedback_record(request_id, fresh))
         return len(fresh), len(events) - len(fresh)
@@ -238,9 +243,7 @@ class ImpressionLog:
         except (RedisError, OSError, TimeoutError) as exc:
             if local is not None:
                 return local  # what this replica served stands while Redis is away
-            # A timeout's message is empty: name the exception then.
-            why = str(exc) or type(exc).__name__
-            raise FeedbackUnavailable(f"impression store unavailable: {why}") from None
+            raise _store_unavailable(exc) from None
         if raw is None:
             if local is not None:
                 return local  # not written yet: this replica's is the first so far
@@ -278,8 +281,9 @@ class ImpressionLog:
     async def _shared_dedup(
         self, request_id: str, events: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        """Events no replica has recorded yet. If Redis fails, the in-process check stands
-        (the training join drops duplicates again)."""
+        """Events no replica has recorded yet. FeedbackUnavailable when Redis does not answer:
+        the record would go to the same Redis, and a soak trial saw such feedback answered 202
+        (after 2 s) and then dropped with its batch, while Redis was paused."""
         if self.redis is None or not events:
             return events
         key = f"{self.prefix}fbseen:{request_id}"
@@ -291,9 +295,13 @@ class ImpressionLog:
                 pipe.expire(key, self.ttl)
                 created = await pipe.execute()
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("feedback dedup skipped (Redis: %s)", exc)
-            return events
+            raise _store_unavailable(exc) from None
         return [event for event, new in zip(events, created[:-1], strict=True) if new]
+
+
+def _store_unavailable(exc: BaseException) -> FeedbackUnavailable:
+    why = str(exc) or type(exc).__name__  # a timeout's message is empty: name the exception
+    return FeedbackUnavailable(f"impression store unavailable: {why}")
 
 
 def log_impression(

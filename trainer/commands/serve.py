@@ -53,7 +53,9 @@ def serve_command(
     if log_level.lower() not in LOG_LEVEL_NAMES:
         fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVEL_NAMES)}")
     overrides = {"LTR_HOST": host, "LTR_PORT": port, "LTR_WORKERS": workers}
-    overrides["LTR_REGISTRY"] = None if registry is None else str(registry.resolve())
+    # Absolute, not resolved: a registry published by swapping a symlink (a git-sync style
+    # sidecar) must be followed through the link, not pinned to where it pointed at start.
+    overrides["LTR_REGISTRY"] = None if registry is None else str(registry.absolute())
     for key, value in overrides.items():
         if value is not None:
             os.environ[key] = str(value)

@@ -85,3 +85,19 @@ def test_an_ltr_variable_that_is_no_setting_is_warned_about(
     assert result.exit_code == 0, result.output
     assert "warning: LTR_REDIS_DEADLINE: no such setting, ignored (a typo?" in result.stderr
     assert "LTR_WORKERS" not in result.stderr
+
+
+def test_a_symlinked_registry_is_served_through_the_link(
+    tmp_path: Path, started: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk trial: `--registry reglink` was resolved at start, so re-pointing the link (as a
+    git-sync sidecar publishes) went unseen: the old target served for as long as it ran."""
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "reglink"
+    link.symlink_to(tmp_path / "real")
+    seen: list[str] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: seen.append(os.environ["LTR_REGISTRY"]))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["serve", "--registry", "reglink", "--port", "1"])
+    assert result.exit_code == 0, result.output
+    assert seen == [str(link)]

@@ -16,12 +16,13 @@ from pathlib import Path
 from app.artifacts.lock import LOCK_FILE
 from app.artifacts.store import (
     HISTORY_GAP,
+    MANIFEST_FILE,
     ArtifactError,
     list_versions,
     read_current,
     read_history,
 )
-from app.registry.experiments import ExperimentError, list_records, read_active
+from app.registry.experiments import RECORDS_DIR, ExperimentError, list_records, read_active
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,11 @@ def prune_versions(registry: Path, name: str, keep: int) -> list[str]:
     versions = list_versions(registry, name)
     removable = [v for v in versions[: max(len(versions) - keep, 0)] if v not in protected]
     for version in removable:
-        shutil.rmtree(Path(registry) / name / version)
+        # Renamed out of the way first: a prune killed halfway through the delete left a
+        # version directory without its manifest, which no later prune counted or removed.
+        doomed = Path(registry) / name / f".{version}.pruned"
+        (Path(registry) / name / version).rename(doomed)
+        shutil.rmtree(doomed)
     remove_stale_temporaries(Path(registry) / name)
     return removable
 
@@ -120,12 +125,15 @@ STALE_TEMPORARY_SECONDS = 6 * 3600
 
 
 def remove_stale_temporaries(model_dir: Path, now: float | None = None) -> list[str]:
-    """Delete the dot-named leftovers of killed writers in `model_dir` (never the lock file);
-    their names, for the log."""
+    """Delete the leftovers of killed writers in `model_dir`: dot-named ones (never the lock
+    file), and version directories without a manifest (a delete cut short: a version is
+    renamed into place complete); their names, for the log."""
     now = time.time() if now is None else now
     removed = []
     for path in model_dir.iterdir() if model_dir.is_dir() else ():
-        if not path.name.startswith(".") or path.name == LOCK_FILE:
+        if path.name == LOCK_FILE:
+            continue
+        if not path.name.startswith(".") and not _version_without_manifest(path):
             continue
         try:
             if now - path.lstat().st_mtime < STALE_TEMPORARY_SECONDS:
@@ -140,3 +148,9 @@ def remove_stale_temporaries(model_dir: Path, now: float | None = None) -> list[
     if removed:
         log.info("removed leftovers of interrupted writes in %s: %s", model_dir, removed)
     return removed
+
+
+def _version_without_manifest(path: Path) -> bool:
+    if path.name == RECORDS_DIR or not path.is_dir() or path.is_symlink():
+        return False  # the experiments' records, or no directory
+    return not (path / MANIFEST_FILE).exists()

@@ -95,3 +95,34 @@ def test_many_bad_keys_are_capped_and_counted(caplog: pytest.LogCaptureFixture) 
     lines = _lines(caplog)
     assert len(lines) == BAD_VALUES_PER_INTERVAL + 1
     assert lines[-1].endswith("(5 more bad values not logged)")
+
+
+def test_brief_outages_soon_after_one_are_counted_not_logged_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A soak trial on a saturated host: lookups timing out now and then logged two lines per
+    blip (1,932 lines in 55 minutes)."""
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    clock = ManualClock(100.0)
+    faults = RedisFaultLog(clock)
+    faults.failed("redis_timeout")
+    faults.answered()  # the first outage: both lines
+    for _ in range(30):  # blips within a minute of the last end: silent
+        clock.now += 1.0
+        faults.failed("redis_timeout")
+        faults.answered()
+    clock.now += 1.0
+    faults.failed("redis_timeout")
+    clock.now += 6.0
+    faults.failed("redis_timeout")  # one that lasts: logged, and its end
+    faults.answered()
+    clock.now += 61.0
+    faults.failed("redis_unavailable")  # a minute after the last end: at once
+    assert _lines(caplog) == [
+        "redis unreachable (redis_timeout); serving from the in-process copies",
+        "redis answers again",
+        "redis unreachable for 6 s (redis_timeout); serving from the in-process copies "
+        "(30 brief outages since the last report not logged)",
+        "redis answers again",
+        "redis unreachable (redis_unavailable); serving from the in-process copies",
+    ]

@@ -4,6 +4,8 @@ it as a verified version directory."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -367,14 +369,17 @@ def train_command(
     from trainer.features.spec import SpecError, build_spec
 
     user_errors = (ClusterConfigError, ProfileTableError)
-    with clear_errors(
-        ConfigError,
-        DataFormatError,
-        ExportError,
-        ArtifactError,
-        EngineError,
-        SpecError,
-        *user_errors,
+    with (
+        clear_errors(
+            ConfigError,
+            DataFormatError,
+            ExportError,
+            ArtifactError,
+            EngineError,
+            SpecError,
+            *user_errors,
+        ),
+        _out_of_memory_as_error(),
     ):
         check_out_dir(out, name)
         spec = build_spec(
@@ -395,11 +400,13 @@ def train_command(
             from trainer.dnn.options import DNNOptions
 
             options = _params(DNNOptions, file_values, flags, source=source, label=label)
+            _check_early_stopping(valid_file, early_stopping, file_values, source)
             result = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
         elif chosen == "lightgbm-dask":
             from trainer.lambdamart.params import LambdaMARTParams
 
             params = _params(LambdaMARTParams, file_values, flags, source=source, label=label)
+            _check_early_stopping(valid_file, early_stopping, file_values, source)
             if unbiased or propensities is not None:
                 fail("click-log debiasing (--unbiased, --propensities) trains with --engine native")
             result = _train_on_cluster(
@@ -417,6 +424,7 @@ def train_command(
             # The DNN flags configure the network that learns a tree model's user table.
             network = {k: flags.pop(k) for k in EMBEDDING_NETWORK_KEYS if flags[k] is not None}
             params = _params(LambdaMARTParams, tree_values, flags, source=source, label=label)
+            _check_early_stopping(valid_file, early_stopping, file_values, source)
             users = build_params(TreeUserOptions, user_values, user_flags, source=source)
             if network and (not users.enabled or users.user_embeddings_from is not None):
                 fail(
@@ -453,6 +461,42 @@ def train_command(
             path = attach_sources(result.model_dir, final_out, sourced[0].plan)
             result = replace(result, model_dir=path)
     _print_summary(result, as_json, sourced[0].coverage if sourced else [])
+
+
+@contextmanager
+def _out_of_memory_as_error() -> Iterator[None]:
+    """A MemoryError anywhere in training (numpy refusing an allocation, a buffer the data
+    outgrew) as one `error:` line, and under --json one error object, not a traceback: the
+    CommandError it becomes is one clear_errors reports."""
+    try:
+        yield
+    except MemoryError as exc:
+        detail = f" ({exc})" if str(exc) else ""
+        raise CommandError(
+            f"out of memory while training{detail}: lower --num-leaves or --max-bin, train "
+            "on less data, or use a machine with more memory"
+        ) from None
+
+
+def _check_early_stopping(
+    valid_file: Path | None, flag: int | None, file_values: dict[str, Any], source: str
+) -> None:
+    """Early stopping watches --valid: without it, --early-stopping would be silently ignored.
+    The flag is refused; a params file's value only warned about (one file may serve runs
+    with and without validation data)."""
+    if valid_file is not None:
+        return
+    if flag is not None:
+        fail(
+            "--early-stopping needs --valid FILE: early stopping watches the validation data's "
+            "metric; give --valid, or leave --early-stopping out (--num-trees then sets the "
+            "trees kept)"
+        )
+    if file_values.get("early_stopping_rounds") is not None:
+        echo_err(
+            f"warning: {source}: early_stopping_rounds is ignored without --valid (early "
+            "stopping watches the validation data's metric)"
+        )
 
 
 def _check_click_flags(

@@ -29,6 +29,11 @@ class RankingDataset:
     # Optional: each document's id ([n_docs], strings), from the Parquet id column named at
     # load time; item feature tables are joined on it.
     doc_ids: np.ndarray | None = None
+    # Optional: where each row was read ([n_docs], 1-based): its line of the LETOR text file
+    # `source` (source_unit "line") or its row of the Parquet file (source_unit "row"), so a
+    # check made after reading (what LightGBM refuses) says where, as the readers do.
+    source_rows: np.ndarray | None = None
+    source_unit: str = "line"
 
     def __post_init__(self) -> None:
         n = self.features.shape[0]
@@ -51,6 +56,8 @@ class RankingDataset:
             raise ValueError("one position per document expected")
         if self.doc_ids is not None and self.doc_ids.shape != (n,):
             raise ValueError("one document id per document expected")
+        if self.source_rows is not None and self.source_rows.shape != (n,):
+            raise ValueError("one source row per document expected")
 
     @property
     def num_docs(self) -> int:
@@ -72,6 +79,20 @@ class RankingDataset:
         """Feature names, defaulting to LETOR's 1-based ids as strings."""
         return self.feature_names or [f"f{i + 1}" for i in range(self.num_features)]
 
+    def query_of(self, row: int) -> int:
+        """The index of the query holding `row`."""
+        return int(np.searchsorted(self.group_offsets, row, side="right")) - 1
+
+    def place(self, row: int, column: str = "label") -> str:
+        """Where `row` was read, as the readers' errors say it: `<file>:<line>` (LETOR text),
+        `<file>: row <n>, column '<column>'` (Parquet), else `<file>: qid <id>`."""
+        if self.source_rows is None:
+            return f"{self.source}: qid {self.query_ids[self.query_of(row)]}"
+        at = int(self.source_rows[row])
+        if self.source_unit == "row":
+            return f"{self.source}: row {at}, column {column!r}"
+        return f"{self.source}:{at}"
+
     def with_columns(self, values: np.ndarray, names: list[str]) -> RankingDataset:
         """The dataset with more feature columns appended: values float32 [n_docs, len(names)]."""
         features = np.ascontiguousarray(np.hstack([self.features, values]), dtype=np.float32)
@@ -92,6 +113,8 @@ class RankingDataset:
             user_ids=None if self.user_ids is None else self.user_ids[query_index],
             positions=None if self.positions is None else self.positions[rows],
             doc_ids=None if self.doc_ids is None else self.doc_ids[rows],
+            source_rows=None if self.source_rows is None else self.source_rows[rows],
+            source_unit=self.source_unit,
         )
 
 

@@ -73,6 +73,7 @@ def read_letor(path: str | Path, num_features: int | None = None) -> RankingData
         source=str(path),
         user_ids=read_user_ids(user_path, offsets.size - 1) if user_path.is_file() else None,
         positions=read_positions(position_path, n) if position_path.is_file() else None,
+        source_rows=line_no[:n].astype(np.int64),
     )
 
 

@@ -93,6 +93,8 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
         user_ids=user_ids,
         positions=positions,
         doc_ids=None if id_column is None else _doc_ids(path, table, id_column),
+        source_rows=np.arange(1, table.num_rows + 1, dtype=np.int64),
+        source_unit="row",
     )
 
 

@@ -31,8 +31,10 @@ from trainer.engines.dask_scoring import sample_scores
 from trainer.engines.dask_validation import plan_validation
 from trainer.engines.lightgbm_ranker import (
     CONVERSION_RTOL,
+    LIGHTGBM_MAX_QUERY,
     EngineError,
     EngineIteration,
+    LightGBMDataError,
     LightGBMResult,
     lightgbm_params,
 )
@@ -102,6 +104,14 @@ def train_lightgbm_dask(
     converted model was checked on, for the export to check again after serialising."""
     import lightgbm as lgb
 
+    if train.max_query_size > LIGHTGBM_MAX_QUERY:
+        # The client knows the query sizes: refuse before the workers' lambdarank does, with
+        # a message naming neither file nor query.
+        raise LightGBMDataError(
+            f"{train.location}: a query has {train.max_query_size:,} documents: LightGBM's "
+            f"lambdarank limits a query to {LIGHTGBM_MAX_QUERY:,} rows; train with "
+            "--engine native (no such limit), or cut the list"
+        )
     lgb.register_logger(_LOG)  # not print(): `ltr train --json` keeps stdout for its JSON
     start = time.perf_counter()
     metric = f"ndcg@{params.eval_at}"

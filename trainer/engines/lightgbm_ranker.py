@@ -19,14 +19,27 @@ from app.errors import LtrError
 from app.scoring.reference import predict
 from trainer.convert.lightgbm_model import convert_lightgbm
 from trainer.data.dataset import RankingDataset
+from trainer.data.errors import MAX_LABEL, DataFormatError, first_bad_label
 from trainer.export import scores_match
 from trainer.lambdamart.params import LambdaMARTParams
 
 CONVERSION_RTOL = 1e-6
+# LightGBM's lambdarank and ndcg metric refuse a query of more rows than this (kMaxPosition:
+# "Number of rows 100000 exceeds upper limit of 10000 for a query").
+LIGHTGBM_MAX_QUERY = 10_000
+# The gain of every grade the readers accept (0..MAX_LABEL), 2^label - 1 as LightGBM's default
+# label_gain and the native engine's: LightGBM's default stops at 30 and refused label 31
+# ("Label 31 is not less than the number of label mappings (31)").
+LABEL_GAIN = [float(2**grade - 1) for grade in range(MAX_LABEL + 1)]
 
 
 class EngineError(LtrError, RuntimeError):
     """Training failed or produced a model that does not convert faithfully."""
+
+
+class LightGBMDataError(EngineError, DataFormatError):
+    """Data LightGBM would refuse, said where it is: an EngineError to callers of the engine
+    (LightGBM's own refusal was one), a DataFormatError by its message (file and line)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,7 @@ def lightgbm_params(params: LambdaMARTParams, max_query_size: int) -> dict[str, 
         "lambda_l2": params.lambda_l2,
         "max_bin": params.max_bin,
         "sigmoid": params.sigma,
+        "label_gain": LABEL_GAIN,
         "lambdarank_truncation_level": min(truncation) if truncation else max(max_query_size, 1),
         "feature_fraction": params.feature_fraction,
         "seed": params.seed,
@@ -76,6 +90,45 @@ def lightgbm_params(params: LambdaMARTParams, max_query_size: int) -> dict[str, 
         out |= {"bagging_fraction": params.bagging_fraction, "bagging_freq": 1}
         out["bagging_by_query"] = True
     return out
+
+
+def check_lightgbm_data(data: RankingDataset) -> None:
+    """Refuse, naming the file and line (or row, or query id), what LightGBM's lambdarank would
+    refuse with a message naming neither (and a `[LightGBM] [Fatal]` line of its own on
+    stderr): a label that is not a whole grade 0..MAX_LABEL, a query of more than
+    LIGHTGBM_MAX_QUERY documents. Raises LightGBMDataError."""
+    labels = data.labels
+    bad = first_bad_label(labels)
+    if bad is not None:
+        raise _refused(data, bad[0], f"label {bad[1]}")
+    # LightGBM holds labels as float32 and refuses one that is not a whole number.
+    stored = labels.astype(np.float32)
+    fractional = np.flatnonzero(stored != np.floor(stored))
+    if fractional.size:
+        row = int(fractional[0])
+        raise _refused(
+            data,
+            row,
+            f"label {labels[row]:g} is not a whole grade: --engine lightgbm (LightGBM's "
+            f"lambdarank) takes whole grades 0..{MAX_LABEL}; round the labels, or train with "
+            "--engine native, which takes fractional ones",
+        )
+    sizes = data.group_sizes
+    large = np.flatnonzero(sizes > LIGHTGBM_MAX_QUERY)
+    if large.size:
+        query = int(large[0])
+        raise _refused(
+            data,
+            int(data.group_offsets[query]),
+            f"qid {data.query_ids[query]} has {int(sizes[query]):,} documents: LightGBM's "
+            f"lambdarank limits a query to {LIGHTGBM_MAX_QUERY:,} rows; train with "
+            "--engine native (no such limit), or cut the list",
+            column="qid",
+        )
+
+
+def _refused(data: RankingDataset, row: int, what: str, column: str = "label") -> LightGBMDataError:
+    return LightGBMDataError(f"{data.place(row, column)}: {what}")
 
 
 def _dataset(lgb: Any, data: RankingDataset, ref: Any = None) -> Any:
@@ -113,6 +166,9 @@ def train_lightgbm(
         if on_iteration is not None:
             on_iteration(log)
 
+    for data in (train, valid):
+        if data is not None:
+            check_lightgbm_data(data)
     max_query = int(train.group_sizes.max())
     lgb_params = lightgbm_params(params, max_query)
     train_set = _dataset(lgb, train)

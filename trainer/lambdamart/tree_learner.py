@@ -240,10 +240,11 @@ class TreeLearner:
         self.bins = bins  # uint8/uint16 [n_features, n_docs]
         self.row_bins = np.ascontiguousarray(bins.T)  # [n_docs, n_features]
         self.n_real = mapper.n_real
-        self.num_leaves = num_leaves
-        self.limits = np.array([min_data_in_leaf, min_sum_hessian_in_leaf, lambda_l2], np.float64)
         n_docs = bins.shape[1]
-        self.pool = np.zeros((num_leaves, mapper.num_features, mapper.bin_stride, 3))
+        self.num_leaves = reachable_leaves(num_leaves, n_docs, min_data_in_leaf)
+        self.limits = np.array([min_data_in_leaf, min_sum_hessian_in_leaf, lambda_l2], np.float64)
+        # One histogram per leaf: sized by the leaves a tree can reach, not by the parameter.
+        self.pool = np.zeros((self.num_leaves, mapper.num_features, mapper.bin_stride, 3))
         self.order = np.zeros(n_docs, dtype=np.int32)
         self.tmp = np.zeros(n_docs, dtype=np.int32)
         self.og = np.zeros(n_docs)
@@ -280,6 +281,13 @@ class TreeLearner:
         never_missing = zero >= 0
         splits[never_missing, 2] = zero[never_missing] <= splits[never_missing, 1]
         return GrownTree(n_leaves, nodes, sums, start, count)
+
+
+def reachable_leaves(num_leaves: int, n_docs: int, min_data_in_leaf: int) -> int:
+    """The most leaves a tree over `n_docs` rows can have: every leaf keeps at least
+    `min_data_in_leaf` rows, so no tree grows past n_docs // min_data_in_leaf leaves whatever
+    `num_leaves` allows."""
+    return min(num_leaves, max(2, n_docs // max(min_data_in_leaf, 1)))
 
 
 def unseen_nan_bins(bins: np.ndarray, mapper: BinMapper) -> np.ndarray:

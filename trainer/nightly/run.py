@@ -6,9 +6,11 @@ deployed model serving and raises `NightlyRefused` / the original error.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -471,6 +473,7 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
     version = new_version_id()
     staging = config.work_dir / "candidates"
     staging.mkdir(parents=True, exist_ok=True)
+    _remove_stale_candidates(staging)
     on_cluster = None
     if config.model.engine == "lightgbm-dask":
         if config.data.bundled_demo and read_current(config.publish.registry, config.model.name):
@@ -536,11 +539,17 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
             raise _refuse(config, version, candidate_dir, report, gate, deployed.version)
         try:
             published, experiment = _publish(config, candidate_dir, decided)
-        except ArtifactError as exc:
+        except (ArtifactError, OSError) as exc:
             # Passed the gate, refused at publish (the item set could not be made live in
-            # Redis): nothing moved; the report goes where refused runs keep theirs.
+            # Redis, the registry's disk full): nothing moved; the report goes where refused
+            # runs keep theirs (a disk trial found the candidate left among the candidates,
+            # its report reading like a published one).
             extra = {"publish_error": str(exc)}
-            refused = _keep_refused(config, version, candidate_dir, report, gate, extra)
+            try:
+                refused = _keep_refused(config, version, candidate_dir, report, gate, extra)
+            except OSError:  # the work_dir full too: the candidate goes, the error stands
+                shutil.rmtree(candidate_dir, ignore_errors=True)
+                raise ArtifactError(f"{exc}; nothing published") from None
             raise ArtifactError(f"{exc}; nothing published (report: {refused})") from None
     for warning in published.warnings:
         log.warning("%s", warning)
@@ -565,6 +574,20 @@ def _refuse(
         deployed=deployed,
         gate=gate,
     )
+
+
+# A candidate directory this old was left by a run that was killed (a successful or refused
+# run removes its own); younger ones may be another run's, training now.
+STALE_CANDIDATE_SECONDS = 24 * 3600
+
+
+def _remove_stale_candidates(staging: Path) -> None:
+    now = time.time()
+    for path in staging.iterdir():
+        with contextlib.suppress(OSError):
+            if path.is_dir() and now - path.stat().st_mtime > STALE_CANDIDATE_SECONDS:
+                shutil.rmtree(path)
+                log.info("removed %s, the candidate of a run that did not finish", path)
 
 
 def _keep_refused(

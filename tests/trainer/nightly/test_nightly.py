@@ -120,3 +120,35 @@ def test_seconds_until_next_run() -> None:
     assert seconds_until("01:00", now) == 23.5 * 3600
     with pytest.raises(ValueError, match="HH:MM"):
         seconds_until("2am", now)
+
+
+def test_a_publish_failing_on_the_disk_keeps_the_report_with_the_refused_ones(
+    tmp_path: Path, partitioned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk trial: a nightly whose publish hit a full registry disk left its candidate among
+    the candidates, its report reading like a passed run's; a killed run's candidate stayed
+    for ever."""
+    import errno
+    import os
+    import time
+
+    import trainer.nightly.run as nightly_run
+
+    config = load_config(write_config(tmp_path, partitioned))
+    killed = config.work_dir / "candidates" / "20260101T000000000000Z-dead01"
+    killed.mkdir(parents=True)
+    then = time.time() - nightly_run.STALE_CANDIDATE_SECONDS - 60
+    os.utime(killed, (then, then))
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device while installing the version")
+
+    monkeypatch.setattr(nightly_run, "_publish", full)
+    with pytest.raises(ValueError, match="No space left on device") as info:
+        run_nightly(config)
+    refused = list((config.work_dir / "refused").iterdir())
+    assert len(refused) == 1 and f"nothing published (report: {refused[0]})" in str(info.value)
+    report = json.loads((refused[0] / "report.json").read_text())
+    assert "No space left on device" in report["publish_error"]
+    assert list((config.work_dir / "candidates").iterdir()) == []  # the killed one went too
+    assert read_current(tmp_path / "registry", "nightly") is None

@@ -63,10 +63,10 @@ def clear_errors(*expected: type[BaseException]) -> Iterator[None]:
     try:
         yield
     except catch as exc:
-        fail(_os_text(exc) if isinstance(exc, OSError) else error_text(exc))
+        fail(os_error_text(exc) if isinstance(exc, OSError) else error_text(exc))
 
 
-def _os_text(exc: OSError) -> str:
+def os_error_text(exc: OSError) -> str:
     """`<path>: <what>` for an error about a path (a traceback's NotADirectoryError read
     "[Errno 20] Not a directory: '/srv/registry/m'"), else the error's own text."""
     if exc.filename is not None and exc.strerror:

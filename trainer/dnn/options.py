@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from trainer.lambdamart.params import MAX_EVAL_AT
+from trainer.lambdamart.params import MAX_EVAL_AT, MAX_NUM_TREES, MAX_THREADS
 
 # Refused up front rather than by the allocator after the data is read (a 50-line traceback):
 # the widest layer, and the weights between consecutive hidden layers (float32, kept four times
@@ -34,7 +34,8 @@ class DNNOptions(BaseModel):
     )
     cross_layers: int = Field(3, ge=1, le=MAX_LAYERS)  # DCN only
     dropout: float = Field(0.1, ge=0, lt=1)
-    epochs: int = Field(100, ge=1)
+    # Bounded like the trees' rounds: 10^12 epochs without early stopping never ends.
+    epochs: int = Field(100, ge=1, le=MAX_NUM_TREES)
     batch_queries: int = Field(32, ge=1)  # query lists per batch; a list is never split
     learning_rate: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -45,7 +46,8 @@ class DNNOptions(BaseModel):
     seed: int = 0
     # 0 = all cores. One by default: on a loaded 2-core machine two torch threads were measured
     # to collapse (each waits on the other's spin barrier); small networks gain little from more.
-    threads: int = Field(1, ge=0)
+    # torch crashed (a segmentation fault) asked for 100,000 threads; LightGBM's bound.
+    threads: int = Field(1, ge=0, le=MAX_THREADS)
     # User-cluster embeddings: the profile table (user_id → fields) and the cluster scheme config.
     user_profiles: Path | None = None
     cluster_config: Path | None = None

@@ -109,11 +109,22 @@ def _explanations(views: dict[str, Any] | None) -> str:
     return "".join(parts)
 
 
+def _write(path: Path, data: bytes) -> None:
+    """A failed write names its file (a full disk's bare "[Errno 28]" named none) and leaves no
+    torn report behind."""
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
 def write_report(directory: Path, report: dict[str, Any]) -> None:
     """Write report.json and report.html into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "report.json").write_bytes(
-        orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    _write(
+        directory / "report.json",
+        orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY),
     )
     gate = report.get("gate", {})
     verdict = "PASSED" if gate.get("passed") else "REFUSED"
@@ -147,4 +158,8 @@ def write_report(directory: Path, report: dict[str, Any]) -> None:
         _explanations(report.get("explanations")),
         "</body></html>",
     ]
-    (directory / "report.html").write_text("".join(parts))
+    try:
+        _write(directory / "report.html", "".join(parts).encode())
+    except OSError:
+        (directory / "report.json").unlink(missing_ok=True)
+        raise

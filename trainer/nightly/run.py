@@ -22,7 +22,7 @@ from app.artifacts.manifest import new_version_id
 from app.artifacts.store import Artifact, ArtifactError, load_version, read_current
 from app.artifacts.tree_dump import TreeEnsemble
 from app.errors import LtrError
-from trainer.commands.errors import CommandError
+from trainer.commands.errors import CommandError, os_error_text
 from trainer.data.concat import concat_datasets
 from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
@@ -522,7 +522,13 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
     }
     if not gate.passed:
         raise _refuse(config, version, candidate_dir, report, gate, deployed.version)
-    write_report(candidate_dir, report)  # beside the artifact; not part of its verified files
+    try:
+        write_report(candidate_dir, report)  # beside the artifact; not part of its verified files
+    except OSError as exc:  # the work_dir full after hours of training: say where, free it
+        shutil.rmtree(candidate_dir, ignore_errors=True)
+        raise ArtifactError(
+            f"{os_error_text(exc)}; the candidate passed the gate but was not published (removed)"
+        ) from None
     # One lock from install to EXPERIMENT: a concurrent publish must not prune the candidate
     # before the experiment that protects it names it.
     with model_lock(config.publish.registry, config.model.name):
@@ -566,9 +572,16 @@ def _refuse(
     deployed: str | None,
 ) -> NightlyRefused:
     """Keep the report under work_dir/refused, drop the candidate: the error to raise."""
+    try:
+        kept = _keep_refused(config, version, candidate_dir, report, gate)
+    except OSError as exc:
+        raise ArtifactError(
+            f"{os_error_text(exc)}; the gate refused the candidate ({'; '.join(gate.reasons)}); "
+            "nothing published, no report kept"
+        ) from None
     return NightlyRefused(
         gate.reasons,
-        _keep_refused(config, version, candidate_dir, report, gate),
+        kept,
         name=config.model.name,
         version=version,
         deployed=deployed,
@@ -600,8 +613,14 @@ def _keep_refused(
 ) -> Path:
     """Write the report under work_dir/refused/<version> and drop the candidate; the directory."""
     refused = config.work_dir / "refused" / version
-    write_report(refused, report | {"gate": gate.to_dict()} | (extra or {}))
-    shutil.rmtree(candidate_dir, ignore_errors=True)
+    try:
+        write_report(refused, report | {"gate": gate.to_dict()} | (extra or {}))
+    except OSError:
+        with contextlib.suppress(OSError):
+            refused.rmdir()
+        raise
+    finally:  # kept or not, the candidate goes: a full work_dir must not stay full
+        shutil.rmtree(candidate_dir, ignore_errors=True)
     return refused
 
 

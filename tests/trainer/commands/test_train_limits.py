@@ -66,6 +66,22 @@ def test_sizes_that_would_hang_or_crash_are_refused(
     assert message.startswith(f"{flag}: ") and limit in message, message
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "limit"),
+    [("--threads", "100000", "4096"), ("--epochs", "1000000000000", "1000000")],
+)
+def test_dnn_sizes_that_would_crash_or_hang_are_refused(
+    runner: CliRunner, tmp_path: Path, flag: str, value: str, limit: str
+) -> None:
+    """torch died of a segmentation fault on --threads 100000 (a held-out trial); 10^12 epochs
+    without early stopping never end."""
+    pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
+    out = tmp_path / "v"
+    message = _json_refusal(_train(runner, out, "--engine", "dnn", flag, value, "--json"))
+    assert message.startswith(f"{flag}: ") and limit in message, message
+    assert not out.exists()
+
+
 def test_bounds_apply_to_a_params_file_too(runner: CliRunner, tmp_path: Path) -> None:
     config = tmp_path / "params.toml"
     config.write_text("num_leaves = 100000000\n")

@@ -152,3 +152,29 @@ def test_a_publish_failing_on_the_disk_keeps_the_report_with_the_refused_ones(
     assert "No space left on device" in report["publish_error"]
     assert list((config.work_dir / "candidates").iterdir()) == []  # the killed one went too
     assert read_current(tmp_path / "registry", "nightly") is None
+
+
+def test_a_full_work_dir_after_training_names_the_file_and_frees_the_candidate(
+    tmp_path: Path, partitioned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk trial: a work_dir that filled up while the report was written failed the run
+    with a bare "[Errno 28] No space left on device" (no path) and left the candidate, with a
+    torn report.json, filling the disk."""
+    import errno
+
+    original = Path.write_bytes
+
+    def full_for_reports(path: Path, data: bytes) -> int:
+        if path.name.startswith("report."):
+            original(path, data[:10])  # torn, as a full disk leaves it
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(path, data)
+
+    config = load_config(write_config(tmp_path, partitioned))
+    monkeypatch.setattr(Path, "write_bytes", full_for_reports)
+    with pytest.raises(ValueError) as info:
+        run_nightly(config)
+    candidates = config.work_dir / "candidates"
+    assert str(candidates) in str(info.value) and "report.json: no space left" in str(info.value)
+    assert list(candidates.iterdir()) == []
+    assert read_current(tmp_path / "registry", "nightly") is None

@@ -36,7 +36,11 @@ def artifact_contributions(
             phi = TreeShapExplainer(ensemble).contributions(features)
         except ExplainUnavailable as exc:
             raise ExplainUnavailable(f"{artifact.path}: {exc}") from None
-        return "treeshap", phi, phi.sum(axis=1)
+        from app.scoring.reference import predict
+
+        # The scores the service serves (bit for bit): the contributions' sum differs from
+        # them in the last bits, which could order tied documents otherwise.
+        return "treeshap", phi, predict(ensemble, features)
     from app.scoring.loader import load_scorer
 
     scorer = load_scorer(artifact)

@@ -107,11 +107,13 @@ def serve_command(
     # stopped by SIGHUP raises SIGTERM: app.supervisor).
     signal.signal(signal.SIGTERM, _exit_on_signal)
     with ExitStack() as stack:
+        if settings.body_scan:
+            # The service's kernels compile (or load from numba's cache, ~2 s of CPU) in a
+            # process of their own, not in each worker: a worker that compiled them kept
+            # LLVM's memory for good (1,000 MB against 400 measured, per worker), and on a
+            # first run they compile on the other core while the demo trains (app.kernel_warmup).
+            stack.enter_context(warmup_process())
         if demo and not _has_deployed_model(settings.registry):
-            if settings.body_scan:
-                # A first run: numba's cache is empty too. The service's kernels compile on the
-                # other core while the demo trains, not in the server (app.kernel_warmup).
-                stack.enter_context(warmup_process())
             demo_items = _publish_demo(settings.registry)
             reap(demo_items)
             stack.callback(stop, demo_items)

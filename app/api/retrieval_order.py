@@ -131,9 +131,7 @@ def _split(
         ids = _id_values(raw, keys.tolist(), opens.tolist(), closes.tolist(), obj_close.tolist())
     if ids is None:
         return None
-    envelope = decode_body(raw[:start] + b"null" + raw[end + 1 :])
-    envelope.pop("candidates", None)
-    return envelope, ids, None
+    return _envelope(raw, start, end + 1), ids, None
 
 
 OK, N_IDS, OUT_LEN, ARRAY_OPEN, ARRAY_CLOSE = (
@@ -176,9 +174,20 @@ def _kernel_split(
     if len(ids) != result[N_IDS] or not all(type(i) is str or type(i) is int for i in ids):
         return None
     start, end = int(result[ARRAY_OPEN]), int(result[ARRAY_CLOSE])
-    envelope = decode_body(raw[:start] + b"null" + raw[end + 1 :])
+    return _envelope(raw, start, end + 1), ids, RawIds(out, length, starts, len(ids))
+
+
+def _envelope(raw: bytes, start: int, stop: int) -> dict[str, Any]:
+    """The body without its candidates (raw[start:stop]). A JSON error is the whole body's:
+    the spliced one's positions were off by the candidates' length (a trial found "line 1
+    column 20" for trailing garbage at column 52)."""
+    try:
+        envelope = decode_body(raw[:start] + b"null" + raw[stop:])
+    except RequestError:
+        decode_body(raw)
+        raise
     envelope.pop("candidates", None)
-    return envelope, ids, RawIds(out, length, starts, len(ids))
+    return envelope
 
 
 def _candidates_span(

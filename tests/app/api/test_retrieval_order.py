@@ -99,6 +99,8 @@ def test_an_id_that_reads_like_the_key_is_right_or_declined() -> None:
         b'{"candidates": [{"id": "a"}]',  # unclosed
         b'{"candidates": [{"id": "a"}]}}',
         b'{"candidates": [{"id": "a"}]} x',
+        b'{"candidates":[{"id":"a","features":{"bm25":1.0}}]}xyz',
+        b'{"candidates":[{"id":"a"}],"query":{"features":{"hour":-Infinity}}}',
         b'{"candidates": [{"id": "a", "features": {"x": [1, {"y": 2}]]}',  # features unclosed
         b'{"candidates": [{"id": "a", "features": {"x": "}]"',
     ],
@@ -132,13 +134,18 @@ def test_features_nested_past_the_walks_depth_are_parsed() -> None:
 
 
 def _parsers_error(raw: bytes) -> None:
+    """The error, if any, is the full parser's, positions included (a trial found the
+    envelope's, without the candidates, with positions the client could not find)."""
+    with pytest.raises(orjson.JSONDecodeError) as parsed:
+        orjson.loads(raw)
+    expected = f"invalid JSON: {parsed.value}"
     try:
         assert split_candidates(raw) is None
     except RequestError as exc:
-        assert exc.type == "json_invalid"
+        assert (exc.type, exc.msg) == ("json_invalid", expected)
     with pytest.raises(RequestError) as info:
         fallback_ids(raw, Settings())
-    assert info.value.type == "json_invalid"
+    assert (info.value.type, info.value.msg) == ("json_invalid", expected)
 
 
 def test_fallback_checks_ids_and_envelope() -> None:

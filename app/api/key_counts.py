@@ -17,6 +17,9 @@ from app.api.request_matrix import Loc, RequestError
 from app.api.schemas import ExplainOptions, QueryInfo, RerankEnvelope, UserInfo
 
 KEY_SLACK = 8
+# A profile's fields are the cluster scheme's, a few dozen at most; 100,000 keys held a worker
+# until the budget answered over_budget (a trial) where other objects are refused at once.
+MAX_PROFILE_FIELDS = 1024
 
 
 def check_keys(obj: Any, accepted: Sequence[str], loc: Loc) -> None:
@@ -41,7 +44,15 @@ _USER, _QUERY, _EXPLAIN = fields(UserInfo), fields(QueryInfo), fields(ExplainOpt
 def check_envelope(doc: dict[str, Any]) -> None:
     """The /rerank body's object (without `candidates`) and its user, query and explain."""
     check_keys(doc, _ENVELOPE, ("body",))
-    check_keys(doc.get("user"), _USER, ("body", "user"))
+    user = doc.get("user")
+    check_keys(user, _USER, ("body", "user"))
+    profile = user.get("profile") if type(user) is dict else None
+    if type(profile) is dict and len(profile) > MAX_PROFILE_FIELDS:
+        raise RequestError(
+            ("body", "user", "profile"),
+            f"{len(profile):,} profile fields; at most {MAX_PROFILE_FIELDS:,}",
+            "too_many_keys",
+        )
     check_keys(doc.get("query"), _QUERY, ("body", "query"))
     check_keys(doc.get("explain"), _EXPLAIN, ("body", "explain"))
 

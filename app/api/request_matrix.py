@@ -114,10 +114,25 @@ def decode_body(body: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise RequestError(("body",), f"invalid JSON: {exc}", "json_invalid") from None
+        raise RequestError(("body",), _json_error(body, exc), "json_invalid") from None
     if type(doc) is not dict:
         raise RequestError(("body",), "the body must be a JSON object", "object_type")
     return doc
+
+
+def _json_error(body: bytes, exc: orjson.JSONDecodeError) -> str:
+    """orjson's message, but for bytes that are not UTF-8 (orjson says "surrogates not
+    allowed" at char 0, whatever the byte): where they are, and that the charset is UTF-8."""
+    if "not valid UTF-8" not in str(exc):
+        return f"invalid JSON: {exc}"
+    try:
+        body.decode()
+    except UnicodeDecodeError as bad:
+        return (
+            f"invalid JSON: the body is not UTF-8 (byte {bad.start}: 0x{body[bad.start]:02x}); "
+            "a JSON body is UTF-8 (RFC 8259), whatever charset its Content-Type names"
+        )
+    return f"invalid JSON: {exc}"
 
 
 @lru_cache(maxsize=64)

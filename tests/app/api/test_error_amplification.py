@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.errors import MAX_ERRORS
+from app.api.key_counts import MAX_PROFILE_FIELDS
 from app.api.request_matrix import RequestError
 from app.api.retrieval_order import fallback_ids
 from app.settings import Settings
@@ -59,10 +60,24 @@ def test_unknown_keys_of_nested_objects_are_one_error(client: TestClient, field:
 
 
 def test_many_bad_profile_values_are_one_error(client: TestClient) -> None:
-    body = {"candidates": [CAND], "user": {"profile": keys(N, [])}}
+    body = {"candidates": [CAND], "user": {"profile": keys(MAX_PROFILE_FIELDS, [])}}
     detail = small_422(client, "/rerank", body)
     assert len(detail) == 1 and detail[0]["type"] == "too_many_errors"
-    assert f"{N:,} profile values" in detail[0]["msg"]
+    assert f"{MAX_PROFILE_FIELDS:,} profile values" in detail[0]["msg"]
+
+
+def test_a_profile_of_more_fields_than_any_scheme_is_one_error(client: TestClient) -> None:
+    """A trial: 100,000 well-typed profile fields held a worker until the budget answered
+    over_budget, where other objects of many keys are refused at once."""
+    body = {"candidates": [CAND], "user": {"profile": keys(MAX_PROFILE_FIELDS + 1, "x")}}
+    detail = small_422(client, "/rerank", body)
+    assert detail == [
+        {
+            "loc": ["body", "user", "profile"],
+            "msg": f"{MAX_PROFILE_FIELDS + 1:,} profile fields; at most {MAX_PROFILE_FIELDS:,}",
+            "type": "too_many_keys",
+        }
+    ]
 
 
 def test_unknown_feature_names_stay_small(client: TestClient) -> None:

@@ -211,3 +211,20 @@ def test_a_422_or_404_does_not_echo_a_huge_client_string_whole(
     assert len(resp.content) < 5_000, resp.content[:300]
     if where != "model":  # (a model name is matched against its pattern, not echoed)
         assert "30,000 characters" in resp.text
+
+
+@pytest.mark.parametrize(
+    ("raw", "byte"), [(b'{"candidates": [{"id": "caf\xe9"}]}', 27), (b'{"id": "\xed\xa0\x80"}', 8)]
+)
+def test_a_body_that_is_not_utf8_is_told_where_and_why(
+    shared_client: TestClient, raw: bytes, byte: int
+) -> None:
+    """A trial sent Latin-1 with `charset=latin-1` and got orjson's "str is not valid UTF-8:
+    surrogates not allowed: line 1 column 1 (char 0)", for a byte elsewhere."""
+    headers = {"content-type": "application/json; charset=latin-1"}
+    resp = shared_client.post("/rerank", content=raw, headers=headers)
+    assert resp.status_code == 422
+    (error,) = resp.json()["detail"]
+    assert error["loc"] == ["body"] and error["type"] == "json_invalid"
+    assert error["msg"].startswith(f"invalid JSON: the body is not UTF-8 (byte {byte}: 0x")
+    assert "whatever charset its Content-Type names" in error["msg"]

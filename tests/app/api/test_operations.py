@@ -183,6 +183,8 @@ def test_openapi_documents_the_rerank_body_with_examples(client: TestClient) -> 
     assert {"408", "413", "415"} <= set(op["responses"]) & set(feedback["responses"])
     assert schemas["RerankResponse"]["examples"]
     assert "/admin/reload" in spec["paths"] and "/models" in spec["paths"]
+    # A schema-driven fuzzer sent a negative value the schema allowed, and got a 422.
+    assert schemas["FeedbackEvent"]["properties"]["value"]["minimum"] == 0
 
 
 def test_the_poll_reloads_without_a_trigger(make_client: ClientFactory, registry_dir) -> None:

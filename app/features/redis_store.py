@@ -93,6 +93,9 @@ class TTLCache:
     def clear(self) -> None:
         self._data.clear()
 
+    def discard(self, key: Hashable) -> None:
+        self._data.pop(key, None)
+
     def discard_where(self, predicate: Callable[[Hashable], bool]) -> int:
         """Drop the entries whose key satisfies `predicate`; how many."""
         doomed = [key for key in self._data if predicate(key)]

@@ -89,6 +89,11 @@ class Served:
     # the impression every replica and `ltr dataset` refer to. A replica's own entry is not
     # that when another replica served the same id first.
     shared: bool = False
+    # This replica's impression reached the sink (Redis): from then on Redis, not this entry,
+    # says whether it exists (a Redis restarted empty lost it).
+    written: bool = False
+    # Dropped by a failed write: no feedback on it can ever label anything.
+    lost: bool = False
 
     @property
     def alive(self) -> bool:
@@ -130,6 +135,8 @@ class ImpressionLog:
         self.ttl = settings.impressions_ttl_seconds
         self.index = TTLCache(float(self.ttl), LOCAL_INDEX_MAX)
         self.ring = ServedRing(settings.impressions_index_max_mb * 2**20)
+        if self.sink is not None:
+            self.sink.on_batch = self._batch_done
 
     @property
     def enabled(self) -> bool:
@@ -186,6 +193,23 @@ class ImpressionLog:
             if span is not None:
                 self.index.put(request_id, Served(self.ring, span))
 
+    def _batch_done(self, batch: list[dict[str, Any]], written: bool) -> None:
+        """A trial: impressions dropped by a failed write (Redis down) stayed known here, so
+        feedback on them was acknowledged (202) after Redis came back, and could never label
+        anything (`feedback_orphans_no_impression`). Dropped: forgotten (feedback on them is
+        a 404 saying so); written: Redis is the authority."""
+        for record in batch:
+            if record.get("kind") != "impression":
+                continue
+            request_id = record.get("request_id")
+            _, local = self.index.get(request_id)
+            if not isinstance(local, Served) or local.shared:
+                continue
+            if written:
+                local.written = True
+            else:
+                local.lost = True
+
     async def record_feedback(
         self, request_id: str, events: list[dict[str, Any]]
     ) -> tuple[int, int]:
@@ -229,6 +253,11 @@ class ImpressionLog:
         assert local is None or isinstance(local, Served)
         if local is not None and not local.alive:  # its ids overwritten by newer requests'
             local = None
+        if local is not None and local.lost:
+            raise UnknownRequest(
+                f"request id {request_id!r}: its impression could not be written (the impression "
+                "log failed), so feedback on it cannot be recorded"
+            )
         if local is not None and (self.redis is None or local.shared):
             return local
         if self.redis is None:
@@ -236,7 +265,8 @@ class ImpressionLog:
             # another worker or replica served reads as a lost impression.
             raise UnknownRequest(
                 f"unknown request id {request_id!r} (without Redis, a worker knows only the "
-                "requests it served itself: with several workers or replicas, log to Redis)"
+                "requests it served itself since it started: with several workers or replicas, or "
+                "for feedback across restarts, log to Redis)"
             )
         try:
             raw = await self._shared_record(request_id, wait=local is None)
@@ -245,9 +275,14 @@ class ImpressionLog:
                 return local  # what this replica served stands while Redis is away
             raise _store_unavailable(exc) from None
         if raw is None:
-            if local is not None:
+            if local is not None and not local.written:
                 return local  # not written yet: this replica's is the first so far
-            raise UnknownRequest(f"unknown request id {request_id!r}")
+            lost = local is not None
+            self.index.discard(request_id)
+            raise UnknownRequest(
+                f"unknown request id {request_id!r}"
+                + (" (its impression was written to Redis and is no longer there)" if lost else "")
+            )
         _served_ids(raw, request_id)  # refused here if it is no impression of ours
         data = raw if isinstance(raw, bytes) else raw.encode()
         span = self.ring.add(data)

@@ -278,6 +278,8 @@ class ImpressionSink:
         self._task: asyncio.Task[None] | None = None
         self.failing: str | None = None
         self._outage = _OutageLog(clock)
+        # Told of each batch's fate, written (True) or dropped by a failed write (False).
+        self.on_batch: Callable[[list[dict[str, Any]], bool], None] | None = None
 
     async def usable(self) -> bool:
         """Whether a record submitted now can be written: true while writes succeed; after a
@@ -346,11 +348,20 @@ class ImpressionSink:
             self._outage.failed(self.failing, len(batch))
             for record in batch:
                 DROPPED.labels(record.get("kind", "unknown"), "sink_error").inc()
+            self._tell(batch, False)
             return
         self.failing = None
         self._outage.wrote()
         for record in batch:
             WRITTEN.labels(record["kind"]).inc()
+        self._tell(batch, True)
+
+    def _tell(self, batch: list[dict[str, Any]], written: bool) -> None:
+        if self.on_batch is not None:
+            try:
+                self.on_batch(batch, written)
+            except Exception:  # the drain must go on
+                log.exception("the impression sink's batch callback failed")
 
     async def flush(self) -> None:
         """Write whatever is queued now (tests and shutdown)."""

@@ -394,3 +394,30 @@ def test_feedback_is_not_acknowledged_while_redis_does_not_answer(
     assert asyncio.run(go()) == (1, 0)
     with redis.Redis.from_url(redis_server.url) as client:
         assert client.xlen("ltr:feedback") == 1
+
+
+def test_feedback_on_impressions_a_redis_outage_lost_is_not_acknowledged(
+    redis_server: RedisServer,
+) -> None:
+    """A trial: with Redis killed, an impression's write failed (dropped); after Redis came
+    back empty, feedback on it, and on one written before the outage, was answered 202 (the
+    worker still knew both ids) though no impression could ever match it."""
+    config = settings(redis_url=redis_server.url)
+
+    async def go() -> None:
+        log = ImpressionLog(config)
+        assert log.sink is not None
+        log.log_rerank(answer("before", ["a"], [0]), None, None, None, ["a"], features(1))
+        await log.sink.flush()  # written
+        redis_server.kill()
+        log.log_rerank(answer("during", ["b"], [0]), None, None, None, ["b"], features(1))
+        await log.sink.flush()  # the write fails: dropped
+        redis_server.restart()  # empty: it keeps nothing on disk
+        for request_id, cid in (("before", "a"), ("during", "b")):
+            with pytest.raises(UnknownRequest):
+                await log.record_feedback(request_id, [click(cid)])
+        log.log_rerank(answer("after", ["c"], [0]), None, None, None, ["c"], features(1))
+        assert await log.record_feedback("after", [click("c")]) == (1, 0)  # still queued
+        await log.close()
+
+    asyncio.run(go())

@@ -112,10 +112,13 @@ def test_feedback_is_not_acknowledged_while_the_log_cannot_be_written(tmp_path: 
     with TestClient(app) as c:
         refused = post(c, click)
         config.impressions_jsonl.rmdir()  # mended: the next call is accepted and written
-        accepted = post(c, click)
+        lost = post(c, click)  # r1's impression was dropped by the failed write
+        log.log_rerank(answer("r2", ["a"], [0]), None, None, None, ["a"], features(1))
+        accepted = post(c, {**click, "request_id": "r2"})
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert "cannot be written" in refused.json()["detail"]
     assert str(tmp_path) not in refused.text  # the path is for the service log only
+    assert lost.status_code == 404 and "could not be written" in lost.json()["detail"]
     assert (accepted.status_code, accepted.json()["accepted"]) == (202, 1)
     assert b'"kind":"feedback"' in config.impressions_jsonl.read_bytes()
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from app.impressions import sink as sink_module
-from app.impressions.feedback import FeedbackUnavailable, ImpressionLog
+from app.impressions.feedback import FeedbackUnavailable, ImpressionLog, UnknownRequest
 from app.impressions.sink import ImpressionSink, JsonlWriter, feedback_record, impression_record
 from tests.app.impressions.conftest import answer, dropped, features, jsonl_settings
 
@@ -144,12 +144,19 @@ def test_feedback_is_refused_while_the_disk_stays_full(
                 await log.record_feedback("r1", click)
             seen.append(log.sink.failing)
         seen.append(await log.sink.usable())  # space came back
-        seen.append(await log.record_feedback("r1", click))
+        # r1's impression was dropped with its batch: feedback on it could label nothing
+        # (it was acknowledged and written, an orphan, before).
+        with pytest.raises(UnknownRequest, match="its impression could not be written"):
+            await log.record_feedback("r1", click)
+        seen.append(await log.record_feedback("r0", click))
         await log.close()
         return seen
 
     first, again, why, mended, accepted = asyncio.run(go())
     assert (first, again, mended, accepted) == (False, False, True, (1, 0))
     assert isinstance(why, str) and "No space left" in why and str(path) in why
-    kinds = [orjson.loads(line)["kind"] for line in path.read_bytes().splitlines()]
-    assert kinds == ["impression", "feedback"]  # r1's impression was dropped with its batch
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert [(r["kind"], r["request_id"]) for r in records] == [
+        ("impression", "r0"),
+        ("feedback", "r0"),
+    ]

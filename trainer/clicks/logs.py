@@ -84,6 +84,9 @@ def _impression(doc: dict[str, Any]) -> Impression:
         raise ValueError("'ids' and 'positions' must be lists of the same length")
     if len(ids) and positions.min() < 1:
         raise ValueError("positions must be 1-based")
+    # The service refuses duplicate ids; a record holding two would copy one click to both.
+    if len({orjson.dumps(i) for i in ids}) != len(ids):
+        raise ValueError("'ids' holds a duplicate id")
     features = decode_features(doc["features"], len(ids), int(doc["n_features"]))
     return Impression(
         request_id=str(doc["request_id"]),
@@ -118,6 +121,11 @@ def _events(doc: dict[str, Any]) -> list[LoggedFeedbackEvent]:
         if event["type"] not in EVENT_TYPES:
             raise ValueError(f"event type {event['type']!r} is not one of {EVENT_TYPES}")
         value = event.get("value")
+        # As strict as /feedback: a logged "40" (a string) was read as 40 s of dwell.
+        if value is not None and (
+            type(value) not in (int, float) or not (math.isfinite(value) and value >= 0)
+        ):
+            raise ValueError(f"event value {value!r} is not a finite number >= 0 or null")
         out.append(
             LoggedFeedbackEvent(
                 request_id=str(doc["request_id"]),
@@ -143,6 +151,15 @@ def _add(doc: Any, logs: ClickLogs) -> None:
 
 
 _RECORD_ERRORS = (ValueError, KeyError, TypeError, binascii.Error, orjson.JSONDecodeError)
+
+
+def truncated_warnings(logs: ClickLogs) -> list[str]:
+    """What a command prints for each unreadable last line it skipped."""
+    return [
+        f"warning: {where}: skipped an unreadable last line with no final newline "
+        "(a write in progress, or a writer that was stopped)"
+        for where in logs.truncated
+    ]
 
 
 def read_jsonl(path: Path, logs: ClickLogs | None = None) -> ClickLogs:

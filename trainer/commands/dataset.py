@@ -113,7 +113,7 @@ def dataset_command(
 ) -> None:
     """Join impression and feedback logs into query-grouped Parquet with a time-based split."""
     from trainer.clicks.join import LabelRules, join_logs, split_by_time
-    from trainer.clicks.logs import read_logs
+    from trainer.clicks.logs import read_logs, truncated_warnings
     from trainer.data.parquet import write_parquet
 
     if valid_after is not None and valid_fraction is not None:
@@ -133,11 +133,8 @@ def dataset_command(
     with clear_errors(DataFormatError, ValueError, OSError):
         names, model_name, sourced = manifest_names(manifest) if manifest else (None, None, False)
         logs = read_logs(from_logs)
-        for where in logs.truncated:
-            echo_err(
-                f"warning: {where}: skipped an unreadable last line with no final newline "
-                "(a write in progress, or a writer that was stopped)"
-            )
+        for warning in truncated_warnings(logs):
+            echo_err(warning)
         wanted = None if all_models else (model or model_name)
         try:
             joined = join_logs(logs, names, rules, wanted)

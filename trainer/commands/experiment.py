@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from app.registry.experiments import ExperimentError
-from trainer.commands.errors import clear_errors, fail
+from trainer.commands.errors import clear_errors, echo_err, fail
 
 experiment_app = typer.Typer(
     help="Interleaving and A/B experiments between CURRENT and a candidate version.",
@@ -119,7 +119,7 @@ def status_command(
 
 def _load(registry: Path, name: str, experiment: str | None, logs: str | None):  # type: ignore[no-untyped-def]
     from app.registry.experiments import find_record
-    from trainer.clicks.logs import read_logs
+    from trainer.clicks.logs import read_logs, truncated_warnings
     from trainer.experiments.analysis import analyse
     from trainer.experiments.credit import credit_from_logs
     from trainer.experiments.lifecycle import running_experiment
@@ -130,7 +130,10 @@ def _load(registry: Path, name: str, experiment: str | None, logs: str | None): 
     record = find_record(registry, spec_name)
     if record.spec.model != name:
         raise ExperimentError(f"experiment {spec_name!r} belongs to model {record.spec.model!r}")
-    analysis = analyse(credit_from_logs(read_logs(logs), record.spec))
+    read = read_logs(logs)
+    for warning in truncated_warnings(read):  # a trial: skipped silently here, unlike dataset
+        echo_err(warning)
+    analysis = analyse(credit_from_logs(read, record.spec))
     return record, analysis
 
 

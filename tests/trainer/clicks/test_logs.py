@@ -60,6 +60,29 @@ def test_partial_last_line_is_skipped(tmp_path: Path) -> None:
             b' "ids": ["a"], "positions": [1], "n_features": 2, "features": "AAAAAA=="}',
             "features hold 4 bytes",
         ),
+        # A trial: a logged dwell of "40" (a string) was read as 40 s, one of two ids
+        # repeated in a record got the other's click. The service writes neither.
+        (
+            b'{"kind": "feedback", "request_id": "r", "ts": 1,'
+            b' "events": [{"id": 1, "type": "dwell", "value": "40"}]}',
+            "event value '40' is not a finite number",
+        ),
+        (
+            b'{"kind": "feedback", "request_id": "r", "ts": 1,'
+            b' "events": [{"id": 1, "type": "dwell", "value": true}]}',
+            "event value True",
+        ),
+        (
+            b'{"kind": "feedback", "request_id": "r", "ts": 1,'
+            b' "events": [{"id": 1, "type": "dwell", "value": -3}]}',
+            "event value -3",
+        ),
+        (
+            b'{"kind": "impression", "request_id": "r", "ts": 1, "model": "m", "version": "v",'
+            b' "ids": ["a", "a"], "positions": [1, 2], "n_features": 1,'
+            b' "features": "AAAAAAAAAAA="}',
+            "'ids' holds a duplicate id",
+        ),
     ],
 )
 def test_bad_line_names_file_and_line(tmp_path: Path, line: bytes, what: str) -> None:

@@ -128,6 +128,17 @@ def test_interleaving_report_and_promotion(registry: Path, tmp_path: Path) -> No
     )
     il = read_json(out)["analysis"]["interleaving"]
     assert il["wins"] + il["losses"] == 1500 and il["preference"] > 0.1
+    # A torn last line (a write in progress) is skipped with a warning, as `ltr dataset` does
+    # (a trial found report and decide skipping it silently).
+    whole = logs.read_bytes()
+    logs.write_bytes(whole + whole.splitlines(keepends=True)[0][:50])
+    code, out, err = ltr(
+        "report", "--registry", str(registry), "--name", "m", "--logs", str(logs), "--json"
+    )
+    lines = len(whole.splitlines())
+    assert code == 0 and read_json(out)["analysis"]["interleaving"] == il
+    assert f"warning: {logs}:{lines + 1}: skipped an unreadable last line" in err
+    logs.write_bytes(whole)
     # Too few impressions: keep going, nothing changes.
     code, out, _ = ltr(
         "decide",

@@ -19,9 +19,11 @@ import numpy as np
 
 from app import metrics
 from app.api.body_scan import ScannedCandidates, scanned_matrix
+from app.api.candidate_errors import every_candidate_error
 from app.api.request_matrix import (
     CandidateMatrix,
     RequestError,
+    RequestErrors,
     build_matrix,
     decode_body,
     token_budget,
@@ -252,7 +254,10 @@ def _candidate_matrix(
             return matrix
         # Features the model does not take: the whole body decoded names the problem.
         candidates = decode_body(raw).get("candidates")
-    return build_matrix(candidates, layout.candidate, budget=token_budget(raw, doc), **options)
+    try:
+        return build_matrix(candidates, layout.candidate, budget=token_budget(raw, doc), **options)
+    except RequestError as first:
+        raise every_candidate_error(candidates, layout.candidate, first, options) from None
 
 
 def _plain_ids(candidates: object) -> list[Any] | None:
@@ -343,6 +348,8 @@ def _not_a_query_feature(name: str, layout: FeatureLayout) -> str:
 
 def _explained(exc: RequestError, manifest: Manifest) -> RequestError:
     """An unknown candidate feature that another source supplies gets a message saying so."""
+    if isinstance(exc, RequestErrors):
+        return RequestErrors([_explained(e, manifest) for e in exc.errors])
     if exc.type != "unknown_feature" or not exc.loc:
         return exc
     name = exc.loc[-1]

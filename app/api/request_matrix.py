@@ -49,6 +49,29 @@ class RequestError(LtrError, ValueError):
         ]
 
 
+# A 422 lists this many errors and then one saying how many more there were: a 10 MB body of
+# unknown keys made a million entries, an 89 MB answer built in 5.5 s.
+MAX_ERRORS = 20
+
+
+class RequestErrors(RequestError):
+    """Several errors, in body order (app.api.candidate_errors): the first MAX_ERRORS, then
+    how many more."""
+
+    def __init__(self, errors: list[RequestError]) -> None:
+        first = errors[0]
+        super().__init__(first.loc, first.msg, first.type)
+        self.errors = errors
+
+    def detail(self) -> list[dict[str, Any]]:
+        detail = [d for e in self.errors[:MAX_ERRORS] for d in e.detail()]
+        more = len(self.errors) - MAX_ERRORS
+        if more > 0:
+            msg = f"... and {more:,} more error{'s' if more > 1 else ''}"
+            detail.append({"loc": ["body"], "msg": msg, "type": "too_many_errors"})
+        return detail
+
+
 # What a 422 echoes of the client's own text (a feature name, a key) is cut to this many
 # characters: a 30 MB unknown name came back twice, a 60 MB answer built in seconds.
 LOC_MOST, MSG_MOST = 256, 2048
@@ -150,6 +173,7 @@ def build_matrix(
     extra_columns: int = 0,
     budget: TokenBudget | None = None,
     features_optional: bool = False,
+    check_duplicates: bool = True,
 ) -> CandidateMatrix:
     """Validate `candidates` and lay their features out in `feature_names` order.
 
@@ -158,6 +182,7 @@ def build_matrix(
     values hold no strings or booleans; without it every value's type is checked.
     `features_optional`: a candidate may be just `{"id": ...}` (its features all missing),
     for models whose other features come from the query or the item store.
+    `check_duplicates`: off only for app.api.candidate_errors, which checks ids across parts.
     """
     where: Loc = ("body", "candidates")
     if type(candidates) is not list:
@@ -169,11 +194,11 @@ def build_matrix(
     width = len(feature_names)
     plain = _plain_lists(candidates, width)
     if plain is not None:
-        return _plain_matrix(*plain, where, budget, extra_columns)
+        return _plain_matrix(*plain, where, budget, extra_columns, check_duplicates)
     if features_optional:
         bare_ids = _ids_only(candidates)
         if bare_ids is not None:
-            if len(set(bare_ids)) != n:
+            if check_duplicates and len(set(bare_ids)) != n:
                 duplicate_id(bare_ids, where)
             missing = np.full((n, width + extra_columns), np.nan, np.float32)
             return CandidateMatrix(bare_ids, missing)
@@ -220,7 +245,7 @@ def build_matrix(
                 "must be a list of numbers or an object of feature name → number",
                 "features_type",
             )
-    if len(set(ids)) != n:
+    if check_duplicates and len(set(ids)) != n:
         duplicate_id(ids, where)
 
     numbers = budget is not None and budget.bools == 0 and budget.strings == strings
@@ -293,10 +318,11 @@ def _plain_matrix(
     where: Loc,
     budget: TokenBudget | None,
     extra_columns: int,
+    check_duplicates: bool = True,
 ) -> CandidateMatrix:
     """The matrix of `_plain_lists`'s output, with `extra_columns` NaN columns appended."""
     n = len(ids)
-    if len(set(ids)) != n:
+    if check_duplicates and len(set(ids)) != n:
         duplicate_id(ids, where)
     numbers = budget is not None and budget.bools == 0 and budget.strings == strings
     return with_extra_columns(ids, _to_float32(rows, range(n), where, numbers), extra_columns)

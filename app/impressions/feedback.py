@@ -196,7 +196,7 @@ class ImpressionLog:
     def _batch_done(self, batch: list[dict[str, Any]], written: bool) -> None:
         """A trial: impressions dropped by a failed write (Redis down) stayed known here, so
         feedback on them was acknowledged (202) after Redis came back, and could never label
-        anything (`feedback_orphans_no_impression`). Dropped: forgotten (feedback on them is
+        anything (`feedback_orphans_no_impression`). Dropped: marked lost (feedback on them is
         a 404 saying so); written: Redis is the authority."""
         for record in batch:
             if record.get("kind") != "impression":

@@ -114,6 +114,7 @@ def dataset_command(
     """Join impression and feedback logs into query-grouped Parquet with a time-based split."""
     from trainer.clicks.join import LabelRules, join_logs, split_by_time
     from trainer.clicks.logs import read_logs, truncated_warnings
+    from trainer.clicks.position_variation import position_variation
     from trainer.data.parquet import write_parquet
 
     if valid_after is not None and valid_fraction is not None:
@@ -159,6 +160,10 @@ def dataset_command(
         }
         if propensities:
             summary["propensities"] = _propensities(train.dataset, out / "propensities.json")
+            variation = position_variation(logs.impressions)
+            summary["propensities"]["position_variation"] = variation.to_json()
+            if (confounded := variation.warning()) is not None:
+                echo_err(f"warning: {confounded}")
     if sourced:
         echo_err(SOURCED_NOTE.format(model=model_name))
     if as_json:

@@ -184,3 +184,27 @@ def test_no_impression_of_the_manifests_model_names_the_others(
     )
     assert result.exit_code == 2
     assert "--model or --all-models, not both" in one_error_line(result.stderr)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_logs_that_never_move_a_document_are_warned_about(
+    runner: CliRunner, tmp_path: Path, rotate: bool
+) -> None:
+    """A held-out trial: on one fixed ranker's logs the estimate stayed near raw click ratios
+    (0.43 at position 2 against a true 0.50), and nothing said why."""
+    records = []
+    for q in range(100):
+        ids = [f"{q}-a", f"{q}-b", f"{q}-c"]
+        for k in range(3):
+            served = ids[k:] + ids[:k] if rotate else ids
+            ts = 1000.0 + 3 * q + k
+            records.append(impression(f"r{q}-{k}", served, ts, query_id=f"q{q}"))
+            records.append(feedback(f"r{q}-{k}", (served[0], "click"), ts=ts + 0.5))
+    write_log(tmp_path / "logs" / "service.jsonl", records)
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(tmp_path / "d")]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    variation = orjson.loads(result.stdout)["propensities"]["position_variation"]
+    assert variation == {"repeated_pairs": 300, "moved_pairs": 300 if rotate else 0}
+    warned = "the logs hardly vary positions (one fixed ranker?)" in result.stderr
+    assert warned is not rotate

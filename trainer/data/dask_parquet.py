@@ -69,10 +69,12 @@ def open_cluster_dataset(
     feature_names: list[str] | None = None,
     partition_rows: int = PARTITION_ROWS,
     files: list[str] | None = None,
+    whole_labels: bool = False,
 ) -> ClusterDataset:
     """Survey, plan and read `location` (a Parquet file, directory or glob; a path or fsspec
     URL) on the cluster, or the given `files` (URLs; `location` then only names them).
-    `feature_names` (the training set's) lines validation data up by name.
+    `feature_names` (the training set's) lines validation data up by name. `whole_labels`:
+    a fractional label is an error (data LightGBM trains on).
 
     Raises DataFormatError naming the file (and row) for anything wrong with the data.
     """
@@ -87,7 +89,7 @@ def open_cluster_dataset(
     _check_columns(surveys, names)
     _check_file_boundaries(surveys)
     parts = [(s.url, a, b) for s in surveys for a, b in zip(s.cuts[:-1], s.cuts[1:], strict=True)]
-    features, labels, query_sizes, query_ids = _read(client, parts, names)
+    features, labels, query_sizes, query_ids = _read(client, parts, names, whole_labels)
     _check_queries_unique(client, query_ids, parts)
     digests = client.gather(client.compute(_partition_digests(features, labels, query_sizes)))
     return ClusterDataset(
@@ -152,7 +154,7 @@ def _check_file_boundaries(surveys: list[FileSurvey]) -> None:
 
 
 def _read(
-    client: Client, parts: list[tuple[str, int, int]], names: list[str]
+    client: Client, parts: list[tuple[str, int, int]], names: list[str], whole_labels: bool
 ) -> tuple[dd.DataFrame, dd.Series, dd.Series, dd.Series]:
     """Features, labels, query sizes and query ids, read and persisted by the workers."""
     import dask.dataframe as dd
@@ -165,7 +167,14 @@ def _read(
             **{name: pd.Series([], dtype=np.float32) for name in names},
         }
     )
-    frame = dd.from_map(read_rows, parts, feature_names=names, meta=meta, label="read-parquet")
+    frame = dd.from_map(
+        read_rows,
+        parts,
+        feature_names=names,
+        whole_labels=whole_labels,
+        meta=meta,
+        label="read-parquet",
+    )
     features, labels = frame[names], frame["label"]
     index_meta = pd.DataFrame({"qid": pd.Series([], dtype="str"), "size": np.array([], np.int64)})
     queries = frame["qid"].map_partitions(_query_index, meta=index_meta)

@@ -58,3 +58,18 @@ def first_bad_label(labels: np.ndarray) -> tuple[int, str] | None:
     index = int(bad[0])
     value = float(labels[index])
     return index, f"{value:g} {NEGATIVE_LABEL if value < 0 else LABEL_TOO_LARGE}"
+
+
+def first_fractional_label(labels: np.ndarray, engine: str) -> tuple[int, str] | None:
+    """(0-based index, what is wrong) of the first label LightGBM's lambdarank refuses as not
+    a whole number (it holds labels as float32), or None; `engine` is the flag's value."""
+    stored = labels.astype(np.float32)
+    fractional = np.flatnonzero(stored != np.floor(stored))
+    if not fractional.size:
+        return None
+    index = int(fractional[0])
+    return index, (
+        f"label {labels[index]:g} is not a whole grade: --engine {engine} (LightGBM's "
+        f"lambdarank) takes whole grades 0..{MAX_LABEL}; round the labels, or train with "
+        "--engine native, which takes fractional ones"
+    )

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import DataFormatError, first_bad_label, located
+from trainer.data.errors import (
+    DataFormatError,
+    first_bad_label,
+    first_fractional_label,
+    located,
+)
 from trainer.data.float32 import BEYOND_FLOAT32, to_float32
 from trainer.data.parquet import RESERVED
 
@@ -130,9 +135,12 @@ def survey_file(url: str, partition_rows: int) -> FileSurvey:
     )
 
 
-def read_rows(part: tuple[str, int, int], feature_names: list[str]) -> pd.DataFrame:
+def read_rows(
+    part: tuple[str, int, int], feature_names: list[str], whole_labels: bool = False
+) -> pd.DataFrame:
     """Rows `start:stop` (0-based) of a file as a DataFrame: `qid`, `label` (float64), then
-    `feature_names` as float32 (NaN where missing). The range must hold whole queries."""
+    `feature_names` as float32 (NaN where missing). The range must hold whole queries.
+    `whole_labels`: a fractional label is an error (LightGBM's lambdarank trains on these)."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -167,6 +175,13 @@ def read_rows(part: tuple[str, int, int], feature_names: list[str]) -> pd.DataFr
     if bad_label is not None:
         row = start + bad_label[0] + 1
         raise located(url, None, f"row {row}, column 'label': {bad_label[1]}")
+    # Checked here, on the worker that reads the rows: LightGBM on the workers refused them
+    # with a message naming no file (a held-out trial).
+    fractional = first_fractional_label(labels, "lightgbm-dask") if whole_labels else None
+    if fractional is not None:
+        raise located(
+            url, None, f"row {start + fractional[0] + 1}, column 'label': {fractional[1]}"
+        )
     # qids as strings: one dtype whatever each file stores, for the cross-file duplicate check.
     qids = pc.cast(table.column("qid"), pa.string()).to_pandas()
     columns: dict[str, Any] = {"qid": qids.to_numpy(), "label": labels}

@@ -41,7 +41,11 @@ def train_cluster_model(
     check_out_dir(out, name)  # fail before any cluster work
     with connect(scheduler) as client:
         train = open_cluster_dataset(
-            client, train_location, partition_rows=partition_rows, files=train_files
+            client,
+            train_location,
+            partition_rows=partition_rows,
+            files=train_files,
+            whole_labels=True,
         )
         valid = None
         if valid_location is not None:
@@ -51,6 +55,7 @@ def train_cluster_model(
                 train.feature_names,
                 partition_rows=partition_rows,
                 files=valid_files,
+                whole_labels=True,
             )
         result, sample = train_lightgbm_dask(client, train, params, valid, listen_port)
         if on_iteration is not None:

@@ -19,7 +19,12 @@ from app.errors import LtrError
 from app.scoring.reference import predict
 from trainer.convert.lightgbm_model import convert_lightgbm
 from trainer.data.dataset import RankingDataset
-from trainer.data.errors import MAX_LABEL, DataFormatError, first_bad_label
+from trainer.data.errors import (
+    MAX_LABEL,
+    DataFormatError,
+    first_bad_label,
+    first_fractional_label,
+)
 from trainer.export import scores_match
 from trainer.lambdamart.params import LambdaMARTParams
 
@@ -101,18 +106,9 @@ def check_lightgbm_data(data: RankingDataset) -> None:
     bad = first_bad_label(labels)
     if bad is not None:
         raise _refused(data, bad[0], f"label {bad[1]}")
-    # LightGBM holds labels as float32 and refuses one that is not a whole number.
-    stored = labels.astype(np.float32)
-    fractional = np.flatnonzero(stored != np.floor(stored))
-    if fractional.size:
-        row = int(fractional[0])
-        raise _refused(
-            data,
-            row,
-            f"label {labels[row]:g} is not a whole grade: --engine lightgbm (LightGBM's "
-            f"lambdarank) takes whole grades 0..{MAX_LABEL}; round the labels, or train with "
-            "--engine native, which takes fractional ones",
-        )
+    fractional = first_fractional_label(labels, "lightgbm")
+    if fractional is not None:
+        raise _refused(data, *fractional)
     sizes = data.group_sizes
     large = np.flatnonzero(sizes > LIGHTGBM_MAX_QUERY)
     if large.size:

@@ -222,3 +222,19 @@ def test_parquet_named_as_text_is_named(tmp_path: Path) -> None:
 )
 def test_letor_text_is_still_read(tmp_path: Path, text: str) -> None:
     assert read_letor(letor(tmp_path, text)).features[0, 0] == 1.0
+
+
+def test_the_cluster_reader_refuses_fractional_labels_where_lightgbm_trains_on_them(
+    tmp_path: Path,
+) -> None:
+    """The Dask engine's fractional labels were refused by LightGBM on the workers, with a
+    message naming no file; the native engine and evaluation take them."""
+    path = parquet(tmp_path, qid=[1, 1, 2], label=[1, 2.5, 0], f=[1.0, 2.0, 3.0])
+    span = (str(path), 0, 3)
+    assert read_rows(span, ["f"])["label"].tolist() == [1.0, 2.5, 0.0]
+    with pytest.raises(
+        DataFormatError,
+        match=r"d\.parquet: row 2, column 'label': label 2\.5 is not a whole grade: "
+        r"--engine lightgbm-dask \(LightGBM's lambdarank\) takes whole grades 0\.\.31",
+    ):
+        read_rows(span, ["f"], whole_labels=True)

@@ -193,6 +193,27 @@ def test_ltr_train_reads_a_directory_on_the_workers(
     assert manifest.metrics["ndcg@10"]["dataset"] == str(parquet_dirs / "valid")
 
 
+def test_fractional_labels_are_refused_naming_file_row_and_column(
+    dask_cluster, demo_train: RankingDataset, tmp_path: Path
+) -> None:
+    """LightGBM on the workers refused them with its own message, naming no file."""
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from trainer.cli import app
+
+    labels = demo_train.labels.astype(np.float64)
+    labels[7] = 1.5
+    write_query_contiguous(replace(demo_train, labels=labels), tmp_path / "train", files=1)
+    args = ["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "v1")]
+    args += ["--engine", "lightgbm-dask", "--dask-scheduler", dask_cluster.address]
+    result = CliRunner().invoke(app, [*args, "--num-trees", "2"])
+    assert result.exit_code == 2, result.output
+    assert "row 8, column 'label': label 1.5 is not a whole grade" in result.stderr
+    assert ".parquet" in result.stderr and not (tmp_path / "v1").exists()
+
+
 def test_an_unreachable_scheduler_is_named(
     parquet_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

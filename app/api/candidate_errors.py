@@ -30,7 +30,6 @@ def every_candidate_error(
         or len(loc) < 3
         or loc[:2] != _WHERE
         or type(loc[2]) is not int
-        or first.type == "duplicate_id"
     ):
         return first
     part_options = {k: options[k] for k in _PART_OPTIONS if k in options}

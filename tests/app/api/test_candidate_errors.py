@@ -58,6 +58,15 @@ def test_every_kind_of_candidate_error_in_body_order(shared_client: TestClient) 
     assert got[3]["msg"] == "duplicate id 'd0' (also candidates[0])"
 
 
+def test_a_duplicate_id_does_not_hide_the_other_errors(shared_client: TestClient) -> None:
+    """The fast path checks ids before values: a duplicate was the only error named."""
+    candidates: list[Any] = [{"id": f"d{i}", "features": GOOD} for i in range(4)]
+    candidates[2] = {"id": "d0", "features": ["x", *GOOD[1:]]}
+    candidates[3] = {"id": "d0", "features": GOOD}
+    got = detail(shared_client, candidates)
+    assert [(d["loc"][2], d["type"]) for d in got] == [(2, "float_type"), (3, "duplicate_id")]
+
+
 def test_one_bad_candidate_is_one_error_as_before(shared_client: TestClient) -> None:
     candidates: list[Any] = [{"id": f"d{i}", "features": GOOD} for i in range(30)]
     candidates[17] = {"id": "d17", "features": [True, *GOOD[1:]]}

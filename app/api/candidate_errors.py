@@ -25,12 +25,7 @@ def every_candidate_error(
     """`first` (raised by build_matrix on `candidates`), or RequestErrors naming every bad
     candidate when `first` is about one candidate and there are several."""
     loc = first.loc
-    if (
-        type(candidates) is not list
-        or len(loc) < 3
-        or loc[:2] != _WHERE
-        or type(loc[2]) is not int
-    ):
+    if type(candidates) is not list or len(loc) < 3 or loc[:2] != _WHERE or type(loc[2]) is not int:
         return first
     part_options = {k: options[k] for k in _PART_OPTIONS if k in options}
     found: list[tuple[int, RequestError]] = []

@@ -50,7 +50,7 @@ from app.artifacts.store import (
 from app.errors import LtrError
 from app.features.item_snapshot import ItemSnapshot
 from app.registry.experiments import ActiveExperiment, ExperimentSlots
-from app.registry.version_signature import VersionSignature, version_signature
+from app.registry.version_signature import VersionSignature, files_signature, version_signature
 from app.scoring.protocol import Scorer
 from app.settings import Settings
 
@@ -86,6 +86,8 @@ class LoadedModel:
     loaded_at: float  # unix time of the swap-in
     # The item feature snapshot the version carries (memory-mapped), swapped with the model.
     item_snapshot: ItemSnapshot | None = None
+    # Its files as they were when verified: pages written in place show through the mapping.
+    mapped: VersionSignature = ()
 
     @property
     def name(self) -> str:
@@ -392,10 +394,17 @@ class ModelRegistry:
         while version is not None:
             current = self._models.get(name)
             if current is not None and current.version == version:
-                # CURRENT is back on the version serving (fixed by hand, a rollback): a
-                # refusal of another version no longer holds.
-                self._refused.pop(name, None)
-                report.unchanged.append((name, version))
+                if (
+                    not current.mapped
+                    or files_signature(current.path, [e[0] for e in current.mapped])
+                    == current.mapped
+                ):
+                    # CURRENT is back on the version serving (fixed by hand, a rollback): a
+                    # refusal of another version no longer holds.
+                    self._refused.pop(name, None)
+                    report.unchanged.append((name, version))
+                    return None
+                await self._remap(current, report)
                 return None
             # Taken before the load: files that change meanwhile differ at the next poll.
             signature = (
@@ -425,6 +434,26 @@ class ModelRegistry:
             return None
         return None
 
+    async def _remap(self, current: LoadedModel, report: ReloadReport) -> None:
+        """The served version's memory-mapped snapshot changed on disk. A trial wrote into
+        items.npy in place: the worker served the written values (wrong scores, nothing
+        reported) until a restart, also after `ltr publish` had repaired the file, as the
+        mapping kept the old one. Loaded (and verified) again: the repaired files serve; files
+        that fail are refused and an older version that loads serves instead."""
+        name, version = current.name, current.version
+        signature = version_signature(current.path)
+        try:
+            loaded = await anyio.to_thread.run_sync(self._load, name, version)
+        except Exception as exc:
+            log.error("%s/%s: its item snapshot changed on disk and fails its check", name, version)
+            self._models = {k: m for k, m in self._models.items() if k != name}
+            metrics.MODEL_INFO.labels(name, version, current.manifest.kind).set(0)
+            await self._refuse(name, Refusal(version, signature, ""), exc, report)
+            return
+        log.warning("%s/%s: its item snapshot changed on disk; loaded again", name, version)
+        self._swap(loaded)
+        report.loaded.append((name, version))
+
     def _no_current(self, name: str) -> str:
         """Why model `name`, served, has no CURRENT version now (with the absolute path)."""
         model_dir = self.root.resolve() / name
@@ -451,10 +480,13 @@ class ModelRegistry:
             self._on_load(manifest, artifact.files)
         warm_up(scorer, manifest, self.settings.parallel_min_rows)
         items = manifest.item_features
-        snapshot = None
-        if items is not None and items.has_snapshot:
+        snapshot: ItemSnapshot | None = None
+        mapped: VersionSignature = ()
+        if items is not None and items.matrix_file is not None and items.ids_file is not None:
+            # Before the checks: a write after them must make it differ at the next poll.
+            mapped = files_signature(artifact.path, [items.matrix_file, items.ids_file])
             snapshot = ItemSnapshot.load(artifact.path, items)
-        return LoadedModel(manifest, scorer, artifact.path, time.time(), snapshot)
+        return LoadedModel(manifest, scorer, artifact.path, time.time(), snapshot, mapped)
 
     async def _serve_older(
         self, name: str, refusal: Refusal, full: str, report: ReloadReport

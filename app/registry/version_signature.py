@@ -28,3 +28,17 @@ def version_signature(path: Path) -> VersionSignature:
     except OSError:
         return ()
     return tuple(sorted(entries))
+
+
+def files_signature(directory: Path, names: list[str]) -> VersionSignature:
+    """The identity and size of the named files (a served version's memory-mapped ones): an
+    in-place write, or a repair that replaced them, makes it differ."""
+    entries = []
+    for name in names:
+        try:
+            st = os.stat(directory / name)
+        except OSError:
+            entries.append((name, 0, -1, 0))
+            continue
+        entries.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(entries)

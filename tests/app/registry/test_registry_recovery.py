@@ -308,3 +308,51 @@ def test_a_blank_current_at_start_serves_what_history_last_named_and_says_so(
     assert registry.errors()["m"].startswith("CURRENT refused: ValueError: m/CURRENT names no")
     reload(registry)  # the next poll: still reported, not loaded again
     assert registry.get("m").version == "v2" and "CURRENT" in registry.errors()["m"]
+
+
+def test_a_served_snapshot_written_in_place_is_checked_again(tmp_path: Path) -> None:
+    """A trial wrote into a served version's items.npy: the mapping showed the written values
+    (wrong scores, nothing reported) until a restart, and still after `ltr publish` repaired
+    the file, as the worker kept mapping the old one."""
+    import os
+
+    import numpy as np
+
+    from app.artifacts.manifest import FeatureSource
+    from tests.support.sourced_model import item_table, publish_sourced
+
+    names = ["bm25", "price", "ctr"]
+    sources: dict[str, FeatureSource] = {"price": "item", "ctr": "item"}
+    model = random_ensemble(len(names), seed=3)
+    table = item_table(20, ["price", "ctr"], seed=1)
+    publish_sourced(tmp_path, model, sources, table, feature_names=names, version="v1")
+    publish_sourced(tmp_path, model, sources, table, feature_names=names, version="v2")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    served = registry.get()
+    assert served.version == "v2" and served.item_snapshot is not None
+    matrix = tmp_path / "m" / "v2" / "items.npy"
+    original = matrix.read_bytes()
+    with open(matrix, "r+b") as f:  # one value, in place: the mapping shows it at once
+        f.seek(len(original) - 4)
+        f.write(np.float32(999.0).tobytes())
+    # A write moves the mtime; within the same clock tick as the load it may not, so a
+    # second later here, as the trial's write came.
+    stat = matrix.stat()
+    os.utime(matrix, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    before = failures()
+    reload(registry)
+    # Refused (its sha256 fails): the older version serves, the error says why.
+    assert registry.get().version == "v1" and failures() == before + 1
+    assert "version v2 refused" in registry.errors()["m"]
+    reload(registry)  # unchanged since: not retried
+    assert failures() == before + 1
+
+    replacement = matrix.with_suffix(".tmp")  # repaired as `ltr publish` does: a new file
+    replacement.write_bytes(original)
+    replacement.replace(matrix)
+    reload(registry)
+    assert registry.get().version == "v2" and registry.errors() == {}
+    snapshot = registry.get().item_snapshot
+    assert snapshot is not None
+    assert not np.any(np.asarray(snapshot.matrix) == 999.0)

@@ -21,12 +21,20 @@ MAX_VALUE_LENGTH = 64
 MAX_CLUSTER_ID_LENGTH = 256
 
 
-def field_token(spec: BucketedField, value: Any) -> str:
+def field_token(spec: BucketedField, value: Any, separator: str = "_") -> str:
     if spec.kind == "categorical":
         text = "" if value is None else str(value)
-        if (spec.values and text not in spec.values) or len(text) > MAX_VALUE_LENGTH:
+        # A value holding the separator would split into tokens of other fields: `U_S_a1`
+        # resolved to another age's cluster, and trained rows for `field:age=S` (a trial).
+        if (
+            (spec.values and text not in spec.values)
+            or len(text) > MAX_VALUE_LENGTH
+            or separator in text
+        ):
             text = "other"
         return spec.prefix + (text or "x")
+    if type(value) is str and "_" in value:  # Python's float() reads "34_5" as 345
+        return spec.prefix + "x"
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
@@ -38,7 +46,8 @@ def field_token(spec: BucketedField, value: Any) -> str:
 
 def cluster_id(scheme: ClusterScheme, profile: Mapping[str, Any]) -> str:
     """The finest cluster id of a profile, e.g. `US_lt1_pn3`."""
-    return scheme.separator.join(field_token(f, profile.get(f.name)) for f in scheme.fields)
+    sep = scheme.separator
+    return sep.join(field_token(f, profile.get(f.name), sep) for f in scheme.fields)
 
 
 def coarser_ids(scheme: ClusterScheme, cid: str) -> list[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -69,7 +70,27 @@ def load_cluster_scheme(path: Path) -> ClusterScheme:
     if not scheme.fields:
         raise ClusterConfigError(f"{path}: the scheme needs at least one field")
     _check_separator(scheme, path)
+    _check_fields(scheme, path)
     return scheme
+
+
+def _check_fields(scheme: ClusterScheme, path: Path) -> None:
+    """What the scheme's own model lets through (a trial): NaN or infinite edges trained a
+    whole epoch before the manifest refused them naming its own file; a field named twice
+    made a level that carries nothing."""
+    seen: set[str] = set()
+    for i, spec in enumerate(scheme.fields):
+        if spec.name in seen:
+            raise ClusterConfigError(
+                f"{path}: fields.{i}.name: field {spec.name!r} is already in the scheme"
+            )
+        seen.add(spec.name)
+        for j, edge in enumerate(spec.edges):
+            if not math.isfinite(edge):
+                raise ClusterConfigError(
+                    f"{path}: fields.{i}.edges.{j}: {edge} (field {spec.name!r}) is not a "
+                    "finite number"
+                )
 
 
 def _check_separator(scheme: ClusterScheme, path: Path) -> None:

@@ -26,6 +26,20 @@ def test_the_fallback_chain_is_unchanged_for_normal_ids() -> None:
     assert resolve_cluster(SCHEME, "FR_pn1", {"US", "unknown"}) == "unknown"
 
 
+def test_a_value_holding_the_separator_is_other_not_two_tokens() -> None:
+    """A trial: `U_S` trained rows for `field:price=S`, and a client's `U_S_pn1` resolved to
+    another price's cluster, for training and serving alike (both build ids here)."""
+    assert cluster_id(SCHEME, {"country": "U_S", "price": 2}) == "other_pn1"
+    assert cluster_id(SCHEME, {"country": "U_S_pn1", "price": 9}) == "other_pn2"
+    assert cluster_id(SCHEME, {"country": "US", "price": 2}) == "US_pn1"
+
+
+def test_a_number_with_an_underscore_is_not_a_number() -> None:
+    """Python's float() reads "34_5" as 345."""
+    assert cluster_id(SCHEME, {"country": "US", "price": "2_5"}) == "US_pnx"
+    assert cluster_id(SCHEME, {"country": "US", "price": "2.5"}) == "US_pn1"
+
+
 def test_forty_thousand_separators_cost_nothing() -> None:
     start = time.perf_counter()
     cid = cluster_id(SCHEME, {"country": "_" * 40_000, "price": 2})

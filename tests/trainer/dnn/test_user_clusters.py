@@ -120,6 +120,20 @@ def test_bad_profile_tables_name_file_and_line(tmp_path, text, message):
         ("[[fields]\n", "not valid TOML"),
         ("fields = []\n", "at least one field"),
         ("[[fields]]\nname='a'\nkind='numeric'\nprefix='a'\nedges=[2, 1]\n", "must increase"),
+        # A trial: NaN edges trained a whole epoch, then the manifest refused them naming its
+        # own file; a field named twice was a level that carries nothing.
+        (
+            "[[fields]]\nname='a'\nkind='numeric'\nprefix='a'\nedges=[nan, inf]\n",
+            r"fields\.0\.edges\.0: nan \(field 'a'\) is not a finite number",
+        ),
+        (
+            "[[fields]]\nname='a'\nkind='numeric'\nprefix='a'\nedges=[1, inf]\n",
+            r"fields\.0\.edges\.1: inf",
+        ),
+        (
+            "[[fields]]\nname='c'\nkind='categorical'\n[[fields]]\nname='c'\nkind='categorical'\n",
+            r"fields\.1\.name: field 'c' is already in the scheme",
+        ),
     ],
 )
 def test_bad_scheme_configs_name_the_file(tmp_path, text, message):

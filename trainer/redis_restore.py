@@ -11,7 +11,10 @@ be restored.
 
 One item set has one live version, whoever uses it: CURRENT versions are restored first (in
 name order) and a set made or found live is left as it is for the versions after them, so a
-candidate never takes its set away from a CURRENT (docs/EXPERIMENTS.md).
+candidate never takes its set away from a CURRENT (docs/EXPERIMENTS.md). A live version that
+no model's CURRENT was trained with, where every CURRENT using the set was trained with one
+other version, is switched back to that one: a rollback without a Redis URL leaves the newer
+version's set live, and the restored model scored with it (a held-out trial).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import orjson
 import redis
 
 from app.artifacts.lock import model_lock
+from app.artifacts.manifest import Manifest
 from app.artifacts.store import Artifact, list_models, load_version, read_current
 from app.errors import LtrError, error_text
 from app.registry.experiments import read_active
@@ -76,7 +80,7 @@ def restore_redis(
     missing = sorted(set(wanted) - {n for n, _ in deployed}) if names is not None else []
     versions: list[Restored] = []
     with redis.Redis.from_url(redis_url, socket_timeout=30) as client:
-        run = _Restorer(Path(registry), client, redis_url, prefix)
+        run = _Restorer(Path(registry), client, redis_url, prefix, _sets_deployed(registry))
         for name, current in deployed:
             with model_lock(registry, name):
                 # CURRENT may have moved since it was read: restore what it names now.
@@ -102,6 +106,7 @@ class _Restorer:
     client: redis.Redis
     url: str
     prefix: str
+    deployed_sets: dict[str, set[str]]  # set -> the versions of it CURRENT versions use
     live_sets: dict[str, str] = field(default_factory=dict)  # set -> version left live
 
     def candidate(self, name: str) -> Restored | None:
@@ -131,7 +136,7 @@ class _Restorer:
         if items is not None:
             report.item_set = f"{items.set}@{items.version}"
             try:
-                report.item_set_state = self._item_set(artifact, report)
+                report.item_set_state = self._item_set(artifact, report, role)
             except (redis.RedisError, LtrError) as exc:
                 report.item_set_state = "error"
                 report.errors.append(error_text(exc))
@@ -152,13 +157,19 @@ class _Restorer:
         push_embeddings(self.url, self.prefix, manifest, clusters, embeddings)
         return "restored"
 
-    def _item_set(self, artifact: Artifact, report: Restored) -> State:
+    def _item_set(self, artifact: Artifact, report: Restored, role: Role) -> State:
         items = artifact.manifest.item_features
         assert items is not None
         claimed = self.live_sets.get(items.set)
         if claimed is None:
             live = live_version(self.client, self.prefix, items.set)
-            if live is not None and self._complete(items.set, live):
+            stale = role == "current" and self.deployed_sets.get(items.set) == {items.version}
+            if live is not None and live != items.version and stale:
+                report.notes.append(
+                    f"item set {items.set}: version {live} was live, which no deployed version "
+                    f"was trained with; switched back to {items.version}"
+                )
+            elif live is not None and self._complete(items.set, live):
                 claimed = self.live_sets[items.set] = live
         if claimed is not None:
             if claimed == items.version:
@@ -180,6 +191,26 @@ class _Restorer:
         width = 4 * len(meta["names"])
         found = item_counts(self.client, self.prefix, set_name, {version: width})[version]
         return bool(found == meta["count"])
+
+
+def _sets_deployed(registry: Path) -> dict[str, set[str]]:
+    """Item set -> the versions of it every model's CURRENT version was trained with (from the
+    manifests alone: the versions themselves are verified when restored)."""
+    out: dict[str, set[str]] = {}
+    for name in list_models(registry):
+        current = read_current(registry, name)
+        if current is None:
+            continue
+        try:
+            manifest = Manifest.model_validate_json(
+                (registry / name / current / "manifest.json").read_bytes()
+            )
+        except (OSError, ValueError):
+            continue  # refused when restored, if in the names asked for
+        items = manifest.item_features
+        if items is not None and items.version is not None:
+            out.setdefault(items.set, set()).add(items.version)
+    return out
 
 
 def _str(raw: bytes | str) -> str:

@@ -186,3 +186,27 @@ def test_the_text_report_names_each_version(tmp_path: Path, redis_server: RedisS
         f"shop v1 (current): no user embeddings, item set catalog@{table.version()} restored",
         "announced: shop",
     ]
+
+
+def test_a_set_left_live_by_a_rollback_without_redis_is_switched_back(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A trial: v2 published with Redis made its set live; `ltr publish --rollback` without a
+    Redis URL moved CURRENT back to v1, whose answers then scored with v2's item values, and
+    restore kept v2's set live ("stays live") though no deployed version uses it."""
+    registry = tmp_path / "registry"
+    client = redis.Redis.from_url(redis_server.url)
+    old, new = item_table(30, NAMES, seed=1), item_table(30, NAMES, seed=2)
+    publish(shop_version(tmp_path / "runs", "v1", old), registry, redis_url=redis_server.url)
+    publish(shop_version(tmp_path / "runs", "v2", new), registry, redis_url=redis_server.url)
+    assert client.get("ltr:itemset:catalog") == new.version().encode()
+    set_current(registry, "shop", "v1", rollback=True)  # as a rollback without a Redis URL
+
+    code, report, stderr = restore(registry, redis_server.url)
+    assert code == 0, stderr
+    assert states(report) == {("shop", "v1"): ("none", "restored")}
+    assert client.get("ltr:itemset:catalog") == old.version().encode()
+    (notes,) = [v["notes"] for v in report["versions"]]
+    assert f"version {new.version()} was live, which no deployed version" in notes[0]
+    assert report["announced"] == ["shop"]
+    client.close()

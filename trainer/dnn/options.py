@@ -6,7 +6,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from trainer.lambdamart.params import MAX_EVAL_AT, MAX_NUM_TREES, MAX_THREADS
@@ -20,6 +20,19 @@ MAX_HIDDEN_WEIGHTS = 2**27
 # Depth: a million one-unit layers passed the width checks and built for minutes before the
 # first batch; ranking networks use 2-4 hidden layers, DCN 1-6 cross layers (Wang et al. 2017).
 MAX_LAYERS = 64
+
+
+def combinations_need_fields(buckets: int, info: ValidationInfo) -> int:
+    """Combination rows are sums of field rows: asked for without them they were dropped
+    silently (pydantic validates a default only when given, so only an explicit value fails)."""
+    if buckets > 0 and info.data.get("field_embeddings") is False:
+        raise PydanticCustomError(
+            "needs_field_embeddings",
+            "{buckets} combination buckets need field embeddings (--field-embeddings); "
+            "give 0 to train without combination rows",
+            {"buckets": buckets},
+        )
+    return buckets
 
 
 class DNNOptions(BaseModel):
@@ -59,6 +72,8 @@ class DNNOptions(BaseModel):
     # only: buckets of the hash (0 = none) and the most fields a combination joins.
     combination_buckets: int = Field(65536, ge=0)
     combination_max_fields: int = Field(3, ge=2)
+
+    _combinations_need_fields = field_validator("combination_buckets")(combinations_need_fields)
 
     @field_validator("hidden")
     @classmethod

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.artifacts.manifest import UserClusters
 from app.artifacts.store import ArtifactError, load_version
 from app.features.embedding_table import EmbeddingTable
 from trainer.data.dataset import RankingDataset
-from trainer.dnn.options import MAX_LAYER_WIDTH
+from trainer.dnn.options import MAX_LAYER_WIDTH, combinations_need_fields
 from trainer.dnn.user_clusters import (
     EMBEDDING_FEATURE_PREFIX,
     ClusterConfigError,
@@ -64,6 +64,8 @@ class TreeUserOptions(BaseModel):
     combination_max_fields: int = Field(3, ge=2)
     # A version directory with user clusters whose table is reused instead of learning one.
     user_embeddings_from: Path | None = None
+
+    _combinations_need_fields = field_validator("combination_buckets")(combinations_need_fields)
 
     @property
     def enabled(self) -> bool:

@@ -149,3 +149,25 @@ def test_tree_user_options_are_checked(sim: Path, runner: CliRunner, tmp_path: P
     )  # fmt: skip
     assert result.exit_code == 2
     assert not (tmp_path / "m" / "v1").exists()
+
+
+@pytest.mark.parametrize("engine", ["native", "dnn"])
+def test_combination_buckets_without_field_embeddings_are_refused(
+    sim: Path, runner: CliRunner, tmp_path: Path, engine: str
+) -> None:
+    """Combination rows are sums of field rows: asked for without them they were dropped."""
+    out = tmp_path / "m" / "v1"
+    base = [
+        "train", "--engine", engine, "--train", str(sim / "train.parquet"), "--out", str(out),
+        "--user-profiles", str(sim / "users.parquet"), "--no-field-embeddings",
+    ]  # fmt: skip
+    result = runner.invoke(app, [*base, "--combination-buckets", "1024"])
+    assert result.exit_code == 2
+    line = one_error_line(result.stderr)
+    assert "--combination-buckets" in line and "--field-embeddings" in line
+    assert not out.exists()
+    config = tmp_path / "params.toml"
+    config.write_text("field_embeddings = false\ncombination_buckets = 64\n")
+    result = runner.invoke(app, [*base[:-1], "--config", str(config)])
+    assert result.exit_code == 2
+    assert f"{config}: combination_buckets" in one_error_line(result.stderr)

@@ -7,6 +7,7 @@ carries) or `redis:SET[@VERSION]` (the live version when none is given).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,6 +16,7 @@ import orjson
 import typer
 
 from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
+from trainer.features.report_text import diff_lines, inspect_lines
 
 if TYPE_CHECKING:
     import redis
@@ -120,7 +122,7 @@ def inspect_command(
                     for i in range(min(sample, len(table.ids)))
                 ],
             }
-    typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2 if not as_json else 0).decode())
+    _print(report, as_json, inspect_lines)
 
 
 @features_app.command("diff")
@@ -141,7 +143,7 @@ def diff_command(
         left = _load_source(a, id_column, redis_url, prefix)
         right = _load_source(b, id_column, redis_url, prefix)
         report = diff_tables(left, right)
-    typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2 if not as_json else 0).decode())
+    _print(report, as_json, diff_lines)
     if report["identical"] is False:
         # As diff(1): 0 the same, 1 different, 2 trouble, so a script can test it.
         if not as_json:
@@ -217,6 +219,12 @@ def _inspect_redis(
         "features": None if meta is None else meta["names"],
         "sample": rows,
     }
+
+
+def _print(
+    report: dict[str, Any], as_json: bool, lines: Callable[[dict[str, Any]], list[str]]
+) -> None:
+    typer.echo(orjson.dumps(report).decode() if as_json else "\n".join(lines(report)))
 
 
 def _row(item_id: str, values: np.ndarray, names: list[str]) -> dict[str, Any]:

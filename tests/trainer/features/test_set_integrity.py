@@ -161,3 +161,38 @@ def test_inspect_shows_infinities_and_diff_exits_1_when_sets_differ(
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["identical"] is False
     negative = CliRunner().invoke(app, ["features", "inspect", str(a), "--sample", "-1"])
     assert negative.exit_code == 2 and "--sample" in negative.output
+
+
+def test_inspect_and_diff_print_text_without_json(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"doc_id": ["p", "q"], "x": [float("inf"), 0.1], "y": [None, 1.0]}), a)
+    pq.write_table(pa.table({"doc_id": ["p", "r"], "x": [float("inf"), 2.0]}), b)
+    url = ["--redis-url", redis_server.url]
+    assert CliRunner().invoke(app, ["features", "push", "--set", "s", "--items", str(a), *url])
+    live = CliRunner().invoke(app, ["features", "inspect", "redis:s", *url])
+    assert live.exit_code == 0
+    lines = live.stdout.splitlines()
+    version = json.loads(
+        CliRunner().invoke(app, ["features", "inspect", "redis:s", *url, "--json"]).stdout
+    )["live"]
+    assert lines[0] == f"item set s: live version {version}"
+    assert lines[1].split() == ["version", "items", "present", "complete", "created"]
+    assert lines[2].split()[:5] == ["*", version, "2", "2", "yes"]
+    assert lines[3:] == [
+        "features (2): x, y",
+        f"sample of {version} (2 items; a missing value shows as nan):",
+        "  p: x=inf, y=nan",
+        "  q: x=0.1, y=1.0",
+    ]
+    differ = CliRunner().invoke(app, ["features", "diff", str(a), str(b)])
+    assert differ.exit_code == 1
+    assert differ.stdout.splitlines() == [
+        f"a: {a} (2 items, 2 features)",
+        f"b: {b} (2 items, 1 feature)",
+        "features only in a (1): y",
+        "items only in a: 1 (q)",
+        "items only in b: 1 (r)",
+        "items with a changed value: 0",
+    ]

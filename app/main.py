@@ -29,6 +29,7 @@ from app.api.direct_rerank import DirectRerank
 from app.api.docs_pages import install_offline_docs
 from app.api.early_admission import admit_rerank, release_slot
 from app.api.errors import install_error_handlers
+from app.api.exploration import Exploration
 from app.api.feedback_routes import FeedbackRequest, feedback_router
 from app.api.middleware import ServiceMiddleware
 from app.api.reception_lanes import LANES
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.registry = registry
         app.state.scoring_limiter = anyio.CapacityLimiter(settings.scoring_concurrency)
         app.state.impressions = ImpressionLog(settings)
+        app.state.exploration = Exploration(settings.exploration_share, settings.exploration_depth)
         await app.state.impressions.start()
         app.state.admission.loop_lag.start()
         if settings.body_scan:

@@ -248,6 +248,10 @@ class Settings(BaseSettings):
     # The served ids each worker keeps for /feedback (app.impressions.feedback).
     impressions_index_max_mb: Annotated[int, Field(ge=1)] = 64
     impressions_ttl_seconds: Annotated[int, Field(ge=1)] = 86400
+    # Exploration for the position-bias estimate (app.api.exploration): on this share of
+    # answers outside experiments, the first result swaps with one drawn from 2..depth.
+    exploration_share: Annotated[float, Field(ge=0, le=1)] = 0.0
+    exploration_depth: Annotated[int, Field(ge=2, le=1000)] = 10
 
     # Item feature store (app.features.item_store): `auto` reads Redis when redis_url is set,
     # else the snapshot the model version carries; `redis` insists on Redis (no redis_url is

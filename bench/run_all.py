@@ -29,6 +29,7 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("hot_swap.md", ["bench.bench_hot_swap"]),
     ("dnn.md", ["bench.bench_dnn"]),
     ("position_bias.md", ["bench.bench_position_bias"]),
+    ("exploration.md", ["bench.bench_exploration"]),
     ("convert.md", ["bench.bench_convert"]),
     ("data.md", ["bench.bench_data"]),
     ("user_features.md", ["bench.bench_user_features"]),

@@ -15,6 +15,7 @@ from typing import Annotated
 import anyio
 from fastapi import Depends, HTTPException, Request
 
+from app.api.exploration import Exploration
 from app.features.item_store import ItemFeatureStore
 from app.features.user_features import UserFeatureResolver
 from app.impressions import ImpressionLog
@@ -50,6 +51,7 @@ class Services:
     limiter: anyio.CapacityLimiter
     item_store: ItemFeatureStore
     impressions: ImpressionLog | None
+    exploration: Exploration | None = None
 
 
 async def get_services(request: Request) -> Services:
@@ -61,6 +63,7 @@ async def get_services(request: Request) -> Services:
         state.scoring_limiter,
         state.item_store,
         getattr(state, "impressions", None),
+        getattr(state, "exploration", None),
     )
 
 

@@ -37,6 +37,7 @@ from app.api.dependencies import (
     SettingsDep,
 )
 from app.api.errors import json_error
+from app.api.exploration import EXPLORED, EXPLORED_ANSWERS, Exploration
 from app.api.key_counts import check_envelope
 from app.api.query_values import QUERY_NAMES
 from app.api.retrieval_order import split_candidates
@@ -121,7 +122,7 @@ async def rerank(
     within its latency budget comes back in its own order, `degraded` (docs/API.md)."""
     registry, resolver, settings = services.registry, services.resolver, services.settings
     parsed = await _parse(request, registry, resolver, settings, slot, services.item_store)
-    body = await _rank(parsed, registry, resolver, settings, slot)
+    body = await _rank(parsed, registry, resolver, settings, slot, services.exploration)
     rows, envelope = parsed.rows, parsed.envelope
     user = envelope.user
     log_impression(
@@ -230,9 +231,12 @@ async def _rank(
     resolver: UserFeatureResolver,
     settings: Settings,
     slot: Slot,
+    exploration: Exploration | None = None,
 ) -> dict[str, Any]:
-    """The ranked answer, with `_order` (input index of each result) and, in an experiment,
-    `_experiment` (its log record) and `_trial` (its ranking): removed before it is sent."""
+    """The ranked answer, with `_order` (input index of each result), `_explored` (the
+    position swapped with the first, or None) and, in an experiment, `_experiment` (its log
+    record) and `_trial` (its ranking): removed before it is sent. Answers in an experiment
+    are not explored: interleaving already moves documents, and a swap would skew its credit."""
     doc, envelope, model, rows = parsed.doc, parsed.envelope, parsed.model, parsed.rows
     features, user_vector = rows.features, rows.user_vector
     score = ModelScoring(
@@ -259,10 +263,18 @@ async def _rank(
         )
     if trial is None:
         scores = await slot.bounded(score(model, features, user_vector))
-        body = _ranked(parsed.request_id, model, rows.ids, scores, envelope.top_k, rows.user)
+        body = _ranked(
+            parsed.request_id, model, rows.ids, scores, envelope.top_k, rows.user, exploration
+        )
     else:
         body = _ranked(
-            parsed.request_id, trial.model, rows.ids, trial.scores, None, rows.user, trial.order
+            parsed.request_id,
+            trial.model,
+            rows.ids,
+            trial.scores,
+            None,
+            rows.user,
+            order=trial.order,
         )
         body["_experiment"] = trial.log
         body["_trial"] = trial
@@ -283,6 +295,7 @@ async def _respond(
     envelope, features, rows = parsed.envelope, parsed.rows.features, parsed.rows
     experiment = body.pop("_experiment", None)
     trial: ExperimentRanking | None = body.pop("_trial", None)
+    body.pop("_explored", None)
     if envelope.explain:
         body["results"] = body["results"].dicts()
         extra = parsed.user_columns
@@ -439,16 +452,23 @@ def _ranked(
     scores: np.ndarray,
     top_k: int | None,
     user: UserFeatures | None,
+    exploration: Exploration | None = None,
     order: list[int] | None = None,
 ) -> dict[str, Any]:
+    explored = None
     if order is None:
         # NaN (only a broken network could give it) sorts last; stable sort keeps input order.
         key = np.where(np.isnan(scores), -np.inf, scores)
         ranked = np.argsort(-key, kind="stable")[:top_k]
+        if exploration is not None:
+            explored = exploration.swap(ranked)
     else:
         ranked = np.asarray(order, dtype=np.int64)
     degraded = bool(user and user.degraded)
     reasons = list(user.reasons) if user else []
+    if explored is not None:
+        reasons.append(EXPLORED)
+        EXPLORED_ANSWERS.labels(model.name).inc()
     if not np.isfinite(scores).all():
         # A network fed values far beyond its training data overflows (an infinity, or NaN):
         # its order is no ranking, and the answer says so rather than showing null scores.
@@ -465,6 +485,7 @@ def _ranked(
         "degraded": degraded,
         "reasons": reasons,
         "_order": ranked.tolist(),  # input index of each result; removed before sending
+        "_explored": explored,  # the position swapped with the first; removed before sending
     }
 
 

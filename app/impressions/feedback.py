@@ -180,6 +180,7 @@ class ImpressionLog:
                 served,
                 features[order],
                 experiment=body.get("_experiment"),
+                explored=body.get("_explored"),
             )
         except Exception:  # a logging bug must not fail the request
             log.exception("could not build an impression record")

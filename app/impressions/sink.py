@@ -6,12 +6,13 @@ Record format (one JSON object per JSONL line, or the `data` field of one stream
 - impression: `{"kind": "impression", "request_id", "ts" (Unix seconds), "query_id",
   "user_id", "user_cluster", "model", "version", "ids" (served candidate ids, best first),
   "positions" (1-based positions served, aligned with ids), "n_features",
-  "features", and for requests in an online experiment "experiment": `{"name", "mode",
+  "features", for requests in an online experiment "experiment": `{"name", "mode",
   "control", "candidate"}` plus `"teams"` (interleave: 0 = control, 1 = candidate, aligned with
-  ids) or `"arm"` (ab: "control" or "candidate")}`. `features` is the base64 of the float32
-  little-endian row-major matrix
-  `[len(ids), n_features]` the model scored (rows aligned with `ids`, NaN = missing): 4 bytes a
-  value plus a third, about 3x smaller than a JSON float list and exact.
+  ids) or `"arm"` (ab: "control" or "candidate")}`, and for an explored answer
+  (app.api.exploration) `"explored"`, the position whose result was swapped with the first.
+  `features` is the base64 of the float32 little-endian row-major matrix
+  `[len(ids), n_features]` the model scored (rows aligned with `ids`, NaN = missing): 4 bytes
+  a value plus a third, about 3x smaller than a JSON float list and exact.
 - feedback: `{"kind": "feedback", "request_id", "ts", "events": [{"id", "type", "value"}]}`.
 
 Redis keys: streams `{prefix}impressions` and `{prefix}feedback` (each capped by
@@ -88,6 +89,7 @@ def impression_record(
     features: np.ndarray,
     ts: float | None = None,
     experiment: dict[str, Any] | None = None,
+    explored: int | None = None,
 ) -> dict[str, Any]:
     """An impression with `ids` in served order; `features` [len(ids), n_features] float32 stays
     a numpy array here and is encoded by the background writer, off the request path."""
@@ -107,6 +109,8 @@ def impression_record(
     }
     if experiment is not None:
         record["experiment"] = experiment
+    if explored is not None:
+        record["explored"] = explored
     return record
 
 

@@ -190,6 +190,7 @@ def join_logs(
         if all(u is None for u in users)
         else np.array(["" if u is None else str(u) for u in users], dtype=object),
         positions=np.concatenate([imp.positions for imp in impressions]),
+        explored=np.array([imp.explored or 0 for imp in impressions], dtype=np.int64),
     )
     stats = {
         "impressions": len(impressions),

@@ -41,6 +41,8 @@ class Impression:
     features: np.ndarray  # float32 [n, n_features]
     # Online experiment the request was in (app/impressions/sink.py), else None.
     experiment: dict[str, Any] | None = None
+    # Explored answer (app/api/exploration.py): the position swapped with the first, else None.
+    explored: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ def _impression(doc: dict[str, Any]) -> Impression:
         positions=positions,
         features=features,
         experiment=_experiment(doc.get("experiment"), len(ids)),
+        explored=_explored(doc.get("explored"), len(ids)),
     )
 
 
@@ -111,6 +114,14 @@ def _experiment(field: Any, n: int) -> dict[str, Any] | None:
     teams = field.get("teams")
     if teams is not None and (not isinstance(teams, list) or len(teams) != n):
         raise ValueError("'experiment.teams' must be a list aligned with 'ids'")
+    return field
+
+
+def _explored(field: Any, n: int) -> int | None:
+    if field is None:
+        return None
+    if type(field) is not int or not 2 <= field <= n:
+        raise ValueError(f"'explored' must be a position from 2 to {n} (the list's), got {field!r}")
     return field
 
 

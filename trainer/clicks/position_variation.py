@@ -26,9 +26,14 @@ MIN_MOVED_SHARE = 0.02
 class PositionVariation:
     repeated: int  # (query id, document id) pairs shown more than once
     moved: int  # of those, pairs shown at more than one position
+    explored: int = 0  # impressions the service explored (app/api/exploration.py)
 
     def to_json(self) -> dict[str, int]:
-        return {"repeated_pairs": self.repeated, "moved_pairs": self.moved}
+        return {
+            "repeated_pairs": self.repeated,
+            "moved_pairs": self.moved,
+            "explored_impressions": self.explored,
+        }
 
     def warning(self) -> str | None:
         if self.repeated < MIN_REPEATED or self.moved >= MIN_MOVED_SHARE * self.repeated:
@@ -37,7 +42,8 @@ class PositionVariation:
             f"only {self.moved:,} of the {self.repeated:,} (query_id, document) pairs shown more "
             "than once were ever shown at another position: the logs hardly vary positions "
             "(one fixed ranker?), so the position-bias estimate cannot tell being seen less "
-            "from being worth less and stays near raw click-through by position "
+            "from being worth less and stays near raw click-through by position; "
+            "LTR_EXPLORATION_SHARE (e.g. 0.05) makes the service vary them "
             "(docs/POSITION_BIAS.md, 'Logs of one fixed ranker')"
         )
 
@@ -46,7 +52,9 @@ def position_variation(impressions: Iterable[Impression]) -> PositionVariation:
     """Counted over the impressions that carry a `query_id` (string or integer)."""
     first: dict[tuple[Any, Any], int] = {}  # pair -> first position; -1 once it moved
     repeated: set[tuple[Any, Any]] = set()
+    explored = 0
     for imp in impressions:
+        explored += imp.explored is not None
         query = imp.query_id
         if type(query) is not str and type(query) is not int:
             continue
@@ -62,4 +70,4 @@ def position_variation(impressions: Iterable[Impression]) -> PositionVariation:
             if seen != position:
                 first[key] = -1
     moved = sum(1 for key in repeated if first[key] == -1)
-    return PositionVariation(len(repeated), moved)
+    return PositionVariation(len(repeated), moved, explored)

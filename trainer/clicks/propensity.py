@@ -40,12 +40,13 @@ validation metric. Two constraints keep the estimate where the data supports it:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from trainer.clicks.randpair import RandPairRatios, randpair_ratios
 from trainer.clicks.relevance_models import AdditiveLogit, PairMeans
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
@@ -68,6 +69,8 @@ class PropensityEstimate:
     clicks: np.ndarray  # int64 [max_position], clicked rows at each position
     groups: np.ndarray  # int64 [max_position], 0-based group of positions sharing one theta
     min_clicks: int  # the fewest clicks a group of positions rests on (unless all are fewer)
+    # What the explored answers gave (trainer.clicks.randpair), when the logs held any.
+    randpair: dict[str, Any] | None = None
 
     def sparse_positions(self) -> list[int]:
         """1-based positions with fewer than `min_clicks` clicks of their own: their theta is
@@ -103,6 +106,7 @@ class PropensityEstimate:
             "pooled_positions": [list(r) for r in self.pooled_ranges()],
             "iterations": self.iterations,
             "log_likelihood": self.log_likelihood,
+            **({} if self.randpair is None else {"randpair": self.randpair}),
         }
 
 
@@ -312,7 +316,28 @@ def estimate_from_dataset(data: RankingDataset, **options: Any) -> PropensityEst
     if data.positions is None:
         raise ValueError(f"{data.source}: no served positions to estimate position bias from")
     clicks = (data.labels > 0).astype(np.int8)
-    return estimate_propensities(data.positions, clicks, features=data.features, **options)
+    estimate = estimate_propensities(data.positions, clicks, features=data.features, **options)
+    if data.explored is None or not data.explored.any():
+        return estimate
+    min_clicks = int(options.get("min_clicks", MIN_CLICKS))
+    ratios = randpair_ratios(data.positions, clicks, data.group_offsets, data.explored, min_clicks)
+    return with_ratios(estimate, ratios)
+
+
+def with_ratios(estimate: PropensityEstimate, ratios: RandPairRatios) -> PropensityEstimate:
+    """theta from the explored answers' ratios where they have them (positions 1..K), EM's
+    shape past K joined at K, kept non-increasing. EM alone on one ranker's logs stays near raw
+    click ratios; the ratios do not depend on what the ranker saw (trainer.clicks.randpair)."""
+    known = min(ratios.estimated_prefix(), estimate.theta.size)
+    if known < 2:
+        return replace(estimate, randpair=ratios.to_json())
+    theta = estimate.theta.copy()
+    theta[:known] = ratios.theta[:known]
+    theta[known:] = estimate.theta[known:] * theta[known - 1] / estimate.theta[known - 1]
+    theta = non_increasing(theta, estimate.impressions.astype(np.float64))
+    theta = np.clip(theta / theta[0], _EPS, 1.0)
+    method = f"randpair+{estimate.method}"
+    return replace(estimate, theta=theta, method=method, randpair=ratios.to_json())
 
 
 def write_propensities(path: Path, estimate: PropensityEstimate, **extra: Any) -> None:

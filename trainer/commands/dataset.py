@@ -184,6 +184,14 @@ def dataset_command(
     if propensities:
         theta = ", ".join(f"{t:.3f}" for t in summary["propensities"]["theta"][:10])
         typer.echo(f"examination by position (relative to 1): {theta}")
+        if (randpair := summary["propensities"].get("randpair")) is not None:
+            answers = sum(randpair["explored_answers"])
+            known = randpair["positions"]
+            typer.echo(
+                f"from {answers:,} explored answers: positions 1-{known} by their swaps"
+                if known >= 2
+                else f"{answers:,} explored answers, too few clicks for a ratio: EM alone"
+            )
 
 
 def _propensities(train: Any, path: Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ def concat_datasets(parts: list[RankingDataset], source: str = "") -> RankingDat
     users = [p.user_ids for p in parts if p.user_ids is not None]
     positions = [p.positions for p in parts if p.positions is not None]
     doc_ids = [p.doc_ids for p in parts if p.doc_ids is not None]
+    explored = [p.explored for p in parts if p.explored is not None]
     return RankingDataset(
         features=np.ascontiguousarray(np.vstack([p.features for p in parts])),
         labels=np.concatenate([p.labels for p in parts]),
@@ -33,4 +34,5 @@ def concat_datasets(parts: list[RankingDataset], source: str = "") -> RankingDat
         user_ids=np.concatenate(users) if len(users) == len(parts) else None,
         positions=np.concatenate(positions) if len(positions) == len(parts) else None,
         doc_ids=np.concatenate(doc_ids) if len(doc_ids) == len(parts) else None,
+        explored=np.concatenate(explored) if len(explored) == len(parts) else None,
     )

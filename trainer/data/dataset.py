@@ -34,6 +34,9 @@ class RankingDataset:
     # check made after reading (what LightGBM refuses) says where, as the readers do.
     source_rows: np.ndarray | None = None
     source_unit: str = "line"
+    # Optional, click logs: the position an explored answer swapped with the first
+    # ([n_queries], int64; 0 = not explored; app/api/exploration.py).
+    explored: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.features.shape[0]
@@ -58,6 +61,8 @@ class RankingDataset:
             raise ValueError("one document id per document expected")
         if self.source_rows is not None and self.source_rows.shape != (n,):
             raise ValueError("one source row per document expected")
+        if self.explored is not None and self.explored.shape != (off.size - 1,):
+            raise ValueError("one explored position per query expected")
 
     @property
     def num_docs(self) -> int:
@@ -115,6 +120,7 @@ class RankingDataset:
             doc_ids=None if self.doc_ids is None else self.doc_ids[rows],
             source_rows=None if self.source_rows is None else self.source_rows[rows],
             source_unit=self.source_unit,
+            explored=None if self.explored is None else self.explored[query_index],
         )
 
 

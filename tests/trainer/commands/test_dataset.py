@@ -205,6 +205,38 @@ def test_logs_that_never_move_a_document_are_warned_about(
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     variation = orjson.loads(result.stdout)["propensities"]["position_variation"]
-    assert variation == {"repeated_pairs": 300, "moved_pairs": 300 if rotate else 0}
+    assert variation == {
+        "repeated_pairs": 300,
+        "moved_pairs": 300 if rotate else 0,
+        "explored_impressions": 0,
+    }
     warned = "the logs hardly vary positions (one fixed ranker?)" in result.stderr
     assert warned is not rotate
+    assert ("LTR_EXPLORATION_SHARE" in result.stderr) is not rotate
+
+
+def test_explored_impressions_are_counted_and_a_bad_explored_field_refused(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    records = []
+    for q in range(10):
+        ids = [f"{q}-a", f"{q}-b", f"{q}-c"]
+        explored = ids[2:3] + ids[1:2] + ids[0:1] if q % 2 else ids  # the first swapped with 3
+        records.append(
+            {**impression(f"r{q}", explored, 1000.0 + q), **({"explored": 3} if q % 2 else {})}
+        )
+        records.append(feedback(f"r{q}", (explored[0], "click"), ts=1000.5 + q))
+    write_log(tmp_path / "logs" / "service.jsonl", records)
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(tmp_path / "d")]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    variation = orjson.loads(result.stdout)["propensities"]["position_variation"]
+    assert variation["explored_impressions"] == 5
+    for bad in (1, 4, True, "3"):
+        records[0] = {**records[0], "explored": bad}
+        write_log(tmp_path / "bad" / "service.jsonl", records)
+        out = ["dataset", "--from-logs", str(tmp_path / "bad"), "--out", str(tmp_path / "e")]
+        result = runner.invoke(app, out)
+        assert result.exit_code == 2
+        line = one_error_line(result.stderr)
+        assert "service.jsonl:1" in line and "'explored' must be a position from 2 to 3" in line

@@ -557,10 +557,44 @@ def run_nightly(config: NightlyConfig) -> NightlyOutcome:
                 shutil.rmtree(candidate_dir, ignore_errors=True)
                 raise ArtifactError(f"{exc}; nothing published") from None
             raise ArtifactError(f"{exc}; nothing published (report: {refused})") from None
+    report_dir = _place_reports(config, candidate_dir, published)
     for warning in published.warnings:
         log.warning("%s", warning)
     shutil.rmtree(candidate_dir, ignore_errors=True)
-    return NightlyOutcome(published, gate, published.path, experiment)
+    return NightlyOutcome(published, gate, report_dir, experiment)
+
+
+def _place_reports(config: NightlyConfig, candidate_dir: Path, published: PublishResult) -> Path:
+    """The reports beside the published version, each renamed into place whole; where the
+    registry has no room for them (the version is live by now: a disk trial was told "nothing
+    published" for a version serving), they stay under work_dir/published/<version> and a
+    warning says so. The directory holding them."""
+    try:
+        for name in ("report.html", "report.json"):
+            partial = published.path / f".{name}.partial"
+            try:
+                shutil.copy2(candidate_dir / name, partial)
+                os.replace(partial, published.path / name)
+            finally:
+                partial.unlink(missing_ok=True)
+        return published.path
+    except OSError as exc:
+        for name in ("report.html", "report.json"):
+            with contextlib.suppress(OSError):
+                (published.path / name).unlink(missing_ok=True)  # not one of two reports
+        kept = config.work_dir / "published" / published.version
+        where = f"kept in {kept}"
+        try:
+            kept.mkdir(parents=True, exist_ok=True)
+            for name in ("report.html", "report.json"):
+                os.replace(candidate_dir / name, kept / name)  # a rename: no room needed
+        except OSError as keep_exc:
+            where = f"lost ({os_error_text(keep_exc)})"
+        published.warnings.append(
+            f"{published.name} {published.version} is published and serving, but its report "
+            f"could not be written beside it ({os_error_text(exc)}): {where}"
+        )
+        return kept
 
 
 def _refuse(
@@ -639,8 +673,6 @@ def _publish(
         # With nothing deployed yet there is nothing to compare against: deploy it.
         as_candidate=experimenting,
     )
-    for name in ("report.html", "report.json"):
-        shutil.copy2(candidate_dir / name, published.path / name)
     if not experimenting:
         return published, None
     from trainer.experiments.nightly import start_for_candidate

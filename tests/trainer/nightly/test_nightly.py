@@ -154,6 +154,48 @@ def test_a_publish_failing_on_the_disk_keeps_the_report_with_the_refused_ones(
     assert read_current(tmp_path / "registry", "nightly") is None
 
 
+def test_a_registry_too_full_for_the_report_still_says_the_version_is_published(
+    tmp_path: Path,
+    partitioned: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operations trial: a registry that filled up while the report was copied beside the
+    new version (CURRENT had moved) failed the run with "nothing published", wrote a refused
+    report for a serving version and left a torn report.json in the registry."""
+    import errno
+    import shutil
+
+    import trainer.nightly.run as nightly_run
+
+    original = shutil.copy2
+
+    def full_for_json(src: Path, dst: Path) -> object:
+        if Path(src).name == "report.json":
+            Path(dst).write_bytes(Path(src).read_bytes()[:10])  # torn, as a full disk leaves it
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return original(src, dst)
+
+    config = load_config(write_config(tmp_path, partitioned))
+    monkeypatch.setattr(nightly_run.shutil, "copy2", full_for_json)
+    outcome = run_nightly(config)
+    version = outcome.published.version
+    assert read_current(tmp_path / "registry", "nightly") == version
+    installed = tmp_path / "registry" / "nightly" / version
+    assert sorted(p.name for p in installed.iterdir() if p.name.startswith((".", "report"))) == []
+    kept = config.work_dir / "published" / version
+    assert outcome.report_dir == kept
+    assert json.loads((kept / "report.json").read_text())["gate"]["passed"] is True
+    assert (kept / "report.html").is_file()
+    assert not (config.work_dir / "refused").exists()
+    assert list((config.work_dir / "candidates").iterdir()) == []
+    warned = [
+        r.getMessage() for r in caplog.records if "is published and serving" in r.getMessage()
+    ]
+    assert len(warned) == 1 and f"kept in {kept}" in warned[0]
+    assert f"{installed / '.report.json.partial'}: no space left" in warned[0]
+
+
 def test_a_full_work_dir_after_training_names_the_file_and_frees_the_candidate(
     tmp_path: Path, partitioned: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

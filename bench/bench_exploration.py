@@ -39,13 +39,19 @@ DOCS = 10
 
 
 def simulate(
-    queries: int, impressions: int, share: float, depth: int, seed: int, path: Path
+    queries: int,
+    impressions: int,
+    share: float,
+    depth: int,
+    seed: int,
+    path: Path,
+    hidden_scale: float = 1.0,
 ) -> np.ndarray:
     """Writes the service's log of `impressions` answers to `path`; the true theta [DOCS]."""
     world = np.random.default_rng(seed)
     signal = world.normal(size=(queries, DOCS)).astype(np.float32)
     noise = world.normal(size=(queries, DOCS)).astype(np.float32)
-    hidden = world.normal(size=(queries, DOCS))
+    hidden = hidden_scale * world.normal(size=(queries, DOCS))
     relevance = 1.0 / (1.0 + np.exp(-(1.5 * signal + hidden - 1.5)))
     ranked = np.argsort(-(signal + hidden + 0.3 * world.normal(size=(queries, DOCS))), axis=1)
     theta = 1.0 / np.arange(1, DOCS + 1)
@@ -73,10 +79,12 @@ def simulate(
     return theta
 
 
-def errors(path: Path, theta: np.ndarray) -> dict[str, float]:
+def errors(path: Path, theta: np.ndarray) -> tuple[dict[str, float], bool]:
+    """Mean relative errors by estimator, and whether `ltr dataset` kept EM's theta."""
     data = join_logs(read_logs(path)).dataset
     assert data.positions is not None
-    served = estimate_from_dataset(data).theta[:DOCS]  # what `ltr dataset` writes
+    estimate = estimate_from_dataset(data)  # what `ltr dataset` writes
+    served = estimate.theta[:DOCS]
     em_alone = estimate_from_dataset(replace(data, explored=None)).theta[:DOCS]
     # One key per (query, document): the joined rows carry no ids, but each document's logged
     # signal is a continuous draw of its own, so it names the document.
@@ -84,10 +92,12 @@ def errors(path: Path, theta: np.ndarray) -> dict[str, float]:
     clicks = (data.labels > 0).astype(np.int8)
     pairs = estimate_propensities(data.positions, clicks, keys=keys, relevance="pairs").theta
     truth = theta[1:DOCS]
-    return {
-        name: float(np.mean(np.abs(found[1:DOCS] - truth) / truth))
-        for name, found in (("ltr dataset", served), ("em alone", em_alone), ("pairs", pairs))
+    found = {
+        name: float(np.mean(np.abs(theta_hat[1:DOCS] - truth) / truth))
+        for name, theta_hat in (("ltr dataset", served), ("em alone", em_alone), ("pairs", pairs))
     }
+    randpair = estimate.randpair or {}
+    return found, bool(randpair.get("em_consistent", True))
 
 
 def main() -> None:
@@ -104,23 +114,37 @@ def main() -> None:
         f"{args.queries} queries x {DOCS} documents, {args.impressions:,} answers, depth "
         f"{args.depth}, theta_k = 1/k; mean relative error of theta at positions 2..{DOCS}"
     )
-    print(
-        "| share explored | `ltr dataset` (RandPair ratios + regression-EM) "
-        "| regression-EM alone | pairs EM alone | seconds |"
+    scenarios = (
+        (1.0, "the ranker knows relevance the logged features lack"),
+        (0.0, "the logged features hold all the ranker knew"),
     )
-    print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
-        for share in shares:
-            started = time.perf_counter()
-            found: dict[str, list[float]] = {"ltr dataset": [], "em alone": [], "pairs": []}
-            for seed in range(args.seeds):
-                path = Path(tmp) / f"log-{share}-{seed}.jsonl"
-                theta = simulate(args.queries, args.impressions, share, args.depth, seed, path)
-                for name, value in errors(path, theta).items():
-                    found[name].append(value)
-            cells = [f"{100 * np.mean(v):.1f} % ± {100 * np.std(v):.1f}" for v in found.values()]
-            seconds = time.perf_counter() - started
-            print(f"| {share:g} | {' | '.join(cells)} | {seconds:.0f} |")
+        for hidden_scale, scenario in scenarios:
+            print(f"\n{scenario}:\n")
+            print(
+                "| share explored | `ltr dataset` (RandPair ratios + regression-EM) "
+                "| EM's theta kept | regression-EM alone | pairs EM alone | seconds |"
+            )
+            print("|---:|---:|---:|---:|---:|---:|")
+            for share in shares:
+                started = time.perf_counter()
+                found: dict[str, list[float]] = {"ltr dataset": [], "em alone": [], "pairs": []}
+                kept = 0
+                for seed in range(args.seeds):
+                    path = Path(tmp) / f"log-{hidden_scale}-{share}-{seed}.jsonl"
+                    theta = simulate(
+                        args.queries, args.impressions, share, args.depth, seed, path, hidden_scale
+                    )
+                    values, em_kept = errors(path, theta)
+                    kept += em_kept
+                    for name, value in values.items():
+                        found[name].append(value)
+                cells = [
+                    f"{100 * np.mean(v):.1f} % ± {100 * np.std(v):.1f}" for v in found.values()
+                ]
+                cells.insert(1, f"{kept} of {args.seeds}")
+                seconds = time.perf_counter() - started
+                print(f"| {share:g} | {' | '.join(cells)} | {seconds:.0f} |")
 
 
 if __name__ == "__main__":

@@ -325,19 +325,25 @@ def estimate_from_dataset(data: RankingDataset, **options: Any) -> PropensityEst
 
 
 def with_ratios(estimate: PropensityEstimate, ratios: RandPairRatios) -> PropensityEstimate:
-    """theta from the explored answers' ratios where they have them (positions 1..K), EM's
-    shape past K joined at K, kept non-increasing. EM alone on one ranker's logs stays near raw
-    click ratios; the ratios do not depend on what the ranker saw (trainer.clicks.randpair)."""
+    """EM's theta where the explored answers' ratios do not contradict it (a chi-square test at
+    the 1 % level: EM uses every row, so it is the less noisy of two unbiased estimates); else
+    theta from the ratios where they have them (positions 1..K), EM's shape past K joined at K,
+    kept non-increasing. EM on one fixed ranker's logs stays near raw click ratios, which the
+    ratios, independent of what the ranker saw, do contradict (trainer.clicks.randpair)."""
     known = min(ratios.estimated_prefix(), estimate.theta.size)
     if known < 2:
         return replace(estimate, randpair=ratios.to_json())
+    agrees, chi_square, dof = ratios.consistent(estimate.theta)
+    check = {"em_consistent": agrees, "chi_square": round(chi_square, 3), "dof": dof}
+    if agrees:
+        return replace(estimate, randpair={**ratios.to_json(), **check})
     theta = estimate.theta.copy()
     theta[:known] = ratios.theta[:known]
     theta[known:] = estimate.theta[known:] * theta[known - 1] / estimate.theta[known - 1]
     theta = non_increasing(theta, estimate.impressions.astype(np.float64))
     theta = np.clip(theta / theta[0], _EPS, 1.0)
     method = f"randpair+{estimate.method}"
-    return replace(estimate, theta=theta, method=method, randpair=ratios.to_json())
+    return replace(estimate, theta=theta, method=method, randpair={**ratios.to_json(), **check})
 
 
 def write_propensities(path: Path, estimate: PropensityEstimate, **extra: Any) -> None:

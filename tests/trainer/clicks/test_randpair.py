@@ -28,12 +28,15 @@ def test_the_ratio_of_a_hand_counted_log() -> None:
     assert ratios.estimated_prefix() == 1
 
 
-def confounded_log(share: float, lists: int, seed: int) -> tuple[RankingDataset, np.ndarray]:
-    """One fixed ranker over 200 head queries that knows relevance the features lack; a
-    `share` of answers explored RandPair-style; PBM clicks with theta_k = 1/k."""
+def confounded_log(
+    share: float, lists: int, seed: int, hidden_scale: float = 1.0
+) -> tuple[RankingDataset, np.ndarray]:
+    """One fixed ranker over 200 head queries that knows relevance the features lack (unless
+    `hidden_scale` is 0); a `share` of answers explored RandPair-style; PBM clicks with
+    theta_k = 1/k."""
     rng = np.random.default_rng(seed)
     signal = rng.normal(size=(200, DOCS))
-    hidden = rng.normal(size=(200, DOCS))
+    hidden = hidden_scale * rng.normal(size=(200, DOCS))
     relevance = 1 / (1 + np.exp(-(1.5 * signal + hidden - 1.5)))
     ranked = np.argsort(-(signal + hidden), axis=1)
     q = rng.integers(0, 200, lists)
@@ -62,6 +65,7 @@ def test_explored_answers_recover_theta_where_em_alone_cannot() -> None:
     both = estimate_from_dataset(data)
     assert both.method == "randpair+pbm-em/regression"
     assert both.randpair is not None and both.randpair["positions"] == DOCS
+    assert both.randpair["em_consistent"] is False
     error = np.abs(both.theta[:DOCS] - theta) / theta
     error_alone = np.abs(alone - theta) / theta
     assert error[1:].mean() < 0.1 < 0.3 < error_alone[1:].mean()
@@ -93,3 +97,27 @@ def test_too_few_clicks_leave_a_position_to_em() -> None:
     assert estimate.randpair is not None and estimate.randpair["positions"] < 2
     assert estimate.method == "pbm-em/regression"
     assert sum(estimate.randpair["explored_answers"]) == int((data.explored > 0).sum())
+
+
+def test_em_is_kept_where_the_swaps_agree_with_it() -> None:
+    """A ranker that knows nothing the features lack: EM is unbiased, and less noisy than the
+    ratios of a few explored answers."""
+    data, _ = confounded_log(0.05, 10_000, seed=0, hidden_scale=0.0)
+    estimate = estimate_from_dataset(data)
+    alone = estimate_from_dataset(replace(data, explored=None))
+    assert estimate.randpair is not None and estimate.randpair["em_consistent"] is True
+    assert estimate.method == "pbm-em/regression"
+    np.testing.assert_array_equal(estimate.theta, alone.theta)
+    assert estimate.randpair["chi_square"] < 15.09  # chi-square, 5 dof, 1 %
+
+
+def test_the_standard_errors_cover_the_truth() -> None:
+    inside = 0
+    for seed in range(10):
+        data, theta = confounded_log(0.05, 10_000, seed)
+        clicks = (data.labels > 0).astype(np.int8)
+        assert data.explored is not None
+        ratios = randpair_ratios(data.positions, clicks, data.group_offsets, data.explored, 10)
+        z = (ratios.theta[1:4] - theta[1:4]) / ratios.se[1:4]
+        inside += int((np.abs(z) < 1.96).sum())
+    assert inside >= 24  # of 30, 95 % expected

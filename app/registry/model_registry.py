@@ -39,6 +39,7 @@ from app import metrics
 from app.artifacts.manifest import NAME_PATTERN, Manifest
 from app.artifacts.store import (
     CURRENT_FILE,
+    MANIFEST_FILE,
     Artifact,
     list_models,
     list_versions,
@@ -86,8 +87,9 @@ class LoadedModel:
     loaded_at: float  # unix time of the swap-in
     # The item feature snapshot the version carries (memory-mapped), swapped with the model.
     item_snapshot: ItemSnapshot | None = None
-    # Its files as they were when verified: pages written in place show through the mapping.
-    mapped: VersionSignature = ()
+    # Its verified files (manifest, model, snapshot) as they were when read: a file changed on
+    # disk is loaded again, so that every worker serves what a restarted one would.
+    files: VersionSignature = ()
 
     @property
     def name(self) -> str:
@@ -395,9 +397,8 @@ class ModelRegistry:
             current = self._models.get(name)
             if current is not None and current.version == version:
                 if (
-                    not current.mapped
-                    or files_signature(current.path, [e[0] for e in current.mapped])
-                    == current.mapped
+                    not current.files
+                    or files_signature(current.path, [e[0] for e in current.files]) == current.files
                 ):
                     # CURRENT is back on the version serving (fixed by hand, a rollback): a
                     # refusal of another version no longer holds.
@@ -435,22 +436,23 @@ class ModelRegistry:
         return None
 
     async def _remap(self, current: LoadedModel, report: ReloadReport) -> None:
-        """The served version's memory-mapped snapshot changed on disk. A trial wrote into
-        items.npy in place: the worker served the written values (wrong scores, nothing
-        reported) until a restart, also after `ltr publish` had repaired the file, as the
-        mapping kept the old one. Loaded (and verified) again: the repaired files serve; files
-        that fail are refused and an older version that loads serves instead."""
+        """The served version's files changed on disk. A trial wrote into items.npy in place:
+        the worker served the written values (wrong scores, nothing reported) until a restart,
+        also after `ltr publish` had repaired the file, as the mapping kept the old one; another
+        truncated model.json: nothing said so until a worker restarted and served the older
+        version while the others kept the newer. Loaded (and verified) again: repaired files
+        serve; files that fail are refused and an older version that loads serves instead."""
         name, version = current.name, current.version
         signature = version_signature(current.path)
         try:
             loaded = await anyio.to_thread.run_sync(self._load, name, version)
         except Exception as exc:
-            log.error("%s/%s: its item snapshot changed on disk and fails its check", name, version)
+            log.error("%s/%s: its files changed on disk and fail their check", name, version)
             self._models = {k: m for k, m in self._models.items() if k != name}
             metrics.MODEL_INFO.labels(name, version, current.manifest.kind).set(0)
             await self._refuse(name, Refusal(version, signature, ""), exc, report)
             return
-        log.warning("%s/%s: its item snapshot changed on disk; loaded again", name, version)
+        log.warning("%s/%s: its files changed on disk; loaded again", name, version)
         self._swap(loaded)
         report.loaded.append((name, version))
 
@@ -466,6 +468,8 @@ class ModelRegistry:
         """Read, verify, build and warm up one version (runs in a worker thread)."""
         if not _NAME.fullmatch(version):
             raise ValueError(f"{self.root / name}/CURRENT names an invalid version {version!r}")
+        # Before the files are read: a write after the checks must make it differ at a poll.
+        on_disk = version_signature(self.root / name / version)
         artifact = load_version(self.root / name / version)
         manifest = artifact.manifest
         if manifest.name != name:
@@ -481,12 +485,12 @@ class ModelRegistry:
         warm_up(scorer, manifest, self.settings.parallel_min_rows)
         items = manifest.item_features
         snapshot: ItemSnapshot | None = None
-        mapped: VersionSignature = ()
         if items is not None and items.matrix_file is not None and items.ids_file is not None:
-            # Before the checks: a write after them must make it differ at the next poll.
-            mapped = files_signature(artifact.path, [items.matrix_file, items.ids_file])
             snapshot = ItemSnapshot.load(artifact.path, items)
-        return LoadedModel(manifest, scorer, artifact.path, time.time(), snapshot, mapped)
+        # The verified files only: reports written beside a version later are not its own.
+        verified = {MANIFEST_FILE, *manifest.files}
+        files = tuple(entry for entry in on_disk if entry[0] in verified)
+        return LoadedModel(manifest, scorer, artifact.path, time.time(), snapshot, files)
 
     async def _serve_older(
         self, name: str, refusal: Refusal, full: str, report: ReloadReport

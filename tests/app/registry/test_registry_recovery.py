@@ -356,3 +356,36 @@ def test_a_served_snapshot_written_in_place_is_checked_again(tmp_path: Path) -> 
     snapshot = registry.get().item_snapshot
     assert snapshot is not None
     assert not np.any(np.asarray(snapshot.matrix) == 999.0)
+
+
+def test_a_served_model_file_truncated_on_disk_is_refused_by_every_worker(
+    tmp_path: Path,
+) -> None:
+    """An operations trial truncated a served version's model.json: nothing said so (/models
+    without errors, /readyz 200) until a worker restarted, which then served the older version
+    while the others kept the newer one."""
+    for version in ("v1", "v2"):
+        publish(tmp_path, random_ensemble(NF, seed=1), version=version)
+    registry = make_registry(tmp_path)
+    reload(registry)
+    assert registry.get().version == "v2"
+    original = corrupt(tmp_path, "v2")
+    reload(registry)
+    assert registry.get().version == "v1"  # as a restarted worker would serve
+    assert "version v2 refused" in registry.errors()["m"]
+    restarted = make_registry(tmp_path)
+    reload(restarted)
+    assert restarted.get().version == "v1"
+    (tmp_path / "m" / "v2" / "model.json").write_bytes(original)  # repaired
+    reload(registry)
+    assert registry.get().version == "v2" and registry.errors() == {}
+
+
+def test_a_report_written_beside_the_served_version_does_not_reload_it(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    served = registry.get()
+    (tmp_path / "m" / "v1" / "report.json").write_text("{}")
+    reload(registry)
+    assert registry.get() is served

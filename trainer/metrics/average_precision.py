@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff
+from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff, is_relevant
 from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
 def average_precision_of(
     ranked: RankedLists,
     k: int | None = None,
-    relevance_threshold: float = 1.0,
+    relevance_threshold: float | None = None,
     empty_value: float = 1.0,
 ) -> np.ndarray:
     """AP@k per query → float64 [n_queries]: the mean of precision@rank over the relevant
     documents ranked within k, divided by min(k, number relevant) (LightGBM's MAP@k)."""
     check_cutoff(k)
-    relevant = (ranked.labels >= relevance_threshold).astype(np.float64)
+    relevant = is_relevant(ranked.labels, relevance_threshold).astype(np.float64)
     precision = ranked.cumulative(relevant) / ranked.ranks
     hits = relevant if k is None else np.where(ranked.ranks <= k, relevant, 0.0)
     n_relevant = ranked.per_query_sum(relevant)

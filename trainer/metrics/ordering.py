@@ -100,3 +100,11 @@ def ideal_ranking(labels: np.ndarray, group_offsets: np.ndarray) -> RankedLists:
 def apply_empty(values: np.ndarray, has_relevant: np.ndarray, empty_value: float) -> np.ndarray:
     """`values` with queries that have no relevant document set to `empty_value`."""
     return np.where(has_relevant, values, float(empty_value))
+
+
+def is_relevant(labels: np.ndarray, threshold: float | None) -> np.ndarray:
+    """bool [n]: a document counts as relevant for the binary metrics (MAP, MRR, precision)
+    when its label is positive, as it has gain 2^label - 1 > 0 for NDCG and ERR: a query's
+    "no relevant document" then means the same for every metric, fractional labels (averaged
+    judgements, IPW weights) included. A `threshold` asks for label >= threshold instead."""
+    return labels > 0 if threshold is None else labels >= threshold

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff
+from trainer.metrics.ordering import RankedLists, apply_empty, check_cutoff, is_relevant
 from trainer.metrics.scored_lists import mean_over_queries, per_query
 
 
 def reciprocal_rank_of(
     ranked: RankedLists,
     k: int | None = None,
-    relevance_threshold: float = 1.0,
+    relevance_threshold: float | None = None,
     empty_value: float = 1.0,
 ) -> np.ndarray:
-    """1 / rank of the first document with label >= threshold (0 beyond rank k) per query."""
+    """1 / rank of the first relevant document (ordering.is_relevant; 0 beyond rank k) per query."""
     check_cutoff(k)
-    relevant = ranked.labels >= relevance_threshold
+    relevant = is_relevant(ranked.labels, relevance_threshold)
     beyond = np.iinfo(np.int64).max
     first = np.minimum.reduceat(np.where(relevant, ranked.ranks, beyond), ranked.group_offsets[:-1])
     reachable = first <= (beyond - 1 if k is None else k)

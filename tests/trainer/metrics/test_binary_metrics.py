@@ -28,12 +28,23 @@ def test_average_precision() -> None:
 
 
 def test_relevance_threshold() -> None:
-    # Label 1 counts as relevant by default (label >= 1); with threshold 2 only label 2 does.
+    # Any positive label counts as relevant by default; with threshold 2 only label 2 does.
     assert average_precision_per_query(*ranked([1, 2]))[0] == 1.0
     assert average_precision_per_query(*ranked([1, 2]), relevance_threshold=2)[0] == 0.5
     assert reciprocal_rank_per_query(*ranked([1, 2]), relevance_threshold=2)[0] == 0.5
     assert precision_per_query(*ranked([1, 2, 0]), k=2, relevance_threshold=2)[0] == 0.5
-    assert reciprocal_rank_per_query(*ranked([0.5, 1]))[0] == 0.5
+
+
+def test_a_fractional_label_is_relevant_as_it_has_gain() -> None:
+    """A trial: labels 0.5 ranked first gave NDCG 1, DCG and ERR > 0 but MAP and MRR 0 (label
+    >= 1 was the rule), and a 0.9 ranked above a 1 gave MRR 1/3 (IPW labels are fractional)."""
+    assert reciprocal_rank_per_query(*ranked([0.9, 0, 1]))[0] == 1.0
+    only = ranked([0.5, 0, 0])
+    assert average_precision_per_query(*only, empty_value=0.0)[0] == 1.0
+    assert reciprocal_rank_per_query(*only, empty_value=0.0)[0] == 1.0
+    assert precision_per_query(*only, k=2, empty_value=0.0)[0] == 0.5
+    none = ranked([0, 0])
+    assert average_precision_per_query(*none, empty_value=0.25)[0] == 0.25
 
 
 def test_reciprocal_rank() -> None:

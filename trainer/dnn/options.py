@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from trainer.lambdamart.params import MAX_EVAL_AT, MAX_NUM_TREES, MAX_THREADS
+from trainer.lambdamart.params import MAX_EVAL_AT, MAX_NUM_TREES, MAX_SEED, MAX_THREADS
 
 # Refused up front rather than by the allocator after the data is read (a 50-line traceback):
 # the widest layer, and the weights between consecutive hidden layers (float32, kept four times
@@ -56,7 +56,7 @@ class DNNOptions(BaseModel):
     ndcg_k: int | None = Field(None, ge=1)  # truncation of |delta NDCG| in the lambdarank loss
     early_stopping_rounds: int | None = Field(10, ge=1)  # in epochs
     eval_at: int = Field(10, ge=1, le=MAX_EVAL_AT)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     # 0 = all cores. One by default: on a loaded 2-core machine two torch threads were measured
     # to collapse (each waits on the other's spin barrier); small networks gain little from more.
     # torch crashed (a segmentation fault) asked for 100,000 threads; LightGBM's bound.

@@ -21,6 +21,8 @@ MAX_NUM_TREES = 1_000_000
 # ran, slowly, on 2 cores). No machine this trains on has 4,096 hardware threads; more
 # threads than cores only slows training.
 MAX_THREADS = 4096
+MAX_SEED = 2**31 - 1
+MAX_LEARNING_RATE = 1000.0
 
 
 class LambdaMARTParams(BaseModel):
@@ -30,7 +32,9 @@ class LambdaMARTParams(BaseModel):
 
     num_trees: int = Field(100, ge=1, le=MAX_NUM_TREES)
     num_leaves: int = Field(31, ge=2, le=MAX_NUM_LEAVES)
-    learning_rate: float = Field(0.1, gt=0)
+    # Shrinkage past 1 over-steps already; 1e308 overflowed the leaf values to infinity and the
+    # error blamed the model file written, not the flag.
+    learning_rate: float = Field(0.1, gt=0, le=MAX_LEARNING_RATE)
     min_data_in_leaf: int = Field(20, ge=1)
     min_sum_hessian_in_leaf: float = Field(1e-3, ge=0)
     lambda_l2: float = Field(0.0, ge=0)
@@ -50,5 +54,6 @@ class LambdaMARTParams(BaseModel):
     eval_at: int = Field(10, ge=1, le=MAX_EVAL_AT)  # NDCG@k for early stopping and progress
     # NDCG (and the report's MAP and MRR) of a query with no relevant document; ERR is 0 there.
     empty_query_ndcg: float = Field(1.0, ge=0, le=1)
-    seed: int = 0
+    # numpy refuses a negative seed (a traceback), orjson one past 64 bits, LightGBM takes int32.
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     threads: int = Field(0, ge=0, le=MAX_THREADS)  # 0 = all cores

@@ -66,6 +66,36 @@ def test_sizes_that_would_hang_or_crash_are_refused(
     assert message.startswith(f"{flag}: ") and limit in message, message
 
 
+OUT_OF_RANGE = [
+    ("--seed", "-1", "greater than or equal to 0"),
+    ("--seed", "1180591620717411303424", "2147483647"),
+    ("--learning-rate", "1e308", "1000"),  # the trees' shrinkage; Adam's step is not bounded
+]
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag", "value", "bound"),
+    [
+        (engine, *case)
+        for engine in ("native", "lightgbm", "dnn")
+        for case in OUT_OF_RANGE
+        if engine != "dnn" or case[0] == "--seed"
+    ],
+)
+def test_seeds_and_rates_out_of_range_are_refused_naming_the_flag(
+    runner: CliRunner, tmp_path: Path, engine: str, flag: str, value: str, bound: str
+) -> None:
+    """A trial: --seed -1 crashed numpy's generator (a traceback; LightGBM took it), a seed past
+    64 bits crashed orjson, and --learning-rate 1e308 overflowed the leaves and blamed the
+    model file."""
+    if engine == "dnn":
+        pytest.importorskip("torch", reason="the dnn extra (torch) is not installed")
+    out = tmp_path / "v"
+    message = _json_refusal(_train(runner, out, "--engine", engine, flag, value, "--json"))
+    assert message.startswith(f"{flag}: ") and bound in message, message
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "limit"),
     [("--threads", "100000", "4096"), ("--epochs", "1000000000000", "1000000")],

@@ -9,6 +9,7 @@ import datetime as dt
 import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import PurePath
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -532,12 +533,27 @@ async def models(request: Request, registry: RegistryDep, settings: SettingsDep)
             "item_features": m.manifest.names_from("item"),
             **_item_set(m, store),
             "user_clusters": m.manifest.user_clusters is not None,
-            "metrics": m.manifest.metrics,
+            "metrics": _public_metrics(m.manifest.metrics),
             "experiment": served_experiment(registry, m.name),
         }
         for m in sorted(loaded.values(), key=lambda m: m.name)
     ]
     return _json({"models": infos, "errors": registry.errors()})
+
+
+def _public_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's metrics with each data set's file names only: the full paths are the
+    trainer machine's (an operations trial read them from /models, which needs no token), and
+    stay in the manifest on disk."""
+    return {
+        key: {
+            **entry,
+            "dataset": "+".join(PurePath(p).name or p for p in entry["dataset"].split("+")),
+        }
+        if isinstance(entry, dict) and isinstance(entry.get("dataset"), str)
+        else entry
+        for key, entry in metrics.items()
+    }
 
 
 def _item_set(model: LoadedModel, store: ItemFeatureStore | None) -> dict[str, str | None]:

@@ -212,3 +212,26 @@ def test_admin_reload_of_an_unreadable_registry_is_503_not_500(
         assert response.status_code == 503
         assert response.json()["detail"].startswith("the registry cannot be read")
         assert client.post("/rerank", json=ONE).status_code == 200  # the served model stays
+
+
+def test_models_shows_the_metrics_data_by_file_name_only(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    """An operations trial read the trainer machine's data paths from /models, which needs no
+    token."""
+    import json
+
+    from app.artifacts.store import load_version, set_current, write_version
+
+    served = load_version(registry_dir / "m" / "v1")
+    where = "/srv/data/2026-11-30.txt+/srv/data/2026-12-01.txt"
+    metric = {"value": 0.5, "dataset": where, "dataset_fingerprint": "ab", "empty_query_ndcg": 1}
+    manifest = served.manifest.model_copy(update={"version": "v2", "metrics": {"ndcg@10": metric}})
+    write_version(registry_dir, manifest, {"model.json": served.files["model.json"]})
+    set_current(registry_dir, "m", "v2")
+    with make_client() as client:
+        (info,) = client.get("/models").json()["models"]
+    assert info["version"] == "v2"
+    assert info["metrics"]["ndcg@10"] == {**metric, "dataset": "2026-11-30.txt+2026-12-01.txt"}
+    on_disk = json.loads((registry_dir / "m" / "v2" / "manifest.json").read_text())
+    assert on_disk["metrics"]["ndcg@10"]["dataset"] == where

@@ -381,6 +381,11 @@ def test_kubernetes_nightly_jobs_do_not_retry_a_refusal_or_bad_input() -> None:
         codes = fail["onExitCodes"]
         assert codes["operator"] == "In" and set(codes["values"]) == {2, EXIT_REFUSED}
         assert codes["containerName"] == pod["containers"][0]["name"]
+        # Kubernetes' schema up to 1.34 requires a condition's status (kubernetes-validate,
+        # kubeconform refused the files without it; an API server fills it in).
+        for rule in job["podFailurePolicy"]["rules"]:
+            for condition in rule.get("onPodConditions", []):
+                assert condition["status"] == "True", condition
 
 
 def test_readme_quick_start_names_the_two_make_targets() -> None:

@@ -27,6 +27,7 @@ from app.artifacts.tree_dump import TreeDumpError
 from app.explain.top import largest
 from app.explain.tree_tables import ExplainUnavailable
 from trainer.commands.errors import CommandError, clear_errors
+from trainer.commands.json_values import json_value
 from trainer.commands.options import ItemsIdColumn
 from trainer.data.errors import clip
 
@@ -158,8 +159,8 @@ def _document_number(part: str, ids: list[str] | None) -> int:
         raise
 
 
-def _value(x: float) -> float | None:
-    return None if np.isnan(x) else float(str(np.float32(x)))
+def _value(x: float) -> float | str | None:
+    return json_value(x, shortest=True)
 
 
 def _ranks(scores: np.ndarray) -> np.ndarray:
@@ -256,7 +257,9 @@ def _doc_name(d: dict[str, Any]) -> str:
     return f"document {d['document']}" + (f" ({d['id']})" if "id" in d else "")
 
 
-def _fmt(v: float | None) -> str:
+def _fmt(v: float | str | None) -> str:
+    if isinstance(v, str):
+        return "inf" if v == "Infinity" else "-inf"
     return "missing" if v is None else f"{v:.6g}"
 
 
@@ -287,14 +290,11 @@ def _pair_text(r: dict[str, Any]) -> str:
 def _query_text(r: dict[str, Any]) -> str:
     lines = [f"query {r['query']} ({r['method']}; expected value {r['expected_value']:.6g})"]
     for d in r["documents"]:
-        feats = ", ".join(
-            f"{f['name']}={_fmt(f['value'])} {f['contribution']:+.4f}" for f in d["features"]
-        )
+        parts = [f"{f['name']}={_fmt(f['value'])} {f['contribution']:+.4f}" for f in d["features"]]
+        # A document whose every contribution is 0 shows none: no stray separator before "other".
+        feats = ", ".join([*parts, f"other features {d['rest']:+.4f}"])
         label = "" if d["label"] is None else f" (label {d['label']:g})"
-        lines.append(
-            f"  {d['rank']:>3}. {_doc_name(d):<13}{label} {d['score']:+.5f}  {feats}, "
-            f"other features {d['rest']:+.4f}"
-        )
+        lines.append(f"  {d['rank']:>3}. {_doc_name(d):<13}{label} {d['score']:+.5f}  {feats}")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ import orjson
 import typer
 
 from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
+from trainer.commands.json_values import json_value
 from trainer.features.report_text import diff_lines, inspect_lines
 
 if TYPE_CHECKING:
@@ -230,18 +231,8 @@ def _print(
 def _row(item_id: str, values: np.ndarray, names: list[str]) -> dict[str, Any]:
     return {
         "id": item_id,
-        "features": {n: _value(v) for n, v in zip(names, values.tolist(), strict=True)},
+        "features": {n: json_value(v) for n, v in zip(names, values.tolist(), strict=True)},
     }
-
-
-def _value(value: float) -> float | str | None:
-    """JSON has no infinity (orjson writes null, which reads as missing): spelled out as the
-    service's explanations do."""
-    if np.isnan(value):
-        return None
-    if np.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return float(value)
 
 
 def _redis_source(source: str) -> tuple[str, str]:

@@ -253,3 +253,39 @@ def test_item_model_global_view_and_errors(
     assert 0 < summary["items"]["missing"] < 300
     result = runner.invoke(app, [*args, str(TEST)])
     assert "give Parquet data with a 'doc_id' column" in one_error_line(result.stderr)
+
+
+def test_infinite_values_are_spelled_out_and_a_zero_document_has_no_stray_comma(
+    runner: CliRunner, native_dir: Path, tmp_path: Path
+) -> None:
+    """A trial: `--json` wrote +-inf feature values as null (the product's missing value), and
+    a model whose contributions were all 0 printed `+0.55700  , other features`."""
+    label, *values = TEST.read_text().split("\n", 1)[0].split()  # LETOR without qid
+    hot = " ".join(f"{v.split(':')[0]}:inf" for v in values)
+    data = tmp_path / "inf.txt"
+    data.write_text(f"{label} qid:1 {hot}\n0 qid:1 {' '.join(values)}\n")
+    args = ["explain", "--model", str(native_dir), "--data", str(data), "--query", "1"]
+    report = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    shown = [f["value"] for f in report["documents"][0]["features"]] + [
+        f["value"] for f in report["documents"][1]["features"]
+    ]
+    assert "Infinity" in shown and None not in shown
+    text = runner.invoke(app, args).stdout
+    assert "=inf " in text
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3))
+    booster = lgb.train(
+        {"objective": "regression", "min_data_in_leaf": 1000, "verbose": -1, "num_leaves": 2},
+        lgb.Dataset(x, label=rng.normal(size=40)),
+        num_boost_round=2,
+    )
+    (tmp_path / "flat.txt").write_text(booster.model_to_string())
+    out = tmp_path / "flat" / "v1"
+    convert = ["convert", "--from", "lightgbm", str(tmp_path / "flat.txt"), "--out", str(out)]
+    assert runner.invoke(app, convert).exit_code == 0
+    rows = tmp_path / "rows.txt"
+    rows.write_text("1 qid:1 1:0.5 2:1 3:2\n0 qid:1 1:0.1 2:0.2 3:0.3\n")
+    flat = runner.invoke(app, ["explain", "--model", str(out), "--data", str(rows), "--query", "1"])
+    assert flat.exit_code == 0, flat.stderr
+    assert ", other features" not in flat.stdout and "  other features +0.0000" in flat.stdout

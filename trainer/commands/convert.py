@@ -75,6 +75,8 @@ def convert_command(
             )
         _check_unique(final_names, "--feature-names" if names else str(model_file))
         summary = _export(ensemble, source, raw, model_file, out, name, list(final_names), data)
+        if source == "xgboost" and data is not None:
+            notes.append(_sparse_letor_note(data, ensemble.num_features))
         summary["notes"] = [note for note in notes if note]
     for note in summary["notes"]:
         typer.echo(f"note: {model_file}: {note}", err=True)
@@ -86,6 +88,31 @@ def convert_command(
         typer.echo(
             f"{source} → {counted(trees, 'tree')}, verified on {summary['verified_rows']} rows"
         )
+
+
+def _sparse_letor_note(data: Path, width: int) -> str | None:
+    """XGBoost reads a feature left out of a LETOR/libsvm line as missing, ltr as 0 (SVMlight's
+    and LightGBM's reading): a trial's model trained on such files scored the same file
+    differently here (max 1.32) than XGBoost did, while convert said "verified" (it gives both
+    the same dense rows), and /rerank with the keys left out of a name map agreed with XGBoost."""
+    from trainer.data.loader import PARQUET_SUFFIXES
+
+    if data.suffix.lower() in PARQUET_SUFFIXES:
+        return None
+    absent = 0
+    for line in data.read_bytes().splitlines():
+        body = line.split(b"#", 1)[0]
+        if body.strip():
+            values = sum(1 for t in body.split() if b":" in t and not t.startswith(b"qid:"))
+            absent += max(width - values, 0)
+    if absent == 0:
+        return None
+    return (
+        f"{data} leaves {counted(absent, 'feature value')} out of its lines, read as 0 here "
+        "(as SVMlight and LightGBM read them) but as missing by XGBoost trained on such a file: "
+        "if the model was trained so, give the data as Parquet with nulls for missing values, "
+        "and send null (or leave the name out of a feature map) to /rerank"
+    )
 
 
 def automatic_lightgbm_names(n: int) -> list[str]:
@@ -124,7 +151,12 @@ def _names(option: str | None) -> list[str] | None:
     if option.startswith("@"):
         lines = _text(_read(Path(option[1:])), Path(option[1:])).splitlines()
         return [line.strip() for line in lines if line.strip()]
-    return [part.strip() for part in option.split(",") if part.strip()]
+    parts = [part.strip() for part in option.split(",")]
+    if option.strip() and "" in parts:
+        # Dropping it said "7 feature names for a model of 8 features" of an 8-name list.
+        at = parts.index("")
+        raise CommandError(f"--feature-names: name {at + 1} of {len(parts)} is empty")
+    return [part for part in parts if part]
 
 
 def _export(
@@ -259,7 +291,8 @@ def probe_features(ensemble: TreeEnsemble, n_rows: int, *, infinities: bool) -> 
     out = np.empty((n_rows, ensemble.num_features), dtype=np.float32)
     for j, values in enumerate(per_feature):
         pool = np.concatenate(values)
-        out[:, j] = rng.choice(pool[np.isfinite(pool)], size=n_rows).astype(np.float32)
+        with np.errstate(over="ignore"):  # a threshold past float32 (LightGBM's 1e300) is inf
+            out[:, j] = rng.choice(pool[np.isfinite(pool)], size=n_rows).astype(np.float32)
     nudge = rng.integers(-1, 2, size=out.shape)
     toward = np.where(nudge < 0, -np.inf, np.inf).astype(np.float32)
     out = np.where(nudge == 0, out, np.nextafter(out, toward)).astype(np.float32)

@@ -168,6 +168,15 @@ def test_long_xgboost_model_beyond_float32_rounding(runner: CliRunner, tmp_path:
     assert summary["trees"] == n and 1e-6 < summary["max_rel_diff"] < 1e-4
 
 
+def test_a_threshold_beyond_float32_probes_without_a_warning(lightgbm_model_file: Path) -> None:
+    """A trial: convert printed numpy's "overflow encountered in cast" for models with 1e300
+    thresholds (warnings are errors here)."""
+    ensemble = convert_lightgbm(lightgbm_model_file.read_text())
+    ensemble.trees[0].threshold[0] = 1e300
+    probe = probe_features(ensemble, 200, infinities=False)
+    assert np.isinf(probe[:, ensemble.trees[0].split_feature[0]]).any()
+
+
 def test_probe_rows_reach_both_sides_of_every_split(lightgbm_model_file: Path) -> None:
     ensemble = convert_lightgbm(lightgbm_model_file.read_text())
     probe = probe_features(ensemble, 2000, infinities=True)
@@ -191,6 +200,10 @@ def test_probe_rows_reach_both_sides_of_every_split(lightgbm_model_file: Path) -
                 ",".join(["a", *(f"x{i}" for i in range(298)), "a"]),
             ],
             "--feature-names: feature name 'a' is given twice (features 1 and 300)",
+        ),
+        (
+            ["--from", "lightgbm", "--feature-names", "a,,b"],
+            "--feature-names: name 2 of 3 is empty",
         ),
     ],
 )

@@ -105,6 +105,9 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._waiting_lane = False  # ... and waits for a lane, its socket unread
         self._lane_open: asyncio.Future[None] | None = None  # done when its lane opens
         self._reader: BodyReader | None = None  # the connection's protocol while it reads
+        # The worker is stopping (app.stopping_connections): a request that begins is the
+        # connection's last, answered with `Connection: close`.
+        self.stopping = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -136,6 +139,8 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._declared = declared or 0
         if self.cycle is not None:
             self.cycle.transport = _LingeringClose(self.transport, self)  # type: ignore[assignment]
+            if self.stopping:
+                self.cycle.keep_alive = False
 
     def data_received(self, data: bytes) -> None:
         self._received(data)

@@ -45,11 +45,50 @@ def test_shutdown_waits_for_the_first_request_to_begin() -> None:
     asyncio.run(scenario())
 
 
-def test_a_connection_with_a_request_or_an_answer_behind_it_is_shut_down_at_once() -> None:
+class Cycle:
+    def __init__(self, response_complete: bool) -> None:
+        self.response_complete = response_complete
+
+
+def test_a_connection_answering_a_request_is_shut_down_at_once() -> None:
     async def scenario() -> None:
         protocol = answer_first_request(Protocol(), asyncio.get_running_loop())
-        protocol.cycle = object()
+        protocol.cycle = Cycle(response_complete=False)
         protocol.shutdown()
+        assert len(protocol.shutdowns) == 1
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_keep_alive_connection_waits_for_its_next_request() -> None:
+    """An operations trial: SIGTERM reset about one request per busy keep-alive connection,
+    sent as the idle connection was closed."""
+
+    async def scenario() -> None:
+        protocol = answer_first_request(Protocol(), asyncio.get_running_loop())
+        protocol.stopping = False
+        protocol.cycle = Cycle(response_complete=True)  # the last answer went out
+        protocol.shutdown()
+        assert protocol.stopping is True  # the next request's answer says Connection: close
+        await asyncio.sleep(0.05)
+        assert protocol.shutdowns == []
+        protocol.cycle = Cycle(response_complete=False)  # the next request began
+        await asyncio.sleep(0.05)
+        assert len(protocol.shutdowns) == 1
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_keep_alive_connection_is_shut_down_after_its_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stopping_connections, "NEXT_REQUEST_GRACE_S", 0.05)
+
+    async def scenario() -> None:
+        protocol = answer_first_request(Protocol(), asyncio.get_running_loop())
+        protocol.cycle = Cycle(response_complete=True)
+        protocol.shutdown()
+        await asyncio.sleep(0.2)
         assert len(protocol.shutdowns) == 1
 
     asyncio.run(scenario())

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.support import publish, random_ensemble
-from tests.support.connection_load import Load
+from tests.support.connection_load import KeepAliveLoad, Load
 from tests.support.uvicorn_server import UvicornServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -102,6 +102,28 @@ def test_sigterm_under_new_connection_load_loses_no_request(tmp_path: Path, work
         assert load.lost(sent - 0.5) == [], (outcomes, server.log())
         assert outcomes["200"] > 0 and outcomes["refused"] > 0, outcomes
         assert code == (0 if workers > 1 else 128 + signal.SIGTERM), server.log()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_under_keep_alive_load_loses_no_request(tmp_path: Path, workers: int) -> None:
+    """An operations trial: 4 keep-alive clients at SIGTERM lost about one request each (reset
+    or broken pipe), sent as their idle connection was closed; no answer said Connection:
+    close."""
+    publish(tmp_path, random_ensemble(NF))
+    server = serving(tmp_path, workers)
+    try:
+        assert server.proc is not None
+        with KeepAliveLoad(server.port, clients=4) as load:
+            time.sleep(1.0)
+            sent = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            server.proc.wait(timeout=30)
+            time.sleep(0.3)
+        outcomes = load.outcomes(sent - 0.5)
+        assert load.lost(sent - 0.5) == [], (outcomes, server.log())
+        assert outcomes["200"] > 0 and outcomes["refused"] > 0, outcomes
     finally:
         server.stop()
 

@@ -99,3 +99,71 @@ class Load:
             for a in list(self.attempts)
             if a.at >= since and a.outcome not in ("200", "refused")
         ]
+
+
+def keep_alive_request(port: int) -> bytes:
+    return (
+        b"POST /rerank HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (port, len(RERANK_BODY), RERANK_BODY)
+    )
+
+
+def _answer(sock: socket.socket, buffered: bytes) -> tuple[bytes, bytes, bool]:
+    """One HTTP answer read off `sock` (after `buffered`): (head and body, bytes past it,
+    whether it said Connection: close). Raises ConnectionError on EOF before it is whole."""
+    data = buffered
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionAbortedError("closed before an answer")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = next(
+        int(v) for k, _, v in (h.partition(b": ") for h in lines) if k == b"content-length"
+    )
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionAbortedError("closed inside an answer")
+        rest += chunk
+    return head + b"\r\n\r\n" + rest[:length], rest[length:], b"connection: close" in lines
+
+
+@dataclass
+class KeepAliveLoad(Load):
+    """Like Load, but each client sends its requests back to back on one connection, and opens
+    another only when an answer said `Connection: close` (or the connection was refused)."""
+
+    def _client(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            except ConnectionRefusedError:
+                self.attempts.append(Attempt(started, "refused"))
+                self._stop.wait(0.01)
+                continue
+            with sock:
+                self._requests(sock)
+
+    def _requests(self, sock: socket.socket) -> None:
+        buffered = b""
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                sock.sendall(keep_alive_request(self.port))
+                answer, buffered, closing = _answer(sock, buffered)
+            except ConnectionResetError:
+                self.attempts.append(Attempt(started, "reset"))
+                return
+            except (ConnectionAbortedError, BrokenPipeError):
+                self.attempts.append(Attempt(started, "closed"))
+                return
+            except TimeoutError:
+                self.attempts.append(Attempt(started, "timeout"))
+                return
+            status = answer.split(b" ", 2)[1].decode()
+            self.attempts.append(Attempt(started, status if status == "200" else f"{status}"))
+            if closing:
+                return

@@ -83,6 +83,17 @@ class Settings(BaseSettings):
     # Not empty: uvicorn binds every interface for "" (a blank LTR_HOST in a templated config
     # exposed the service).
     host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
+
+    @field_validator("host")
+    @classmethod
+    def _bindable(cls, host: str) -> str:
+        # "0.0.0.0 " from a templated env file got past the check and failed at bind, uvicorn's
+        # "Name or service not known" naming no setting; "   " too.
+        stripped = host.strip()
+        if not stripped or any(c.isspace() for c in stripped):
+            raise ValueError(f"{host!r} is no host name or address (blank, or with spaces)")
+        return stripped
+
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     workers: Annotated[int, Field(ge=1)] = 1
     # With several workers, uvicorn's supervisor kills a worker that does not answer its ping
@@ -277,6 +288,11 @@ class Settings(BaseSettings):
                 f"LTR_REQUEST_BUDGET_MS ({self.request_budget_ms:g}) is above "
                 f"LTR_MAX_REQUEST_BUDGET_MS ({self.max_request_budget_ms:g}), the most a "
                 "request may ask for"
+            )
+        if self.probe_port is not None and self.probe_port == self.port:
+            raise ValueError(
+                f"LTR_PROBE_PORT ({self.probe_port}) is the service's own port (LTR_PORT or "
+                "--port): give the probes another port, or leave it unset"
             )
         if self.item_store == "redis" and self.redis_url is None:
             raise ValueError(

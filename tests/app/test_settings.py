@@ -40,3 +40,9 @@ def test_ltr_serve_refuses_it_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert result.exit_code == 2 and not started, result.output
     assert result.stderr.startswith("error: LTR_ITEM_STORE=redis needs LTR_REDIS_URL")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_host_with_surrounding_spaces_is_read_without_them() -> None:
+    """A templated env file's "0.0.0.0 " failed at bind with uvicorn's "Name or service not
+    known", naming no setting."""
+    assert Settings(host=" 0.0.0.0 ").host == "0.0.0.0"

@@ -53,6 +53,10 @@ def test_several_workers_logging_to_a_file_are_warned_about_feedback(
         # An operator trial: a blank LTR_HOST bound every interface; the rest started and
         # misbehaved, and errors named the field (redis_deadline_ms), not the variable.
         ({"LTR_HOST": ""}, "error: LTR_HOST: String should have at least 1 character"),
+        # An operations trial: these started, then failed at bind naming no setting.
+        ({"LTR_HOST": "   "}, "error: LTR_HOST: Value error, '   ' is no host name"),
+        ({"LTR_HOST": "0.0.0.0 x"}, "error: LTR_HOST: Value error, '0.0.0.0 x' is no host"),
+        ({"LTR_PROBE_PORT": "1"}, "error: LTR_PROBE_PORT (1) is the service's own port"),
         ({"LTR_REDIS_DEADLINE_MS": "-1"}, "error: LTR_REDIS_DEADLINE_MS: Input should be greater"),
         (
             {"LTR_REQUEST_BUDGET_MS": "inf"},

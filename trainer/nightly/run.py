@@ -430,6 +430,11 @@ def preflight(config: NightlyConfig, source: str = "nightly config", warn: bool 
         ) from None
     if not os.access(registry, os.W_OK | os.X_OK):
         raise CommandError(f"{source}: publish.registry: {registry} is not writable")
+    # The model's own directory, where the version is installed: read-only, the whole training
+    # ran before the install failed (an operations trial).
+    model_dir = registry / config.model.name
+    if model_dir.is_dir() and not os.access(model_dir, os.W_OK | os.X_OK):
+        raise CommandError(f"{source}: publish.registry: {model_dir} is not writable")
     logs = config.experiment.logs
     missing = bool(logs) and "://" not in str(logs) and not Path(str(logs)).exists()
     # With a model deployed this run may start an experiment; the next one decides it from

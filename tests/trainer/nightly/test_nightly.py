@@ -220,3 +220,29 @@ def test_a_full_work_dir_after_training_names_the_file_and_frees_the_candidate(
     assert str(candidates) in str(info.value) and "report.json: no space left" in str(info.value)
     assert list(candidates.iterdir()) == []
     assert read_current(tmp_path / "registry", "nightly") is None
+
+
+def test_a_model_directory_that_is_not_writable_fails_before_training(
+    tmp_path: Path, partitioned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operations trial: with `<registry>/<model>/` read-only (the registry root writable),
+    the whole training ran before the install failed. Root passes any permission check, so the
+    check's answer is what is stood in for here."""
+    import os
+
+    import trainer.nightly.run as nightly_run
+
+    config = load_config(write_config(tmp_path, partitioned))
+    model_dir = config.publish.registry / config.model.name
+    model_dir.mkdir(parents=True)
+    real = os.access
+    monkeypatch.setattr(
+        nightly_run.os, "access", lambda p, mode: Path(p) != model_dir and real(p, mode)
+    )
+    trained: list[object] = []
+    monkeypatch.setattr(nightly_run, "train_candidate", lambda *a, **k: trained.append(a))
+    from trainer.commands.errors import CommandError
+
+    with pytest.raises(CommandError, match=f"publish.registry: {model_dir} is not writable"):
+        run_nightly(config)
+    assert trained == []

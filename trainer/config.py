@@ -40,7 +40,11 @@ def read_config(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if isinstance(value, dict):
-            raise ConfigError(f"{path}: [{key}]: tables are not supported, use top-level keys")
+            raise ConfigError(
+                f"{path}: [{key}]: tables are not supported, use top-level keys (the keys of "
+                "a nightly config's [model.lambdamart] or [model.dnn] table, e.g. "
+                'num_trees = 200, and engine = "lightgbm")'
+            )
         out[key.replace("-", "_")] = value
     return out
 

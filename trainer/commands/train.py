@@ -82,7 +82,13 @@ def train_command(
         ),
     ] = None,
     config: Annotated[
-        Path | None, Opt(help="Params TOML file; flags override it.", show_default="none")
+        Path | None,
+        Opt(
+            help="Params TOML file: top-level keys named as the flags with underscores "
+            '(num_trees = 200, learning_rate = 0.05, engine = "lightgbm"), the keys of a '
+            "nightly config's [model.lambdamart] / [model.dnn] table; flags override it.",
+            show_default="none",
+        ),
     ] = None,
     name: Annotated[str, Opt(help="Model name.")] = "default",
     num_trees: Annotated[

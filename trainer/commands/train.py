@@ -620,11 +620,22 @@ def _load_plain(
     train_file: Path, valid_file: Path | None
 ) -> tuple[RankingDataset, RankingDataset | None]:
     """Training data and validation data lined up with its columns."""
-    from trainer.data.loader import load_dataset
+    from trainer.data.loader import PARQUET_SUFFIXES, load_dataset
 
     train = load_dataset(train_file)
     if valid_file is None:
         return train, None
+    if train.feature_names is None and valid_file.suffix.lower() not in PARQUET_SUFFIXES:
+        # Both LETOR text: a feature always 0 in training never appears in its sparse lines,
+        # so the validation file may name a larger id (a trial's was refused); both take the
+        # wider width.
+        valid = load_dataset(valid_file)
+        width = max(train.num_features, valid.num_features)
+        if train.num_features < width:
+            train = load_dataset(train_file, num_features=width)
+        if valid.num_features < width:
+            valid = load_dataset(valid_file, num_features=width)
+        return train, valid
     valid = load_dataset(
         valid_file, num_features=train.num_features, feature_names=train.feature_names
     )

@@ -216,3 +216,19 @@ def test_training_data_without_any_feature_is_refused(runner: CliRunner, tmp_pat
         "gives a feature value"
     )
     assert not (tmp_path / "v").exists()
+
+
+def test_a_validation_file_naming_a_larger_feature_id_widens_both(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """A trial: a feature always 0 in training never appears in sparse LETOR lines, and a
+    validation file naming it was refused ("feature id 3 exceeds num_features=2")."""
+    train = tmp_path / "tr.txt"
+    train.write_text("1 qid:1 1:0.5 2:0.1\n0 qid:1 1:0.2 2:0.3\n1 qid:2 1:0.9\n0 qid:2 1:0.1\n")
+    valid = tmp_path / "va.txt"
+    valid.write_text("1 qid:1 1:0.5 3:0.1\n0 qid:1 1:0.2 2:0.3\n")
+    out = tmp_path / "m" / "v1"
+    args = ["train", "--train", str(train), "--valid", str(valid), "--out", str(out)]
+    result = runner.invoke(app, [*args, "--num-trees", "2", "--min-data-in-leaf", "1"])
+    assert result.exit_code == 0, result.stderr
+    assert load_version(out).manifest.feature_names == ["f1", "f2", "f3"]

@@ -507,7 +507,17 @@ def roll_back(
             )
         target = rollback_target(registry, name) if to is None else _installed_target(model_dir, to)
         if target is None:
-            raise ArtifactError(f"{model_dir}: no version before {current} to roll back to")
+            installed = set(list_versions(registry, name))
+            pruned = [
+                v for v in read_history(registry, name) if v != current and v not in installed
+            ]
+            gone = (
+                f" (HISTORY's {', '.join(pruned[-3:])} {'was' if len(pruned) == 1 else 'were'} "
+                "removed by --keep; publish one again to go back to it)"
+                if pruned
+                else ""
+            )
+            raise ArtifactError(f"{model_dir}: no version before {current} to roll back to{gone}")
         if target == current:
             raise ArtifactError(f"{model_dir}: CURRENT is {current} already")
         # Refuse to roll back onto a broken version; restore the item set it was trained with.

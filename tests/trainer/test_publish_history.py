@@ -286,3 +286,16 @@ def test_a_name_no_model_can_have_is_refused_before_anything_is_created(
         assert result.exit_code == 2, result.output
         assert "is not a model name" in result.stderr, result.stderr
     assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
+def test_no_version_to_roll_back_to_names_the_ones_keep_removed(tmp_path: Path) -> None:
+    """An operations trial: after --keep pruned v5, the refusal said only "no version before
+    v6" while HISTORY still named v5."""
+    registry = tmp_path / "registry"
+    for i, version in enumerate(("v1", "v2", "v3")):
+        publish(run_version(tmp_path / "runs", version, leaf=float(i)), registry, keep=1)
+    assert list_versions(registry, "m") == ["v2", "v3"]  # CURRENT and its rollback target
+    assert rollback(registry, "m") == ("v3", "v2")
+    with pytest.raises(ArtifactError, match=r"no version before v2 to roll back to \(HISTORY's "
+                       r"v1 was removed by --keep; publish one again"):  # fmt: skip
+        rollback(registry, "m")

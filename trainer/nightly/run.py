@@ -660,7 +660,21 @@ def _keep_refused(
         raise
     finally:  # kept or not, the candidate goes: a full work_dir must not stay full
         shutil.rmtree(candidate_dir, ignore_errors=True)
+    _prune_reports(refused.parent)
     return refused
+
+
+# Reports of refused runs kept in work_dir (a report is 1-2 MB); older ones are removed. A
+# nightly refused every night keeps a month of them; they had no limit at all.
+REFUSED_REPORTS_KEPT = 30
+
+
+def _prune_reports(directory: Path) -> None:
+    """Keep the newest REFUSED_REPORTS_KEPT reports (version ids begin with their UTC time)."""
+    with contextlib.suppress(OSError):
+        reports = sorted(p for p in directory.iterdir() if p.is_dir())
+        for old in reports[:-REFUSED_REPORTS_KEPT]:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _publish(

@@ -246,3 +246,27 @@ def test_a_model_directory_that_is_not_writable_fails_before_training(
     with pytest.raises(CommandError, match=f"publish.registry: {model_dir} is not writable"):
         run_nightly(config)
     assert trained == []
+
+
+def test_refused_reports_are_kept_to_the_newest(
+    tmp_path: Path, partitioned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operations trial: refused/ grew without limit (1-2 MB a report)."""
+    import trainer.nightly.run as nightly_run
+
+    monkeypatch.setattr(nightly_run, "REFUSED_REPORTS_KEPT", 2)
+    config = load_config(write_config(tmp_path, partitioned))
+    refused = config.work_dir / "refused"
+    for stamp in ("20260101T000000000000Z-aaaaaa", "20260102T000000000000Z-bbbbbb"):
+        (refused / stamp).mkdir(parents=True)
+
+    def full(*args: object, **kwargs: object) -> None:
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device while installing the version")
+
+    monkeypatch.setattr(nightly_run, "_publish", full)  # refused at publish: a report is kept
+    with pytest.raises(ValueError):
+        run_nightly(config)
+    kept = sorted(p.name for p in refused.iterdir())
+    assert len(kept) == 2 and kept[0] == "20260102T000000000000Z-bbbbbb"

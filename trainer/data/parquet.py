@@ -55,7 +55,15 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
         if not (
             pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
         ):
-            raise _at(path, None, name, f"has type {kind}, expected a number")
+            hint = ""
+            if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+                # A trial's doc_id column stopped `ltr train` here, where `ltr evaluate`
+                # (reading only the model's columns) ignored it.
+                hint = (
+                    " (a feature is a number: leave an id or other text column out of the "
+                    "file, unless it is the document id column that joins an --items table)"
+                )
+            raise _at(path, None, name, f"has type {kind}, expected a number{hint}")
         cast = pc.cast(column, pa.float64(), safe=False).fill_null(np.nan)
         return np.asarray(cast.to_numpy(), dtype=np.float64)
 

@@ -112,3 +112,13 @@ def test_reserved_feature_names_are_refused(tmp_path: Path) -> None:
                            feature_names=["label", "x"])  # fmt: skip
     with pytest.raises(DataFormatError, match="reserved"):
         write_parquet(clash, tmp_path / "d.parquet")
+
+
+def test_a_text_column_is_refused_saying_what_a_feature_is(tmp_path: Path) -> None:
+    path = tmp_path / "d.parquet"
+    pq.write_table(
+        pa.table({"qid": [1, 1], "label": [1, 0], "doc_id": ["a", "b"], "x": [1, 2]}), path
+    )
+    with pytest.raises(DataFormatError, match=r"column 'doc_id': has type string, expected a "
+                       r"number \(a feature is a number: leave an id"):  # fmt: skip
+        read_parquet(path)

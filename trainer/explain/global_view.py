@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 
 POINTS_PER_FEATURE = 400  # enough to see the shape, small enough for report.json
+# A plotted point needs no more: full float64 digits made a nightly's report.json 1 MB (an
+# operations trial), the points of two models 600 KB of it.
+POINT_DIGITS = 6
 
 
 def summarise(
@@ -39,8 +42,12 @@ def summarise(
             {
                 "name": names[j],
                 "mean_abs": float(mean_abs[j]),
-                "value": [None if not np.isfinite(v) else float(v) for v in values.tolist()],
-                "contribution": phi[sample, j].tolist(),
+                # float32 values by their shortest digits (0.73, not 0.7300000190734863).
+                "value": [
+                    None if not np.isfinite(v) else float(str(np.float32(v)))
+                    for v in values.tolist()
+                ],
+                "contribution": [float(f"{c:.{POINT_DIGITS}g}") for c in phi[sample, j].tolist()],
             }
         )
     return {

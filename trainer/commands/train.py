@@ -86,7 +86,7 @@ def train_command(
         Opt(
             help="Params TOML file: top-level keys named as the flags with underscores "
             '(num_trees = 200, learning_rate = 0.05, engine = "lightgbm"), the keys of a '
-            "nightly config's [model.lambdamart] / [model.dnn] table; flags override it.",
+            "nightly config's model.lambdamart / model.dnn table; flags override it.",
             show_default="none",
         ),
     ] = None,

@@ -130,7 +130,9 @@ def user_table(
             embedding_dim=options.embedding_dim,
             min_cluster_count=options.min_cluster_count,
             field_embeddings=options.field_embeddings,
-            combination_buckets=options.combination_buckets,
+            # Without field rows the default buckets mean none (an explicit count was refused
+            # when the options were read).
+            combination_buckets=options.combination_buckets if options.field_embeddings else 0,
             combination_max_fields=options.combination_max_fields,
         )
     except ValidationError as exc:  # a network flag (--hidden, --epochs...) out of bounds

@@ -143,6 +143,33 @@ def test_a_replica_takes_feedback_on_what_it_served_before_redis_has_it(
     assert asyncio.run(go()) == (1, 0)
 
 
+def test_a_record_written_while_feedback_looks_for_it_is_not_called_lost(
+    redis_server: RedisServer,
+) -> None:
+    """A trial: a click sent right after its answer got 404 "its impression was written to
+    Redis and is no longer there" (12 of 3,000): the sink finished writing the record while
+    the lookup was on its way, and the flag was read after the lookup."""
+    config = settings(redis_url=redis_server.url)
+
+    async def go() -> tuple[int, int]:
+        log = ImpressionLog(config)
+        log.log_rerank(answer("q", ["a"], [0]), None, None, None, ["a"], features(1))
+        assert log.redis is not None
+        real_get = log.redis.get
+
+        async def get_as_the_write_lands(key: str) -> object:
+            found = await real_get(key)  # Redis answers: not there yet
+            log._batch_done([{"kind": "impression", "request_id": "q"}], True)
+            return found
+
+        log.redis.get = get_as_the_write_lands  # type: ignore[method-assign]
+        accepted = await log.record_feedback("q", [click("a")])
+        await log.close()
+        return accepted
+
+    assert asyncio.run(go()) == (1, 0)
+
+
 def test_disabled_log_is_inert(tmp_path: Path) -> None:
     log = ImpressionLog(jsonl_settings(tmp_path, impressions_enabled=False))
     assert not log.enabled

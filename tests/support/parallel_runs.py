@@ -57,5 +57,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
+        def remove_node(self, node: Any) -> str | None:
+            """A crashed worker's work, fixed for xdist 3.8: its completed units were queued
+            again as empty work that no worker ever completes, and the run hung with idle
+            workers (a CI run whose worker the OOM killer took; pytest-xdist #1378), and the
+            test it crashed on went to the replacement to crash it again (#1371)."""
+            workload = self.assigned_work.get(node, {})
+            for scope in [s for s, unit in workload.items() if all(unit.values())]:
+                del workload[scope]
+            crashed: str | None = super().remove_node(node)
+            if crashed is not None:
+                for scope, unit in list(self.workqueue.items()):
+                    if crashed in unit:
+                        unit[crashed] = True  # reported failed by xdist; not run again
+                    if all(unit.values()):
+                        del self.workqueue[scope]
+            return crashed
+
     config.option.loadscopereorder = False  # keep the order above
     return ByUnit(config, log)

@@ -84,6 +84,9 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
     if qid_column.null_count:
         raise _at(path, _first(qid_column.is_null().to_numpy(zero_copy_only=False)), "qid", "null")
     qids = np.asarray(qid_column.to_numpy(zero_copy_only=False))
+    if qids.dtype.kind == "f" and not np.all(np.isfinite(qids)):
+        # NaN never equals itself: each such row became a query of its own, then "reappeared".
+        raise _at(path, _first(~np.isfinite(qids)), "qid", "NaN or infinite; a query id is a value")
     offsets, query_ids = query_runs(path, qids)
     user_ids = _user_ids(path, table, offsets) if "user_id" in names else None
     positions = _positions(path, numeric("position")) if "position" in names else None

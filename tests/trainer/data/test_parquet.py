@@ -80,6 +80,10 @@ def write_table(tmp_path: Path, **columns: list[object]) -> Path:
         ),
         ({"qid": [1, None], "label": [1, 0]}, r"row 2, column 'qid': null"),
         (
+            {"qid": pa.array([1.0, float("nan"), float("nan")]), "label": [1, 0, 1]},
+            r"row 2, column 'qid': NaN or infinite",
+        ),
+        (
             {"qid": [1, 1], "label": [1, 0], "user_id": ["a", "b"]},
             r"row 2, column 'user_id': changes within a query",
         ),

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.support import publish, random_ensemble
-from tests.support.connection_load import KeepAliveLoad, Load
+from tests.support.connection_load import KeepAliveLoad, Load, readyz_request
 from tests.support.uvicorn_server import UvicornServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -173,6 +173,30 @@ def test_a_replacement_worker_takes_no_request_before_its_model_is_loaded(
         assert outcomes["200"] > 100, outcomes
         if how == "SIGHUP":  # a kill -9 resets the connections its worker held
             assert load.lost() == [], (outcomes, server.log())
+    finally:
+        server.stop()
+
+
+def test_readiness_stays_200_through_a_sighup_restart(tmp_path: Path) -> None:
+    """Before: each replacement accepted once its models were in and answered /readyz 503
+    "loading the compiled body scans" for about 0.7 s, so a load balancer probing it then
+    took the replica out of service during a restart meant to be invisible."""
+    publish(tmp_path, random_ensemble(NF, num_trees=50, depth=4))
+    server = serving(tmp_path, 2, LTR_BODY_SCAN="true")
+    assert server.proc is not None
+    try:
+        workers = children(server.proc.pid)
+        with Load(server.port, clients=3, pause=0.01, request=readyz_request) as load:
+            time.sleep(0.3)
+            server.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 60
+            while set(workers) & set(now := children(server.proc.pid)) or len(now) < 2:
+                assert time.monotonic() < deadline, (now, server.log())
+                time.sleep(0.1)
+            time.sleep(3.0)
+        outcomes = load.outcomes()
+        assert set(outcomes) <= {"200", "refused"}, outcomes
+        assert outcomes["200"] > 100, outcomes
     finally:
         server.stop()
 

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 RERANK_BODY = (
@@ -33,11 +34,17 @@ class Attempt:
     outcome: str  # "200", "503 <body>", "refused", "reset", "closed", "timeout"
 
 
-def one_request(port: int, timeout: float = 10.0) -> Attempt:
+def readyz_request(port: int) -> bytes:
+    return b"GET /readyz HTTP/1.1\r\nhost: 127.0.0.1:%d\r\nconnection: close\r\n\r\n" % port
+
+
+def one_request(
+    port: int, timeout: float = 10.0, request: Callable[[int], bytes] = rerank_request
+) -> Attempt:
     started = time.monotonic()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(rerank_request(port))
+            sock.sendall(request(port))
             answer = b""
             while chunk := sock.recv(65536):
                 answer += chunk
@@ -58,12 +65,13 @@ def one_request(port: int, timeout: float = 10.0) -> Attempt:
 
 @dataclass
 class Load:
-    """`clients` threads, each sending a request on a new connection every `pause` seconds
-    (0: as fast as answers come) until stopped."""
+    """`clients` threads, each sending a request (a /rerank unless told) on a new connection
+    every `pause` seconds (0: as fast as answers come) until stopped."""
 
     port: int
     clients: int = 4
     pause: float = 0.0
+    request: Callable[[int], bytes] = rerank_request
     attempts: list[Attempt] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -85,7 +93,7 @@ class Load:
 
     def _client(self) -> None:
         while not self._stop.is_set():
-            self.attempts.append(one_request(self.port))
+            self.attempts.append(one_request(self.port, request=self.request))
             if self.pause:
                 self._stop.wait(self.pause)
 

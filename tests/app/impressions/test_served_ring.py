@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from app.impressions.served_ring import ServedRing
 
 
@@ -25,3 +27,18 @@ def test_data_larger_than_the_ring_is_not_kept() -> None:
     assert ring.add(b"12345") is None
     kept = ring.add(b"1234")
     assert kept is not None and ring.get(kept) == b"1234"
+
+
+def _resident_mb() -> float:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+def test_an_unused_ring_holds_no_memory() -> None:
+    """Before: the ring was a bytearray, zero-filled when made: each worker held the 64 MB of
+    LTR_IMPRESSIONS_INDEX_MAX_MB resident from its start, impressions enabled or not."""
+    before = _resident_mb()
+    ring = ServedRing(256 * 2**20)
+    span = ring.add(b"abc")
+    assert span is not None and ring.get(span) == b"abc"
+    assert _resident_mb() - before < 32

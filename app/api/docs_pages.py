@@ -26,9 +26,12 @@ def install_offline_docs(app: FastAPI) -> None:
     app.mount(ASSETS_URL, StaticFiles(directory=str(ASSETS_DIR)), name="docs-assets")
     redirect_url = app.swagger_ui_oauth2_redirect_url or "/docs/oauth2-redirect"
 
+    # The pages read the app from the request: FastAPI caches endpoints in a module-level LRU
+    # cache, and a closure over `app` kept every app a process ever made alive (64-128 MB each
+    # in the test suite, whose pytest workers grew to 10 GB).
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "")
+        root, app = request.scope.get("root_path", ""), request.app
         return get_swagger_ui_html(
             openapi_url=f"{root}{app.openapi_url}",
             title=f"{app.title} - Swagger UI",
@@ -45,7 +48,7 @@ def install_offline_docs(app: FastAPI) -> None:
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "")
+        root, app = request.scope.get("root_path", ""), request.app
         return get_redoc_html(
             openapi_url=f"{root}{app.openapi_url}",
             title=f"{app.title} - ReDoc",

@@ -178,6 +178,7 @@ def rollback_command(
 def _inspect_redis(
     source: str, sample: int, redis_url: str | None, prefix: str | None
 ) -> dict[str, Any]:
+    from app.features.item_redis import meta_key
     from trainer.features.redis_sets import live_version, read_meta, sample_items, versions_key
     from trainer.features.set_keys import item_counts
 
@@ -199,6 +200,8 @@ def _inspect_redis(
                 # As rollback checks it: every item's key there, of the right size.
                 "complete": bool(info) and present.get(v) == info.get("count"),
                 "created_at": info.get("created_at"),
+                # Seconds until Redis drops it (pushed or rolled back over); None: kept.
+                "expires_in": _expires_in(client, meta_key(pre, set_name, v)),
             }
             for v, info in metas.items()
         ]
@@ -212,6 +215,10 @@ def _inspect_redis(
                     rows.append(_row(item_id, np.frombuffer(raw, dtype="<f4"), names))
     if live is None and not listed:
         raise CommandError(f"no item set {set_name!r} in Redis (prefix {pre!r})")
+    if version and meta is None:
+        # A mistyped version showed the set's table and no sample, with exit 0.
+        have = ", ".join(known) or "none"
+        raise CommandError(f"item set {set_name!r} has no version {version!r} (versions: {have})")
     return {
         "set": set_name,
         "live": live,
@@ -220,6 +227,11 @@ def _inspect_redis(
         "features": None if meta is None else meta["names"],
         "sample": rows,
     }
+
+
+def _expires_in(client: redis.Redis, key: str) -> int | None:
+    ttl = int(client.ttl(key))
+    return ttl if ttl >= 0 else None
 
 
 def _print(

@@ -4,10 +4,11 @@ Keys as `app.features.item_redis` reads them. A push writes every item of the ne
 (MSET batches, pipelined), reads every value back and compares it byte for byte, writes the
 version's meta, and only then points `{prefix}itemset:{set}` at it with one atomic `SET ... GET`.
 A push that fails or is killed before that last step leaves the pointer (what is served)
-untouched; a failed push deletes its partial keys (best effort), a killed one's are expired by
-the next push. Pushing the live version again verifies it and rewrites what is missing or wrong.
-After the switch, versions other than the live one and the one it replaced (kept for a
-rollback) get a TTL and vanish.
+untouched; a failed push deletes its partial keys (best effort), a killed one's (or one whose
+Redis stopped answering) are expired by the next push. Pushing the live version again verifies
+it and rewrites what is missing or wrong. After a switch (a push or a rollback), versions other
+than the live one and the one it replaced (kept for a rollback) get a TTL and vanish; they stay
+listed, with their expiry, until they are gone.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ EXPIRE_SECONDS = 24 * 3600
 def versions_key(prefix: str, set_name: str) -> str:
     """Sorted set of the set's versions (score: push time), for expiry and inspection."""
     return f"{prefix}itemset:{set_name}:versions"
+
+
+class RedisStopped(PushError, redis.ConnectionError):
+    """Redis stopped answering, or the connection broke, during a push: a PushError saying what
+    is served, and a ConnectionError for callers that tell an unreachable Redis apart."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,12 @@ def push_item_set(
         previous = _text(client.set(pointer, version, get=True))
     except redis.ResponseError as exc:  # refused, so not run: nothing switched
         raise _failed(exc, served, discard is not None and discard()) from None
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise RedisStopped(
+            f"Redis did not answer the switch to {version} ({exc}): whether the pointer moved "
+            f"is unknown (it named {served.live or 'no version'} before); `ltr features "
+            f"inspect redis:{set_name}` says, and pushing again completes it"
+        ) from None
     expired = expire_old_versions(client, prefix, set_name, {version, previous}, expire_seconds)
     seconds = time.perf_counter() - started
     return PushResult(set_name, version, previous, n, seconds, False, expired)
@@ -124,24 +136,37 @@ def switch_version(client: redis.Redis, prefix: str, set_name: str, version: str
             pipe.execute()
         client.persist(meta_key(prefix, set_name, version))
         client.zadd(versions_key(prefix, set_name), {version: time.time()})
-    return _text(client.set(pointer_key(prefix, set_name), version, get=True))
+    previous = _text(client.set(pointer_key(prefix, set_name), version, get=True))
+    # As after a push: a version neither live nor kept for a rollback expires (one pushed
+    # between them never did, rolled back over).
+    expire_old_versions(client, prefix, set_name, {version, previous}, EXPIRE_SECONDS)
+    return previous
 
 
 def expire_old_versions(
     client: redis.Redis, prefix: str, set_name: str, keep: set[str | None], seconds: int
 ) -> list[str]:
-    """Give every version not in `keep` (and its meta) a TTL of `seconds`; their names."""
+    """Give every version not in `keep` (and its meta) a TTL of `seconds`; the names of those
+    given one now. An expiring version stays in the versions list, so `inspect` shows what a
+    rollback can still reach, until its meta is gone."""
     vkey = versions_key(prefix, set_name)
     old = [v for v in (_text(x) for x in client.zrange(vkey, 0, -1)) if v and v not in keep]
+    expired = []
     for version in old:
+        meta_ttl = client.ttl(meta_key(prefix, set_name, version))
+        if meta_ttl > 0:
+            continue  # expiring already
         for batch in scan_batches(client, version_pattern(prefix, set_name, version)):
             pipe = client.pipeline(transaction=False)
             for k in batch:
                 pipe.expire(k, seconds, nx=True)
             pipe.execute()
+        if meta_ttl == -2:  # expired, or a killed push's that never had one: not listed
+            client.zrem(vkey, version)
+            continue
         client.expire(meta_key(prefix, set_name, version), seconds, nx=True)
-        client.zrem(vkey, version)
-    return old
+        expired.append(version)
+    return expired
 
 
 def live_version(client: redis.Redis, prefix: str, set_name: str) -> str | None:
@@ -301,8 +326,8 @@ def _guarded(
         return step()
     except (PushError, redis.ResponseError) as exc:
         raise _failed(exc, served, discard is not None and discard()) from None
-    except redis.TimeoutError:
-        raise  # Redis is not answering: deleting would only wait again
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise _stopped(exc, served, discard) from None
     except Exception:
         if discard is not None:
             discard()
@@ -313,6 +338,29 @@ def _failed(exc: Exception, served: Served, deleted: bool) -> PushError:
     what = str(exc) if isinstance(exc, PushError) else refused(exc)
     note = "; its partial keys were deleted" if deleted else ""
     return PushError(f"{what}; {served.now()}{note}")
+
+
+def _stopped(exc: Exception, served: Served, discard: Callable[[], bool] | None) -> RedisStopped:
+    """What a push that lost Redis says: what is served, where its partial keys are. A Redis
+    still not answering gets one PING (not a GET and the deletes, each waiting its timeout)."""
+    try:
+        served.client.ping()
+    except redis.RedisError:
+        was = served.live or "no version"
+        kept = (
+            "; the keys it wrote stay until the next push of this set expires them"
+            if discard is not None
+            else ""
+        )
+        return RedisStopped(
+            f"Redis stopped answering during the push ({exc}); the push had not switched the "
+            f"pointer, which named {was} when it began{kept}"
+        )
+    deleted = discard is not None and discard()
+    note = "; its partial keys were deleted" if deleted else ""
+    return RedisStopped(
+        f"the connection to Redis broke during the push ({exc}); {served.now()}{note}"
+    )
 
 
 def _discard(

@@ -3,6 +3,7 @@ the report itself): one fact a line, versions and changed features as aligned co
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,17 +45,22 @@ def diff_lines(report: dict[str, Any]) -> list[str]:
             more = ", ..." if only["count"] > len(only["sample"]) else ""
             shown = ", ".join(only["sample"])
             lines.append(f"items only in {side}: {only['count']:,} ({shown}{more})")
-    lines.append(f"items with a changed value: {report['items_changed']:,}")
+    changed = report["items_changed"]
+    sample = report.get("items_changed_sample") or []
+    shown = f" ({', '.join(sample)}{', ...' if changed > len(sample) else ''})" if sample else ""
+    lines.append(f"items with a changed value: {changed:,}{shown}")
     if report["features_changed"]:
         rows = [
             (
                 row["feature"],
                 f"{row['items_changed']:,}",
-                "-" if row["max_abs_diff"] is None else f"{row['max_abs_diff']:.6g}",
+                f"{row.get('became_or_stopped_missing', 0):,}",
+                _difference(row["max_abs_diff"]),
             )
             for row in report["features_changed"]
         ]
-        lines += _columns(("feature", "items changed", "max |a - b|"), rows)
+        header = ("feature", "items changed", "to/from missing", "max |a - b|")
+        lines += _columns(header, rows)
     return lines
 
 
@@ -67,15 +73,39 @@ def _redis_lines(report: dict[str, Any]) -> list[str]:
             "-" if v["items"] is None else f"{v['items']:,}",
             f"{v['items_present']:,}",
             "yes" if v["complete"] else "NO",
-            v["created_at"] or "-",
+            _created(v["created_at"]),
+            _expiry(v.get("expires_in")),
         )
         for v in report["versions"]
     ]
-    lines += _columns(("  version", "items", "present", "complete", "created"), rows)
+    header = ("  version", "items", "present", "complete", "created (UTC)", "expires")
+    lines += _columns(header, rows)
     if report["features"] is not None:
         count = len(report["features"])
         lines.append(f"features ({count}): {_names(report['features'])}")
     return lines + _sample_lines(report["sample"], report["shown"])
+
+
+def _difference(value: float | str | None) -> str:
+    """ "-" when every change was to or from missing (nothing to measure)."""
+    if value is None:
+        return "-"
+    return "inf" if isinstance(value, str) else f"{value:.6g}"
+
+
+def _created(epoch: float | str | None) -> str:
+    if not isinstance(epoch, int | float):
+        return epoch or "-"
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _expiry(seconds: int | None) -> str:
+    """ "-" for a version Redis keeps; else when it goes, as the nearest whole unit."""
+    if seconds is None:
+        return "-"
+    if seconds >= 3600:
+        return f"in {seconds / 3600:.0f} h"
+    return f"in {seconds / 60:.0f} min" if seconds >= 60 else f"in {seconds} s"
 
 
 def _sample_lines(sample: list[dict[str, Any]], version: str | None) -> list[str]:

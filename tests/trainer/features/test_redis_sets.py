@@ -79,6 +79,49 @@ def test_old_versions_expire_the_previous_one_is_kept(redis_server: RedisServer)
         switch_version(client, "ltr:", "s", "nope")
 
 
+def test_a_rollback_expires_what_is_neither_live_nor_kept(redis_server: RedisServer) -> None:
+    """Before: rolled back from C to A, the B pushed between them never expired."""
+    client = redis.Redis.from_url(redis_server.url)
+    a, b, c = (push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=k)) for k in (1, 2, 3))
+    assert switch_version(client, "ltr:", "s", a.version) == c.version  # A revived, C kept
+    assert client.ttl(f"ltr:item:s:{a.version}:d0") == -1
+    assert client.ttl(f"ltr:item:s:{c.version}:d0") == -1
+    assert 0 < client.ttl(f"ltr:item:s:{b.version}:d0") <= 86400
+    assert 0 < client.ttl(f"ltr:itemset:s:{b.version}:meta") <= 86400
+    # Listed with its expiry while a rollback can still reach it.
+    shown = CliRunner().invoke(
+        app, ["features", "inspect", "redis:s", "--redis-url", redis_server.url, "--json"]
+    )
+    expiry = {v["version"]: v["expires_in"] for v in json.loads(shown.stdout)["versions"]}
+    assert expiry[a.version] is None and expiry[c.version] is None
+    assert 0 < expiry[b.version] <= 86400
+
+
+def test_inspect_of_a_version_that_is_not_there_is_an_error(redis_server: RedisServer) -> None:
+    """Before: the set's table, no sample, exit 0."""
+    client = redis.Redis.from_url(redis_server.url)
+    live = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=1)).version
+    url = ["--redis-url", redis_server.url]
+    shown = CliRunner().invoke(app, ["features", "inspect", "redis:s@vnope", *url])
+    assert shown.exit_code == 2
+    assert shown.stderr.strip() == f"error: item set 's' has no version 'vnope' (versions: {live})"
+
+
+def test_diff_measures_a_change_to_infinity_and_counts_one_to_missing(tmp_path: Path) -> None:
+    """Before: 1 -> inf and 3 -> missing were "2 changed, max |a - b| 0"."""
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"doc_id": ["p", "q", "r"], "x": [1.0, 2.0, 3.0]}), a)
+    pq.write_table(pa.table({"doc_id": ["p", "q", "r"], "x": [1.0, float("inf"), None]}), b)
+    diff = CliRunner().invoke(app, ["features", "diff", str(a), str(b), "--json"])
+    assert diff.exit_code == 1
+    report = json.loads(diff.stdout)
+    assert report["items_changed_sample"] == ["q", "r"]
+    assert report["features_changed"] == [
+        {"feature": "x", "items_changed": 2, "became_or_stopped_missing": 1,
+         "max_abs_diff": "Infinity"}
+    ]  # fmt: skip
+
+
 def test_cli_push_inspect_diff(redis_server: RedisServer, tmp_path: Path) -> None:
     runner = CliRunner()
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
@@ -99,7 +142,10 @@ def test_cli_push_inspect_diff(redis_server: RedisServer, tmp_path: Path) -> Non
     d = json.loads(diff.stdout)
     assert d["identical"] is False and d["items_only_in_a"]["sample"] == ["p"]
     assert d["items_only_in_b"]["sample"] == ["s"] and d["items_changed"] == 1
-    assert d["features_changed"] == [{"feature": "x", "items_changed": 1, "max_abs_diff": 0.5}]
+    assert d["items_changed_sample"] == ["r"]
+    assert d["features_changed"] == [
+        {"feature": "x", "items_changed": 1, "became_or_stopped_missing": 0, "max_abs_diff": 0.5}
+    ]
     same = runner.invoke(app, ["features", "diff", str(a), "redis:cat", *url, "--json"])
     assert json.loads(same.stdout)["identical"] is True
 

@@ -29,9 +29,9 @@ def test_a_redis_report_marks_the_live_version_and_an_incomplete_one() -> None:
         "live": "v2",
         "versions": [
             {"version": "v1", "live": False, "items": 10, "items_present": 7,
-             "complete": False, "created_at": None},
+             "complete": False, "created_at": None, "expires_in": 5400},
             {"version": "v2", "live": True, "items": 1200, "items_present": 1200,
-             "complete": True, "created_at": "2026-12-04T10:00:00Z"},
+             "complete": True, "created_at": 1796378400.0, "expires_in": None},
         ],
         "shown": "v2",
         "features": ["a"],
@@ -39,9 +39,9 @@ def test_a_redis_report_marks_the_live_version_and_an_incomplete_one() -> None:
     }  # fmt: skip
     assert inspect_lines(report) == [
         "item set s: live version v2",
-        "  version  items  present  complete  created",
-        "  v1       10     7        NO        -",
-        "* v2       1,200  1,200    yes       2026-12-04T10:00:00Z",
+        "  version  items  present  complete  created (UTC)        expires",
+        "  v1       10     7        NO        -                    in 2 h",
+        "* v2       1,200  1,200    yes       2026-12-04 10:00:00  -",
         "features (1): a",
     ]
 
@@ -57,19 +57,37 @@ def test_a_diff_lists_changed_features_in_columns() -> None:
         "items_only_in_a": {"count": 7, "sample": ["a", "b", "c", "d", "e"]},
         "items_only_in_b": {"count": 0, "sample": []},
         "items_changed": 2,
+        "items_changed_sample": ["p", "q"],
         "features_changed": [
-            {"feature": "price", "items_changed": 2, "max_abs_diff": 0.5},
-            {"feature": "ctr", "items_changed": 1, "max_abs_diff": None},
+            {
+                "feature": "price",
+                "items_changed": 2,
+                "became_or_stopped_missing": 0,
+                "max_abs_diff": 0.5,
+            },
+            {
+                "feature": "ctr",
+                "items_changed": 1,
+                "became_or_stopped_missing": 1,
+                "max_abs_diff": None,
+            },
+            {
+                "feature": "cost",
+                "items_changed": 1,
+                "became_or_stopped_missing": 0,
+                "max_abs_diff": "Infinity",
+            },
         ],
     }
     assert diff_lines(report) == [
         "a: x (3 items, 2 features)",
         "b: x (3 items, 2 features)",
         "items only in a: 7 (a, b, c, d, e, ...)",
-        "items with a changed value: 2",
-        "feature  items changed  max |a - b|",
-        "price    2              0.5",
-        "ctr      1              -",
+        "items with a changed value: 2 (p, q)",
+        "feature  items changed  to/from missing  max |a - b|",
+        "price    2              0                0.5",
+        "ctr      1              1                -",
+        "cost     1              0                inf",
     ]
     assert diff_lines({**report, "identical": True})[-1] == (
         "identical: the same features, items and values"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,7 +17,7 @@ from tests.support.redis_server import RedisServer, pipelines_die_at
 from tests.support.sourced_model import item_table
 from trainer.cli import app
 from trainer.features import set_writes
-from trainer.features.redis_sets import PushError, push_item_set, switch_version
+from trainer.features.redis_sets import PushError, RedisStopped, push_item_set, switch_version
 
 NAMES = ["x", "y"]
 
@@ -178,7 +179,8 @@ def test_inspect_and_diff_print_text_without_json(
         CliRunner().invoke(app, ["features", "inspect", "redis:s", *url, "--json"]).stdout
     )["live"]
     assert lines[0] == f"item set s: live version {version}"
-    assert lines[1].split() == ["version", "items", "present", "complete", "created"]
+    header = ["version", "items", "present", "complete", "created", "(UTC)", "expires"]
+    assert lines[1].split() == header
     assert lines[2].split()[:5] == ["*", version, "2", "2", "yes"]
     assert lines[3:] == [
         "features (2): x, y",
@@ -196,3 +198,38 @@ def test_inspect_and_diff_print_text_without_json(
         "items only in b: 1 (r)",
         "items with a changed value: 0",
     ]
+
+
+def test_a_push_whose_redis_stops_answering_says_what_is_served(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the bare "Timeout reading from ..." and nothing on what is live or on the keys
+    it left behind, which the next push expires."""
+    client = redis.Redis.from_url(redis_server.url, socket_timeout=0.5)
+    live = push_item_set(client, "ltr:", "s", item_table(50, NAMES, seed=1)).version
+    monkeypatch.setattr(set_writes, "BATCH", 10)
+    monkeypatch.setattr(set_writes, "BATCHES_PER_ROUND_TRIP", 1)
+    real = redis.client.Pipeline.execute
+    calls = {"n": 0}
+
+    def stalls(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            redis_server.pause()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", stalls)
+    stuck = item_table(50, NAMES, seed=2)
+    try:
+        with pytest.raises(RedisStopped, match="stopped answering during the push") as failed:
+            push_item_set(client, "ltr:", "s", stuck)
+    finally:
+        redis_server.resume()
+    assert f"the pointer, which named {live} when it began" in str(failed.value)
+    assert "stay until the next push of this set expires them" in str(failed.value)
+    assert client.get("ltr:itemset:s") == live.encode()
+    assert version_keys(client, stuck.version())  # left behind ...
+    monkeypatch.setattr(redis.client.Pipeline, "execute", real)
+    push_item_set(client, "ltr:", "s", item_table(50, NAMES, seed=3))
+    leftover = version_keys(client, stuck.version())
+    assert leftover and all(0 < client.ttl(k) <= 86400 for k in leftover)  # ... until then

@@ -32,6 +32,11 @@ def item_ids(path: Path, table: pa.Table, id_column: str) -> np.ndarray:
     import pyarrow.compute as pc
 
     column = table.column(id_column)
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not (pa.types.is_integer(kind) or _is_text(kind)):
+        # A float id cast to text named items "1", "0.5", "1e+20" and "nan" (a NaN is no
+        # null): ids a request's "1.0" or 1e20 never meets. Booleans, dates: no better.
+        raise _at(path, None, id_column, f"has type {kind}, expected text or integers")
     if column.null_count:
         row = _first(column.is_null().to_numpy(zero_copy_only=False))
         raise _at(path, row, id_column, "null item id")
@@ -48,6 +53,21 @@ def item_ids(path: Path, table: pa.Table, id_column: str) -> np.ndarray:
         # numpy's unicode arrays drop trailing NULs: "a\x00" would silently become "a".
         raise _at(path, _first(nul), id_column, "item id contains a NUL character")
     return np.asarray(text.to_numpy(zero_copy_only=False), dtype=np.str_)
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return any(
+        check(kind)
+        for check in (
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+            pa.types.is_string_view,
+        )
+    )
 
 
 def _not_text(path: Path, column: pa.ChunkedArray, id_column: str, exc: Exception) -> Exception:

@@ -33,9 +33,15 @@ def refusal(path: Path) -> str:
 
 @pytest.mark.parametrize(
     ("ids", "kind"),
-    [(pa.array([[1], [2]]), "list<element: int64>"), (pa.array([{"a": 1}, {"a": 2}]), "struct")],
+    [
+        (pa.array([[1], [2]]), "list<element: int64>"),
+        (pa.array([{"a": 1}, {"a": 2}]), "struct"),
+        # Before: pushed as items "1" and "nan" (a NaN is no null), or "0.5", "1e+20".
+        (pa.array([1.0, float("nan")]), "double"),
+        (pa.array([True, False]), "bool"),
+    ],
 )
-def test_a_nested_id_column_is_refused(tmp_path: Path, ids: pa.Array, kind: str) -> None:
+def test_an_id_column_of_another_type_is_refused(tmp_path: Path, ids: pa.Array, kind: str) -> None:
     path = write(tmp_path / "items.parquet", {"doc_id": ids, "x": [1.0, 2.0]})
     message = refusal(path)
     assert message.startswith(f"error: {path}: column 'doc_id': has type {kind}")

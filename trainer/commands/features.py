@@ -59,11 +59,18 @@ def push_command(
     with clear_errors(DataFormatError, PushError, ValueError, *_redis_errors()):
         check_name("item set", set_name)
         table = _table(items, model, id_column)
-        version = _model_set_version(model)
+        version, reads = _model_set(model)
+        warnings = []
+        if reads is not None and reads != set_name:
+            # The version's snapshot under another name: nothing serving it reads that set.
+            warnings.append(
+                f"warning: {model} reads item set {reads!r}; this pushes its snapshot as "
+                f"{set_name!r}, which that model does not read"
+            )
         with connect(redis_url) as client:
             # Said before the push: it may be what makes the push fail.
-            warning = eviction_warning(client)
-            if warning is not None:
+            warnings += [w for w in (eviction_warning(client),) if w is not None]
+            for warning in warnings:
                 echo_err(warning)
             result = push_item_set(client, _prefix(prefix), set_name, table, version=version)
     summary = {
@@ -76,7 +83,7 @@ def push_command(
         "unchanged": result.unchanged,
         "repaired": result.repaired,
         "expiring": result.expired,
-        "warnings": [] if warning is None else [warning],
+        "warnings": warnings,
     }
     if as_json:
         typer.echo(orjson.dumps(summary).decode())
@@ -290,13 +297,14 @@ def _table(items: Path | None, model: Path | None, id_column: str) -> ItemTable:
     return read_item_table(items, id_column)
 
 
-def _model_set_version(model: Path | None) -> str | None:
+def _model_set(model: Path | None) -> tuple[str | None, str | None]:
+    """(the set version, the set name) a model version directory's manifest names."""
     if model is None:
-        return None
+        return None, None
     from app.artifacts.store import load_version
 
     items = load_version(model).manifest.item_features
-    return None if items is None else items.version
+    return (None, None) if items is None else (items.version, items.set)
 
 
 def _redis_errors() -> tuple[type[Exception], ...]:

@@ -12,8 +12,10 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
+from app.artifacts.manifest import FeatureSource
+from tests.support import random_ensemble
 from tests.support.redis_server import RedisServer, pipelines_die_at
-from tests.support.sourced_model import item_table
+from tests.support.sourced_model import item_table, publish_sourced
 from trainer.cli import app
 from trainer.features import set_writes
 from trainer.features.redis_sets import PushError, push_item_set, read_item_set, switch_version
@@ -197,3 +199,21 @@ def test_a_bare_set_name_is_pointed_to_its_redis_form(
     assert "redis:cat" in result.stderr and result.stderr.count("\n") == 1
     missing = CliRunner().invoke(app, ["features", "inspect", "gone.parquet"])
     assert missing.exit_code == 2 and "redis:" not in missing.stderr
+
+
+def test_pushing_a_models_snapshot_under_another_set_name_warns(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Before: pushed as `other` in silence, a set the model never reads."""
+    table = item_table(5, NAMES, seed=1)
+    sources: dict[str, FeatureSource] = {name: "item" for name in NAMES}
+    ensemble = random_ensemble(3, num_trees=2, depth=2)
+    version = publish_sourced(tmp_path, ensemble, sources, table, feature_names=["c", *NAMES])
+    args = ["features", "push", "--model", str(version), "--redis-url", redis_server.url]
+    pushed = CliRunner().invoke(app, [*args, "--set", "other", "--json"])
+    assert pushed.exit_code == 0, pushed.output
+    warning = f"warning: {version} reads item set 'catalog'; this pushes its snapshot as 'other'"
+    assert pushed.stderr.startswith(warning)
+    assert json.loads(pushed.stdout)["warnings"][0].startswith(warning)
+    same = CliRunner().invoke(app, [*args, "--set", "catalog"])
+    assert same.exit_code == 0 and "warning" not in same.stderr

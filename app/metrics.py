@@ -272,7 +272,8 @@ RECEPTION_OVERDUE = Counter(
 )
 SHED = Counter(
     "ltr_shed_requests_total",
-    "/rerank requests not scored: `shed` by admission control or `over_budget`.",
+    "/rerank requests answered without scoring (200 degraded, or 503): `shed` by admission "
+    "control or `over_budget`; one answered 422 or 404 instead is not counted.",
     ["reason"],
 )
 FALLBACK_SECONDS = Histogram(

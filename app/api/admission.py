@@ -484,8 +484,9 @@ class AdmissionController:
         metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
 
     def _shed(self, reason: str, body: bytes, marks: BodyMarks | None = None) -> Shed:
+        # Counted in ltr_shed_requests_total once answered shed (app.api.retrieval_order): a
+        # request refused here may still get a 422 for its ids or top_k.
         self.last_shed = self.clock()
-        metrics.SHED.labels(reason).inc()
         return Shed(reason, body, marks)
 
 

@@ -339,6 +339,7 @@ async def overload_response(request: Request, exc: Exception) -> Response:
     state = request.app.state
     settings: Settings = state.settings
     if settings.overload_response == "503":
+        metrics.SHED.labels(exc.reason).inc()
         return json_error(503, f"overloaded ({exc.reason}); retry later", {"Retry-After": "1"})
     started = time.perf_counter()
     envelope, ids, raw_ids = _fallback(exc.body, settings, exc.marks)
@@ -346,6 +347,8 @@ async def overload_response(request: Request, exc: Exception) -> Response:
     # The envelope's pattern already allows only header-safe ids; checked again at the header.
     request_id = envelope.request_id or request.scope["state"]["request_id"]
     content = fallback_body(request_id, model, ids, raw_ids, envelope.top_k, exc.reason)
+    # Only now is it answered shed: bad ids, top_k or model raised above, answered 422 / 404.
+    metrics.SHED.labels(exc.reason).inc()
     metrics.DEGRADED.labels(exc.reason).inc()
     metrics.FALLBACK_SECONDS.observe(time.perf_counter() - started)
     return Response(

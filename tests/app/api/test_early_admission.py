@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 
 from app.api import admission, early_admission, retrieval_order
 from tests.app.api.conftest import NF, ClientFactory
@@ -58,6 +59,31 @@ def test_a_shed_request_with_bad_ids_or_model_gets_the_routes_error(
     assert resp.status_code == status, resp.text
     if kind is not None:
         assert resp.json()["detail"][0]["type"] == kind
+
+
+def _answered_shed() -> float:
+    reasons = (admission.SHED, admission.OVER_BUDGET)
+    values = (REGISTRY.get_sample_value("ltr_shed_requests_total", {"reason": r}) for r in reasons)
+    return sum(v or 0.0 for v in values)
+
+
+def test_a_shed_request_answered_422_is_not_counted_as_shed(client: TestClient) -> None:
+    # A trial: 20 over-budget 200s and 10 over-budget 422s (top_k 0) counted 30 shed.
+    before = _answered_shed()
+    refused = client.post("/rerank", json=body(4, top_k=0), headers=SHED_NOW)
+    assert refused.status_code == 422, refused.text
+    assert _answered_shed() == before
+    answered = client.post("/rerank", json=body(4), headers=SHED_NOW)
+    assert answered.status_code == 200 and answered.json()["degraded"] is True
+    assert _answered_shed() == before + 1
+
+
+def test_a_shed_request_answered_503_is_counted(make_client: ClientFactory) -> None:
+    with make_client(overload_response="503") as client:
+        before = _answered_shed()
+        resp = client.post("/rerank", json=body(4, top_k=0), headers=SHED_NOW)
+        assert resp.status_code == 503  # not looked into: nothing to refuse it for
+        assert _answered_shed() == before + 1
 
 
 def test_a_shed_requests_duplicate_id_is_named_as_a_scored_ones_is(client: TestClient) -> None:

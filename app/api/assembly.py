@@ -349,7 +349,7 @@ def _not_a_query_feature(name: str, layout: FeatureLayout) -> str:
 def _explained(exc: RequestError, manifest: Manifest) -> RequestError:
     """An unknown candidate feature that another source supplies gets a message saying so."""
     if isinstance(exc, RequestErrors):
-        return RequestErrors([_explained(e, manifest) for e in exc.errors])
+        return RequestErrors([_explained(e, manifest) for e in exc.errors], exc.unchecked_after)
     if exc.type != "unknown_feature" or not exc.loc:
         return exc
     name = exc.loc[-1]

@@ -58,16 +58,22 @@ class RequestErrors(RequestError):
     """Several errors, in body order (app.api.candidate_errors): the first MAX_ERRORS, then
     how many more."""
 
-    def __init__(self, errors: list[RequestError]) -> None:
+    def __init__(self, errors: list[RequestError], unchecked_after: int | None = None) -> None:
         first = errors[0]
         super().__init__(first.loc, first.msg, first.type)
         self.errors = errors
+        # The search stopped with more errors than are shown: candidates from this index on
+        # were not all checked, so how many more is not known.
+        self.unchecked_after = unchecked_after
 
     def detail(self) -> list[dict[str, Any]]:
         detail = [d for e in self.errors[:MAX_ERRORS] for d in e.detail()]
         more = len(self.errors) - MAX_ERRORS
         if more > 0:
             msg = f"... and {more:,} more error{'s' if more > 1 else ''}"
+            if self.unchecked_after is not None:
+                msg = msg.replace("and", "and at least", 1)
+                msg += f" (candidates from [{self.unchecked_after}] on not checked)"
             detail.append({"loc": ["body"], "msg": msg, "type": "too_many_errors"})
         return detail
 

@@ -448,9 +448,9 @@ class ModelRegistry:
             loaded = await anyio.to_thread.run_sync(self._load, name, version)
         except Exception as exc:
             log.error("%s/%s: its files changed on disk and fail their check", name, version)
-            self._models = {k: m for k, m in self._models.items() if k != name}
-            metrics.MODEL_INFO.labels(name, version, current.manifest.kind).set(0)
-            await self._refuse(name, Refusal(version, signature, ""), exc, report)
+            if not _mapping_intact(current):
+                self._drop(current)
+            await self._refuse(name, Refusal(version, signature, ""), exc, report, current)
             return
         log.warning("%s/%s: its files changed on disk; loaded again", name, version)
         self._swap(loaded)
@@ -557,9 +557,20 @@ class ModelRegistry:
         if self._on_serve is not None:
             self._on_serve(loaded)
 
+    def _drop(self, served: LoadedModel) -> None:
+        self._models = {k: m for k, m in self._models.items() if k != served.name}
+        metrics.MODEL_INFO.labels(served.name, served.version, served.manifest.kind).set(0)
+
     async def _refuse(
-        self, name: str, refusal: Refusal, exc: Exception, report: ReloadReport
+        self,
+        name: str,
+        refusal: Refusal,
+        exc: Exception,
+        report: ReloadReport,
+        broken: LoadedModel | None = None,
     ) -> None:
+        """Record a refusal; at start-up, or when the served version's own files failed
+        (`broken`), serve the newest older version that loads instead."""
         full = f"{type(exc).__name__}: {exc}"
         message = self._public(full)
         version = refusal.version
@@ -571,10 +582,28 @@ class ModelRegistry:
         metrics.RELOAD_FAILURES.labels(name).inc()
         report.failed.append((name, version, message))
         serving = self._models.get(name)
-        if serving is None:  # a start-up: an older version may serve, said in one line
+        if serving is None or serving is broken:
+            # A start-up, or a served version whose files failed: an older version may serve,
+            # said in one line. The broken one answers until it does (dropped first, its
+            # requests were answered 503 while the older one loaded: 12-18 in a trial).
             await self._serve_older(name, refusal, full, report)
+            if broken is not None and self._models.get(name) is broken:
+                self._drop(broken)  # nothing older loads: as a restarted worker, none
             return
         log.error("refused %s/%s (%s); still serving %s", name, version, full, serving.version)
+
+
+def _mapping_intact(served: LoadedModel) -> bool:
+    """Whether `served` may answer a little longer: its memory-mapped snapshot files are as
+    they were or gone (a mapping keeps a removed or moved file's pages). One truncated in place
+    would fault on access (SIGBUS); one rewritten in place gives other values."""
+    items = served.manifest.item_features
+    if served.item_snapshot is None or items is None:
+        return True
+    names = [n for n in (items.matrix_file, items.ids_file) if n is not None]
+    recorded = {entry[0]: entry for entry in served.files}
+    now = files_signature(served.path, names)
+    return all(entry[2] == -1 or entry == recorded.get(entry[0]) for entry in now)
 
 
 def warm_up(scorer: Scorer, manifest: Manifest, parallel_min_rows: int) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -389,3 +391,46 @@ def test_a_report_written_beside_the_served_version_does_not_reload_it(tmp_path:
     (tmp_path / "m" / "v1" / "report.json").write_text("{}")
     reload(registry)
     assert registry.get() is served
+
+
+def test_the_served_version_answers_until_the_older_one_is_in(tmp_path: Path) -> None:
+    """A trial moved the served version's directory away under load: 12-18 requests were
+    answered 503 while the older version loaded, as the broken one was dropped first. Its
+    model is in memory (and nothing it maps was truncated): it answers until then."""
+    for version in ("v1", "v2"):
+        publish(tmp_path, random_ensemble(NF, seed=1), version=version)
+    gate, loading = threading.Event(), threading.Event()
+
+    def slow_v1(artifact: Any) -> Any:
+        if artifact.path.name == "v1":
+            loading.set()
+            assert gate.wait(30)
+        return reference_loader(artifact)
+
+    registry = ModelRegistry(
+        Settings(registry=tmp_path, parallel_min_rows=16), scorer_loader=slow_v1
+    )
+    reload(registry)
+    assert registry.get().version == "v2" and not loading.is_set()
+    shutil.move(tmp_path / "m" / "v2", tmp_path / "moved-away")
+
+    async def during_the_fallback() -> str:
+        task = asyncio.create_task(registry.reload())
+        assert await asyncio.to_thread(loading.wait, 30)
+        served = registry.get().version
+        gate.set()
+        await task
+        return served
+
+    assert asyncio.run(during_the_fallback()) == "v2"
+    assert registry.get().version == "v1"
+    assert "serving the older version v1" in registry.errors()["m"]
+
+
+def test_a_served_version_gone_with_nothing_older_serves_nothing(tmp_path: Path) -> None:
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry)
+    shutil.move(tmp_path / "m" / "v1", tmp_path / "moved-away")
+    reload(registry)
+    assert "m" not in registry.models() and "version v1 refused" in registry.errors()["m"]

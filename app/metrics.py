@@ -213,7 +213,8 @@ QUERY_FEATURES_MISSING = Counter(
 REDIS_CIRCUIT_OPEN = worker_gauge(
     "ltr_redis_circuit_open",
     "1 while this worker's Redis circuit breaker is open (Redis failing: user and item "
-    "features come from the in-process copies, or are missing), else 0; no series without Redis.",
+    "features come from the in-process copies, or are missing), else 0; a PING each reset "
+    "period closes it once Redis answers, requests or not; no series without Redis.",
 )
 REDIS_HITS = Counter("ltr_redis_hits_total", "Redis lookups that found their key.")
 REDIS_MISSES = Counter("ltr_redis_misses_total", "Redis lookups whose key was absent.")

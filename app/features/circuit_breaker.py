@@ -48,6 +48,12 @@ class CircuitBreaker:
             return "half_open"
         return "open"
 
+    def open_left(self) -> float:
+        """Seconds until the breaker lets a probe through (0 when closed or half-open)."""
+        if self._opened_at is None:
+            return 0.0
+        return max(self._opened_at + self.reset_seconds - self._clock(), 0.0)
+
     def allow(self) -> bool:
         """Whether a call may go out now; in half-open state only one probe at a time does."""
         state = self.state

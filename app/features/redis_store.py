@@ -12,6 +12,7 @@ the breaker shared by every user and model, and lands whole in the worker's memo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -130,6 +131,7 @@ class RedisStore:
         self.loop_lag = LoopLag()
         self.liveness = Liveness()
         self.faults = RedisFaultLog(clock)
+        self._prober: asyncio.Task[None] | None = None  # PINGs while the breaker is not closed
 
     @property
     def enabled(self) -> bool:
@@ -169,6 +171,11 @@ class RedisStore:
             self.faults.failed(f"at start: {type(exc).__name__}")
 
     async def close(self) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober
+            self._prober = None
         await self.loop_lag.stop()
         await self.liveness.settle()
         if self._client is not None:
@@ -257,29 +264,37 @@ class RedisStore:
         if not self.breaker.allow():
             self._count("errors")
             return None, CIRCUIT_OPEN
+        raw, error = await self._verdict(self._client, deadline, call, key)
+        if error is not None:
+            self._count("errors")
+        return raw, error
+
+    async def _verdict(
+        self,
+        client: aioredis.Redis,
+        deadline: Deadline,
+        call: Callable[[aioredis.Redis], Awaitable[Any]],
+        key: str | None,
+    ) -> tuple[Any, str | None]:
+        """run's call, the breaker allowing it, and what its outcome tells the breaker."""
         started = self.breaker.now()
         try:
-            raw = await _within_redis_deadline(
-                call(self._client), deadline, self.loop_lag, self.liveness
-            )
+            raw = await _within_redis_deadline(call(client), deadline, self.loop_lag, self.liveness)
         except LoopLagTimeout:
             self.breaker.release_probe()  # the loop was late: no verdict on Redis
-            self._count("errors")
             return None, REDIS_TIMEOUT
         except BudgetTimeout:
             self.breaker.release_probe()  # the request ran out of time: no verdict on Redis
-            self._count("errors")
             return None, REDIS_OVER_BUDGET
         except (TimeoutError, RedisTimeoutError):
-            return None, self._failed(REDIS_TIMEOUT, started).error
+            return None, self._failed(REDIS_TIMEOUT, started)
         except ResponseError as exc:
             # Redis answered (so it is healthy) but the key holds the wrong type of value.
             self._answered()
-            self._count("errors")
             self.faults.bad_value(key or "(a batch of item keys)", str(exc))
             return None, REDIS_BAD_VALUE
         except (RedisError, OSError):
-            return None, self._failed(REDIS_UNAVAILABLE, started).error
+            return None, self._failed(REDIS_UNAVAILABLE, started)
         self._answered()
         self.liveness.replied()
         return raw, None
@@ -290,13 +305,12 @@ class RedisStore:
         self.faults.answered()
         self._breaker_moved(before)
 
-    def _failed(self, reason: str, started: float) -> Fetch:
+    def _failed(self, reason: str, started: float) -> str:
         before = self.breaker.state
         self.breaker.record_failure(started)
         self.faults.failed(reason)
         self._breaker_moved(before)
-        self._count("errors")
-        return Fetch(None, reason)
+        return reason
 
     def _breaker_moved(self, before: State) -> None:
         """Logs and exposes a change of the breaker's state (open and half-open count as open:
@@ -305,6 +319,22 @@ class RedisStore:
         self.faults.breaker(before, after, self.breaker.reset_seconds)
         if (before == "closed") != (after == "closed"):
             metrics.REDIS_CIRCUIT_OPEN.set(0 if after == "closed" else 1)
+        if after != "closed" and (self._prober is None or self._prober.done()):
+            self._prober = asyncio.get_running_loop().create_task(self._probe_until_closed())
+
+    async def _probe_until_closed(self) -> None:
+        """A PING whenever the breaker's open period ends and no request is probing, until Redis
+        answers one. Otherwise only a request reading Redis probes, and a worker serving none
+        (models without Redis features) kept ltr_redis_circuit_open at 1 long after Redis was
+        back, which the alert on it read as an outage. Not a lookup: not counted as one."""
+        breaker = self.breaker
+        while True:
+            await asyncio.sleep(max(breaker.open_left(), self.deadline_s))
+            client = self._client
+            if client is None or breaker.state == "closed":
+                return
+            if breaker.allow():  # else a request's call is the probe
+                await self._verdict(client, self.new_deadline(), _ping, "PING")
 
     def _count(self, what: str) -> None:
         counter = self._counters.get(what)
@@ -317,6 +347,10 @@ class Oversized:
     """A bounded read's reply: the value is longer than `limit` bytes."""
 
     limit: int
+
+
+async def _ping(client: aioredis.Redis) -> Any:
+    return await client.ping()
 
 
 def _bounded_get(key: str, limit: int) -> Callable[[aioredis.Redis], Awaitable[Any]]:

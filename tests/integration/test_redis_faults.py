@@ -277,6 +277,21 @@ def test_redis_killed_mid_run_degrades_then_recovers(live: Stack) -> None:
     assert live.breaker_open() == [0.0]
 
 
+def test_the_breaker_gauge_falls_when_redis_is_back_without_user_traffic(live: Stack) -> None:
+    """The alert reads ltr_redis_circuit_open: it must fall once Redis answers again, whether
+    or not requests that read Redis come (a worker serving only other models)."""
+    live.redis.kill()
+    wait_until(
+        lambda: live.rerank(US)["degraded"] and live.breaker_open() == [1.0],
+        10.0,
+        "the breaker to open",
+    )
+    time.sleep(2 * BREAKER_RESET_S)
+    assert live.breaker_open() == [1.0]  # Redis still down: the breaker's PINGs fail
+    live.redis.start()
+    wait_until(lambda: live.breaker_open() == [0.0], 10 * BREAKER_RESET_S, "the breaker to close")
+
+
 @pytest.mark.usefixtures("no_gc_pauses")
 def test_paused_redis_never_stalls_a_request_past_the_deadline(live: Stack) -> None:
     def timed(_: int) -> tuple[float, dict[str, Any]]:

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from app.features.redis_store import (
     Deadline,
@@ -124,6 +125,42 @@ def test_a_restarted_redis_costs_no_request_its_stale_pooled_connection(
 
 def _get(key: str) -> Callable[[Any], Awaitable[Any]]:
     return lambda client: client.get(key)
+
+
+def test_the_breaker_closes_when_redis_is_back_without_a_lookup(redis_server: RedisServer) -> None:
+    """ltr_redis_circuit_open said 1 until a request read Redis again: a worker serving only
+    models without Redis features raised the alert on it long after Redis was back."""
+    counters = {"errors": Counter()}
+    settings = _settings(
+        redis_server.url,
+        redis_deadline_ms=100,
+        breaker_failure_threshold=1,
+        breaker_reset_seconds=0.2,
+    )
+    store = RedisStore(settings, counters=counters)
+
+    def circuit_open() -> float | None:
+        return REGISTRY.get_sample_value("ltr_redis_circuit_open")
+
+    async def scenario() -> None:
+        await store.start()
+        try:
+            redis_server.kill()
+            _, error = await store.run(store.new_deadline(), _get("t:k"), "t:k")
+            assert error == "redis_unavailable" and circuit_open() == 1
+            await asyncio.sleep(0.5)  # two open periods end: their PINGs fail
+            assert store.breaker.state != "closed" and circuit_open() == 1
+            redis_server.start()
+            end = time.monotonic() + 5.0
+            while store.breaker.state != "closed":
+                assert time.monotonic() < end, "the breaker stayed open"
+                await asyncio.sleep(0.02)
+            assert circuit_open() == 0
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+    assert counters["errors"].value == 1  # the PINGs are not lookups
 
 
 def test_start_does_not_call_a_healthy_redis_unreachable(

@@ -26,6 +26,7 @@ from app.artifacts.store import write_atomic
 from app.errors import LtrError
 from app.experiments.draft_kernel import compile_later
 from app.experiments.spec import ExperimentSpec
+from app.registry.version_signature import VersionSignature, files_signature, version_signature
 from app.scoring.beside import start_later as start_beside
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,8 @@ class ExperimentSlots:
         self.root = root
         self._load = load
         self._active: Mapping[str, ActiveExperiment] = {}
-        self._refused: dict[str, ExperimentSpec] = {}
+        # A refused spec and its candidate's files as they were: retried once they change.
+        self._refused: dict[str, tuple[ExperimentSpec, VersionSignature]] = {}
         self.errors: dict[str, str] = {}
 
     def get(self, model: str) -> ActiveExperiment | None:
@@ -197,9 +199,13 @@ class ExperimentSlots:
             # version would mix two experiments' evidence, so the experiment pauses here.
             self._drop(model, f"experiment {spec.name}: control {spec.control} is not serving")
             return
-        if current is not None and current.spec == spec:
+        if current is not None and current.spec == spec and _files_unchanged(current.candidate):
             return
-        if not force and self._refused.get(model) == spec:
+        # A candidate whose files changed (removed, rewritten) is loaded again as a restarted
+        # worker would: a trial moved it away and the running worker kept serving it from
+        # memory, where a new one refused the experiment.
+        on_disk = version_signature(self.root / model / spec.candidate)
+        if not force and self._refused.get(model) == (spec, on_disk):
             return
         try:
             candidate = await anyio.to_thread.run_sync(self._load, model, spec.candidate)
@@ -207,7 +213,7 @@ class ExperimentSlots:
             if problems:
                 raise ExperimentError("; ".join(problems))
         except Exception as exc:
-            self._refused[model] = spec
+            self._refused[model] = (spec, on_disk)
             self._drop(model, f"experiment {spec.name} refused: {type(exc).__name__}: {exc}")
             log.error("experiment %s refused: %s", spec.name, exc)
             return
@@ -237,6 +243,12 @@ class ExperimentSlots:
             self.errors.pop(model, None)
         else:
             self.errors[model] = error
+
+
+def _files_unchanged(candidate: Any) -> bool:
+    """Whether a loaded candidate's verified files are as it read them (a `LoadedModel`)."""
+    files = candidate.files
+    return not files or files_signature(candidate.path, [e[0] for e in files]) == files
 
 
 def _serving_info(spec: ExperimentSpec, value: int) -> None:

@@ -96,3 +96,27 @@ def test_experiment_pauses_when_current_is_not_its_control(tmp_path: Path) -> No
     reload(registry)
     assert registry.get("m").version == "v3" and registry.experiment("m") is None
     assert "not serving" in registry.experiments.errors["m"]
+
+
+def test_a_candidate_removed_from_the_registry_stops_being_served(tmp_path: Path) -> None:
+    """A trial moved the running candidate's directory away: the running worker kept serving
+    it from memory while a new one refused the experiment. Put back, it serves again without
+    a forced reload (its files changed again)."""
+    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
+    publish(tmp_path, random_ensemble(NF, seed=2), version="v2", current=False)
+    write_active(tmp_path, spec())
+    registry = make(tmp_path)
+    reload(registry)
+    assert registry.experiment("m") is not None
+    (tmp_path / "m" / "v2").rename(tmp_path / "away")
+    reload(registry)
+    assert registry.experiment("m") is None
+    assert "experiment e1 refused" in registry.experiments.errors["m"]
+    restarted = make(tmp_path)
+    reload(restarted)
+    assert restarted.experiments.errors["m"] == registry.experiments.errors["m"]
+    (tmp_path / "away").rename(tmp_path / "m" / "v2")
+    reload(registry)
+    active = registry.experiment("m")
+    assert active is not None and active.candidate.version == "v2"
+    assert "m" not in registry.experiments.errors

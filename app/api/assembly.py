@@ -20,6 +20,7 @@ import numpy as np
 from app import metrics
 from app.api.body_scan import ScannedCandidates, scanned_matrix
 from app.api.candidate_errors import every_candidate_error
+from app.api.query_errors import every_query_error, with_query_errors
 from app.api.request_matrix import (
     CandidateMatrix,
     RequestError,
@@ -30,7 +31,6 @@ from app.api.request_matrix import (
 )
 from app.api.schemas import QueryInfo, RerankEnvelope
 from app.artifacts.manifest import Manifest
-from app.errors import counted
 from app.features.item_lookup import IdTokens
 from app.features.item_store import NOT_DEGRADED, ItemFeatures, ItemFeatureStore
 from app.features.redis_store import LookupTime
@@ -159,11 +159,13 @@ async def assemble(
     item_store: ItemFeatureStore,
     lookup: LookupTime | None = None,
     early: EarlyItems | None = None,
+    query_bad: bool = False,
 ) -> Assembled:
-    """The request's rows in model column order; RequestError (422) for bad content. Store
-    lookups (Redis) stay within the request's budget (`lookup`); `early`: the item fetch,
-    if the caller started it before the body was parsed (it is used when the parsed ids are
-    the same)."""
+    """The request's rows in model column order; RequestError (422) for bad content, query
+    errors (`query_bad`: pydantic found some) and candidate errors together. Store lookups
+    (Redis) stay within the request's budget (`lookup`); `early`: the item fetch, if the
+    caller started it before the body was parsed (it is used when the parsed ids are the
+    same)."""
     manifest = model.manifest
     layout = layout_of(manifest)
     uc = manifest.user_clusters
@@ -184,14 +186,16 @@ async def assemble(
     else:  # in-process, on this thread: looked up once the candidates are known good
         discard_early(early)
     try:
-        query = query_vector(envelope.query, layout, settings.ignore_unknown_features)
+        query, query_errors = _query_of(envelope, doc, layout, settings, query_bad)
         # Per request, not per candidate: a few query features.
         query_missing = int(np.isnan(query).sum()) if layout.query else None
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)
         try:
             matrix = _candidate_matrix(candidates, raw, doc, layout, settings, extra)
         except RequestError as exc:
-            raise _explained(exc, manifest) from None
+            raise with_query_errors(query_errors, _explained(exc, manifest)) from None
+        if query_errors:
+            raise with_query_errors(query_errors, None)
         items = None
         if layout.sourced:
             features = np.empty((len(matrix.ids), layout.width), dtype=np.float32)
@@ -302,27 +306,21 @@ def _discard(task: asyncio.Future[Any]) -> None:
 
 def query_vector(
     query: QueryInfo | None, layout: FeatureLayout, ignore_unknown: bool
-) -> np.ndarray:
-    """float32 [n_query_features] from `query.features`; NaN where not given."""
+) -> np.ndarray | None:
+    """float32 [n_query_features] from `query.features`, NaN where not given; None when they
+    have an error (every_query_error names them all)."""
     with np.errstate(over="ignore"):  # beyond float32's range is ±inf, still ordered
         return _query_vector(query, layout, ignore_unknown)
 
 
 def _query_vector(
     query: QueryInfo | None, layout: FeatureLayout, ignore_unknown: bool
-) -> np.ndarray:
+) -> np.ndarray | None:
     vector = np.full(len(layout.query), np.nan, dtype=np.float32)
     given = query.features if query is not None else {}
-    where = ("body", "query", "features")
     if isinstance(given, list):
         if len(given) != len(layout.query):
-            raise RequestError(
-                where,
-                f"expected {counted(len(layout.query), 'value')} in the model's query feature "
-                f"order ({', '.join(layout.query[:5])}{' ...' if len(layout.query) > 5 else ''}), "
-                f"got {len(given)}",
-                "feature_count",
-            )
+            return None
         vector[:] = [np.nan if v is None else v for v in given]
         return vector
     for name, value in given.items():
@@ -330,20 +328,27 @@ def _query_vector(
         if j is None:
             if ignore_unknown:
                 continue
-            message = _not_a_query_feature(name, layout)
-            raise RequestError((*where, name), message, "unknown_feature")
+            return None
         vector[j] = np.nan if value is None else value
     return vector
 
 
-def _not_a_query_feature(name: str, layout: FeatureLayout) -> str:
-    if name in layout.candidate:
-        return f"{name!r} is a candidate feature: send it in each candidate's `features`"
-    if name in layout.item:
-        return f"{name!r} is an item feature: the service looks it up by candidate id"
-    if not layout.query:
-        return f"unknown query feature {name!r}: this model takes no query features"
-    return f"unknown query feature {name!r}"
+def _query_of(
+    envelope: RerankEnvelope,
+    doc: dict[str, Any],
+    layout: FeatureLayout,
+    settings: Settings,
+    bad: bool,
+) -> tuple[np.ndarray, list[RequestError]]:
+    """The query vector, or NaNs and every error of the body's `query.features` (`bad`: the
+    envelope was validated without them, app.api.query_errors)."""
+    ignore_unknown = settings.ignore_unknown_features
+    vector = None if bad else query_vector(envelope.query, layout, ignore_unknown)
+    if vector is not None:
+        return vector, []
+    features = (doc.get("query") or {}).get("features")
+    errors = every_query_error(features, layout, ignore_unknown)
+    return np.full(len(layout.query), np.nan, dtype=np.float32), errors
 
 
 def _explained(exc: RequestError, manifest: Manifest) -> RequestError:

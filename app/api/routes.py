@@ -40,6 +40,7 @@ from app.api.dependencies import (
 from app.api.errors import json_error
 from app.api.exploration import EXPLORED, EXPLORED_ANSWERS, Exploration
 from app.api.key_counts import check_envelope
+from app.api.query_errors import envelope_and_model
 from app.api.query_values import QUERY_NAMES
 from app.api.retrieval_order import split_candidates
 from app.api.schemas import (
@@ -168,10 +169,9 @@ async def _parse(
         # The model's query feature names, asked for only to name a bad value (error path).
         names = {QUERY_NAMES: partial(_query_names, registry, doc)} if "query" in doc else None
         check_envelope(doc)  # before pydantic: one error, not one per unknown key
-        envelope = RerankEnvelope.model_validate(doc, context=names)
-        model = registry.get(envelope.model)
+        envelope, model, query_bad = envelope_and_model(doc, names, registry)
         lookup = slot.lookup_time()
-        args = (envelope, settings, resolver, item_store, lookup, early)
+        args = (envelope, settings, resolver, item_store, lookup, early, query_bad)
         rows = await assemble(model, doc, candidates, raw, *args)
     except BaseException:
         abandon(decoding)

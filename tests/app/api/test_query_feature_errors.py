@@ -47,7 +47,7 @@ def only_error(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
         ({"hour": [1]}, ["hour"], "query feature 'hour': not a number: a list"),
         # The list form is named by the model's query feature order.
         ([1.0, "1.5"], [1], f"query feature 'hour': {NOT_A_NUMBER}"),
-        (["1.5"], [0], f"query feature 'qlen': {NOT_A_NUMBER}"),
+        (["1.5", None], [0], f"query feature 'qlen': {NOT_A_NUMBER}"),
         ("1.5", [], "must be an object of query feature name → number, or a list of numbers"),
     ],
 )

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app import metrics
-from app.api.admission import Shed
+from app.api.admission import OVER_BUDGET, TIMEOUT_HEADER, Shed, request_budget
 from app.api.body_marks import KERNEL, BodyMarks, ShedKernels
 from app.api.errors import json_error
 from app.api.key_counts import check_envelope
@@ -338,12 +338,15 @@ async def overload_response(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Shed)
     state = request.app.state
     settings: Settings = state.settings
-    if settings.overload_response == "503":
-        metrics.SHED.labels(exc.reason).inc()
-        return json_error(503, f"overloaded ({exc.reason}); retry later", {"Retry-After": "1"})
     started = time.perf_counter()
+    # Bad ids, top_k or model are refused (422 / 404) before any shed answer, the 503 too.
     envelope, ids, raw_ids = _fallback(exc.body, settings, exc.marks)
     model = state.registry.get(envelope.model)
+    if settings.overload_response == "503":
+        metrics.SHED.labels(exc.reason).inc()
+        if exc.reason == OVER_BUDGET:
+            return json_error(503, _over_budget(request, settings))  # no retry would fit
+        return json_error(503, f"overloaded ({exc.reason}); retry later", {"Retry-After": "1"})
     # The envelope's pattern already allows only header-safe ids; checked again at the header.
     request_id = envelope.request_id or request.scope["state"]["request_id"]
     content = fallback_body(request_id, model, ids, raw_ids, envelope.top_k, exc.reason)
@@ -356,6 +359,18 @@ async def overload_response(request: Request, exc: Exception) -> Response:
         200,
         {"x-request-id": safe_request_id(request_id) or request.scope["state"]["request_id"]},
         media_type="application/json",
+    )
+
+
+def _over_budget(request: Request, settings: Settings) -> str:
+    """A 503 that says a retry would not help: an idle server answered an 8,000-candidate
+    body "overloaded; retry later" with Retry-After on every try (a trial)."""
+    ms = request_budget(request, settings).seconds * 1000.0
+    return (
+        f"over budget: this request cannot be answered within its {ms:g} ms budget, on a busy "
+        "worker or an idle one (its scoring, or the time its body took to arrive, exceeds "
+        f"it); send fewer candidates or a larger {TIMEOUT_HEADER} (at most "
+        f"{settings.max_request_budget_ms:g})"
     )
 
 

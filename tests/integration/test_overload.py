@@ -272,8 +272,9 @@ def test_503_when_the_operator_prefers_it(registry: Path) -> None:
     try:
         with httpx.Client(base_url=srv.url) as client:
             resp = post(client, body(N), **{"x-request-timeout-ms": "0.5"})
-            assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
-            assert "over_budget" in resp.json()["detail"]
+            # Over budget even on this idle server: a retry with the same budget would be too.
+            assert resp.status_code == 503 and "retry-after" not in resp.headers
+            assert resp.json()["detail"].startswith("over budget: this request cannot be")
     finally:
         srv.stop()
 

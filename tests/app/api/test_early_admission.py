@@ -81,9 +81,24 @@ def test_a_shed_request_answered_422_is_not_counted_as_shed(client: TestClient) 
 def test_a_shed_request_answered_503_is_counted(make_client: ClientFactory) -> None:
     with make_client(overload_response="503") as client:
         before = _answered_shed()
-        resp = client.post("/rerank", json=body(4, top_k=0), headers=SHED_NOW)
-        assert resp.status_code == 503  # not looked into: nothing to refuse it for
+        resp = client.post("/rerank", json=body(4), headers=SHED_NOW)
+        assert resp.status_code == 503
         assert _answered_shed() == before + 1
+
+
+def test_the_503_mode_refuses_a_bad_request_and_says_when_no_retry_would_fit(
+    make_client: ClientFactory,
+) -> None:
+    """Before: a body with top_k 0 got 503 "retry later" (a retry gets the same), and so did a
+    request that no idle worker could answer within its budget, with Retry-After each time."""
+    with make_client(overload_response="503") as client:
+        refused = client.post("/rerank", json=body(4, top_k=0), headers=SHED_NOW)
+        assert refused.status_code == 422, refused.text
+        over = client.post("/rerank", json=body(4), headers=SHED_NOW)
+        assert over.status_code == 503 and "retry-after" not in over.headers
+        detail = over.json()["detail"]
+        assert detail.startswith("over budget: this request cannot be answered within its")
+        assert "0.001 ms budget" in detail and "x-request-timeout-ms (at most 10000)" in detail
 
 
 def test_a_shed_requests_duplicate_id_is_named_as_a_scored_ones_is(client: TestClient) -> None:

@@ -3,9 +3,11 @@
 
 Ids come from clients (profile values) and from Redis (`user:*` overrides), so their length is
 bounded before anything splits them: a categorical value longer than MAX_VALUE_LENGTH counts
-as `other`, and an id longer than MAX_CLUSTER_ID_LENGTH has no coarser ids and resolves to
-`unknown`. The fallback chain is walked from the right with `rfind`, one prefix at a time, and
-stops at the first id the table holds.
+as `other`, and only prefixes of at most MAX_CLUSTER_ID_LENGTH characters are candidates: an
+id longer than that starts its fallback at its longest prefix within the limit (five fields of
+52-character values make a 264-character id whose first field alone is a common cluster). The
+fallback chain is walked from the right with `rfind`, one prefix at a time, and stops at the
+first id the table holds.
 """
 
 from __future__ import annotations
@@ -56,16 +58,16 @@ def coarser_ids(scheme: ClusterScheme, cid: str) -> list[str]:
 
 
 def _prefixes(scheme: ClusterScheme, cid: str) -> Iterator[str]:
-    """`cid` and its prefixes ending before a separator, longest first (none if too long)."""
-    if len(cid) > MAX_CLUSTER_ID_LENGTH:
-        return
+    """`cid` and its prefixes ending before a separator, longest first, each at most
+    MAX_CLUSTER_ID_LENGTH characters long and none empty (no table has an empty id)."""
     sep = scheme.separator
     end = len(cid)
-    while True:
+    if end > MAX_CLUSTER_ID_LENGTH:
+        # The search stays within the limit, so a hostile id costs no more than a long one.
+        end = cid.rfind(sep, 0, MAX_CLUSTER_ID_LENGTH + len(sep))
+    while end > 0:
         yield cid[:end]
         end = cid.rfind(sep, 0, end)
-        if end < 0:
-            return
 
 
 def resolve_cluster(scheme: ClusterScheme, cid: str, known: Container[str]) -> str:

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from app.artifacts.manifest import ClusterScheme
 from app.errors import LtrError
-from app.features.clusters import cluster_id, coarser_ids, resolve_cluster
+from app.features.clusters import MAX_CLUSTER_ID_LENGTH, cluster_id, coarser_ids, resolve_cluster
 from app.features.embedding_table import EmbeddingTable, field_keys
 from app.features.field_combinations import (
     bucket_of,
@@ -249,6 +249,10 @@ class UserClusterAssignment:
     user_rows: np.ndarray | None = None
     combinations: Combinations | None = None
     buckets: list[int] = field(default_factory=list)  # combination rows' buckets, after fields
+    # Kept row → training users whose finest id is longer than MAX_CLUSTER_ID_LENGTH (their
+    # fallback starts at a shorter prefix), and the longest finest id's length.
+    over_long: dict[str, int] = field(default_factory=dict)
+    longest_id: int = 0
 
     @property
     def field_embeddings(self) -> bool:
@@ -333,9 +337,19 @@ def assign_user_clusters(
     user_rows = cluster_rows(scheme, clusters, list(fine_of.values()))
     per_row = np.bincount(user_rows, minlength=len(clusters))
     counts = {c: int(n) for c, n in zip(clusters, per_row, strict=True)}
-    if not field_embeddings:
-        return UserClusterAssignment(scheme, clusters, rows, counts)
     fine_users = list(fine_of.values())
+    over_long = dict(
+        Counter(
+            clusters[row]
+            for fine, row in zip(fine_users, user_rows, strict=True)
+            if len(fine) > MAX_CLUSTER_ID_LENGTH
+        )
+    )
+    longest = max(map(len, fine_users), default=0)
+    if not field_embeddings:
+        return UserClusterAssignment(
+            scheme, clusters, rows, counts, over_long=over_long, longest_id=longest
+        )
     assignment = UserClusterAssignment(
         scheme,
         clusters,
@@ -348,6 +362,8 @@ def assign_user_clusters(
             if combinations is None
             else surviving_buckets(scheme, fine_users, min_count, combinations)
         ),
+        over_long=over_long,
+        longest_id=longest,
     )
     per_user = assignment.extra_rows(fine_users)  # [n_distinct, n_fields + n_combinations]
     position = {u: i for i, u in enumerate(distinct)}
@@ -368,7 +384,10 @@ def fallback_warning(assignment: UserClusterAssignment, min_count: int) -> str |
     row that tells them little apart: `unknown` (no profile row, or no coarser id with
     `min_count` users), or, without field rows, `unknown` or a coarser row than their own
     (with field rows a coarser cluster row is the design: the fields still count). None when
-    the share is smaller. Counts come from `assignment.user_counts` (users per kept row)."""
+    the share is smaller, unless some users' finest ids are longer than MAX_CLUSTER_ID_LENGTH:
+    that cause (their id can keep only its leading tokens) is named apart from a too-small
+    group, whatever the share. Counts come from `assignment.user_counts` (users per kept row).
+    """
     scheme = assignment.scheme
     total = sum(assignment.user_counts.values())
     if total == 0:
@@ -382,16 +401,34 @@ def fallback_warning(assignment: UserClusterAssignment, min_count: int) -> str |
     )
     coarse = total - unknown - full
     vague = unknown if assignment.field_embeddings else unknown + coarse
+    long_total = sum(assignment.over_long.values())
+    too_long = (
+        f"have a cluster id longer than the {MAX_CLUSTER_ID_LENGTH} characters an id may have "
+        f"(up to {assignment.longest_id}), so its cluster row is at best its longest prefix "
+        "within that length (trailing tokens dropped); shorten the profile values or use fewer "
+        "fields"
+    )
     if vague < FALLBACK_WARNING_SHARE * total:
-        return None
+        if not long_total:
+            return None
+        return f"user cluster ids cut short: {long_total} of the {total} training users {too_long}"
+    # Users of a too-long id end in `unknown` or a coarser row whatever --min-cluster-count.
+    long_vague = assignment.over_long.get(scheme.unknown, 0)
+    if not assignment.field_embeddings:
+        long_vague = long_total
+    causes = [f"{long_vague} of them {too_long}"] if long_vague else []
+    if vague > long_vague:
+        causes.append(
+            f"fewer than --min-cluster-count {min_count} training users share their cluster "
+            "id, or they have no profile row; lower --min-cluster-count, or use fewer or "
+            "coarser fields"
+        )
     where = f"{scheme.unknown!r}" if assignment.field_embeddings else "a coarser row or unknown"
     fields = f", {len(assignment.fields)} field rows" if assignment.field_embeddings else ""
     return (
         f"user features carry little: {vague / total:.0%} of the {total} training users fell into "
         f"{where} ({unknown} in {scheme.unknown!r}, {coarse} in a coarser cluster row, {full} "
-        f"keep their full cluster id{fields}): fewer than --min-cluster-count {min_count} "
-        "training users share their cluster id, or they have no profile row; lower "
-        "--min-cluster-count, or use fewer or coarser fields"
+        f"keep their full cluster id{fields}): " + "; ".join(causes)
     )
 
 

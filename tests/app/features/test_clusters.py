@@ -45,8 +45,36 @@ def test_forty_thousand_separators_cost_nothing() -> None:
     cid = cluster_id(SCHEME, {"country": "_" * 40_000, "price": 2})
     assert cid == "other_pn1"  # an over-long value counts as `other`
     hostile = "_" * 40_000  # e.g. a `user:*` override written by someone else
-    assert coarser_ids(SCHEME, hostile) == ["unknown"]
+    chain = coarser_ids(SCHEME, hostile)
+    assert chain[-1] == "unknown" and len(chain) == MAX_CLUSTER_ID_LENGTH + 1
+    assert all(len(c) <= MAX_CLUSTER_ID_LENGTH for c in chain)
     assert resolve_cluster(SCHEME, hostile, {"unknown", ""}) == "unknown"
     longest = "a_" * (MAX_CLUSTER_ID_LENGTH // 2)
     assert len(coarser_ids(SCHEME, longest[:MAX_CLUSTER_ID_LENGTH])) > 100
     assert time.perf_counter() - start < 0.5
+
+
+LONG = ClusterScheme(fields=[BucketedField(name=f"f_{c}", kind="categorical") for c in "abcde"])
+
+
+def test_an_over_long_id_falls_back_by_dropping_trailing_tokens() -> None:
+    """A trial: five 52-character values make a 264-character id, which resolved straight to
+    `unknown` although its first field alone had a row."""
+    profile = {f"f_{c}": c * 52 for c in "abcde"}
+    cid = cluster_id(LONG, profile)
+    assert len(cid) == 264 > MAX_CLUSTER_ID_LENGTH
+    tokens = cid.split("_")
+    assert coarser_ids(LONG, cid) == ["_".join(tokens[:n]) for n in (4, 3, 2, 1)] + ["unknown"]
+    assert resolve_cluster(LONG, cid, {"unknown", tokens[0]}) == tokens[0]
+    # The limit applies to the ids considered: the full id itself is never one.
+    assert resolve_cluster(LONG, cid, {"unknown", cid}) == "unknown"
+
+
+def test_a_prefix_of_exactly_the_limit_is_a_candidate() -> None:
+    scheme = ClusterScheme(separator="--", fields=LONG.fields)
+    head = "a" * (MAX_CLUSTER_ID_LENGTH - 3)
+    cid = f"{head}--b--c"
+    assert coarser_ids(scheme, cid) == [f"{head}--b", head, "unknown"]
+    cid = f"{head}--bc--d"  # `head--bc` is one character too long
+    assert coarser_ids(scheme, cid) == [head, "unknown"]
+    assert coarser_ids(scheme, "x" * (MAX_CLUSTER_ID_LENGTH + 1) + "--y") == ["unknown"]

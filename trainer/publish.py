@@ -35,6 +35,7 @@ from app.artifacts.store import (
     write_version_dir,
 )
 from app.registry.experiments import ExperimentError, compatibility_errors, read_active
+from trainer.feature_change import feature_change_warnings
 from trainer.retention import prune_versions, rollback_target
 
 __all__ = [
@@ -178,27 +179,6 @@ def _remove_installed(installed: _Installed) -> None:
         shutil.rmtree(installed.artifact.path, ignore_errors=True)
 
 
-def feature_change_warning(old: Manifest, new: Manifest) -> str | None:
-    """One line when `new` expects other features than `old`, which clients were built for."""
-    if list(old.feature_names) == list(new.feature_names):
-        return None
-    gone = [n for n in old.feature_names if n not in set(new.feature_names)]
-    added = [n for n in new.feature_names if n not in set(old.feature_names)]
-    change = f"{len(added)} added, {len(gone)} removed" if added or gone else "reordered"
-    effects = ["clients sending feature lists will get 422"]
-    if gone:
-        effects.append(
-            "name maps with removed names will get 422 (unless the service sets "
-            "LTR_IGNORE_UNKNOWN_FEATURES)"
-        )
-    if added:
-        effects.append("name maps without the added names will score them as missing")
-    return (
-        f"warning: {new.name} {new.version} takes other features than {old.version} "
-        f"({len(old.feature_names)} -> {len(new.feature_names)}: {change}); " + "; ".join(effects)
-    )
-
-
 def user_cluster_warning(old: Artifact, new: Artifact) -> str | None:
     """One line when users of `old`'s clusters lose them in `new`: the scheme changed, the
     user features are gone, or cluster ids are gone (their users fall back to coarser ids)."""
@@ -242,11 +222,9 @@ def _change_warnings(registry: Path, name: str, old: str | None, new: Artifact) 
         previous = load_version(Path(registry) / name / old)
     except ArtifactError:
         return []  # nothing to compare with; the old version was broken anyway
-    found = (
-        feature_change_warning(previous.manifest, new.manifest),
-        user_cluster_warning(previous, new),
-    )
-    return [w for w in found if w is not None]
+    cluster = user_cluster_warning(previous, new)
+    found = feature_change_warnings(previous.manifest, new.manifest)
+    return found if cluster is None else [*found, cluster]
 
 
 def candidate_warning(

@@ -112,7 +112,8 @@ def test_cli_warns_when_the_features_change(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "v2 takes other features than v1 (2 -> 3" in warnings[0]
+    assert len(warnings) == 1
+    assert "v2 takes other candidate features than v1 (2 -> 3: 1 added" in warnings[0]
     # v2 adds c and removes nothing: name maps still answer (c missing), never a 422.
     assert "name maps without the added names will score them as missing" in warnings[0]
     assert "name maps with removed names will get 422" not in warnings[0]
@@ -120,7 +121,7 @@ def test_cli_warns_when_the_features_change(tmp_path: Path) -> None:
     back = CliRunner().invoke(
         app, ["publish", "--rollback", "--name", "m", "--registry", str(registry)]
     )
-    assert back.exit_code == 0 and "v1 takes other features than v2" in back.stderr
+    assert back.exit_code == 0 and "v1 takes other candidate features than v2" in back.stderr
     assert "name maps with removed names will get 422 (unless" in back.stderr
 
 

@@ -7,7 +7,9 @@ experiment, this re-pushes the user embeddings (`{prefix}emb:{model}:{version}`)
 holds them byte for byte, and makes the version's item set live unless a complete version of
 it already is; then it announces each model it restored something for, so every worker drops
 what it cached from Redis. Overrides (`{prefix}user:{id}`) are not in the registry and cannot
-be restored.
+be restored. A key it reads that holds the wrong type of value (a string where the embeddings'
+hash belongs, say) is not intact either: it is replaced, as `ltr publish` replaces it, where
+reading it would fail with WRONGTYPE and leave it broken.
 
 One item set has one live version, whoever uses it: CURRENT versions are restored first (in
 name order) and a set made or found live is left as it is for the versions after them, so a
@@ -32,9 +34,10 @@ from app.artifacts.lock import model_lock
 from app.artifacts.manifest import Manifest
 from app.artifacts.store import Artifact, list_models, load_version, read_current
 from app.errors import LtrError, error_text
+from app.features.item_redis import meta_key, pointer_key
 from app.registry.experiments import read_active
-from trainer.features.redis_sets import live_version, read_meta
-from trainer.features.set_keys import item_counts
+from trainer.features.redis_sets import live_version, read_meta, versions_key
+from trainer.features.set_keys import item_counts, scan_batches, version_pattern
 from trainer.publish import push_model_item_set
 from trainer.redis_publish import announce, embedding_rows, embeddings_key, push_embeddings
 
@@ -128,7 +131,7 @@ class _Restorer:
             report.errors.append(error_text(exc))
             return report
         try:
-            report.embeddings = self._embeddings(artifact)
+            report.embeddings = self._embeddings(artifact, report)
         except (redis.RedisError, ValueError) as exc:
             report.embeddings = "error"
             report.errors.append(f"user embeddings: {error_text(exc)}")
@@ -142,7 +145,7 @@ class _Restorer:
                 report.errors.append(error_text(exc))
         return report
 
-    def _embeddings(self, artifact: Artifact) -> State:
+    def _embeddings(self, artifact: Artifact, report: Restored) -> State:
         manifest = artifact.manifest
         uc = manifest.user_clusters
         if uc is None:
@@ -151,9 +154,11 @@ class _Restorer:
         embeddings = np.load(io.BytesIO(artifact.files[uc.embeddings_file]), allow_pickle=False)
         rows = embedding_rows(manifest, clusters, embeddings)
         key = embeddings_key(self.prefix, manifest.name, manifest.version)
-        held = {_str(k): v for k, v in self.client.hgetall(key).items()}
-        if held == rows:
+        kind = _str(self.client.type(key))
+        if kind == "hash" and {_str(k): v for k, v in self.client.hgetall(key).items()} == rows:
             return "intact"
+        if kind not in ("hash", "none"):
+            report.notes.append(f"{key} held a {kind}, not a hash: replaced")
         push_embeddings(self.url, self.prefix, manifest, clusters, embeddings)
         return "restored"
 
@@ -162,6 +167,7 @@ class _Restorer:
         assert items is not None
         claimed = self.live_sets.get(items.set)
         if claimed is None:
+            self._drop_wrong_types(items.set, items.version, report)
             live = live_version(self.client, self.prefix, items.set)
             stale = role == "current" and self.deployed_sets.get(items.set) == {items.version}
             if live is not None and live != items.version and stale:
@@ -182,6 +188,41 @@ class _Restorer:
         push_model_item_set(artifact, self.url, self.prefix)  # switch back, or push snapshot
         self.live_sets[items.set] = live_version(self.client, self.prefix, items.set) or ""
         return "restored"
+
+    def _drop_wrong_types(self, set_name: str, version: str | None, report: Restored) -> None:
+        """Deletes the set's keys that restoring reads (its pointer and versions list, and the
+        meta and items of the trained and the live version) when they hold the wrong type:
+        each read of one failed with WRONGTYPE, and a push or switch then writes them anew."""
+        dropped = self._drop_wrong(
+            {
+                pointer_key(self.prefix, set_name): "string",
+                versions_key(self.prefix, set_name): "zset",
+            }
+        )
+        live = live_version(self.client, self.prefix, set_name)
+        versions = sorted({v for v in (version, live) if v})
+        dropped += self._drop_wrong(
+            {meta_key(self.prefix, set_name, v): "string" for v in versions}
+        )
+        for v in versions:
+            for batch in scan_batches(self.client, version_pattern(self.prefix, set_name, v)):
+                dropped += self._drop_wrong(dict.fromkeys(batch, "string"))
+        if dropped:
+            shown = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" * (len(dropped) > 3))
+            report.notes.append(f"deleted {len(dropped)} key(s) holding the wrong type: {shown}")
+
+    def _drop_wrong(self, expected: dict[str | bytes, str]) -> list[str]:
+        """Deletes the keys of `expected` (key -> type) that hold another type; their names."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in expected:
+            pipe.type(key)
+        kinds = [_str(kind) for kind in pipe.execute()]
+        wrong = [
+            k for k, kind in zip(expected, kinds, strict=True) if kind not in (expected[k], "none")
+        ]
+        if wrong:
+            self.client.delete(*wrong)
+        return [k.decode("utf-8", "replace") if isinstance(k, bytes) else k for k in wrong]
 
     def _complete(self, set_name: str, version: str) -> bool:
         """As rollback checks it: the version's meta, and every item's key of the right size."""

@@ -210,3 +210,56 @@ def test_a_set_left_live_by_a_rollback_without_redis_is_switched_back(
     assert f"version {new.version()} was live, which no deployed version" in notes[0]
     assert report["announced"] == ["shop"]
     client.close()
+
+
+def test_an_embedding_key_of_the_wrong_type_is_replaced(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A trial: `SET ltr:emb:personal:p1 junk`, and restore failed with WRONGTYPE, restoring
+    nothing, though its help says it pushes what Redis does not hold intact."""
+    registry, client = users_model(tmp_path, redis_server)
+    client.set("ltr:emb:m:v1", "junk")
+
+    code, report, stderr = restore(registry, redis_server.url)
+    assert code == 0, stderr
+    assert states(report) == {("m", "v1"): ("restored", "none")}
+    (notes,) = [v["notes"] for v in report["versions"]]
+    assert notes == ["ltr:emb:m:v1 held a string, not a hash: replaced"]
+    assert client.hlen("ltr:emb:m:v1") == len(CLUSTERS)
+    assert report["announced"] == ["m"]
+    client.close()
+
+
+def test_item_set_keys_of_the_wrong_type_are_replaced(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The set's pointer, versions list, meta and items: each read by restore, each a
+    WRONGTYPE error that left the set as it was."""
+    registry = tmp_path / "registry"
+    client = redis.Redis.from_url(redis_server.url)
+    table = item_table(30, NAMES, seed=1)
+    publish(shop_version(tmp_path / "runs", "v1", table), registry, redis_url=redis_server.url)
+    live = table.version()
+    item, meta = f"ltr:item:catalog:{live}:d3", f"ltr:itemset:catalog:{live}:meta"
+    wrong_types = {
+        "ltr:itemset:catalog": lambda key: client.hset(key, "a", "b"),
+        "ltr:itemset:catalog:versions": lambda key: client.set(key, "x"),
+        meta: lambda key: client.rpush(key, "x"),
+        item: lambda key: client.sadd(key, "x"),
+    }
+    # The versions list (what expiry and `inspect` read) is only deleted: nothing else is lost.
+    after = {"ltr:itemset:catalog:versions": "intact"}
+    expected = np.ascontiguousarray(table.matrix[3], dtype="<f4").tobytes()
+    for key, put in wrong_types.items():
+        client.delete(key)
+        put(key)
+        code, report, stderr = restore(registry, redis_server.url)
+        assert code == 0, (key, stderr)
+        assert states(report) == {("shop", "v1"): ("none", after.get(key, "restored"))}, key
+        (notes,) = [v["notes"] for v in report["versions"]]
+        assert notes[0] == f"deleted 1 key(s) holding the wrong type: {key}", key
+        assert client.get("ltr:itemset:catalog") == live.encode()
+        assert client.type(meta) == b"string" and client.get(item) == expected, key
+    code, report, stderr = restore(registry, redis_server.url)
+    assert code == 0 and states(report) == {("shop", "v1"): ("none", "intact")}, stderr
+    client.close()

@@ -37,7 +37,8 @@ def restore_command(
 
     For every model's CURRENT version (and a running experiment's candidate):
     push its user embeddings and make its item set live (from its snapshot)
-    unless Redis holds them intact, then announce.
+    unless Redis holds them intact (a key of the wrong type is replaced),
+    then announce.
     Exit 0: done; 2: something could not be restored (all else was)."""
     import redis
 

@@ -23,7 +23,8 @@ TEAM_NAMES = ("control", "candidate", "both")  # `both`: credited to neither (te
 
 
 class ExperimentSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN passes no bound and was refused as "less than or equal to 1": not what is wrong.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(pattern=NAME_PATTERN)
     model: str = Field(pattern=NAME_PATTERN)  # the registry name both versions serve under

@@ -85,6 +85,11 @@ def start_experiment(
     redis_prefix: str = "ltr:",
 ) -> ExperimentSpec:
     registry = Path(registry)
+    if name == "":
+        # Was taken for "none given": the default name, with no word of it.
+        raise ExperimentError(
+            f"the experiment name is empty: give one, or leave it out for {model}-{candidate}"
+        )
     if read_current(registry, model) is None:  # before the lock would create the directory
         raise _no_current(registry, model)
     with model_lock(registry, model):
@@ -121,7 +126,7 @@ def _start(
     problems = compatibility_errors(control_art.manifest, candidate_art.manifest)
     if problems:
         raise ExperimentError(f"{candidate_dir}: cannot be compared: " + "; ".join(problems))
-    name = name or f"{model}-{candidate}"[:64]
+    name = name if name is not None else f"{model}-{candidate}"[:64]
     if any(r.spec.name == name for r in list_records(registry)):
         raise ExperimentError(f"an experiment named {name!r} exists already; pick another name")
     try:

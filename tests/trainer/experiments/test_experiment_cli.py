@@ -189,3 +189,18 @@ def test_ab_report(registry: Path, tmp_path: Path) -> None:
     assert clicks["candidate"] > clicks["control"] and clicks["p_value"] < 0.05
     code, _, err = ltr("report", "--registry", str(registry), "--name", "m")
     assert code == 2 and "--logs" in err
+
+
+def test_a_traffic_that_is_no_number_and_an_empty_name_are_refused(registry: Path) -> None:
+    """A trial: `--traffic nan` was refused as "less than or equal to 1", and `--experiment ''`
+    started an experiment under the default name."""
+    start(registry, "--traffic", "2")  # the lock file, made by any start
+    before = snapshot(registry)
+    for traffic in ("nan", "inf"):
+        code, _, err = start(registry, "--traffic", traffic)
+        assert code == 2
+        assert err.strip() == "error: traffic: Input should be a finite number", err
+    code, _, err = start(registry, "--experiment", "")
+    assert code == 2
+    assert err.strip() == "error: the experiment name is empty: give one, or leave it out for m-v2"
+    assert snapshot(registry) == before

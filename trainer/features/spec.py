@@ -72,8 +72,7 @@ def build_spec(
     given = read_spec(spec_file) if spec_file is not None else SpecValues()
     query = given.query or []
     if query_features is not None:
-        query = [q.strip() for q in query_features.split(",") if q.strip()]
-        _check_unique(query, "--query-features")
+        query = _query_flag(query_features)
     table = items or given.table
     if given.item_section and table is None:
         raise SpecError(
@@ -97,6 +96,21 @@ def build_spec(
     column = id_column or given.id_column or DEFAULT_ID_COLUMN
     table_column = items_id_column or given.items_id_column
     return FeatureSpec(list(query), table, set_name, column, table_column)
+
+
+def _query_flag(text: str) -> list[str]:
+    """`--query-features`'s columns; blank is none, as the spec's `query = []` is. An empty
+    entry (`hour,,qlen`, `hour,`) is refused as the spec's `""` is: a typo, not a column."""
+    if not text.strip():
+        return []
+    query = [q.strip() for q in text.split(",")]
+    if not all(query):
+        raise SpecError(
+            f"--query-features: a column name is empty in {text!r} (expected comma-separated "
+            "column names like hour,device)"
+        )
+    _check_unique(query, "--query-features")
+    return query
 
 
 def read_spec(path: Path) -> SpecValues:

@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from trainer.cli import app
 from trainer.features.spec import FeatureSpec, SpecError, build_spec
 
 
@@ -126,3 +128,24 @@ def test_the_documented_examples_are_one_spec(tmp_path: Path) -> None:
     expected = FeatureSpec(["query_length", "hour"], table, "catalog", "doc_id", "item_id")
     assert build_spec(toml, None, None, None, None) == expected
     assert build_spec(as_json, None, None, None, None) == expected
+
+
+@pytest.mark.parametrize("flag", ["hour,,qlen", "hour,", ",hour", "hour, ,qlen"])
+def test_an_empty_query_column_in_the_flag_is_refused(flag: str) -> None:
+    """It was dropped in silence, while the spec's `query = [""]` is refused."""
+    expected = f"--query-features: a column name is empty in {flag!r}"
+    with pytest.raises(SpecError, match=f"^{re.escape(expected)}"):
+        build_spec(None, flag, None, None, None)
+
+
+def test_a_blank_query_flag_is_no_query_columns_as_an_empty_spec_list_is(tmp_path: Path) -> None:
+    path = spec_file(tmp_path, 'query = ["hour"]\n[item]\ntable = "t.parquet"\n')
+    spec = build_spec(path, "", None, None, None)
+    assert spec is not None and spec.query == []
+
+
+def test_the_cli_refuses_an_empty_query_column(tmp_path: Path) -> None:
+    args = ["train", "--train", str(tmp_path / "t.parquet"), "--out", str(tmp_path / "v1")]
+    result = CliRunner().invoke(app, [*args, "--query-features", "hour,"])
+    assert result.exit_code == 2, result.output
+    assert "--query-features: a column name is empty in 'hour,'" in result.stderr

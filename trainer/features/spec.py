@@ -153,14 +153,16 @@ def _parse(path: Path) -> dict[str, Any]:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    # `GOOD.JSON` was read as TOML, failing with "Invalid statement (at line 1, column 1)".
+    as_json = Path(path).suffix.lower() == ".json"
     try:
-        doc = (
-            json.loads(raw)
-            if Path(path).suffix == ".json"
-            else tomllib.loads(raw.decode("utf-8-sig"))
-        )
+        doc = json.loads(raw) if as_json else tomllib.loads(raw.decode("utf-8-sig"))
     except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError(f"{path}: not a valid features spec ({exc})") from None
+        read_as = "JSON" if as_json else "TOML"
+        raise SpecError(
+            f"{path}: not a valid features spec, read as {read_as} (the file name chooses: "
+            f"one ending in .json is read as JSON, any other as TOML): {exc}"
+        ) from None
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: expected a table of `query` and `[item]`")
     return doc

@@ -149,3 +149,27 @@ def test_the_cli_refuses_an_empty_query_column(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "--query-features", "hour,"])
     assert result.exit_code == 2, result.output
     assert "--query-features: a column name is empty in 'hour,'" in result.stderr
+
+
+@pytest.mark.parametrize("suffix", [".JSON", ".Json"])
+def test_a_json_spec_is_read_as_json_whatever_the_case_of_its_extension(
+    tmp_path: Path, suffix: str
+) -> None:
+    path = spec_file(tmp_path, json.dumps({"query": ["hour"]}), suffix)
+    spec = build_spec(path, None, None, None, None)
+    assert spec is not None and spec.query == ["hour"]
+
+
+@pytest.mark.parametrize(
+    ("suffix", "read_as"), [(".toml", "TOML"), (".json", "JSON"), (".spec", "TOML")]
+)
+def test_a_spec_that_does_not_parse_says_what_it_was_read_as(
+    tmp_path: Path, suffix: str, read_as: str
+) -> None:
+    path = spec_file(
+        tmp_path, "query = [\n" if read_as == "JSON" else '{"query": ["hour"]}', suffix
+    )
+    assert refused(path).startswith(
+        f"{path}: not a valid features spec, read as {read_as} (the file name chooses: one "
+        "ending in .json is read as JSON, any other as TOML): "
+    )

@@ -32,13 +32,28 @@ def _read_csv(path: Path) -> dict[str, dict[str, Any]]:
     # utf-8-sig: Excel starts a CSV with a byte-order mark, which would glue itself to the
     # first column's name.
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames is None or USER_ID_COLUMN not in reader.fieldnames:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or USER_ID_COLUMN not in header:
             raise ProfileTableError(f"{path}: line 1: the header needs a {USER_ID_COLUMN!r} column")
-        for row in reader:
-            line = reader.line_num
-            if None in row or any(v is None for v in row.values()):
+        while True:
+            # The row's first line: `line_num` counts the lines read, and a quoted value
+            # holding line breaks (an unclosed quote: all the rest of the file) reads several.
+            line = reader.line_num + 1
+            cells = next(reader, None)
+            if cells is None:
+                break
+            if not cells:
+                continue  # a blank line, as csv.DictReader skips it
+            if reader.line_num > line:
+                raise ProfileTableError(
+                    f"{path}: line {line}: a quoted value starting on this line runs on to line "
+                    f"{reader.line_num} (an unclosed quote?); profile values cannot hold line "
+                    "breaks"
+                )
+            if len(cells) != len(header):
                 raise ProfileTableError(f"{path}: line {line}: wrong number of fields")
+            row = dict(zip(header, cells, strict=True))
             user = row.pop(USER_ID_COLUMN).strip()
             if not user:
                 raise ProfileTableError(f"{path}: line {line}: empty {USER_ID_COLUMN}")

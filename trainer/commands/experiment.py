@@ -100,21 +100,14 @@ def status_command(
     registry: RegistryOpt = Path("registry"),
     as_json: JsonOpt = False,
 ) -> None:
-    """Every experiment in the registry and its state (paused: CURRENT is not its control)."""
-    from app.registry.experiments import list_records
-    from trainer.experiments.lifecycle import pause_reason
+    """Every experiment in the registry and its state (paused: CURRENT is not its control;
+    refused: services do not serve it, and why)."""
+    from trainer.experiments.status import experiment_states
 
-    experiments, lines = [], []
-    for r in list_records(registry):
-        paused = pause_reason(registry, r.spec) if r.status == "running" else None
-        status, why = ("paused", paused) if paused else (r.status, r.reason)
-        experiments.append({**r.model_dump(mode="json"), "status": status, "paused": paused})
-        lines.append(
-            f"{r.spec.name}: {r.spec.model} control {r.spec.control} vs candidate "
-            f"{r.spec.candidate} ({r.spec.mode}, {100 * r.spec.traffic:g} %) {status}"
-            + (f" — {why}" if why else "")
-        )
-    _echo({"experiments": experiments}, as_json, "\n".join(lines) or "no experiments")
+    states = experiment_states(registry)
+    lines = [state.line() for state in states]
+    out = {"experiments": [state.to_json() for state in states]}
+    _echo(out, as_json, "\n".join(lines) or "no experiments")
 
 
 def _load(registry: Path, name: str, experiment: str | None, logs: str | None):  # type: ignore[no-untyped-def]

@@ -176,6 +176,18 @@ def refuse_if_paused(registry: Path, spec: ExperimentSpec) -> None:
         )
 
 
+def check_promotable(registry: Path, spec: ExperimentSpec) -> None:
+    """ExperimentError unless the candidate loads and verifies, as promoting it needs: checked
+    by `decide --dry-run` too, which said "promote" where the real run then failed."""
+    try:
+        load_version(Path(registry) / spec.model / spec.candidate)
+    except ArtifactError as exc:
+        raise ExperimentError(
+            f"{exc}: candidate {spec.candidate} of experiment {spec.name} cannot be promoted "
+            f"(CURRENT stays {spec.control})"
+        ) from None
+
+
 def running_experiment(registry: Path, model: str) -> ExperimentSpec:
     spec = read_active(registry, model)
     if spec is None:
@@ -215,7 +227,7 @@ def _end(
         refuse_if_paused(registry, spec)  # checked again here: CURRENT may have just moved
     announce_version = read_current(registry, spec.model) or spec.control
     if status == "promoted":
-        load_version(registry / spec.model / spec.candidate)  # refuse a broken candidate
+        check_promotable(registry, spec)
         set_current(registry, spec.model, spec.candidate)
         announce_version = spec.candidate
     clear_active(registry, spec.model)

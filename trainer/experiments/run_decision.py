@@ -1,5 +1,6 @@
 """Act on a decision: promote (CURRENT → candidate) or roll back (stop serving it), announce
-on Redis and log; `continue` changes nothing. A paused experiment is refused."""
+on Redis and log; `continue` changes nothing. A paused experiment is refused, and a candidate
+that does not load is not promoted, by a dry run as by the real one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from app.experiments.spec import ExperimentSpec
 from app.registry.experiments import Status
 from trainer.experiments.analysis import ExperimentAnalysis
 from trainer.experiments.decision import Decision, DecisionPolicy, decide
-from trainer.experiments.lifecycle import end_experiment, refuse_if_paused
+from trainer.experiments.lifecycle import check_promotable, end_experiment, refuse_if_paused
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ def apply_decision(
     # Even a dry run: its verdict would be about a version no longer compared with.
     refuse_if_paused(registry, spec)
     decision = decide(analysis, policy)
+    if dry_run and decision.action == "promote":
+        check_promotable(registry, spec)  # the real run checks it under the model's lock
     log.info("experiment %s: %s (%s)", spec.name, decision.action, decision.reason)
     if dry_run or decision.action == "continue":
         return decision

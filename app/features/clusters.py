@@ -17,6 +17,8 @@ import math
 from collections.abc import Container, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from app.artifacts.manifest import BucketedField, ClusterScheme
 
 MAX_VALUE_LENGTH = 64
@@ -36,6 +38,9 @@ def field_token(spec: BucketedField, value: Any, separator: str = "_") -> str:
             text = "other"
         return spec.prefix + (text or "x")
     if type(value) is str and "_" in value:  # Python's float() reads "34_5" as 345
+        return spec.prefix + "x"
+    # float(True) is 1.0: a JSON `true` or a Parquet boolean column would bucket as a number.
+    if isinstance(value, bool | np.bool_):
         return spec.prefix + "x"
     try:
         number = float(value)

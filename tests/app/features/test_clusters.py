@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from app.artifacts.manifest import BucketedField, ClusterScheme
 from app.features.clusters import (
     MAX_CLUSTER_ID_LENGTH,
@@ -78,3 +80,11 @@ def test_a_prefix_of_exactly_the_limit_is_a_candidate() -> None:
     cid = f"{head}--bc--d"  # `head--bc` is one character too long
     assert coarser_ids(scheme, cid) == [head, "unknown"]
     assert coarser_ids(scheme, "x" * (MAX_CLUSTER_ID_LENGTH + 1) + "--y") == ["unknown"]
+
+
+def test_a_boolean_is_not_a_number() -> None:
+    """A trial: JSON `true` in a numeric field bucketed as 1, `false` as 0."""
+    for value in (True, False, np.bool_(True)):
+        assert cluster_id(SCHEME, {"country": "JP", "price": value}) == "JP_pnx"
+    assert cluster_id(SCHEME, {"country": "JP", "price": 1}) == "JP_pn1"
+    assert cluster_id(SCHEME, {"country": True, "price": 0.5}) == "True_pn0"

@@ -1,11 +1,15 @@
-"""Cluster ids longer than MAX_CLUSTER_ID_LENGTH fall back by dropping trailing tokens, in
-training and serving alike, and the training warning names the length as the cause."""
+"""Training and serving give a profile the same cluster: ids longer than MAX_CLUSTER_ID_LENGTH
+fall back by dropping trailing tokens (and the training warning names the length as the
+cause), booleans in numeric fields are not numbers."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from app.artifacts.manifest import BucketedField, ClusterScheme, UserClusters
 from app.features.clusters import MAX_CLUSTER_ID_LENGTH
@@ -13,6 +17,7 @@ from app.features.user_features import UserFeatureResolver
 from app.settings import Settings
 from tests.app.features.conftest import DIM, make_files, make_manifest, table_vectors
 from trainer.dnn.user_clusters import assign_user_clusters, fallback_warning
+from trainer.dnn.user_profiles import read_profiles
 
 FIELDS = "abcde"
 SCHEME = ClusterScheme(fields=[BucketedField(name=f"f_{c}", kind="categorical") for c in FIELDS])
@@ -28,9 +33,11 @@ def long_profiles(n: int, width: int) -> dict[str, dict[str, object]]:
     }
 
 
-def served_cluster(keys: list[str], profile: dict[str, object]) -> tuple[str, list[str]]:
+def served_cluster(
+    keys: list[str], profile: dict[str, object], scheme: ClusterScheme = SCHEME
+) -> tuple[str, list[str]]:
     """The cluster and reasons the service's resolver gives a request with `profile`."""
-    uc = UserClusters(scheme=SCHEME, embedding_dim=DIM, field_embeddings=False)
+    uc = UserClusters(scheme=scheme, embedding_dim=DIM, field_embeddings=False)
     manifest = make_manifest().model_copy(update={"user_clusters": uc})
     files = make_files(keys, table_vectors(len(keys)))
     resolver = UserFeatureResolver(Settings(redis_url=None))
@@ -80,3 +87,32 @@ def test_ids_within_the_limit_are_not_warned_about() -> None:
     assignment = assign_user_clusters(SCHEME, profiles, users, 1, field_embeddings=True)
     assert assignment.over_long == {}
     assert fallback_warning(assignment, 1) is None
+
+
+NUMERIC = ClusterScheme(
+    fields=[
+        BucketedField(name="country", kind="categorical"),
+        BucketedField(name="price_level", kind="numeric", prefix="p", edges=[1.0, 3.0]),
+    ]
+)
+
+
+def test_a_boolean_in_a_numeric_field_is_x_in_training_and_serving(tmp_path) -> None:
+    """A trial: a request's `"price_level": true` resolved to JP_p1 (true read as 1)."""
+    path = tmp_path / "users.parquet"
+    table = {
+        "user_id": ["u0", "u1", "u2"],
+        "country": ["JP"] * 3,
+        "price_level": [True, False, None],
+    }
+    pq.write_table(pa.table(table), path)
+    profiles = read_profiles(path)
+    users = np.array(["u0", "u1", "u2", "u0"])
+    assignment = assign_user_clusters(NUMERIC, profiles, users, 3)
+    assert assignment.clusters == ["unknown", "JP", "JP_px"]
+    assert {assignment.clusters[r] for r in assignment.train_rows} == {"JP_px"}
+    for value in (True, False):
+        request = json.loads(json.dumps({"country": "JP", "price_level": value}))
+        assert served_cluster(assignment.clusters, request, NUMERIC) == ("JP_px", [])
+    number = {"country": "JP", "price_level": 2}
+    assert served_cluster(assignment.clusters, number, NUMERIC) == ("JP", [])

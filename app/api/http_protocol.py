@@ -5,7 +5,9 @@ headers of a request that has begun, so a client sending one header byte now and
 connection (and its buffers) as long as it likes (slowloris). Here the head of every request
 must be complete `LTR_HEADER_READ_TIMEOUT_SECONDS` after its first byte (or after the
 connection opened), else the answer is 408 and the connection is closed. The body's own
-timeout is the service middleware's (app.api.middleware).
+timeout is the service middleware's (app.api.middleware). Those 408s, and uvicorn's 400 for
+bytes its parser refuses, are counted in the request metrics as the middleware counts the
+app's answers (app.api.protocol_answers).
 
 uvicorn stops reading a connection once 64 KiB of its body wait unread, until the application
 asks for more: a 1 MB body then crosses the event loop in many hand-offs (one per socket
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from typing import Any
 
@@ -62,7 +65,14 @@ from app import metrics
 from app.accept_loop import LOOP_FACTORY
 from app.api import body_reader
 from app.api.body_reader import BodyReader, writable_bytes
-from app.api.middleware import ARRIVED_STATE, BODY_METHODS, FIRST_READ_BYTES, LANE_STATE
+from app.api.middleware import (
+    ARRIVED_STATE,
+    BODY_METHODS,
+    FIRST_READ_BYTES,
+    LANE_STATE,
+    WRITTEN_STATE,
+)
+from app.api.protocol_answers import ProtocolAnswers
 from app.api.reception_lanes import LANES
 from app.settings import Settings
 
@@ -84,6 +94,7 @@ _RESPONSE_408 = (
 class HeaderTimeoutProtocol(HttpToolsProtocol):
     header_timeout: float | None = None  # read from the settings once per process
     read_ahead_most = HIGH_WATER_LIMIT
+    answers = ProtocolAnswers()  # counts what this protocol answers itself, per process
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,6 +103,9 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             HeaderTimeoutProtocol.header_timeout = settings.header_read_timeout_seconds
             HeaderTimeoutProtocol.read_ahead_most = settings.body_read_ahead_bytes
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_since = 0.0  # loop time the head timer counts from
+        self._head_open = False  # a request's head has begun and is not complete
+        self._target_pieces = 0  # calls of on_url for that request (see _target_read)
         self._read_ahead = HIGH_WATER_LIMIT
         # The body's bytes not yet handed to the application, and how many.
         self._chunks: list[bytes] = []
@@ -120,9 +134,16 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         # here (app.api.middleware), not from when its task first runs, which under overload
         # waits behind every request read in the same turn.
         self.scope["state"][ARRIVED_STATE] = time.perf_counter()
+        self._head_open = True
+        self._target_pieces = 0
         self._arm()
 
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self._target_pieces += 1
+
     def on_headers_complete(self) -> None:
+        self._head_open = False
         self._disarm()
         # Only bodies the service middleware reads, having reserved their declared length.
         declared = _declared_length(self.headers)
@@ -341,6 +362,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def _arm(self) -> None:
         if self._head_timer is None and self.header_timeout is not None:
+            self._head_since = self.loop.time()
             self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
     def _disarm(self) -> None:
@@ -355,8 +377,44 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         if self.cycle is not None and not self.cycle.response_complete:
             return  # a request is being served: its head was complete
         metrics.SLOW_CLIENTS.labels("header_timeout").inc()
+        target_read = self._target_read()
+        self._count_own(408, target_read, self._target_pieces > 0)
         self.transport.write(_RESPONSE_408)
         self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser refused (called while handling the error)."""
+        cycle = self.cycle
+        if not self._head_open and cycle is not None and not cycle.response_complete:
+            # A body the parser refused: its request's answer is this one (the connection
+            # closes), unless the app's answer had begun.
+            if not cycle.response_started:
+                cycle.scope["state"][WRITTEN_STATE] = 400
+        else:
+            # The parser stopped at the error: a target it was reading is not handed over,
+            # and an error in it is an invalid URL's, after the method.
+            in_target = isinstance(sys.exc_info()[1], httptools.HttpParserInvalidURLError)
+            read = self._target_pieces > 0
+            self._count_own(400, read and not in_target, read or in_target)
+        super().send_400_response(msg)
+
+    def _count_own(self, status: int, target_read: bool, method_read: bool) -> None:
+        """Counts an answer this protocol writes to the request whose head is incomplete (or
+        to a connection with none): under its route once its target was read whole."""
+        target = self.url if self._head_open and target_read else None
+        method = self.parser.get_method() if self._head_open and method_read else None
+        seconds = self.loop.time() - self._head_since
+        self.answers.count(self.app, target, method, status, seconds)
+
+    def _target_read(self) -> bool:
+        """Whether the request target was read whole. llhttp hands a target it is still
+        reading to on_url at the end of every feed, an empty feed's included (tested)."""
+        if not self._head_open or not self._target_pieces:
+            return False
+        pieces = self._target_pieces
+        with contextlib.suppress(httptools.HttpParserError):
+            self.parser.feed_data(b"")  # the connection closes next: the parser is done
+        return self._target_pieces == pieces
 
 
 class _LaneFlow(FlowControl):

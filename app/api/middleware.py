@@ -18,7 +18,8 @@ really sent (nothing sent: 500 if the app failed, 499 if the client left); so do
 log, when on (`LTR_ACCESS_LOG`), with the request id the answer carried and its duration.
 The metrics label is the route's path template; an answer given before routing (413, 415, 408,
 501, a 400 for `Upgrade`, a 503, a shed /rerank) is labelled with the template its path
-matches among the app's routes, and a path no route matches is "unmatched".
+matches among the app's routes, and a path no route matches is "unmatched". The HTTP protocol
+counts the answers it writes itself the same way (app.api.protocol_answers).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
 UNMATCHED = "unmatched"  # the metrics label of a path no route matches
+# Scope state: the status of an answer the HTTP protocol wrote itself for this request (a 400
+# for a body it could not parse), which is what the client got, whatever the app sent.
+WRITTEN_STATE = "protocol_answer"
 access_log = logging.getLogger("app.access")
 
 
@@ -133,7 +137,7 @@ class ServiceMiddleware:
         self.buffer_wait = buffer_wait
         self.wait_most_bytes = wait_most_bytes  # larger bodies are refused at once
         self._waiting: deque[_Waiter] = deque()  # in arrival order
-        self._labels: _Labels | None = None  # the app's route templates, read at first use
+        self._labels: RouteLabels | None = None  # the app's route templates, read at first use
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -233,13 +237,11 @@ class ServiceMiddleware:
                 # Before: every such answer (a 415 to POST /rerank) was "unmatched", which an
                 # alert on a route's errors did not see.
                 label = self._route_label(scope)
+            status = state.get(WRITTEN_STATE, status)
             if status is None:
                 status = 500 if failed else CLIENT_CLOSED
-            code = str(status)
             elapsed = time.perf_counter() - started
-            method = scope["method"] if scope["method"] in METHOD_LABELS else "other"
-            metrics.REQUESTS.labels(label, method, code).inc()
-            metrics.REQUEST_SECONDS.labels(label, method, code).observe(elapsed)
+            count_answer(label, scope["method"], status, elapsed)
             if self.log_access:
                 _log_access(scope, status, elapsed, sent_id)
 
@@ -250,7 +252,7 @@ class ServiceMiddleware:
         app = scope.get("app")
         labels = self._labels
         if labels is None or labels.app is not app:
-            labels = self._labels = _Labels(app)
+            labels = self._labels = RouteLabels(app)
         return labels.find(_route_path(scope))
 
     async def _read_body(self, scope: Scope, receive: Receive, held: list[int]) -> bytes | None:
@@ -370,6 +372,15 @@ class ServiceMiddleware:
         held[0] = total
 
 
+def count_answer(label: str, method: str, status: int, seconds: float) -> None:
+    """One answer in the request metrics: its route label, method (any other than
+    METHOD_LABELS as "other", so a client cannot add label values) and status as sent."""
+    method = method if method in METHOD_LABELS else "other"
+    code = str(status)
+    metrics.REQUESTS.labels(label, method, code).inc()
+    metrics.REQUEST_SECONDS.labels(label, method, code).observe(seconds)
+
+
 def safe_request_id(text: str) -> str | None:
     """`text` if it may go into a header as it is (1-128 of [A-Za-z0-9._:-]), else None."""
     return text if _REQUEST_ID.fullmatch(text) else None
@@ -452,7 +463,7 @@ def _route_path(scope: Scope) -> str:
     return path
 
 
-class _Labels:
+class RouteLabels:
     """The metrics labels of an app's routes (the path templates of its Starlette and API
     routes; mounts, such as the docs assets, stay UNMATCHED as when routed): paths without
     parameters found in a dict, the others by their patterns, in routing order."""

@@ -8,6 +8,7 @@ import gc
 import time
 from typing import Any
 
+import httptools
 import numpy as np
 import pytest
 import uvloop
@@ -558,3 +559,25 @@ def test_a_closed_connection_leaves_nothing_for_the_garbage_collector(
         gc.garbage.clear()
         gc.enable()
     assert left == []
+
+
+@pytest.mark.parametrize(
+    ("head", "read_whole"),
+    [(b"POST /rer", False), (b"POST /rerank", False), (b"POST /rerank ", True)],
+)
+def test_an_empty_feed_tells_whether_the_target_was_read_whole(
+    head: bytes, read_whole: bool
+) -> None:
+    """What the protocol's 408 relies on to label a request by its path (llhttp hands a target
+    it is still reading to on_url at the end of every feed, an empty one's included)."""
+    pieces: list[bytes] = []
+
+    class Callbacks:
+        def on_url(self, url: bytes) -> None:
+            pieces.append(url)
+
+    parser = httptools.HttpRequestParser(Callbacks())
+    parser.feed_data(b"GET /a HTTP/1.1\r\n\r\n" + head)  # the connection's second request
+    seen = len(pieces)
+    parser.feed_data(b"")
+    assert (len(pieces) == seen) == read_whole

@@ -23,6 +23,7 @@ from app.artifacts.manifest import BucketedField, ClusterScheme
 
 MAX_VALUE_LENGTH = 64
 MAX_CLUSTER_ID_LENGTH = 256
+OTHER_TOKEN = "other"  # a categorical value that is not listed, too long or holds the separator
 
 
 def field_token(spec: BucketedField, value: Any, separator: str = "_") -> str:
@@ -35,7 +36,7 @@ def field_token(spec: BucketedField, value: Any, separator: str = "_") -> str:
             or len(text) > MAX_VALUE_LENGTH
             or separator in text
         ):
-            text = "other"
+            text = OTHER_TOKEN
         return spec.prefix + (text or "x")
     if type(value) is str and "_" in value:  # Python's float() reads "34_5" as 345
         return spec.prefix + "x"

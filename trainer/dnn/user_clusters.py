@@ -30,9 +30,15 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from app.artifacts.manifest import ClusterScheme
+from app.artifacts.manifest import BucketedField, ClusterScheme
 from app.errors import LtrError
-from app.features.clusters import MAX_CLUSTER_ID_LENGTH, cluster_id, coarser_ids, resolve_cluster
+from app.features.clusters import (
+    MAX_CLUSTER_ID_LENGTH,
+    OTHER_TOKEN,
+    cluster_id,
+    coarser_ids,
+    resolve_cluster,
+)
 from app.features.embedding_table import EmbeddingTable, field_keys
 from app.features.field_combinations import (
     bucket_of,
@@ -77,7 +83,8 @@ def load_cluster_scheme(path: Path) -> ClusterScheme:
 def _check_fields(scheme: ClusterScheme, path: Path) -> None:
     """What the scheme's own model lets through (a trial): NaN or infinite edges trained a
     whole epoch before the manifest refused them naming its own file; a field named twice
-    made a level that carries nothing."""
+    made a level that carries nothing; a value listed twice, or `other` listed, which is
+    the token of every value the list lacks (the two could not be told apart)."""
     seen: set[str] = set()
     for i, spec in enumerate(scheme.fields):
         if spec.name in seen:
@@ -85,12 +92,28 @@ def _check_fields(scheme: ClusterScheme, path: Path) -> None:
                 f"{path}: fields.{i}.name: field {spec.name!r} is already in the scheme"
             )
         seen.add(spec.name)
+        _check_values(spec, f"{path}: fields.{i}.values")
         for j, edge in enumerate(spec.edges):
             if not math.isfinite(edge):
                 raise ClusterConfigError(
                     f"{path}: fields.{i}.edges.{j}: {edge} (field {spec.name!r}) is not a "
                     "finite number"
                 )
+
+
+def _check_values(spec: BucketedField, where: str) -> None:
+    listed: set[str] = set()
+    for j, value in enumerate(spec.values):
+        if value == OTHER_TOKEN:
+            raise ClusterConfigError(
+                f"{where}.{j}: {value!r} (field {spec.name!r}) is the token of every value the "
+                "list lacks, so it cannot be listed; leave it out (unlisted values become it)"
+            )
+        if value in listed:
+            raise ClusterConfigError(
+                f"{where}.{j}: {value!r} (field {spec.name!r}) is listed twice"
+            )
+        listed.add(value)
 
 
 def _check_separator(scheme: ClusterScheme, path: Path) -> None:

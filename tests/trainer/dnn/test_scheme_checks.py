@@ -130,3 +130,23 @@ def test_most_users_with_their_own_row_is_no_warning(scheme) -> None:
     assignment = assign_user_clusters(scheme, profiles_of(12), users, 3)
     assert assignment.user_counts["unknown"] == 0
     assert fallback_warning(assignment, 3) is None
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # A trial: both were accepted without a word.
+        ("['US', 'US']", "fields.0.values.1: 'US' (field 'country') is listed twice"),
+        (
+            "['US', 'other']",
+            "fields.0.values.1: 'other' (field 'country') is the token of every value the list "
+            "lacks, so it cannot be listed",
+        ),
+    ],
+)
+def test_a_value_listed_twice_or_other_is_refused(tmp_path, values: str, message: str) -> None:
+    path = tmp_path / "scheme.toml"
+    path.write_text(f"[[fields]]\nname = 'country'\nkind = 'categorical'\nvalues = {values}\n")
+    with pytest.raises(ClusterConfigError) as info:
+        load_cluster_scheme(path)
+    assert str(info.value).startswith(f"{path}: {message}")

@@ -35,7 +35,7 @@ from app.artifacts.manifest import Manifest
 from app.artifacts.store import Artifact, list_models, load_version, read_current
 from app.errors import LtrError, error_text
 from app.features.item_redis import meta_key, pointer_key
-from app.registry.experiments import read_active
+from trainer.experiments.experiment_file import read_experiment
 from trainer.features.redis_sets import live_version, read_meta, versions_key
 from trainer.features.set_keys import item_counts, scan_batches, version_pattern
 from trainer.publish import push_model_item_set
@@ -115,7 +115,7 @@ class _Restorer:
     def candidate(self, name: str) -> Restored | None:
         """The candidate of `name`'s running experiment, if one runs."""
         try:
-            spec = read_active(self.registry, name)
+            spec = read_experiment(self.registry, name)
         except LtrError as exc:
             failed = Restored(name, "(experiment)", "candidate", "error", item_set_state="error")
             failed.errors.append(error_text(exc))

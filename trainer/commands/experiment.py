@@ -84,15 +84,28 @@ def stop_command(
     redis_prefix: PrefixOpt = "ltr:",
     as_json: JsonOpt = False,
 ) -> None:
-    """Stop the running experiment; CURRENT serves alone again."""
-    from trainer.experiments.lifecycle import end_experiment, running_experiment
+    """Stop the running experiment; CURRENT serves alone again. An EXPERIMENT file services
+    refuse (corrupt, edited by hand) is removed, and the model's records still running are
+    marked stopped."""
+    from trainer.experiments.stopping import stop_experiment
 
     with clear_errors(ExperimentError, ValueError):
-        spec = running_experiment(registry, name)
-        record = end_experiment(
-            registry, spec, "stopped", reason, redis_url=redis_url, redis_prefix=redis_prefix
+        stopped = stop_experiment(
+            registry, name, reason, redis_url=redis_url, redis_prefix=redis_prefix
         )
-    _echo(record.model_dump(mode="json"), as_json, f"stopped {spec.name}")
+    lines = []
+    if stopped.removed is not None:
+        lines.append(f"removed {stopped.removed}, which services refused: {stopped.refused}")
+    lines += [f"stopped {record.spec.name}" for record in stopped.records]
+    if len(stopped.records) == 1 and stopped.removed is None:
+        out = stopped.records[0].model_dump(mode="json")  # as before: the one record
+    else:
+        out = {
+            "removed": None if stopped.removed is None else str(stopped.removed),
+            "refused": stopped.refused,
+            "stopped": [record.model_dump(mode="json") for record in stopped.records],
+        }
+    _echo(out, as_json, "\n".join(lines))
 
 
 @experiment_app.command("status")
@@ -101,13 +114,11 @@ def status_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Every experiment in the registry and its state (paused: CURRENT is not its control;
-    refused: services do not serve it, and why)."""
-    from trainer.experiments.status import experiment_states
+    refused: services do not serve it, and why), and EXPERIMENT files services refuse."""
+    from trainer.experiments.status import registry_status
 
-    states = experiment_states(registry)
-    lines = [state.line() for state in states]
-    out = {"experiments": [state.to_json() for state in states]}
-    _echo(out, as_json, "\n".join(lines) or "no experiments")
+    status = registry_status(registry)
+    _echo(status.to_json(), as_json, "\n".join(status.lines()) or "no experiments")
 
 
 def _load(registry: Path, name: str, experiment: str | None, logs: str | None):  # type: ignore[no-untyped-def]

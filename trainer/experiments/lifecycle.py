@@ -34,21 +34,21 @@ from app.registry.experiments import (
     compatibility_errors,
     experiment_path,
     list_records,
-    read_active,
     record_path,
 )
+from trainer.experiments.experiment_file import read_experiment
 
 log = logging.getLogger(__name__)
 
 
-def _announce(redis_url: str | None, prefix: str, model: str, version: str) -> None:
+def announce(redis_url: str | None, prefix: str, model: str, version: str) -> None:
     """Tell services to re-read the registry now (they poll anyway)."""
     if not redis_url:
         return
-    from trainer.publish import _announce as announce
+    from trainer.publish import _announce
 
     try:
-        announce(redis_url, prefix, model, version)
+        _announce(redis_url, prefix, model, version)
     except Exception as exc:
         log.warning("could not announce on Redis (services will poll): %s", exc)
 
@@ -63,7 +63,7 @@ def _write_active(registry: Path, spec: ExperimentSpec) -> None:
     )
 
 
-def _write_record(registry: Path, record: ExperimentRecord) -> None:
+def write_record(registry: Path, record: ExperimentRecord) -> None:
     path = record_path(registry, record.spec.model, record.spec.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, record.model_dump_json(indent=2).encode())
@@ -109,7 +109,7 @@ def _start(
     control = read_current(registry, model)
     if control is None:
         raise _no_current(registry, model)
-    running = read_active(registry, model)
+    running = read_experiment(registry, model)
     if running is not None:
         raise ExperimentError(
             f"model {model!r} already runs experiment {running.name!r} "
@@ -142,14 +142,14 @@ def _start(
         )
     except ValueError as exc:
         raise ExperimentError(error_text(exc)) from None
-    _write_record(registry, ExperimentRecord(spec=spec))
+    write_record(registry, ExperimentRecord(spec=spec))
     try:
         _write_active(registry, spec)
     except BaseException:
         record_path(registry, model, name).unlink(missing_ok=True)
         raise
     log.info("experiment %s started: %s vs %s", name, control, candidate)
-    _announce(redis_url, redis_prefix, model, control)
+    announce(redis_url, redis_prefix, model, control)
     return spec
 
 
@@ -189,7 +189,7 @@ def check_promotable(registry: Path, spec: ExperimentSpec) -> None:
 
 
 def running_experiment(registry: Path, model: str) -> ExperimentSpec:
-    spec = read_active(registry, model)
+    spec = read_experiment(registry, model)
     if spec is None:
         raise ExperimentError(f"model {model!r} runs no experiment")
     return spec
@@ -220,7 +220,7 @@ def _end(
     redis_url: str | None,
     redis_prefix: str,
 ) -> ExperimentRecord:
-    active = read_active(registry, spec.model)
+    active = read_experiment(registry, spec.model)
     if active is None or active.name != spec.name:
         raise ExperimentError(f"experiment {spec.name!r} is not running")
     if status != "stopped":
@@ -238,7 +238,7 @@ def _end(
         reason=reason,
         decision=decision,
     )
-    _write_record(registry, record)
+    write_record(registry, record)
     log.info("experiment %s %s: %s", spec.name, status, reason)
-    _announce(redis_url, redis_prefix, spec.model, announce_version)
+    announce(redis_url, redis_prefix, spec.model, announce_version)
     return record

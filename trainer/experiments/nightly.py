@@ -7,11 +7,12 @@ import logging
 import os
 from typing import Any
 
-from app.registry.experiments import find_record, read_active
+from app.registry.experiments import find_record
 from trainer.clicks.logs import read_logs
 from trainer.experiments.analysis import analyse
 from trainer.experiments.credit import credit_from_logs
 from trainer.experiments.decision import DecisionPolicy
+from trainer.experiments.experiment_file import read_experiment
 from trainer.experiments.lifecycle import pause_reason, start_experiment
 from trainer.experiments.run_decision import apply_decision
 from trainer.nightly.config import NightlyConfig
@@ -28,7 +29,7 @@ def decide_running(config: NightlyConfig) -> dict[str, Any] | None:
     """Promote, roll back or keep the running experiment of the model (None without one);
     a paused one is left alone (action "paused")."""
     registry, name, exp = config.publish.registry, config.model.name, config.experiment
-    spec = read_active(registry, name)
+    spec = read_experiment(registry, name)
     if spec is None:
         return None
     paused = pause_reason(registry, spec)
@@ -57,7 +58,7 @@ def start_for_candidate(config: NightlyConfig, published: PublishResult) -> dict
     """Start an experiment for the version just installed, unless one still runs (then the
     version waits in the registry; `ltr experiment start` can pick it up later)."""
     registry, exp = config.publish.registry, config.experiment
-    running = read_active(registry, published.name)
+    running = read_experiment(registry, published.name)
     if running is not None:
         log.warning(
             "nightly: experiment %s still runs; %s is installed but not experimented on",

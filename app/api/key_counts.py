@@ -20,6 +20,9 @@ KEY_SLACK = 8
 # A profile's fields are the cluster scheme's, a few dozen at most; 100,000 keys held a worker
 # until the budget answered over_budget (a trial) where other objects are refused at once.
 MAX_PROFILE_FIELDS = 1024
+# Query features are per-request signals (length, device, hour, locale): a handful. A map of
+# 2,000,000 unknown ones built as many errors over 2.5-4 s of the event loop (a trial).
+MAX_QUERY_FEATURES = 1024
 
 
 def check_keys(obj: Any, accepted: Sequence[str], loc: Loc) -> None:
@@ -44,17 +47,20 @@ _USER, _QUERY, _EXPLAIN = fields(UserInfo), fields(QueryInfo), fields(ExplainOpt
 def check_envelope(doc: dict[str, Any]) -> None:
     """The /rerank body's object (without `candidates`) and its user, query and explain."""
     check_keys(doc, _ENVELOPE, ("body",))
-    user = doc.get("user")
+    user, query = doc.get("user"), doc.get("query")
     check_keys(user, _USER, ("body", "user"))
-    profile = user.get("profile") if type(user) is dict else None
-    if type(profile) is dict and len(profile) > MAX_PROFILE_FIELDS:
-        raise RequestError(
-            ("body", "user", "profile"),
-            f"{len(profile):,} profile fields; at most {MAX_PROFILE_FIELDS:,}",
-            "too_many_keys",
-        )
-    check_keys(doc.get("query"), _QUERY, ("body", "query"))
+    _check_size(user, ("body", "user", "profile"), MAX_PROFILE_FIELDS, "profile fields")
+    check_keys(query, _QUERY, ("body", "query"))
+    _check_size(query, ("body", "query", "features"), MAX_QUERY_FEATURES, "query features")
     check_keys(doc.get("explain"), _EXPLAIN, ("body", "explain"))
+
+
+def _check_size(outer: Any, loc: tuple[str, str, str], limit: int, what: str) -> None:
+    """RequestError when the map at `loc` (in `outer`, the object at loc[:2]) has more than
+    `limit` entries."""
+    inner = outer.get(loc[2]) if type(outer) is dict else None
+    if type(inner) is dict and len(inner) > limit:
+        raise RequestError(loc, f"{len(inner):,} {what}; at most {limit:,}", "too_many_keys")
 
 
 def check_feedback(doc: Any, request_fields: Sequence[str], event_fields: Sequence[str]) -> None:

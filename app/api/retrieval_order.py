@@ -53,13 +53,14 @@ _BRACKETS = np.array([*_OPEN, *_CLOSE], dtype=np.uint8)
 
 
 def split_candidates(
-    raw: bytes, marks: BodyMarks | None = None
+    raw: bytes, marks: BodyMarks | None = None, max_envelope_bytes: int | None = None
 ) -> tuple[dict[str, Any], list[Any], IdTokens | None] | None:
     """(the body without `candidates`, the candidate ids in order, the same ids as the body
     wrote them when the compiled walk copied them), or None when the fast scan cannot be sure
     (the caller then decodes the whole body). `marks`: the body's quotes and brackets, if
-    admission found them already."""
-    split = _split(raw, marks)
+    admission found them already. None too when the rest of the body is over
+    `max_envelope_bytes` (it is decoded here, on the caller's thread)."""
+    split = _split(raw, marks, max_envelope_bytes)
     if split is None:
         return None
     doc, ids, raw_ids = split
@@ -67,7 +68,7 @@ def split_candidates(
 
 
 def _split(
-    raw: bytes, marks: BodyMarks | None
+    raw: bytes, marks: BodyMarks | None, max_envelope_bytes: int | None = None
 ) -> tuple[dict[str, Any], list[Any], RawIds | None] | None:
     """split_candidates, with the ids' own bytes when the compiled walk found them."""
     if b"\\" in raw:
@@ -75,7 +76,7 @@ def _split(
     body = marks if marks is not None else BodyMarks.of(raw)
     kernels = KERNEL.ready()
     if kernels is not None:
-        return _kernel_split(kernels, body)
+        return _kernel_split(kernels, body, max_envelope_bytes)
     data, special = body.data, body.marks
     # A bracket is outside every string when an even number of quotes precede it (no
     # escapes, so quotes pair up).
@@ -131,6 +132,8 @@ def _split(
         ids = _id_values(raw, keys.tolist(), opens.tolist(), closes.tolist(), obj_close.tolist())
     if ids is None:
         return None
+    if _too_large(raw, start, end + 1, max_envelope_bytes):
+        return None
     return _envelope(raw, start, end + 1), ids, None
 
 
@@ -157,7 +160,7 @@ class RawIds:
 
 
 def _kernel_split(
-    kernels: ShedKernels, body: BodyMarks
+    kernels: ShedKernels, body: BodyMarks, max_envelope_bytes: int | None = None
 ) -> tuple[dict[str, Any], list[Any], RawIds] | None:
     """_split by the compiled walk over the marks (app.api.ids_kernel)."""
     raw = body.raw
@@ -174,7 +177,14 @@ def _kernel_split(
     if len(ids) != result[N_IDS] or not all(type(i) is str or type(i) is int for i in ids):
         return None
     start, end = int(result[ARRAY_OPEN]), int(result[ARRAY_CLOSE])
+    if _too_large(raw, start, end + 1, max_envelope_bytes):
+        return None
     return _envelope(raw, start, end + 1), ids, RawIds(out, length, starts, len(ids))
+
+
+def _too_large(raw: bytes, start: int, stop: int, limit: int | None) -> bool:
+    """Whether the body without raw[start:stop] (its candidates) is over `limit` bytes."""
+    return limit is not None and len(raw) - (stop - start) > limit
 
 
 def _envelope(raw: bytes, start: int, stop: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.errors import MAX_ERRORS
-from app.api.key_counts import MAX_PROFILE_FIELDS
+from app.api.key_counts import MAX_PROFILE_FIELDS, MAX_QUERY_FEATURES
 from app.api.request_matrix import RequestError
 from app.api.retrieval_order import fallback_ids
 from app.settings import Settings
@@ -66,15 +66,25 @@ def test_many_bad_profile_values_are_one_error(client: TestClient) -> None:
     assert f"{MAX_PROFILE_FIELDS:,} profile values" in detail[0]["msg"]
 
 
-def test_a_profile_of_more_fields_than_any_scheme_is_one_error(client: TestClient) -> None:
-    """A trial: 100,000 well-typed profile fields held a worker until the budget answered
-    over_budget, where other objects of many keys are refused at once."""
-    body = {"candidates": [CAND], "user": {"profile": keys(MAX_PROFILE_FIELDS + 1, "x")}}
+@pytest.mark.parametrize(
+    ("outer", "inner", "limit", "what"),
+    [
+        # A trial: 100,000 well-typed profile fields held a worker until the budget answered
+        # over_budget, where other objects of many keys are refused at once.
+        ("user", "profile", MAX_PROFILE_FIELDS, "profile fields"),
+        # Another: 2,000,000 unknown query features (32 MB) held a worker's loop 2.5-4 s.
+        ("query", "features", MAX_QUERY_FEATURES, "query features"),
+    ],
+)
+def test_a_map_of_more_entries_than_any_model_takes_is_one_error(
+    client: TestClient, outer: str, inner: str, limit: int, what: str
+) -> None:
+    body = {"candidates": [CAND], outer: {inner: keys(limit + 1, "x")}}
     detail = small_422(client, "/rerank", body)
     assert detail == [
         {
-            "loc": ["body", "user", "profile"],
-            "msg": f"{MAX_PROFILE_FIELDS + 1:,} profile fields; at most {MAX_PROFILE_FIELDS:,}",
+            "loc": ["body", outer, inner],
+            "msg": f"{limit + 1:,} {what}; at most {limit:,}",
             "type": "too_many_keys",
         }
     ]

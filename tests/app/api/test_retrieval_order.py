@@ -274,3 +274,12 @@ def test_the_shed_answer_is_what_orjson_writes(
 def test_minus_zero_is_left_to_orjson() -> None:
     raw = b'{"candidates": [{"id": -0}, {"id": 5}]}'
     assert split_ids(raw) in (None, ({}, [0, 5]))
+
+
+def test_a_large_rest_of_the_body_is_left_to_the_full_parse() -> None:
+    """The early item walk decodes the body without its candidates on the event loop: one of
+    2,000,000 query features (32 MB) held it for seconds. Past the limit it declines."""
+    candidates = [{"id": f"d{i}", "features": [1.0] * 20} for i in range(50)]
+    raw = orjson.dumps({"query": {"features": {"q": 1.0}}, "candidates": candidates})
+    assert split_candidates(raw, max_envelope_bytes=64) is not None
+    assert split_candidates(raw, max_envelope_bytes=20) is None

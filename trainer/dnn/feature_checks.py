@@ -39,17 +39,23 @@ def first_infinite(features: np.ndarray) -> tuple[int, int, int] | None:
 
 
 def check_finite_features(data: RankingDataset, engine: str = "--engine dnn") -> None:
-    """Raise FeatureValueError naming the file, feature, row and query of the first infinite
-    feature value of `data` (rows count documents from 1, in file order)."""
+    """Raise FeatureValueError naming the file, feature and query of the first infinite
+    feature value of `data`, and where it was read as the readers' errors say it (`file:line`
+    for LETOR text, `file: row n, column 'c'` for Parquet); data that does not know (rows
+    count documents from 1, in file order) says `file: ... at row n`."""
     found = first_infinite(data.features)
     if found is None:
         return
     row, column, count = found
-    query = int(np.searchsorted(data.group_offsets, row, side="right")) - 1
+    name = data.names()[column]
+    query = data.query_ids[data.query_of(row)]
     value = float(data.features[row, column])
     more = f" ({count} infinite values in all)" if count > 1 else ""
+    if data.source_rows is None:
+        what = f"{data.source or 'the data'}: feature {name!r} is {value} at row {row + 1}"
+    else:
+        what = f"{data.place(row, name)}: feature {name!r} is {value}"
     raise FeatureValueError(
-        f"{data.source or 'the data'}: feature {data.names()[column]!r} is {value} at row "
-        f"{row + 1} (query {data.query_ids[query]}){more}: {engine} takes NaN as missing but "
-        "cannot use an infinite value; replace it (or leave it missing) in the data"
+        f"{what} (query {query}){more}: {engine} takes NaN as missing but cannot use an "
+        "infinite value; replace it (or leave it missing) in the data"
     )

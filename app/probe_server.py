@@ -3,10 +3,12 @@
 Under overload the event loop has a backlog (big bodies to read, requests to shed), and a
 probe sent to the service's port waits behind it: seconds, enough for a liveness probe's
 timeout to restart a healthy pod and push its traffic onto the others. A thread with its own
-listening socket is scheduled by the interpreter at least every switch interval (5 ms by
-default) however busy the loop is, so probes answer in milliseconds. It reads the same state
-the routes do (app.health): liveness is "the loop still runs", readiness "a model is loaded
-and this worker is not shedding".
+listening socket gets the GIL at the loop thread's next switch point: within the switch
+interval (LTR_GIL_SWITCH_INTERVAL_MS) while that thread runs Python code, only after a long
+call into compiled code that keeps the GIL (decoding a very large body). So probes answer in
+milliseconds usually, in a few hundred at worst (25 MB bodies, docs/OPERATIONS.md), not
+within a bound. It reads the same state the routes do (app.health): liveness is "the loop
+still runs", readiness "a model is loaded and this worker is not shedding".
 
 Each worker process of `ltr serve --workers N` binds the same port with SO_REUSEPORT; the
 kernel gives each probe connection to one of them.

@@ -277,7 +277,7 @@ async def _rank(
             rows.ids,
             trial.scores,
             None,
-            rows.user,
+            trial.answer_user(rows.user),  # the candidate's faults too, when it scored
             order=trial.order,
         )
         body["_experiment"] = trial.log

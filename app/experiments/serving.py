@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -23,8 +23,13 @@ from app.experiments.spec import ARM_NAMES, CANDIDATE, CONTROL, TEAM_NAMES, Expe
 from app.experiments.team_draft import coin_bytes, coin_flips, team_draft_arrays
 from app.registry.experiments import ActiveExperiment
 
-# (model) -> (features, user vector) that model takes for this request.
-InputsFn = Callable[[Any], Awaitable[tuple[np.ndarray, np.ndarray | None]]]
+if TYPE_CHECKING:
+    from app.features.user_features import UserFeatures
+
+# (model) -> (features, user vector) that model takes for this request, and its own user
+# features (None when it takes the control's).
+Inputs = tuple[np.ndarray, np.ndarray | None, "UserFeatures | None"]
+InputsFn = Callable[[Any], Awaitable[Inputs]]
 
 
 class Scoring(Protocol):
@@ -80,6 +85,21 @@ class ExperimentRanking:
     teams: list[int] | None  # team of each served result (interleave), else None
     served: Scored  # the arm served (ab) or the control (interleave)
     candidate: Scored | None = None  # interleave: the candidate, whose scores its teams show
+    # The candidate's own user features, when it scored the request with them.
+    candidate_user: UserFeatures | None = None
+
+    def answer_user(self, control: UserFeatures | None) -> UserFeatures | None:
+        """The user features whose faults the answer reports (`degraded`, `reasons`), given the
+        control's: the served arm's (ab), both versions' (interleave). The candidate reads its
+        own embeddings key in Redis, and a fault there was only logged: the answer said
+        degraded false with reasons [] while the candidate scored from its own copy."""
+        own = self.candidate_user
+        if own is None:
+            return control
+        if self.teams is None or control is None:
+            return own
+        reasons = control.reasons + [r for r in own.reasons if r not in control.reasons]
+        return replace(control, degraded=control.degraded or own.degraded, reasons=reasons)
 
     def scored_by(self, position: int) -> Scored:
         """The version whose score the `position`-th served result shows."""
@@ -130,11 +150,16 @@ async def rank_in_experiment(
     candidate = active.candidate
     if spec.mode == "ab":
         model = candidate if arm == CANDIDATE else control
-        features, user = control_inputs if arm != CANDIDATE else await candidate_inputs(candidate)
+        own = None
+        if arm == CANDIDATE:
+            features, user, own = await candidate_inputs(candidate)
+        else:
+            features, user = control_inputs
         scores = await score(model, features, user)
         order = ranking_order(scores)[:top_k].tolist()
         log = _experiment_log(spec, arm, None)
-        return ExperimentRanking(model, scores, order, log, None, Scored(model, features, user))
+        served = Scored(model, features, user)
+        return ExperimentRanking(model, scores, order, log, None, served, candidate_user=own)
     # A request small enough to score on the loop scores both versions there: at once, the
     # candidate on a second thread, when its scoring is expected to take well over the
     # hand-off (~0.1 ms to wake a thread) and a core sat idle lately; else one after the other
@@ -143,7 +168,7 @@ async def rank_in_experiment(
     # slower end to end (1.24-1.27x a single-model request against 1.20-1.24x), and 0.8 ms on
     # a Zen 1 machine, where it is faster. A large request scores both in worker threads,
     # which overlap with the loop's other work.
-    own_features, own_user = await candidate_inputs(candidate)
+    own_features, own_user, own = await candidate_inputs(candidate)
     rows = own_features.shape[0]
     if score.inline(rows):
         pays = score.beside_pays(candidate, rows)
@@ -178,6 +203,7 @@ async def rank_in_experiment(
         team_list,
         Scored(control, *control_inputs),
         Scored(candidate, own_features, own_user),
+        own,
     )
 
 
@@ -212,19 +238,20 @@ async def candidate_inputs(
     features: np.ndarray,
     user_vector: np.ndarray | None,
     extra: int,
-) -> tuple[np.ndarray, np.ndarray | None]:
+) -> Inputs:
     """The candidate's inputs: the control's, with the candidate's own user embedding (its
-    clusters have the same scheme, but its embedding table is its own)."""
+    clusters have the same scheme, but its embedding table, and its key in Redis, are its
+    own), and the user features it was resolved with."""
     if candidate.manifest.user_clusters is None:
-        return features, user_vector
+        return features, user_vector, None
     found = await resolver.resolve(candidate.manifest, user_doc)
-    if found is None or found.vector is None:
-        return features, user_vector
+    if found.vector is None:
+        return features, user_vector, found
     if extra:
         own = features.copy()
         own[:, -extra:] = found.vector
-        return own, None
-    return features, found.vector
+        return own, None, found
+    return features, found.vector, found
 
 
 def explain_experiment(body: dict[str, Any], record: dict[str, Any]) -> None:

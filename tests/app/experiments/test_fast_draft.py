@@ -106,8 +106,8 @@ def _rank(scores: dict[int, np.ndarray], request_id: str, top_k: int | None) -> 
         async def __call__(self, m: Any, x: np.ndarray, u: np.ndarray | None) -> np.ndarray:
             return by_model[id(m)]
 
-    async def inputs(m: Any) -> tuple[np.ndarray, np.ndarray | None]:
-        return features, None
+    async def inputs(m: Any) -> tuple[np.ndarray, np.ndarray | None, None]:
+        return features, None, None
 
     active = ActiveExperiment(spec, candidate)
     return asyncio.run(

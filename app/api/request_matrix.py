@@ -169,6 +169,28 @@ def _column_index(names: tuple[str, ...]) -> dict[str, int]:
     return {name: i for i, name in enumerate(names)}
 
 
+def not_a_list(candidates: object, where: Loc) -> RequestError:
+    """The error for a `candidates` that is not a list, the same scored or shed (a trial:
+    null was "field required" scored, "must be a list of candidates" shed)."""
+    if candidates is None:
+        return RequestError(where, "field required", "missing")
+    return RequestError(where, "must be a list of candidates", "list_type")
+
+
+def candidate_id(cand: Any, at: Loc) -> str | int:
+    """The id of candidate `cand` (at `at`), or the error a scored request gets for it: the
+    shed path answered a candidate without one "must be a string or an integer" where the
+    scored path said "field required" (a trial)."""
+    if type(cand) is not dict:
+        raise RequestError(at, "must be an object with `id` and `features`")
+    if "id" not in cand:
+        raise RequestError((*at, "id"), "field required", "missing")
+    cid = cand["id"]
+    if type(cid) is not str and type(cid) is not int:
+        raise RequestError((*at, "id"), ID_TYPE_MESSAGE, "id_type")
+    return cid
+
+
 def build_matrix(
     candidates: object,
     feature_names: Sequence[str],
@@ -192,9 +214,7 @@ def build_matrix(
     """
     where: Loc = ("body", "candidates")
     if type(candidates) is not list:
-        if candidates is None:
-            raise RequestError(where, "field required", "missing")
-        raise RequestError(where, "must be a list of candidates", "list_type")
+        raise not_a_list(candidates, where)
     n = len(candidates)
     check_count(n, min_candidates, max_candidates, where)
     width = len(feature_names)

@@ -33,11 +33,12 @@ from app.api.errors import json_error
 from app.api.key_counts import check_envelope
 from app.api.middleware import safe_request_id
 from app.api.request_matrix import (
-    ID_TYPE_MESSAGE,
     RequestError,
+    candidate_id,
     check_count,
     decode_body,
     duplicate_id,
+    not_a_list,
 )
 from app.api.schemas import RerankEnvelope
 from app.features.item_lookup import IdTokens
@@ -324,13 +325,8 @@ def _fallback(
         candidates = doc.pop("candidates", None)
         where: tuple[str | int, ...] = ("body", "candidates")
         if type(candidates) is not list:
-            raise RequestError(where, "must be a list of candidates", "list_type")
-        ids = []
-        for i, cand in enumerate(candidates):
-            cid = cand.get("id") if type(cand) is dict else None
-            if type(cid) is not str and type(cid) is not int:
-                raise RequestError((*where, i, "id"), ID_TYPE_MESSAGE, "id_type")
-            ids.append(cid)
+            raise not_a_list(candidates, where)
+        ids = [candidate_id(cand, (*where, i)) for i, cand in enumerate(candidates)]
         split = doc, ids, None
     doc, ids, raw_ids = split
     check_envelope(doc)  # before pydantic: one error, not one per unknown key

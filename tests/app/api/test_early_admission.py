@@ -109,6 +109,23 @@ def test_a_shed_requests_duplicate_id_is_named_as_a_scored_ones_is(client: TestC
     assert shed["msg"] == scored["msg"] == "duplicate id 'a' (also candidates[0])"
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"candidates": None},  # shed: "must be a list of candidates"; scored: "field required"
+        {"candidates": [{"id": "a", "features": {}}, {"features": {}}]},  # shed: "id_type"
+        {"candidates": [{"id": "a", "features": {}}, 7]},
+    ],
+)
+def test_a_shed_request_is_refused_as_a_scored_one_is(
+    client: TestClient, payload: dict[str, Any]
+) -> None:
+    shed = client.post("/rerank", json=payload, headers=SHED_NOW)
+    scored = client.post("/rerank", json=payload)
+    assert shed.status_code == scored.status_code == 422
+    assert shed.json()["detail"] == scored.json()["detail"]
+
+
 def test_a_bad_budget_header_is_reported_by_the_route(client: TestClient) -> None:
     resp = client.post("/rerank", json=body(), headers={"x-request-timeout-ms": "soon"})
     assert resp.status_code == 422

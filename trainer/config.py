@@ -2,7 +2,8 @@
 
 The file is flat: `key = value` with the parameter names of the chosen engine
 (`LambdaMARTParams` for native/lightgbm, `DNNOptions` for dnn), plus an optional `engine`.
-Dashes in keys are accepted (`num-trees` = `num_trees`). Unknown keys are errors naming the file.
+Dashes in keys are accepted (`num-trees` = `num_trees`). Unknown keys and bad values are errors
+naming the file and the key's line (`params.toml:3: num_leaves: ...`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from app.errors import LtrError
+from trainer.toml_lines import key_line
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -41,8 +43,8 @@ def read_config(path: Path) -> dict[str, Any]:
     for key, value in raw.items():
         if isinstance(value, dict):
             raise ConfigError(
-                f"{path}: [{key}]: tables are not supported, use top-level keys (the keys of "
-                "a nightly config's [model.lambdamart] or [model.dnn] table, e.g. "
+                f"{_at(path, key)}: [{key}]: tables are not supported, use top-level keys (the "
+                "keys of a nightly config's [model.lambdamart] or [model.dnn] table, e.g. "
                 'num_trees = 200, and engine = "lightgbm")'
             )
         out[key.replace("-", "_")] = value
@@ -60,15 +62,17 @@ def build_params(
 ) -> M:
     """`model` validated from the file's values with flags (None = not given) on top.
 
-    Errors say where the bad value came from: `params.toml: num_leaves: ...` or `--num-leaves: ...`;
-    `label` names the parameter set in them (default: the model class name).
+    Errors say where the bad value came from: `params.toml:3: num_leaves: ...` (`source` is the
+    file's path, read again for the key's line) or `--num-leaves: ...`; `label` names the
+    parameter set in them (default: the model class name).
     """
     label = label or model.__name__
     known = set(model.model_fields)
     unknown = sorted(set(file_values) - known - set(ignore))
     if unknown:
         raise ConfigError(
-            f"{source}: unknown key {unknown[0]!r} for {label} (known: {', '.join(sorted(known))})"
+            f"{_at(source, unknown[0])}: unknown key {unknown[0]!r} for {label} (known: "
+            f"{', '.join(sorted(known))})"
         )
     given = {k: v for k, v in flags.items() if v is not None}
     stray = sorted(set(given) - known)
@@ -81,5 +85,21 @@ def build_params(
     except ValidationError as exc:
         first = exc.errors()[0]
         key = str(first["loc"][0]) if first["loc"] else ""
-        where = f"--{key.replace('_', '-')}" if key in given else f"{source}: {key}"
+        if key in given:
+            where = f"--{key.replace('_', '-')}"
+        elif key in file_values:
+            where = f"{_at(source, key)}: {key}"
+        else:
+            where = f"{source}: {key}"
         raise ConfigError(f"{where}: {first['msg']}") from None
+
+
+def _at(source: object, key: str) -> str:
+    """`params.toml:3`, the line of the top-level `key` (as written, dashes or not); the bare
+    source when it is no readable file or does not write the key."""
+    try:
+        text = Path(str(source)).read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return str(source)
+    line = key_line(text, (key,))
+    return str(source) if line is None else f"{source}:{line}"

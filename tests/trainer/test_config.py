@@ -30,13 +30,13 @@ def test_file_values_with_flags_on_top(tmp_path: Path) -> None:
 
 def test_unknown_key_names_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "num_trees = 5\nnum_treez = 6\n")
-    with pytest.raises(ConfigError, match=r"params\.toml: unknown key 'num_treez'"):
+    with pytest.raises(ConfigError, match=r"params\.toml:2: unknown key 'num_treez'"):
         build_params(LambdaMARTParams, read_config(path), {}, source=str(path))
 
 
 def test_bad_value_says_where_it_came_from(tmp_path: Path) -> None:
     path = write(tmp_path, "num_leaves = 1\n")
-    with pytest.raises(ConfigError, match=r"params\.toml: num_leaves: .*greater than or equal"):
+    with pytest.raises(ConfigError, match=r"params\.toml:1: num_leaves: .*greater than or equal"):
         build_params(LambdaMARTParams, read_config(path), {}, source=str(path))
     with pytest.raises(ConfigError, match=r"^--learning-rate: .*greater than 0"):
         build_params(LambdaMARTParams, {}, {"learning_rate": -1.0}, source="command line")
@@ -52,16 +52,38 @@ def test_flag_of_another_engine(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("num_trees = [", "invalid TOML"),
-        ("[native]\nnum_trees = 3\n", r"\[native\]: tables are not supported"),
+        ("num_trees = [", r": invalid TOML"),
+        ("[native]\nnum_trees = 3\n", r":1: \[native\]: tables are not supported"),
     ],
 )
 def test_unreadable_files(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, text)
-    with pytest.raises(ConfigError, match=rf"params\.toml: {message}"):
+    with pytest.raises(ConfigError, match=rf"params\.toml{message}"):
         read_config(path)
 
 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.toml: cannot read"):
         read_config(tmp_path / "nope.toml")
+
+
+def test_errors_give_the_line_of_the_key(tmp_path: Path) -> None:
+    """A trial: `c1.toml: hidden: Input should be a valid list` named the key, not its line;
+    only TOML syntax errors had one."""
+    path = write(
+        tmp_path,
+        '# the network\nengine = "dnn"\n\nhidden = "16"\nlearning-rate = -1\nepochz = 2\n',
+    )
+    values = read_config(path)
+    with pytest.raises(ConfigError) as info:
+        build_params(DNNOptions, values, {}, source=str(path))
+    assert str(info.value).startswith(f"{path}:6: unknown key 'epochz'")
+    del values["epochz"]
+    with pytest.raises(ConfigError) as info:
+        build_params(DNNOptions, values, {}, source=str(path))
+    assert str(info.value) == f"{path}:4: hidden: Input should be a valid list"
+    with pytest.raises(ConfigError) as info:  # written with a dash
+        build_params(DNNOptions, values, {"hidden": [8]}, source=str(path))
+    assert str(info.value).startswith(f"{path}:5: learning_rate: Input should be greater")
+    with pytest.raises(ConfigError, match=r"^--learning-rate: "):  # a flag has no line
+        build_params(DNNOptions, {}, {"learning_rate": -1.0}, source=str(path))

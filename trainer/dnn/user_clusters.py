@@ -22,8 +22,9 @@ import json
 import math
 import tomllib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,12 @@ from app.features.field_combinations import (
     combination_row_key,
 )
 from trainer.data.dataset import RankingDataset
+from trainer.toml_lines import at_key
 
 EMBEDDING_FEATURE_PREFIX = "user_emb_"
+
+# A key path of the scheme file → `file:line: fields.0.edges` (trainer.toml_lines.at_key).
+KeyPlace = Callable[[Sequence[str | int]], str]
 
 
 class ClusterConfigError(LtrError, ValueError):
@@ -62,25 +67,26 @@ def load_cluster_scheme(path: Path) -> ClusterScheme:
     path = Path(path)
     try:
         # utf-8-sig: an editor's byte-order mark would otherwise be a TOML syntax error.
-        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+        text = path.read_text(encoding="utf-8-sig")
+        raw = tomllib.loads(text)
     except OSError as exc:
         raise ClusterConfigError(f"{path}: cannot read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ClusterConfigError(f"{path}: not valid TOML ({exc})") from None
+    where = partial(at_key, path, text)  # `file:line: fields.0.edges` for a key path
     try:
         scheme = ClusterScheme.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ClusterConfigError(f"{path}: {where}: {first['msg']}") from None
+        raise ClusterConfigError(f"{where(first['loc'])}: {first['msg']}") from None
     if not scheme.fields:
-        raise ClusterConfigError(f"{path}: the scheme needs at least one field")
-    _check_separator(scheme, path)
-    _check_fields(scheme, path)
+        raise ClusterConfigError(f"{where(('fields',))}: the scheme needs at least one field")
+    _check_separator(scheme, where)
+    _check_fields(scheme, where)
     return scheme
 
 
-def _check_fields(scheme: ClusterScheme, path: Path) -> None:
+def _check_fields(scheme: ClusterScheme, where: KeyPlace) -> None:
     """What the scheme's own model lets through (a trial): NaN or infinite edges trained a
     whole epoch before the manifest refused them naming its own file; a field named twice
     made a level that carries nothing; a value listed twice, or `other` listed, which is
@@ -89,34 +95,36 @@ def _check_fields(scheme: ClusterScheme, path: Path) -> None:
     for i, spec in enumerate(scheme.fields):
         if spec.name in seen:
             raise ClusterConfigError(
-                f"{path}: fields.{i}.name: field {spec.name!r} is already in the scheme"
+                f"{where(('fields', i, 'name'))}: field {spec.name!r} is already in the scheme"
             )
         seen.add(spec.name)
-        _check_values(spec, f"{path}: fields.{i}.values")
+        _check_values(spec, i, where)
         for j, edge in enumerate(spec.edges):
             if not math.isfinite(edge):
                 raise ClusterConfigError(
-                    f"{path}: fields.{i}.edges.{j}: {edge} (field {spec.name!r}) is not a "
-                    "finite number"
+                    f"{where(('fields', i, 'edges', j))}: {edge} (field {spec.name!r}) is not "
+                    "a finite number"
                 )
 
 
-def _check_values(spec: BucketedField, where: str) -> None:
+def _check_values(spec: BucketedField, i: int, where: KeyPlace) -> None:
     listed: set[str] = set()
     for j, value in enumerate(spec.values):
         if value == OTHER_TOKEN:
             raise ClusterConfigError(
-                f"{where}.{j}: {value!r} (field {spec.name!r}) is the token of every value the "
-                "list lacks, so it cannot be listed; leave it out (unlisted values become it)"
+                f"{where(('fields', i, 'values', j))}: {value!r} (field {spec.name!r}) is the "
+                "token of every value the list lacks, so it cannot be listed; leave it out "
+                "(unlisted values become it)"
             )
         if value in listed:
             raise ClusterConfigError(
-                f"{where}.{j}: {value!r} (field {spec.name!r}) is listed twice"
+                f"{where(('fields', i, 'values', j))}: {value!r} (field {spec.name!r}) is "
+                "listed twice"
             )
         listed.add(value)
 
 
-def _check_separator(scheme: ClusterScheme, path: Path) -> None:
+def _check_separator(scheme: ClusterScheme, where: KeyPlace) -> None:
     """A listed value or a prefix holding the separator would split into two tokens: the id
     would fall back through a prefix that is no field's token, and its field keys would be
     off by one field (app.features.embedding_table.field_keys)."""
@@ -125,13 +133,15 @@ def _check_separator(scheme: ClusterScheme, path: Path) -> None:
         for value in spec.values:
             if sep in value:
                 raise ClusterConfigError(
-                    f"{path}: fields.{i}.values: {value!r} (field {spec.name!r}) contains the "
-                    f"separator {sep!r}; cluster ids are split on it, so a value must not"
+                    f"{where(('fields', i, 'values'))}: {value!r} (field {spec.name!r}) "
+                    f"contains the separator {sep!r}; cluster ids are split on it, so a value "
+                    "must not"
                 )
         if sep in spec.prefix:
             raise ClusterConfigError(
-                f"{path}: fields.{i}.prefix: {spec.prefix!r} (field {spec.name!r}) contains "
-                f"the separator {sep!r}; cluster ids are split on it, so a prefix must not"
+                f"{where(('fields', i, 'prefix'))}: {spec.prefix!r} (field {spec.name!r}) "
+                f"contains the separator {sep!r}; cluster ids are split on it, so a prefix "
+                "must not"
             )
 
 

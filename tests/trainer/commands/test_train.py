@@ -80,7 +80,7 @@ def test_bad_config_file(runner: CliRunner, tmp_path: Path) -> None:
         app, ["train", "--train", str(TRAIN), "--config", str(config), "--out", str(tmp_path / "v")]
     )
     assert result.exit_code == 2
-    assert f"{config}: unknown key 'learning_rat'" in one_error_line(result.stderr)
+    assert f"{config}:2: unknown key 'learning_rat'" in one_error_line(result.stderr)
 
 
 def test_bad_data_file_names_file_and_line(runner: CliRunner, tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def test_hidden_zero_in_a_config_file_is_refused(runner: CliRunner, tmp_path: Pa
     config.write_text('engine = "dnn"\nhidden = [8, 0]\n')
     result = _train(runner, TRAIN, tmp_path / "v", "--config", str(config))
     assert result.exit_code == 2
-    assert f"error: {config}: hidden: " in one_error_line(result.stderr)
+    assert f"error: {config}:2: hidden: " in one_error_line(result.stderr)
 
 
 @pytest.mark.parametrize(
@@ -99,9 +99,8 @@ def test_non_finite_float_in_a_config_file_is_refused(runner: CliRunner, tmp_pat
     config.write_text("sigma = inf\n")
     result = _train(runner, TRAIN, tmp_path / "v", "--config", str(config))
     assert result.exit_code == 2
-    assert (
-        one_error_line(result.stderr) == f"error: {config}: sigma: Input should be a finite number"
-    )
+    line = one_error_line(result.stderr)
+    assert line == f"error: {config}:1: sigma: Input should be a finite number"
 
 
 def test_infinite_max_weight_is_refused(runner: CliRunner, tmp_path: Path) -> None:

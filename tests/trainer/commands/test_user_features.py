@@ -170,4 +170,4 @@ def test_combination_buckets_without_field_embeddings_are_refused(
     config.write_text("field_embeddings = false\ncombination_buckets = 64\n")
     result = runner.invoke(app, [*base[:-1], "--config", str(config)])
     assert result.exit_code == 2
-    assert f"{config}: combination_buckets" in one_error_line(result.stderr)
+    assert f"{config}:2: combination_buckets" in one_error_line(result.stderr)

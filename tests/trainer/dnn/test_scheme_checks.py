@@ -1,7 +1,7 @@
 """The cluster scheme checked against itself (separator) and the profile table (fields), and
 the warning when most training users end in rows that tell them little apart."""
 
-import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,30 +29,36 @@ edges = [30]
 """
 
 
+def refusal(tmp_path: Path, text: str) -> tuple[Path, str]:
+    """The scheme file holding `text`, and the error loading it raises."""
+    path = tmp_path / "scheme.toml"
+    path.write_text(text)
+    with pytest.raises(ClusterConfigError) as info:
+        load_cluster_scheme(path)
+    return path, str(info.value)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         (
             "[[fields]]\nname = 'country'\nkind = 'categorical'\nvalues = ['US', 'G_B']\n",
-            "fields.0.values: 'G_B' (field 'country') contains the separator '_'",
+            "4: fields.0.values: 'G_B' (field 'country') contains the separator '_'",
         ),
         (
             "separator = '-'\n[[fields]]\nname = 'c'\nkind = 'categorical'\nvalues = ['a-b']\n",
-            "'a-b' (field 'c') contains the separator '-'",
+            "5: fields.0.values: 'a-b' (field 'c') contains the separator '-'",
         ),
         (
             "[[fields]]\nname = 'age'\nkind = 'numeric'\nprefix = 'a_'\nedges = [30]\n",
-            "fields.0.prefix: 'a_' (field 'age') contains the separator '_'",
+            "4: fields.0.prefix: 'a_' (field 'age') contains the separator '_'",
         ),
     ],
 )
 def test_a_value_or_prefix_holding_the_separator_is_refused(tmp_path, text, message) -> None:
-    path = tmp_path / "scheme.toml"
-    path.write_text(text)
-    with pytest.raises(ClusterConfigError, match=re.escape(message)) as info:
-        load_cluster_scheme(path)
-    assert str(info.value).startswith(f"{path}: ")
-    assert "\n" not in str(info.value)
+    path, error = refusal(tmp_path, text)
+    assert error.startswith(f"{path}:{message}")
+    assert "\n" not in error
 
 
 @pytest.mark.parametrize("key", ["separator", "unknown"])
@@ -136,17 +142,39 @@ def test_most_users_with_their_own_row_is_no_warning(scheme) -> None:
     ("values", "message"),
     [
         # A trial: both were accepted without a word.
-        ("['US', 'US']", "fields.0.values.1: 'US' (field 'country') is listed twice"),
+        ("['US', 'US']", "4: fields.0.values.1: 'US' (field 'country') is listed twice"),
         (
             "['US', 'other']",
-            "fields.0.values.1: 'other' (field 'country') is the token of every value the list "
-            "lacks, so it cannot be listed",
+            "4: fields.0.values.1: 'other' (field 'country') is the token of every value the "
+            "list lacks, so it cannot be listed",
         ),
     ],
 )
 def test_a_value_listed_twice_or_other_is_refused(tmp_path, values: str, message: str) -> None:
-    path = tmp_path / "scheme.toml"
-    path.write_text(f"[[fields]]\nname = 'country'\nkind = 'categorical'\nvalues = {values}\n")
-    with pytest.raises(ClusterConfigError) as info:
-        load_cluster_scheme(path)
-    assert str(info.value).startswith(f"{path}: {message}")
+    text = f"[[fields]]\nname = 'country'\nkind = 'categorical'\nvalues = {values}\n"
+    path, error = refusal(tmp_path, text)
+    assert error.startswith(f"{path}:{message}")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # A trial: `s_nanedge.toml: fields.0.edges.1: ...` named no line.
+        (
+            "[[fields]]\nname='country'\nkind='categorical'\n\n[[fields]]\nname='age'\n"
+            "kind='numeric'\nprefix='a'\nedges=[25, nan]\n",
+            "9: fields.1.edges.1: nan (field 'age') is not a finite number",
+        ),
+        (
+            "# scheme\nseparator = ''\n" + TWO_FIELDS,
+            "2: separator: String should have at least 1 character",
+        ),
+        (TWO_FIELDS + "colour = 'red'\n", "12: fields.1.colour: Extra inputs are not permitted"),
+        (TWO_FIELDS.replace('name = "age"', 'name = "country"'), "8: fields.1.name: field"),
+        (TWO_FIELDS.replace('kind = "numeric"', "kind = 'number'"), "9: fields.1.kind: Input"),
+        ("fields = []\n", "1: fields: the scheme needs at least one field"),
+    ],
+)
+def test_errors_give_the_line_of_the_key(tmp_path, text: str, message: str) -> None:
+    path, error = refusal(tmp_path, text)
+    assert error.startswith(f"{path}:{message}")

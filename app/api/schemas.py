@@ -11,7 +11,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from app.api.query_values import checked_query_features
@@ -19,8 +27,20 @@ from app.api.request_matrix import LOC_MOST
 from app.artifacts.manifest import NAME_PATTERN
 from app.errors import clipped
 
-ProfileValue = str | int | float | bool | None
 _PROFILE_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def _profile_value(value: Any) -> Any:
+    """One error for a value of none of the union's types, not one per type (874 bytes of
+    "should be a valid string / integer / number / boolean" for one nested object)."""
+    if type(value) not in _PROFILE_TYPES:
+        raise PydanticCustomError(
+            "profile_value_type", "must be a string, a number, a boolean or null"
+        )
+    return value
+
+
+ProfileValue = Annotated[str | int | float | bool | None, BeforeValidator(_profile_value)]
 _PROFILE_BAD_MOST = 4  # a few bad values are named by pydantic, one by one
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
 
@@ -110,6 +130,17 @@ def _explain_shape(value: Any) -> Any:
         raise PydanticCustomError(
             "bool_type", 'Input should be a valid boolean or an object like {"top": 5}'
         )
+    if type(value) is dict:
+        # Validated here: the union reported an object's bad `top` twice, once as "not a
+        # valid boolean" (the other branch).
+        try:
+            return ExplainOptions.model_validate(value, strict=True)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise PydanticCustomError(
+                first["type"], "{where}: {msg}", {"where": where, "msg": first["msg"]}
+            ) from None
     return value
 
 

@@ -51,3 +51,36 @@ def constant_features(features: np.ndarray) -> bool:
         low = np.fmin(low, np.fmin.reduce(chunk, axis=0))
         high = np.fmax(high, np.fmax.reduce(chunk, axis=0))
     return bool(np.all((low == high) | np.isnan(low)))
+
+
+# Names a warning lists at most; the count says how many more.
+NAMES_SHOWN = 10
+
+
+def missing_everywhere(features: np.ndarray) -> np.ndarray:
+    """bool [n_features]: the columns of float [n_docs, n_features] that are NaN in every row."""
+    out = np.ones(features.shape[1], dtype=bool)
+    for start in range(0, features.shape[0], CHUNK_ROWS):
+        out &= np.isnan(features[start : start + CHUNK_ROWS]).all(axis=0)
+    return out
+
+
+def never_present_warning(train: RankingDataset) -> str | None:
+    """A warning naming the features missing in every training row: the network learns
+    nothing from them and serves them as missing whatever a request sends
+    (trainer.dnn.normalisation), which a client sending real values would not expect. None
+    when every feature is present somewhere (or every one is missing: why_nothing_learned
+    says that)."""
+    missing = missing_everywhere(train.features)
+    if not missing.any() or missing.all():
+        return None
+    names = [n for n, m in zip(train.names(), missing, strict=True) if m]
+    shown = ", ".join(repr(n) for n in names[:NAMES_SHOWN])
+    more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+    which = f"feature {shown} is" if len(names) == 1 else f"features {shown}{more} are"
+    return (
+        f"{which} missing (NaN) in every training row: the network learns nothing from "
+        f"{'it' if len(names) == 1 else 'them'} and scores every request as if "
+        f"{'it were' if len(names) == 1 else 'they were'} missing, whatever value it sends; "
+        "fill the data in or leave the feature out"
+    )

@@ -22,6 +22,7 @@ from trainer.dnn.batching import QueryLists
 from trainer.dnn.losses import loss_for
 from trainer.dnn.models import Ranker, build_ranker
 from trainer.dnn.normalisation import fit_standardiser
+from trainer.dnn.nothing_learned import never_present_warning
 from trainer.dnn.onnx_export import export_onnx
 from trainer.dnn.options import DNNOptions
 from trainer.dnn.parity import verify_parity
@@ -62,8 +63,8 @@ def train_dnn_model(
     `out`'s name is the version id; the model name is `name`, else `out`'s parent directory
     name when it is a valid name, else "lambdadnn". `progress` needs `update(iteration,
     train_metric, valid_metric)` and `message(text)` (trainer.progress.TrainingProgress).
-    Warnings (user features that carry little, scores so large that the training diverged)
-    go to `progress.message`, else to stderr.
+    Warnings (user features that carry little, features missing in every training row, scores
+    so large that the training diverged) go to `progress.message`, else to stderr.
     """
     out = Path(out)
     model_name = name or (out.parent.name if re.match(NAME_PATTERN, out.parent.name) else "")
@@ -79,6 +80,9 @@ def train_dnn_model(
         warning = fallback_warning(clusters, options.min_cluster_count)
         if warning is not None:
             _warn(progress, warning)
+    never_present = never_present_warning(train)
+    if never_present is not None:
+        _warn(progress, never_present)
     valid_rows = None
     if clusters is not None and valid is not None:
         valid_rows = clusters.inputs_for(read_profiles(_path(options.user_profiles)), _users(valid))

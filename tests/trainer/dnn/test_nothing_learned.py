@@ -2,7 +2,12 @@ import numpy as np
 import pytest
 
 from trainer.data.dataset import RankingDataset
-from trainer.dnn.nothing_learned import constant_features, why_nothing_learned
+from trainer.dnn.nothing_learned import (
+    constant_features,
+    missing_everywhere,
+    never_present_warning,
+    why_nothing_learned,
+)
 
 
 def data(features: list[list[float]], labels: list[float], sizes: list[int]) -> RankingDataset:
@@ -54,3 +59,21 @@ def test_constant_features_after_imputation(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr("trainer.dnn.nothing_learned.CHUNK_ROWS", 2)
     assert not constant_features(np.array([[1.0], [1.0], [1.0], [0.0], [1.0]]))
     assert constant_features(np.array([[nan], [nan], [3.0], [3.0], [nan]]))
+
+
+def test_features_missing_in_every_training_row_are_named(monkeypatch) -> None:
+    nan = np.nan
+    rows = [[1.0, nan, nan], [2.0, nan, 4.0], [3.0, nan, nan], [4.0, nan, nan]]
+    train = data(rows, [0, 1, 2, 0], [2, 2])
+    monkeypatch.setattr("trainer.dnn.nothing_learned.CHUNK_ROWS", 3)
+    assert missing_everywhere(train.features).tolist() == [False, True, False]
+    warning = never_present_warning(train)
+    assert warning is not None
+    assert warning.startswith("feature 'f2' is missing (NaN) in every training row")
+    wide = data([[1.0] + [nan] * 12] * 4, [0, 1, 2, 0], [2, 2])
+    warning = never_present_warning(wide)
+    assert warning is not None
+    assert warning.startswith("features 'f2', 'f3', ") and "'f11' and 2 more are missing" in warning
+    assert never_present_warning(data(VARIED, [0, 1, 2, 0], [2, 2])) is None
+    # Nothing present at all is why_nothing_learned's to say.
+    assert never_present_warning(data([[nan, nan]] * 4, [0, 1, 2, 0], [2, 2])) is None

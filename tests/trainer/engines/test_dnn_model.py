@@ -197,3 +197,25 @@ def test_combination_rows_are_exported_and_the_service_vector_matches_pytorch(tm
     assert not np.allclose(
         onnx_scores(session, features, vector), onnx_scores(session, features, without)
     )
+
+
+def test_a_feature_missing_in_every_training_row_is_warned_about_and_ignored(tmp_path, capsys):
+    """A trial: f5 NaN in every training row, no warning, and f5=5 in a request added -0.273
+    from weights that never trained."""
+    train = personalised_data(5, n_queries=40)
+    features = np.concatenate(
+        [train.features, np.full((train.num_docs, 1), np.nan, np.float32)], axis=1
+    )
+    train = RankingDataset(features, train.labels, train.group_offsets, train.query_ids)
+    options = DNNOptions(**{**FAST, "epochs": 1, "early_stopping_rounds": None})
+    path = train_dnn_model(train, None, options, tmp_path / "m" / "v1").model_dir
+    err = capsys.readouterr().err
+    assert "warning: feature 'f5' is missing (NaN) in every training row" in err
+    session = onnx_session(load_version(path).files["model.onnx"])
+    x = train.features[:8].copy()
+    missing = onnx_scores(session, x)
+    for value in (5.0, -1e6, np.inf):
+        x[:, 4] = value
+        np.testing.assert_array_equal(onnx_scores(session, x), missing)
+    x[:, 0] += 1.0  # the others still count
+    assert not np.allclose(onnx_scores(session, x), missing)

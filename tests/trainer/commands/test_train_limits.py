@@ -118,7 +118,7 @@ def test_bounds_apply_to_a_params_file_too(runner: CliRunner, tmp_path: Path) ->
     result = _train(runner, tmp_path / "v", "--config", str(config))
     assert result.exit_code == 2
     line = one_error_line(result.stderr)
-    assert line.startswith(f"error: {config}: num_leaves: ") and "131072" in line, line
+    assert line.startswith(f"error: {config}:1: num_leaves: ") and "131072" in line, line
 
 
 def test_out_of_memory_in_training_is_one_clear_error(

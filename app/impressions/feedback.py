@@ -225,7 +225,10 @@ class ImpressionLog:
             log.warning("feedback refused: the impression log fails (%s)", self.sink.failing)
             raise FeedbackUnavailable(SINK_FAILING)
         served = await self._served(request_id)
-        unknown = [e["id"] for e in events if e["id"] not in served.ids]
+        # Each unknown id once (a click and a dwell on it named it twice); 1 and "1" differ.
+        unknown = list(
+            {(type(i), i): i for i in (e["id"] for e in events) if i not in served.ids}.values()
+        )
         if unknown:
             shown = ", ".join(clipped(orjson.dumps(i).decode(), 256) for i in unknown[:5])
             noun = "candidate" if len(unknown) == 1 else "candidates"

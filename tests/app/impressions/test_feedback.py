@@ -63,6 +63,8 @@ def test_feedback_errors(tmp_path: Path) -> None:
             await log.record_feedback("r1", [click("a")])  # a was cut by top_k
         with pytest.raises(FeedbackError, match=r'did not serve candidates "a", "z"\Z'):
             await log.record_feedback("r1", [click("a"), click("z")])
+        with pytest.raises(FeedbackError, match=r'did not serve candidate "z"\Z'):  # once
+            await log.record_feedback("r1", [click("z"), click("b"), click("z")])
         with pytest.raises(FeedbackUnavailable):
             await ImpressionLog(settings(impressions_enabled=False)).record_feedback("r1", [])
 

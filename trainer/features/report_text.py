@@ -114,8 +114,11 @@ def _sample_lines(sample: list[dict[str, Any]], version: str | None) -> list[str
     of = f" of {version}" if version else ""
     lines = [f"sample{of} ({_count(len(sample), 'item')}; a missing value shows as nan):"]
     for row in sample:
-        values = ", ".join(f"{n}={_value(v)}" for n, v in row["features"].items())
-        lines.append(f"  {row['id']}: {values}")
+        # As the feature list above it: a sample of 280 features was three screens of text.
+        pairs = [f"{n}={_value(v)}" for n, v in row["features"].items()]
+        rest = len(pairs) - NAMES_SHOWN
+        more = f", ... ({rest} more; --json has all)" if rest > 0 else ""
+        lines.append(f"  {row['id']}: {', '.join(pairs[:NAMES_SHOWN])}{more}")
     return lines
 
 

@@ -23,6 +23,20 @@ def test_a_table_report_names_its_size_and_shortens_long_feature_lists() -> None
     ]
 
 
+def test_a_sample_item_shows_as_many_features_as_the_list_above_it() -> None:
+    names = [f"f{i}" for i in range(NAMES_SHOWN + 3)]
+    report = {
+        "source": "items.parquet",
+        "items": 1,
+        "features": names,
+        "version": "v1",
+        "missing_values": 0,
+        "sample": [{"id": "d1", "features": dict.fromkeys(names, 0.5)}],
+    }
+    shown = ", ".join(f"{n}=0.5" for n in names[:NAMES_SHOWN])
+    assert inspect_lines(report)[-1] == f"  d1: {shown}, ... (3 more; --json has all)"
+
+
 def test_a_redis_report_marks_the_live_version_and_an_incomplete_one() -> None:
     report = {
         "set": "s",

@@ -36,7 +36,7 @@ from typing import Any
 import fastapi.routing
 import orjson
 from starlette.datastructures import MutableHeaders
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
@@ -154,7 +154,12 @@ class ServiceMiddleware:
         sent_id = request_id  # the x-request-id the answer carried
         failed = False
         label = UNMATCHED  # the route's path, for the metrics
-        routed = False  # handed to the app (else answered here, before routing)
+        # As routing first saw it: a mount moves the scope's root path to its own.
+        unrouted = {
+            "app": scope.get("app"),
+            "path": scope["path"],
+            "root_path": scope.get("root_path", ""),
+        }
         held = [0]  # bytes this request counts against the buffer cap
 
         async def send_with_id(message: Message) -> None:
@@ -187,11 +192,9 @@ class ServiceMiddleware:
                 receive = _replay(body, receive)
             if scope["method"] == "HEAD" and scope["path"] in HEAD_AS_GET:
                 as_get = {**scope, "method": "GET"}
-                routed = True
                 await self.app(as_get, receive, _bodiless(send_with_id))
                 label = getattr(as_get.get("route"), "path", label)
                 return
-            routed = True
             await self.app(scope, receive, send_with_id)
         except BodyTooLarge:
             detail = f"request body larger than {self.max_body_bytes} bytes"
@@ -233,10 +236,11 @@ class ServiceMiddleware:
                 self._make_room()
             route = scope.get("route") or _plain_route(scope)
             label = getattr(route, "path", label)
-            if route is None and not routed:
+            if route is None:
                 # Before: every such answer (a 415 to POST /rerank) was "unmatched", which an
-                # alert on a route's errors did not see.
-                label = self._route_label(scope)
+                # alert on a route's errors did not see; so was every file the docs' assets
+                # mount served (routing puts no route in the scope for a mount).
+                label = self._route_label(unrouted)
             status = state.get(WRITTEN_STATE, status)
             if status is None:
                 status = 500 if failed else CLIENT_CLOSED
@@ -465,7 +469,7 @@ def _route_path(scope: Scope) -> str:
 
 class RouteLabels:
     """The metrics labels of an app's routes (the path templates of its Starlette and API
-    routes; mounts, such as the docs assets, stay UNMATCHED as when routed): paths without
+    routes, and a mount's path for what it serves, such as the docs assets): paths without
     parameters found in a dict, the others by their patterns, in routing order."""
 
     def __init__(self, app: Any) -> None:
@@ -499,6 +503,12 @@ def _route_templates(routes: Any) -> Iterator[tuple[str, re.Pattern[str], str]]:
             path = getattr(entry, "path_format", None) or original.path_format
             regex = getattr(entry, "path_regex", None) or original.path_regex
             yield path, regex, original.path
+        elif isinstance(original, Mount) and original.path:
+            yield (
+                original.path + "/{path}",
+                re.compile(re.escape(original.path) + "/"),
+                original.path,
+            )
 
 
 def _log_access(scope: Scope, status: int, elapsed: float, request_id: str) -> None:

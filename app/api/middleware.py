@@ -166,6 +166,9 @@ class ServiceMiddleware:
             nonlocal status, sent_id
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
+                if message["status"] == 405 and scope["path"] in HEAD_AS_GET:
+                    # The route says GET; HEAD is served too (below), as the probe port says.
+                    headers["allow"] = "GET, HEAD"
                 if safe_request_id(headers.get("x-request-id", "")) is None:
                     del headers["x-request-id"]
                     headers.append("x-request-id", request_id)

@@ -154,6 +154,17 @@ def test_unknown_routes_and_methods_are_json(shared_client: TestClient) -> None:
     assert resp.status_code == 405 and resp.json()["detail"]
 
 
+@pytest.mark.parametrize("path", ["/livez", "/readyz", "/metrics", "/models"])
+def test_a_405_of_a_probe_route_allows_the_head_it_serves(
+    shared_client: TestClient, path: str
+) -> None:
+    """Before: `Allow: GET` on the service's port, though HEAD is answered (the probe port's
+    405 said `GET, HEAD`, as the docs do)."""
+    assert shared_client.head(path).status_code in (200, 503)
+    refused = shared_client.post(path)
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()

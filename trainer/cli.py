@@ -110,10 +110,18 @@ show_help_as_written(app)
 report_failures_as_json(app)
 
 
+PIPED_HELP_WIDTH = 120
+
+
 def main(args: list[str] | None = None) -> None:
     """The console script. With `--json`, a command line that does not parse (an unknown
     option, `--keep abc`) prints its JSON failure on stdout too, beside typer's usage box."""
     args = sys.argv[1:] if args is None else args
+    if rich_utils.MAX_WIDTH is None and not sys.stdout.isatty():
+        # Piped or redirected, rich assumes 80 columns and cut long option names in `--help`
+        # (`--combination-bucke…`): the names the docs tell users to pass. TERMINAL_WIDTH
+        # still sets it.
+        rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
     if "--json" not in args:
         app(args)
         return

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,3 +90,15 @@ def test_command_lists_show_each_summary_as_one_sentence() -> None:
                 continue
             (row,) = [r for r in listed if r.split(" ", 1)[0] == leaf[-1]]
             assert row.rstrip().endswith((".", ")")), (leaf, row)
+
+
+def test_piped_help_shows_long_option_names_whole() -> None:
+    """Before: piped (`ltr train --help | grep ...`), rich assumed 80 columns and printed
+    `--combination-bucke…`, the name the docs tell users to pass."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    code = "from trainer.cli import main; main(['train', '--help'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    ).stdout
+    for name in ("--combination-buckets", "--combination-max-fields", "--user-embeddings-from"):
+        assert name in out, out

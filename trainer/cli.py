@@ -117,11 +117,19 @@ def main(args: list[str] | None = None) -> None:
     """The console script. With `--json`, a command line that does not parse (an unknown
     option, `--keep abc`) prints its JSON failure on stdout too, beside typer's usage box."""
     args = sys.argv[1:] if args is None else args
-    if rich_utils.MAX_WIDTH is None and not sys.stdout.isatty():
+    width = rich_utils.MAX_WIDTH
+    if width is None and not sys.stdout.isatty():
         # Piped or redirected, rich assumes 80 columns and cut long option names in `--help`
         # (`--combination-bucke…`): the names the docs tell users to pass. TERMINAL_WIDTH
-        # still sets it.
+        # still sets it. Restored after: a caller in the same process keeps its own.
         rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
+    try:
+        _run(args)
+    finally:
+        rich_utils.MAX_WIDTH = width
+
+
+def _run(args: list[str]) -> None:
     if "--json" not in args:
         app(args)
         return

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.errors import MAX_ERRORS
-from app.api.request_matrix import build_matrix
+from app.api import candidate_errors
+from app.api.candidate_errors import every_candidate_error
+from app.api.request_matrix import MAX_ERRORS, RequestError, RequestErrors, build_matrix
 from tests.app.api.conftest import NF
 
 GOOD = [0.5] * NF
@@ -19,6 +20,23 @@ def detail(client: TestClient, candidates: list[Any]) -> list[dict[str, Any]]:
     resp = client.post("/rerank", json={"candidates": candidates})
     assert resp.status_code == 422, resp.text[:300]
     return resp.json()["detail"]
+
+
+def searched(
+    candidates: list[Any], names: list[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[RequestError, RequestError, list[int]]:
+    """(build_matrix's first error, every_candidate_error's answer, the sizes of the parts it
+    built)."""
+    with pytest.raises(RequestError) as first:
+        build_matrix(candidates, names, max_candidates=len(candidates))
+    built: list[int] = []
+
+    def counting(part: list[Any], *args: Any, **kwargs: Any) -> Any:
+        built.append(len(part))
+        return build_matrix(part, *args, **kwargs)
+
+    monkeypatch.setattr(candidate_errors, "build_matrix", counting)
+    return first.value, every_candidate_error(candidates, names, first.value, {}), built
 
 
 def test_many_bad_values_are_each_named_then_counted(shared_client: TestClient) -> None:
@@ -92,23 +110,11 @@ def test_the_error_path_builds_about_what_a_valid_body_does(
 ) -> None:
     """Parts that build are skipped whole: one bad candidate among 10,000 is found by building
     about twice the body's candidates, in a few dozen parts, not 10,000 one-candidate ones."""
-    from app.api import candidate_errors
-    from app.api.request_matrix import RequestError
-
     names = [f"f{i}" for i in range(NF)]
     candidates: list[Any] = [{"id": i, "features": GOOD} for i in range(10_000)]
     candidates[where] = {"id": where, "features": ["x"] * NF}
-    with pytest.raises(RequestError) as first:
-        build_matrix(candidates, names, max_candidates=10_000)
-    built: list[int] = []
-
-    def counting(part: list[Any], *args: Any, **kwargs: Any) -> Any:
-        built.append(len(part))
-        return build_matrix(part, *args, **kwargs)
-
-    monkeypatch.setattr(candidate_errors, "build_matrix", counting)
-    error = candidate_errors.every_candidate_error(candidates, names, first.value, {})
-    assert error is first.value and error.loc[2] == where
+    first, error, built = searched(candidates, names, monkeypatch)
+    assert error is first and error.loc[2] == where
     assert sum(built) <= 2 * len(candidates) + 64 and len(built) <= 2 * 14 + 1, built
 
 
@@ -117,22 +123,10 @@ def test_ten_thousand_bad_candidates_stop_the_search_past_what_is_shown(
 ) -> None:
     """Before: every one of 10,000 bad candidates was isolated, 20,000 builds: 0.3-5 s of a
     worker's event loop (a held-out trial), where the valid body took 30-400 ms."""
-    from app.api import candidate_errors
-    from app.api.request_matrix import RequestError, RequestErrors
-
     names = [f"f{i}" for i in range(NF)]
     candidates: list[Any] = [{"id": i, "features": ["x"] * NF} for i in range(10_000)]
     candidates[3] = candidates[5] = {"id": "twice", "features": GOOD}  # within those checked
-    with pytest.raises(RequestError) as first:
-        build_matrix(candidates, names, max_candidates=10_000)
-    built: list[int] = []
-
-    def counting(part: list[Any], *args: Any, **kwargs: Any) -> Any:
-        built.append(len(part))
-        return build_matrix(part, *args, **kwargs)
-
-    monkeypatch.setattr(candidate_errors, "build_matrix", counting)
-    error = candidate_errors.every_candidate_error(candidates, names, first.value, {})
+    _, error, built = searched(candidates, names, monkeypatch)
     assert isinstance(error, RequestErrors) and len(built) <= (MAX_ERRORS + 1) * 2 * 14
     shown = error.detail()
     assert [d["loc"][2] for d in shown[:MAX_ERRORS]] == [0, 1, 2, *range(4, MAX_ERRORS + 1)]

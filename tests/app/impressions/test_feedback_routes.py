@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,11 @@ def test_feedback_is_not_acknowledged_while_the_log_cannot_be_written(tmp_path: 
     app.router.lifespan_context = lifespan
     with TestClient(app) as c:
         refused = post(c, click)
+        # The sink's task writes r1 on its own schedule: mended before that write, r1 would be
+        # written and rightly acknowledged (the suite's CI once ran it in that order).
+        deadline = time.monotonic() + 10
+        while not getattr(log.index.get("r1")[1], "lost", False) and time.monotonic() < deadline:
+            time.sleep(0.01)
         config.impressions_jsonl.rmdir()  # mended: the next call is accepted and written
         lost = post(c, click)  # r1's impression was dropped by the failed write
         log.log_rerank(answer("r2", ["a"], [0]), None, None, None, ["a"], features(1))

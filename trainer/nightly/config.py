@@ -24,6 +24,7 @@ from trainer.commands.errors import CommandError
 from trainer.dnn.options import DNNOptions
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.metrics.report import ranking_report
+from trainer.toml_lines import key_line
 
 
 def _quality_metrics() -> tuple[str, ...]:
@@ -160,7 +161,9 @@ class ExperimentConfig(_Section):
     @model_validator(mode="after")
     def _needs_logs(self) -> ExperimentConfig:
         if self.enabled and not self.logs:
-            raise ValueError("experiment.enabled needs experiment.logs (the service's logs)")
+            raise _KeysError(
+                "enabled", "experiment.enabled needs experiment.logs (the service's logs)"
+            )
         return self
 
 
@@ -179,15 +182,20 @@ class NightlyConfig(_Section):
         data = self.data
         debiased = data.source == "logs" and data.debias != "none"
         if debiased and self.model.engine != "native":
-            raise ValueError(
+            raise _KeysError(
+                "data.debias",
                 f"data.debias = {data.debias!r} trains with the native engine only; "
-                f"set model.engine = 'native' or data.debias = 'none'"
+                f"set model.engine = 'native' or data.debias = 'none'",
             )
         if self.model.engine == "lightgbm-dask":
             if not self.dask.scheduler:
-                raise ValueError('model.engine = "lightgbm-dask" needs dask.scheduler')
+                raise _KeysError(
+                    "model.engine", 'model.engine = "lightgbm-dask" needs dask.scheduler'
+                )
             if data.source != "files":
-                raise ValueError('model.engine = "lightgbm-dask" reads data.source = "files"')
+                raise _KeysError(
+                    "data.source", 'model.engine = "lightgbm-dask" reads data.source = "files"'
+                )
         _check_data_url(self)
         if self.gate.metric is None:
             self.gate.metric = "dcg@10" if debiased else "ndcg@10"
@@ -195,6 +203,14 @@ class NightlyConfig(_Section):
         if debiased and not chosen & {"tolerance", "relative_tolerance"}:
             self.gate.tolerance, self.gate.relative_tolerance = 0.0, 0.01
         return self
+
+
+class _KeysError(ValueError):
+    """A check across keys, naming the key whose line the error points at."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = tuple(key.split("."))
 
 
 def _check_data_url(config: NightlyConfig) -> None:
@@ -206,24 +222,28 @@ def _check_data_url(config: NightlyConfig) -> None:
     scheme = url.split("://", 1)[0] + "://"  # not the whole URL: it may hold a password
     if config.data.source == "logs":
         if not url.startswith(LOG_URL_SCHEMES):
-            raise ValueError(
+            raise _KeysError(
+                "data.dir",
                 f"data.dir is a {scheme} URL: the logs are read from a JSONL file or "
-                f"directory, or a {', '.join(LOG_URL_SCHEMES)} URL"
+                f"directory, or a {', '.join(LOG_URL_SCHEMES)} URL",
             )
     elif config.model.engine != "lightgbm-dask":
-        raise ValueError(
+        raise _KeysError(
+            "data.dir",
             f"data.dir is a {scheme} URL: data.source = 'files' reads a local directory "
             "(a URL is read by data.source = 'logs' (redis://) or model.engine = "
-            "'lightgbm-dask' (s3://, gs://, ...))"
+            "'lightgbm-dask' (s3://, gs://, ...))",
         )
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> NightlyConfig:
     raw: dict[str, Any] = {}
+    text: str | None = None
     if path is not None:
         try:
             # utf-8-sig: editors on Windows start a file with a byte-order mark.
-            raw = tomllib.loads(Path(path).read_bytes().decode("utf-8-sig"))
+            text = Path(path).read_bytes().decode("utf-8-sig")
+            raw = tomllib.loads(text)
         except FileNotFoundError:
             raise CommandError(f"{path}: no such config file") from None
         except OSError as exc:
@@ -243,6 +263,25 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> N
     try:
         return NightlyConfig.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise CommandError(f"{path or 'nightly config'}: {where}: {first['msg']}") from None
+        raise CommandError(_config_error(exc, path, text, overrides or {})) from None
+
+
+def _config_error(
+    exc: ValidationError, path: Path | None, text: str | None, overrides: dict[str, Any]
+) -> str:
+    """`file:line: key: what is wrong` for the first error (no line for a key the file does
+    not write, or that the command line set)."""
+    first = exc.errors()[0]
+    loc: tuple[str | int, ...] = tuple(first["loc"])
+    error = first.get("ctx", {}).get("error")
+    keys_error = isinstance(error, _KeysError)
+    if isinstance(error, _KeysError):
+        loc = (*loc, *error.key)
+    given = ".".join(map(str, loc)) in overrides
+    line = None if text is None or given else key_line(text, loc)
+    source = f"{path or 'nightly config'}" + (f":{line}" if line is not None else "")
+    return (
+        f"{source}: {error}"
+        if keys_error
+        else f"{source}: {'.'.join(map(str, loc))}: {first['msg']}"
+    )

@@ -111,7 +111,7 @@ def test_bad_config_names_the_file_and_field(tmp_path: Path) -> None:
     config.write_text("[gate]\ntolerance = -1\n")
     result = CliRunner().invoke(app, ["nightly", "--config", str(config)])
     assert result.exit_code != 0
-    assert "n.toml: gate.tolerance" in result.output
+    assert "n.toml:2: gate.tolerance" in result.output
 
 
 def test_seconds_until_next_run() -> None:

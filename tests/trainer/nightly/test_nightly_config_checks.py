@@ -26,7 +26,7 @@ def _config(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize("metric", ["bogus", "queries", "documents", "rescore_max_rel_diff"])
 def test_gate_metric_is_a_ranking_quality_key(tmp_path: Path, metric: str) -> None:
     path = _config(tmp_path, f'[gate]\nmetric = "{metric}"\n')
-    with pytest.raises(CommandError, match=r"n\.toml: gate\.metric: .*ndcg@10") as info:
+    with pytest.raises(CommandError, match=r"n\.toml:2: gate\.metric: .*ndcg@10") as info:
         load_config(path)
     assert repr(metric) in str(info.value)
 
@@ -38,8 +38,25 @@ def test_every_quality_metric_of_the_report_is_accepted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["", ".", "../escape", "a/b"])
 def test_model_name_is_checked_at_load(tmp_path: Path, name: str) -> None:
-    with pytest.raises(CommandError, match=r"n\.toml: model\.name: "):
+    with pytest.raises(CommandError, match=r"n\.toml:2: model\.name: "):
         load_config(_config(tmp_path, f'[model]\nname = "{name}"\n'))
+
+
+def test_errors_name_the_line_of_the_key(tmp_path: Path) -> None:
+    text = '# nightly\n[data]\ndir = "x"\n\n[model]\nengine = "native"\n'
+    text += 'lambdamart.num_trees = "many"\n'
+    with pytest.raises(CommandError, match=r"n\.toml:7: model\.lambdamart\.num_trees: "):
+        load_config(_config(tmp_path, text))
+    # a check across keys points at the key it names first
+    text = '[data]\nsource = "files"\ndir = "s3://bucket/ltr"\n'
+    with pytest.raises(CommandError, match=r"n\.toml:3: data\.dir is a s3:// URL: "):
+        load_config(_config(tmp_path, text))
+    text = '[experiment]\nmode = "ab"\nenabled = true\n'
+    with pytest.raises(CommandError, match=r"n\.toml:3: experiment\.enabled needs "):
+        load_config(_config(tmp_path, text))
+    # a value set on the command line has no line in the file
+    with pytest.raises(CommandError, match=r"n\.toml: model\.engine: "):
+        load_config(_config(tmp_path, '[model]\nengine = "native"\n'), {"model.engine": "x"})
 
 
 def _no_training(*args: object, **kwargs: object) -> object:

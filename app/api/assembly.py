@@ -160,9 +160,11 @@ async def assemble(
     lookup: LookupTime | None = None,
     early: EarlyItems | None = None,
     query_bad: bool = False,
+    envelope_errors: Sequence[RequestError] = (),
 ) -> Assembled:
     """The request's rows in model column order; RequestError (422) for bad content, query
-    errors (`query_bad`: pydantic found some) and candidate errors together. Store lookups
+    errors (`query_bad`: pydantic found some), the envelope's other errors and candidate
+    errors together. Store lookups
     (Redis) stay within the request's budget (`lookup`); `early`: the item fetch, if the
     caller started it before the body was parsed (it is used when the parsed ids are the
     same)."""
@@ -187,6 +189,7 @@ async def assemble(
         discard_early(early)
     try:
         query, query_errors = _query_of(envelope, doc, layout, settings, query_bad)
+        query_errors = [*envelope_errors, *query_errors]
         # Per request, not per candidate: a few query features.
         query_missing = int(np.isnan(query).sum()) if layout.query else None
         extra = 0 if layout.sourced else layout.width - len(layout.candidate)

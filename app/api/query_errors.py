@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from app.api.errors import validation_detail
 from app.api.query_values import (
     FEATURES_TYPE,
     bad_positions,
@@ -30,27 +31,54 @@ from app.registry import LoadedModel, ModelRegistry
 if TYPE_CHECKING:
     from app.api.assembly import FeatureLayout
 
-_WHERE = ("body", "query", "features")
+_QUERY_FEATURES = ("query", "features")
+_WHERE = ("body", *_QUERY_FEATURES)
 
 
 def envelope_and_model(
     doc: dict[str, Any], context: dict[str, Any] | None, registry: ModelRegistry
-) -> tuple[RerankEnvelope, LoadedModel, bool]:
-    """The body's envelope and model, and whether its `query.features` are bad (their errors
-    are `every_query_error`'s, once the model is known). pydantic's ValidationError when
-    anything else in the envelope is bad, or when no model can check the query features."""
+) -> tuple[RerankEnvelope, LoadedModel, bool, list[RequestError]]:
+    """The body's envelope and model, whether its `query.features` are bad (their errors are
+    `every_query_error`'s, once the model is known), and the envelope's other errors (a bad
+    `top_k`, an unknown key): reported with the query's and the candidates' in one 422, the
+    envelope checked without the keys that hold them. pydantic's ValidationError when the
+    model itself is bad or not served, or when no model can check the rest."""
     try:
         envelope = RerankEnvelope.model_validate(doc, context=context)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        if any(tuple(e["loc"][:2]) != ("query", "features") for e in errors):
+        if any(not e["loc"] or e["loc"][0] == "model" for e in errors):
             raise
-        envelope = RerankEnvelope.model_validate({**doc, "query": None}, context=context)
+        query_bad = any(tuple(e["loc"][:2]) == _QUERY_FEATURES for e in errors)
+        others = [e for e in errors if tuple(e["loc"][:2]) != _QUERY_FEATURES]
+        rest = _without(doc, others)
         try:
-            return envelope, registry.get(envelope.model), True
-        except LtrError:
+            if query_bad:
+                rest = {**rest, "query": None}
+            envelope = RerankEnvelope.model_validate(rest, context=context)
+            model = registry.get(envelope.model)
+        except (ValidationError, LtrError):
             raise exc from None  # as before: a 422 for the values rather than a 404
-    return envelope, registry.get(envelope.model), False
+        found = [
+            RequestError(tuple(d["loc"]), d["msg"], d["type"])
+            for d in validation_detail(others, ("body",))
+        ]
+        return envelope, model, query_bad, found
+    return envelope, registry.get(envelope.model), False, []
+
+
+def _without(doc: dict[str, Any], errors: list[Any]) -> dict[str, Any]:
+    """`doc` without the top-level keys `errors` are about (for `query`, only its bad keys
+    when it is an object: its features are checked on their own)."""
+    rest = dict(doc)
+    for error in errors:
+        loc = error["loc"]
+        query = rest.get("query")
+        if loc[0] == "query" and len(loc) > 1 and type(query) is dict:
+            rest["query"] = {k: v for k, v in query.items() if k != loc[1]}
+        else:
+            rest.pop(loc[0], None)
+    return rest
 
 
 def every_query_error(

@@ -170,9 +170,9 @@ async def _parse(
         # The model's query feature names, asked for only to name a bad value (error path).
         names = {QUERY_NAMES: partial(_query_names, registry, doc)} if "query" in doc else None
         check_envelope(doc)  # before pydantic: one error, not one per unknown key
-        envelope, model, query_bad = envelope_and_model(doc, names, registry)
+        envelope, model, query_bad, bad = envelope_and_model(doc, names, registry)
         lookup = slot.lookup_time()
-        args = (envelope, settings, resolver, item_store, lookup, early, query_bad)
+        args = (envelope, settings, resolver, item_store, lookup, early, query_bad, bad)
         rows = await assemble(model, doc, candidates, raw, *args)
     except BaseException:
         abandon(decoding)

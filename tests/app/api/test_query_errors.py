@@ -115,7 +115,44 @@ def test_a_valid_query_with_bad_candidates_is_as_before(client: TestClient) -> N
 def test_bad_query_values_and_another_envelope_error_are_all_named(client: TestClient) -> None:
     """pydantic's path (the envelope is bad beyond its query): every value, not the first."""
     body = {"query": {"features": [1.0, "x", "x"]}, "top_k": "3", "candidates": [{"id": "d1"}]}
-    assert [loc[2:] for loc, _, _ in detail(client, body)] == [["features", 1], ["features", 2], []]
+    assert [loc[2:] for loc, _, _ in detail(client, body)] == [
+        [],
+        ["features"],
+        ["features", 1],
+        ["features", 2],
+    ]
+
+
+def test_envelope_errors_come_with_the_candidates_errors(client: TestClient) -> None:
+    """A bad `top_k` or an unknown key hid every candidate error (a held-out trial)."""
+    body = {
+        "top_k": 0,
+        "bogus": 1,
+        "query": {"features": {"qlen": 1}, "extra": 2},
+        "candidates": [{"id": "d1", "features": ["x", 0.1]}, {"features": [0.1, 0.2]}],
+    }
+    assert [(loc, kind) for loc, kind, _ in detail(client, body)] == [
+        (["body", "query", "extra"], "extra_forbidden"),  # the envelope's, in field order
+        (["body", "top_k"], "greater_than_equal"),
+        (["body", "bogus"], "extra_forbidden"),
+        (["body", "candidates", 0, "features", 0], "float_type"),
+        (["body", "candidates", 1, "id"], "missing"),
+    ]
+    # alone, the envelope's errors are the whole 422
+    good = [{"id": "d1", "features": [0.1, 0.2]}]
+    assert detail(client, {"top_k": "x", "candidates": good}) == [
+        (["body", "top_k"], "int_type", "Input should be a valid integer")
+    ]
+
+
+def test_a_bad_model_name_is_the_envelope_errors_alone(client: TestClient) -> None:
+    """No model, no candidate check: the envelope's errors as pydantic gives them."""
+    resp = client.post(
+        "/rerank",
+        json={"model": "a/b", "top_k": 0, "candidates": [{"id": "d1", "features": ["x"]}]},
+    )
+    assert resp.status_code == 422
+    assert [d["loc"] for d in resp.json()["detail"]] == [["body", "model"], ["body", "top_k"]]
 
 
 def test_query_errors_and_candidates_past_the_search_cut_off(client: TestClient) -> None:

@@ -46,12 +46,21 @@ def push_command(
     id_column: IdColumn = "doc_id",
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
+    registry: Annotated[
+        Path,
+        Opt(
+            help="Registry root: a warning for each served model that reads this set and "
+            "features the table lacks.",
+            envvar="LTR_REGISTRY",
+        ),
+    ] = Path("registry"),
     as_json: AsJson = False,
 ) -> None:
     """Write a whole new version, verify it, then switch the live pointer (atomic); the live
     version pushed again is verified and what Redis lost rewritten."""
     from trainer.data.errors import DataFormatError
     from trainer.features.redis_sets import PushError, eviction_warning, push_item_set
+    from trainer.features.served_readers import lacking_readers
     from trainer.features.set_keys import check_name
 
     if (items is None) == (model is None):
@@ -67,6 +76,7 @@ def push_command(
                 f"warning: {model} reads item set {reads!r}; this pushes its snapshot as "
                 f"{set_name!r}, which that model does not read"
             )
+        warnings += lacking_readers(registry, set_name, table.names)
         with connect(redis_url) as client:
             # Said before the push: it may be what makes the push fail.
             warnings += [w for w in (eviction_warning(client),) if w is not None]

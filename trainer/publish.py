@@ -34,7 +34,8 @@ from app.artifacts.store import (
     set_current,
     write_version_dir,
 )
-from app.registry.experiments import ExperimentError, compatibility_errors, read_active
+from app.registry.experiments import ExperimentError, compatibility_errors
+from trainer.experiments.experiment_file import read_experiment
 from trainer.feature_change import feature_change_warnings
 from trainer.retention import prune_versions, rollback_target
 
@@ -251,9 +252,9 @@ def experiment_pause_warning(registry: Path, name: str, current: str) -> str | N
     """One line when CURRENT, now `current`, is not the running experiment's control: services
     stop serving the experiment (trainer.experiments.lifecycle.pause_reason)."""
     try:
-        spec = read_active(registry, name)
-    except ExperimentError:
-        return None  # services refuse that EXPERIMENT file already
+        spec = read_experiment(registry, name)
+    except ExperimentError as exc:
+        return f"warning: {exc}"  # services refuse it: what publishing changes is moot
     if spec is None or spec.control == current:
         return None
     return (

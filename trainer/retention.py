@@ -23,6 +23,7 @@ from app.artifacts.store import (
     read_history,
 )
 from app.registry.experiments import RECORDS_DIR, ExperimentError, list_records, read_active
+from trainer.experiments.experiment_file import refused_note
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def prune_versions(registry: Path, name: str, keep: int) -> list[str]:
     try:
         protected = protected_versions(registry, name)
     except ExperimentError as exc:
-        log.warning("not pruning %s: %s", Path(registry) / name, exc)
+        log.warning("not pruning %s: %s: %s", Path(registry) / name, exc, refused_note(name))
         return []
     versions = list_versions(registry, name)
     removable = [v for v in versions[: max(len(versions) - keep, 0)] if v not in protected]

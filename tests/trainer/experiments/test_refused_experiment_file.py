@@ -6,14 +6,19 @@ file", and deleting it by hand was the only way out, which no message said."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from app.artifacts.store import set_current
 from app.registry.experiments import experiment_path, find_record, read_active
 from tests.trainer.experiments.conftest import read_json, write_logs
 from tests.trainer.experiments.test_experiment_cli import ltr, start
+from trainer.cli import app
+from trainer.retention import prune_versions
 
 CLEAR = (
     "services refuse the file and serve CURRENT alone; `ltr experiment stop --name m` removes it"
@@ -120,3 +125,21 @@ def test_a_record_no_file_names_is_reported_and_stop_ends_it(registry: Path) -> 
     assert record.reason == "stopped by hand (no EXPERIMENT file named it: no service served it)"
     code, _, err = ltr("stop", "--registry", str(registry), "--name", "m")
     assert code == 2 and "runs no experiment" in err
+
+
+def test_publish_and_pruning_say_how_to_clear_a_refused_file(
+    registry: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """They read the file too: publish said nothing of it, pruning named no way out."""
+    garble(registry)
+    path = experiment_path(registry, "m")
+    set_current(registry, "m", "v2")
+    args = ["publish", "--registry", str(registry), "--rollback", "--name", "m"]
+    rolled = CliRunner().invoke(app, args)
+    assert rolled.exit_code == 0, rolled.stderr
+    warning = f"warning: {path}: not a valid experiment file"
+    lines = rolled.stderr.splitlines()
+    assert any(line.startswith(warning) and line.endswith(CLEAR) for line in lines), lines
+    with caplog.at_level(logging.WARNING):
+        assert prune_versions(registry, "m", keep=1) == []
+    assert caplog.records[-1].getMessage().endswith(CLEAR)

@@ -180,6 +180,12 @@ REQUEST_SECONDS = Histogram(
     ["route", "method", "status"],
     buckets=_LATENCY_BUCKETS,
 )
+PROBE_REQUESTS = Counter(
+    "ltr_probe_requests_total",
+    "Answers of the probe port (LTR_PROBE_PORT), by path and status code: a readiness probe "
+    "answered 503 took the pod out of its Service. Not in ltr_http_requests_total.",
+    ["route", "status"],
+)
 DECODE_SECONDS = Histogram(
     "ltr_request_decode_seconds",
     "Time to turn a /rerank body into the feature matrix (JSON decode + validation).",
@@ -305,3 +311,6 @@ def start_series() -> None:
         SHED.labels(reason)
     for reason in ("header_timeout", "body_timeout", "buffer_full"):
         SLOW_CLIENTS.labels(reason)
+    for route in ("/livez", "/readyz"):
+        for status in ("200", "503"):
+            PROBE_REQUESTS.labels(route, status)

@@ -185,7 +185,7 @@ class ProbeServer:
             def handle_one_request(self) -> None:
                 self._head.arm(head_timeout_s)
                 # Not the previous request's (nor missing) should this one time out.
-                self.command = self.requestline = ""
+                self.command = self.requestline = self.path = ""
                 self.request_version = self.default_request_version
                 self.server.mark(self.connection, waiting=True)
                 super().handle_one_request()  # a timeout closes the connection
@@ -269,6 +269,10 @@ class ProbeServer:
                 self.end_headers()
                 if with_body:
                     self.wfile.write(body)
+                path = self.path.split("?", 1)[0]
+                metrics.PROBE_REQUESTS.labels(
+                    path if path in routes else "unmatched", str(status)
+                ).inc()
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None  # probes every few seconds would flood the access log

@@ -4,12 +4,14 @@ failing only on a stalled loop."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from app.health import Answer, liveness
 from app.loop_lag import LAG_SAMPLE_S, LoopLag
@@ -120,3 +122,30 @@ def test_two_listeners_share_a_port() -> None:
     finally:
         second.stop()
         first.stop()
+
+
+def _probe_count(route: str, status: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "ltr_probe_requests_total", {"route": route, "status": status}
+    )
+    return value or 0.0
+
+
+def test_answers_are_counted_by_path_and_status() -> None:
+    """A readiness 503 takes the pod out of its Service: /metrics had no count of them."""
+    routes = [("/readyz", "503"), ("/livez", "200"), ("unmatched", "404"), ("unmatched", "400")]
+    before = {key: _probe_count(*key) for key in routes}
+    server = serve()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as client:
+            for _ in range(3):
+                client.get("/readyz?x=1")
+            client.get("/livez")
+            client.get("/nope")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            raw.sendall(b"GARBAGE\r\n\r\n")
+            assert raw.recv(100).startswith(b"HTTP/1.1 400")
+    finally:
+        server.stop()
+    after = {key: _probe_count(*key) - before[key] for key in routes}
+    assert after == {routes[0]: 3, routes[1]: 1, routes[2]: 1, routes[3]: 1}

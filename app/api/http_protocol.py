@@ -404,7 +404,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         target = self.url if self._head_open and target_read else None
         method = self.parser.get_method() if self._head_open and method_read else None
         seconds = self.loop.time() - self._head_since
-        self.answers.count(self.app, target, method, status, seconds)
+        self.answers.count(self.app, target, method, status, seconds, self.client)
 
     def _target_read(self) -> bool:
         """Whether the request target was read whole. llhttp hands a target it is still

@@ -5,6 +5,8 @@ has no request id, so a caller's id could not find its request in the log)."""
 from __future__ import annotations
 
 import re
+import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -57,3 +59,34 @@ def test_each_request_is_logged_with_the_id_its_answer_carried(tmp_path: Path) -
     assert scored.headers["x-request-id"] == "from-the-body"
     # uvicorn's own access line (without the id) is not written as well.
     assert '"POST /rerank HTTP/1.1" 200\n' not in server.log()
+
+
+def test_the_protocols_own_answers_are_logged(tmp_path: Path) -> None:
+    """A 408 for a head not sent in time and a 400 for bytes the parser refuses are written
+    by the HTTP protocol, before the app: they had no line."""
+    publish(tmp_path / "registry", random_ensemble(3, seed=0), version="v1")
+    env = {
+        "LTR_REGISTRY": str(tmp_path / "registry"),
+        "LTR_ACCESS_LOG": "true",
+        "LTR_HEADER_READ_TIMEOUT_SECONDS": "0.5",
+    }
+    server = product_server(env).start().wait_ready()
+    host, port = server.url.removeprefix("http://").split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as slow:
+            slow.sendall(b"GET /models HTTP/1.1\r\nHost: x\r\n")  # and no more
+            assert slow.recv(100).startswith(b"HTTP/1.1 408")
+        with socket.create_connection((host, int(port)), timeout=5) as bad:
+            bad.sendall(b"GET /models HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+            assert bad.recv(100).startswith(b"HTTP/1.1 400")
+        with socket.create_connection((host, int(port)), timeout=5) as silent:
+            assert silent.recv(100).startswith(b"HTTP/1.1 408")
+        time.sleep(0.2)  # the lines are written after the answers
+        lines = [line for line in _lines(server.log()) if line[1] not in ("/livez", "/readyz")]
+    finally:
+        server.stop()
+    assert lines == [
+        ("GET", "/models", 408, "-"),
+        ("GET", "/models", 400, "-"),
+        ("-", "-", 408, "-"),
+    ]

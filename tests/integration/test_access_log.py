@@ -33,6 +33,11 @@ def _lines(log: str) -> list[tuple[str, str, int, str]]:
     return found
 
 
+def _request_lines(log: str) -> list[tuple[str, str, int, str]]:
+    """The lines but the start-up waits' polls of /livez and /readyz."""
+    return [line for line in _lines(log) if line[1] not in ("/livez", "/readyz")]
+
+
 def test_each_request_is_logged_with_the_id_its_answer_carried(tmp_path: Path) -> None:
     publish(tmp_path / "registry", random_ensemble(3, seed=0), version="v1")
     env = {"LTR_REGISTRY": str(tmp_path / "registry"), "LTR_ACCESS_LOG": "true"}
@@ -47,8 +52,7 @@ def test_each_request_is_logged_with_the_id_its_answer_carried(tmp_path: Path) -
             bad = client.post("/rerank", content=b"{", headers={"x-request-id": "caller-7"})
             probe = client.get("/livez?verbose=1", headers={"x-request-id": "bad id!"})
         assert scored.status_code == 200 and bad.status_code == 422
-        # The start-up waits polled /livez and /readyz: those lines are left out.
-        lines = [line for line in _lines(server.log()) if line[1] not in ("/livez", "/readyz")]
+        lines = _request_lines(server.log())
     finally:
         server.stop()
     assert lines == [
@@ -82,7 +86,7 @@ def test_the_protocols_own_answers_are_logged(tmp_path: Path) -> None:
         with socket.create_connection((host, int(port)), timeout=5) as silent:
             assert silent.recv(100).startswith(b"HTTP/1.1 408")
         time.sleep(0.2)  # the lines are written after the answers
-        lines = [line for line in _lines(server.log()) if line[1] not in ("/livez", "/readyz")]
+        lines = _request_lines(server.log())
     finally:
         server.stop()
     assert lines == [

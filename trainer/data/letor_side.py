@@ -10,7 +10,8 @@ import numpy as np
 
 from trainer.data.errors import located, quote
 
-_POSITION = re.compile(r"(?:pos_)?(\d+)")
+_POSITION = re.compile(r"(?:pos_)?([0-9]+)")
+_COUNT = re.compile(r"[0-9]+")  # not str.isdigit: it takes "²", which int() refuses
 
 
 def side_path(path: Path, suffix: str) -> Path:
@@ -19,7 +20,8 @@ def side_path(path: Path, suffix: str) -> Path:
 
 def _entries(path: Path) -> list[tuple[int, str]]:
     """(line number, stripped text) of every non-blank line."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    # utf-8-sig: a byte-order mark is read past, as in the data file (trainer.data.letor).
+    text = path.read_text(encoding="utf-8-sig", errors="replace")
     return [(n, s) for n, raw in enumerate(text.splitlines(), start=1) if (s := raw.strip())]
 
 
@@ -29,7 +31,7 @@ def read_group_sizes(path: Path, n_rows: int) -> np.ndarray:
     total = 0
     entries = _entries(path)
     for line, text in entries:
-        if not text.isdigit() or int(text) <= 0:
+        if not _COUNT.fullmatch(text) or int(text) <= 0:
             raise located(path, line, f"group size {quote(text)} is not a positive integer")
         sizes.append(int(text))
         total += sizes[-1]

@@ -56,7 +56,9 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
             pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
         ):
             hint = ""
-            if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            if name == "label":
+                hint = " (a relevance grade: 0, 1, 2, ...; map text grades to numbers first)"
+            elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
                 # A trial's doc_id column stopped `ltr train` here, where `ltr evaluate`
                 # (reading only the model's columns) ignored it.
                 hint = (

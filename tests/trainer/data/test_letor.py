@@ -92,12 +92,20 @@ def test_query_file_instead_of_qid(tmp_path: Path) -> None:
     np.testing.assert_array_equal(data.query_ids, [0, 1])
 
 
+def test_side_files_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """As the data file may (a trial: the .query file's BOM was 'not a positive integer')."""
+    path = write(tmp_path, "1 1:1\n0 1:2\n2 2:1\n")
+    write(tmp_path, "\ufeff2\n1\n", "data.txt.query")
+    np.testing.assert_array_equal(read_letor(path).group_offsets, [0, 2, 3])
+
+
 @pytest.mark.parametrize(
     ("groups", "message"),
     [
         ("2\n2\n", r"data\.txt\.query:2: group sizes reach 4 but the data has 3 rows"),
         ("1\n1\n", r"data\.txt\.query:2: group sizes sum to 2 but the data has 3 rows"),
         ("2\nx\n", r"data\.txt\.query:2: group size 'x' is not a positive integer"),
+        ("2\n\u00b2\n", r"data\.txt\.query:2: group size '\u00b2' is not a positive integer"),
     ],
 )
 def test_query_file_errors(tmp_path: Path, groups: str, message: str) -> None:

@@ -126,3 +126,12 @@ def test_a_text_column_is_refused_saying_what_a_feature_is(tmp_path: Path) -> No
     with pytest.raises(DataFormatError, match=r"column 'doc_id': has type string, expected a "
                        r"number \(a feature is a number: leave an id"):  # fmt: skip
         read_parquet(path)
+
+
+def test_a_text_label_column_is_refused_saying_what_a_label_is(tmp_path: Path) -> None:
+    """The feature hint was given for the label too (a trial)."""
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"qid": [1, 1], "label": ["good", "bad"], "x": [1, 2]}), path)
+    with pytest.raises(DataFormatError, match=r"column 'label': .* \(a relevance grade") as info:
+        read_parquet(path)
+    assert "feature" not in str(info.value)

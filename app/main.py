@@ -101,7 +101,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             BODY_SCAN.compile_later()
             SHED_IDS.compile_later()  # a shed request's ids (app.api.ids_kernel)
             ITEM_LOOKUP.compile_later()  # in-process item rows from those ids' bytes
-        probes = _probe_server(settings, app) if settings.probe_port else None
+        # A replacement worker listens for probes once it accepts requests (below): before,
+        # the kernel gave it some of the pod's probes, answered /readyz 503 while it loaded.
+        replacement = is_replacement()
+        probes = _probe_server(settings, app) if settings.probe_port and not replacement else None
 
         async def on_event(model: str, version: str) -> None:
             log.info("announcement: %s/%s", model, version)
@@ -113,8 +116,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             registry, settings.reload_poll_seconds, settings.gc_freeze, first_done
         )
         tasks = [asyncio.create_task(first_load)]
-        if is_replacement():
+        if replacement:
             await _until_loaded(first_done, settings)
+            probes = _probe_server(settings, app) if settings.probe_port else None
         if settings.redis_url:
             tasks.append(asyncio.create_task(listen_for_reloads(settings, on_event)))
         # POST /admin/reload taken by another worker of this replica (none with one worker).

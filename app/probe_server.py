@@ -32,6 +32,8 @@ from typing import Any
 import orjson
 
 from app import metrics
+from app.accept_loop import HANDSHAKE_SETTLE_S
+from app.handshake_filter import refuse_new_handshakes
 from app.health import Answer
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ MAX_CONNECTIONS = 64
 # A client going away before its answer is written is not an error of this service.
 _CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 _ROUTE_METHODS = ("GET", "HEAD")
+# At a stop, the probes drained from the accept queue are answered within this long (a probe
+# sends its head at once): the process may exit after it.
+DRAIN_ANSWER_S = 1.0
 
 
 class _Listener(ThreadingHTTPServer):
@@ -289,9 +294,42 @@ class ProbeServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening without resetting a probe: the kernel resets the connections still
+        in a listening socket's accept queue when it is closed (a trial: a /livez and a /readyz
+        reset at each SIGHUP and SIGTERM of 2 workers), so new handshakes are refused first
+        (app.handshake_filter: a probe's SYN is sent again in 1 s, to a sibling or a new
+        worker), the queue is drained and its connections are answered, then it closes."""
         self.server.shutdown()
+        sock = self.server.socket
+        answering = []
+        with contextlib.suppress(OSError):
+            sock.setblocking(False)
+            settled = time.monotonic() + (HANDSHAKE_SETTLE_S if refuse_new_handshakes(sock) else 0)
+            while True:
+                answering += self._drain(sock)
+                if time.monotonic() >= settled:
+                    break
+                time.sleep(HANDSHAKE_SETTLE_S / 10)
         self.server.server_close()
+        deadline = time.monotonic() + DRAIN_ANSWER_S
+        for thread in answering:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
         self._thread.join(timeout=5)
+
+    def _drain(self, sock: socket.socket) -> list[threading.Thread]:
+        """A thread answering each connection queued on `sock` now."""
+        threads: list[threading.Thread] = []
+        while True:
+            try:
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return threads
+            conn.setblocking(True)
+            thread = threading.Thread(
+                target=self.server.process_request_thread, args=(conn, address), daemon=True
+            )
+            thread.start()
+            threads.append(thread)
 
 
 def _json(answer: Answer) -> tuple[int, bytes, str]:

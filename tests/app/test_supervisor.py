@@ -16,6 +16,7 @@ import pytest
 
 from tests.support import publish, random_ensemble
 from tests.support.connection_load import KeepAliveLoad, Load, readyz_request
+from tests.support.redis_server import free_port
 from tests.support.uvicorn_server import UvicornServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -177,16 +178,22 @@ def test_a_replacement_worker_takes_no_request_before_its_model_is_loaded(
         server.stop()
 
 
-def test_readiness_stays_200_through_a_sighup_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("port", ["service", "probe"])
+def test_readiness_stays_200_through_a_sighup_restart(tmp_path: Path, port: str) -> None:
     """Before: each replacement accepted once its models were in and answered /readyz 503
     "loading the compiled body scans" for about 0.7 s, so a load balancer probing it then
-    took the replica out of service during a restart meant to be invisible."""
+    took the replica out of service during a restart meant to be invisible. On the probe
+    port, a replacement listened from its start (503 "no model loaded yet" and "loading the
+    compiled body scans" in a trial), and a stopping worker's probes queued for accept() were
+    reset."""
     publish(tmp_path, random_ensemble(NF, num_trees=50, depth=4))
-    server = serving(tmp_path, 2, LTR_BODY_SCAN="true")
+    probe_port = free_port()
+    server = serving(tmp_path, 2, LTR_BODY_SCAN="true", LTR_PROBE_PORT=str(probe_port))
     assert server.proc is not None
+    target = server.port if port == "service" else probe_port
     try:
         workers = children(server.proc.pid)
-        with Load(server.port, clients=3, pause=0.01, request=readyz_request) as load:
+        with Load(target, clients=3, pause=0.01, request=readyz_request) as load:
             time.sleep(0.3)
             server.proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 60

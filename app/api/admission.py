@@ -93,11 +93,20 @@ def _nothing() -> None:
 class Shed(LtrError):
     """The request is answered without scoring; `body` is its raw JSON (for the ids)."""
 
-    def __init__(self, reason: str, body: bytes, marks: BodyMarks | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        body: bytes,
+        marks: BodyMarks | None = None,
+        retry_may_fit: bool = True,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.body = body
         self.marks = marks  # its quotes and brackets, when admission found them
+        # OVER_BUDGET: whether the same request could be scored in time by a worker less busy
+        # (its rows alone fit the budget); a 503 says "retry" only then.
+        self.retry_may_fit = retry_may_fit
 
 
 RERANK_PATH = "/rerank"
@@ -326,7 +335,8 @@ class AdmissionController:
         hidden = self.loop_lag.recent
         expected = self._expected(rows, service)
         if now + hidden + expected > budget.scoring_deadline and not self._probe(now, budget):
-            raise self._shed(self._refusal(budget, expected, hidden), body)
+            reason = self._refusal(budget, expected, hidden)
+            raise self._shed(reason, body, fits=self.fits_alone(rows, budget))
         # One admission per turn of the loop, or a few small ones: a turn runs every request
         # the loop read in its last one, and an admitted request's parse and scoring (inline
         # when small) held the loop for all of them, the sockets unread meanwhile. The rest
@@ -483,11 +493,24 @@ class AdmissionController:
         self.limit = min(max(self.limit, float(s.admission_min_rows)), float(s.admission_max_rows))
         metrics.ADMISSION_LIMIT_ROWS.set(self.limit)
 
-    def _shed(self, reason: str, body: bytes, marks: BodyMarks | None = None) -> Shed:
+    def _shed(
+        self, reason: str, body: bytes, marks: BodyMarks | None = None, fits: bool = True
+    ) -> Shed:
         # Counted in ltr_shed_requests_total once answered shed (app.api.retrieval_order): a
         # request refused here may still get a 422 for its ids or top_k.
         self.last_shed = self.clock()
-        return Shed(reason, body, marks)
+        return Shed(reason, body, marks, fits)
+
+    def fits_alone(self, rows: int, budget: Budget, own: int = 0) -> bool:
+        """Whether `rows` served alone, on a worker with nothing else to do, take less than
+        the budget's scoring window; before any request was measured alone, whether this
+        worker has other work now (a trial: 100-candidate requests over budget only because
+        of load were told to send fewer candidates). `own`: the rows of this request already
+        counted in flight."""
+        window = budget.scoring_deadline - budget.arrived
+        if self.alone.measured:
+            return self.alone.estimate(rows) < window
+        return self.in_flight > own or bool(self._waiters)
 
 
 @dataclass
@@ -565,7 +588,8 @@ class Slot:
         if remaining <= 0:
             if asyncio.iscoroutine(work):
                 work.close()
-            raise controller._shed(OVER_BUDGET, self.body, self.marks)
+            fits = controller.fits_alone(self.rows, self.budget, self.rows)
+            raise controller._shed(OVER_BUDGET, self.body, self.marks, fits)
         if self.rows <= self.inline_max_rows:
             result = await work
             self.done_at = controller.clock()
@@ -577,7 +601,8 @@ class Slot:
             return task.result()
         self._held = False
         task.add_done_callback(self._late_done)
-        raise controller._shed(OVER_BUDGET, self.body, self.marks)
+        fits = controller.fits_alone(self.rows, self.budget, self.rows)
+        raise controller._shed(OVER_BUDGET, self.body, self.marks, fits)
 
     def _late_done(self, task: asyncio.Future[Any]) -> None:
         if not task.cancelled():

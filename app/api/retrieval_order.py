@@ -350,7 +350,7 @@ async def overload_response(request: Request, exc: Exception) -> Response:
     model = state.registry.get(envelope.model)
     if settings.overload_response == "503":
         metrics.SHED.labels(exc.reason).inc()
-        if exc.reason == OVER_BUDGET:
+        if exc.reason == OVER_BUDGET and not exc.retry_may_fit:
             return json_error(503, _over_budget(request, settings))  # no retry would fit
         return json_error(503, f"overloaded ({exc.reason}); retry later", {"Retry-After": "1"})
     # The envelope's pattern already allows only header-safe ids; checked again at the header.

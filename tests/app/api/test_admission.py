@@ -596,3 +596,22 @@ def test_a_large_body_is_parsed_here_only_while_its_request_is_alone() -> None:
     off, _ = controller(admission_enabled=False, parse_off_loop_min_bytes=100)
     unknown = Slot(off, b"", Budget(clock.now, 1.0), 0, None, _held=False)
     assert not unknown.parses_here(large)  # nothing counted: by size alone
+
+
+def test_over_budget_says_whether_a_retry_may_fit() -> None:
+    """A 503's advice: 100-candidate requests over budget only because the worker was busy
+    were told to send fewer candidates, without Retry-After (a trial)."""
+    adm, clock = controller(request_budget_ms=1000)
+    adm.service = ServiceTime(intercept=0.0, slope=1e-4)  # under load: 1,000 rows 100 ms
+    with pytest.raises(Shed) as unmeasured:  # nothing measured alone, nothing else in flight
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b""))
+    assert unmeasured.value.reason == OVER_BUDGET and not unmeasured.value.retry_may_fit
+    for _ in range(3):  # alone: 1,000 rows 10 ms
+        adm.alone.observe(1000, 0.01)
+    asyncio.run(adm.acquire(500, Budget(clock.now, 10.0), b""))  # busy with another request
+    with pytest.raises(Shed) as busy:
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b""))
+    assert busy.value.retry_may_fit
+    with pytest.raises(Shed) as too_big:  # 10,000 rows alone: ~100 ms of a 50 ms budget
+        asyncio.run(adm.acquire(10_000, Budget(clock.now, 0.05), b""))
+    assert not too_big.value.retry_may_fit

@@ -264,6 +264,10 @@ class ProbeServer:
                 extra: dict[str, str] | None = None,
             ) -> None:
                 self.connection.settimeout(self.timeout)  # the head's deadline is for reading
+                # Counted before it is sent, so a client that has its answer finds it counted.
+                path = self.path.split("?", 1)[0]
+                label = path if path in routes else "unmatched"
+                metrics.PROBE_REQUESTS.labels(label, str(status)).inc()
                 self.send_response(status)
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(body)))
@@ -274,10 +278,6 @@ class ProbeServer:
                 self.end_headers()
                 if with_body:
                     self.wfile.write(body)
-                path = self.path.split("?", 1)[0]
-                metrics.PROBE_REQUESTS.labels(
-                    path if path in routes else "unmatched", str(status)
-                ).inc()
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None  # probes every few seconds would flood the access log

@@ -39,6 +39,7 @@ from app.api.routes import router
 from app.api.schemas import RerankRequest
 from app.features.item_lookup import KERNEL as ITEM_LOOKUP
 from app.health import liveness, readiness
+from app.heap_trim import trim_when_quiet
 from app.impressions import ImpressionLog
 from app.long_lived import freeze_long_lived
 from app.probe_server import ProbeServer
@@ -116,6 +117,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             registry, settings.reload_poll_seconds, settings.gc_freeze, first_done
         )
         tasks = [asyncio.create_task(first_load)]
+        if settings.heap_trim:
+            tasks.append(asyncio.create_task(_trim_once_loaded(first_done)))
         if replacement:
             await _until_loaded(first_done, settings)
             probes = _probe_server(settings, app) if settings.probe_port else None
@@ -205,6 +208,12 @@ async def _load_then_poll(
         freeze_long_lived()
     if poll_seconds > 0:
         await registry.watch(poll_seconds)
+
+
+async def _trim_once_loaded(first_done: asyncio.Event) -> None:
+    """The heap trimmer, its baseline the worker's RSS with its models loaded."""
+    await first_done.wait()
+    await trim_when_quiet()
 
 
 async def _until_loaded(first_done: asyncio.Event, settings: Settings) -> None:

@@ -225,10 +225,14 @@ class ModelRegistry:
         if name is None:
             name = self.settings.default_model
         if name is None:
-            if len(models) == 1:
-                return next(iter(models.values()))
             if not models:
                 raise ModelNotAvailable(self.why_none())
+            if not self._scanned:
+                # Which model a request without one means is known once every model is: the
+                # one loaded first answered it, then others loaded and it was a 422.
+                raise ModelNotAvailable("the models are not all loaded yet")
+            if len(models) == 1:
+                return next(iter(models.values()))
             raise AmbiguousModel(
                 f"several models are loaded ({', '.join(sorted(models))}); name one in `model`"
             )
@@ -236,7 +240,9 @@ class ModelRegistry:
         if model is not None:
             return model
         errors = self.errors()
-        if name in errors or not models:
+        # Before the first scan of the registry ends, a model not loaded yet may be next: a
+        # 404 "unknown model" for it during start-up read as permanent (a trial under compose).
+        if name in errors or not models or not self._scanned:
             reason = errors.get(name, "not loaded yet")
             raise ModelNotAvailable(f"model {name!r} is not available: {reason}")
         raise UnknownModel(f"unknown model {name!r}; loaded: {', '.join(sorted(models))}")

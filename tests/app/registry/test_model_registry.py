@@ -184,6 +184,26 @@ def test_model_selection(tmp_path: Path) -> None:
     assert chosen.ready and chosen.get().name == "b"
 
 
+def test_until_the_first_scan_ends_a_model_not_loaded_is_not_available(tmp_path: Path) -> None:
+    """A compose trial: while the service loaded its models one by one, a request for the
+    second got 404 "unknown model" for ~0.2 s, which reads as permanent; and one naming no
+    model was scored by the first loaded, then refused as ambiguous once both were in."""
+    publish(tmp_path, random_ensemble(NF), name="a", version="v1")
+    publish(tmp_path, random_ensemble(NF), name="b", version="v1")
+    registry = make_registry(tmp_path)
+    reload(registry, "a")  # as the first scan, part way
+    assert registry.get("a").name == "a"
+    with pytest.raises(ModelNotAvailable, match="'b' is not available: not loaded yet"):
+        registry.get("b")
+    with pytest.raises(ModelNotAvailable, match="not all loaded yet"):
+        registry.get()
+    reload(registry)
+    with pytest.raises(UnknownModel):
+        registry.get("c")
+    with pytest.raises(AmbiguousModel):
+        registry.get()
+
+
 def test_a_model_that_failed_to_load_is_unavailable_not_unknown(tmp_path: Path) -> None:
     publish(tmp_path, random_ensemble(NF), name="a", version="v1")
     publish(tmp_path, random_ensemble(NF), name="b", version="v1")

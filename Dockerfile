@@ -66,7 +66,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin ltr \
- && mkdir -p /registry /data && chown ltr:ltr /registry /data
+ && mkdir -p /registry /data /tmp/ltr-nightly && chown ltr:ltr /registry /data /tmp/ltr-nightly
 COPY --from=build-trainer /opt/ltr /opt/ltr
 USER 10001:10001
 CMD ["ltr", "nightly", "--config", "/etc/ltr/nightly.toml", "--loop"]

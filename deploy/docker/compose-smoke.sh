@@ -9,8 +9,9 @@
 # Works with Compose v2 (`docker compose`) and docker-compose 1.29. Uses PYTHON_IMAGE,
 # REDIS_IMAGE, TRAINER_EXTRAS and TORCH_INDEX_URL like docker-compose.yml; without Docker Hub,
 # run deploy/docker/build-base-images.sh first and export what it prints.
-# LTR_HTTP_PORT (default: a free port) and COMPOSE_PROJECT_NAME (default ltr-smoke-<pid>)
-# keep it clear of a stack already running.
+# LTR_HTTP_PORT (default: a free port), COMPOSE_PROJECT_NAME (default ltr-smoke-<pid>) and
+# LTR_IMAGE_TAG (default smoke-<pid>, its images removed at the end) keep it clear of a stack
+# already running.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -26,7 +27,10 @@ docker info >/dev/null 2>&1 || { echo "compose-smoke: no Docker daemon reachable
 
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-ltr-smoke-$$}
 export LTR_HTTP_PORT=${LTR_HTTP_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
-export LTR_IMAGE_TAG=${LTR_IMAGE_TAG:-latest}
+# Its own image tag too (removed at the end): under `latest` it re-tagged the images of a stack
+# already running from another checkout, which its next `up` then ran (a trial).
+own_tag=${LTR_IMAGE_TAG:+no}
+export LTR_IMAGE_TAG=${LTR_IMAGE_TAG:-smoke-$$}
 api="http://127.0.0.1:${LTR_HTTP_PORT}"
 READY_TIMEOUT=${READY_TIMEOUT:-600}
 SWAP_TIMEOUT=${SWAP_TIMEOUT:-120}
@@ -43,6 +47,10 @@ teardown() {
   fi
   step "tearing down $COMPOSE_PROJECT_NAME"
   "${compose[@]}" down --volumes --remove-orphans --timeout 20 >/dev/null 2>&1 || true
+  if [ -z "$own_tag" ]; then
+    docker rmi "${LTR_IMAGE_PREFIX:-ltr-rerank}-serve:$LTR_IMAGE_TAG" \
+      "${LTR_IMAGE_PREFIX:-ltr-rerank}-trainer:$LTR_IMAGE_TAG" >/dev/null 2>&1 || true
+  fi
   exit "$status"
 }
 trap teardown EXIT

@@ -18,6 +18,7 @@ import ctypes
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,16 @@ async def trim_when_quiet(
         if not quiet or before - baseline < TRIM_ABOVE_BYTES:
             continue
         with contextlib.suppress(Exception):  # best effort: memory, not correctness
+            started = time.perf_counter()
             await asyncio.to_thread(trim, 0)
+            took = time.perf_counter() - started
             after = rss()
-            log.info("heap trimmed after a burst: RSS %d -> %d MB", before >> 20, after >> 20)
+            log.info(
+                "heap trimmed after a burst: RSS %d -> %d MB in %.0f ms",
+                before >> 20,
+                after >> 20,
+                took * 1e3,
+            )
             # What the trim left is the new normal (a larger model, caches filled): trimmed
             # again only past it, not at every quiet check.
             baseline = max(baseline, after)

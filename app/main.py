@@ -211,7 +211,7 @@ async def _load_then_poll(
 
 
 async def _trim_once_loaded(first_done: asyncio.Event) -> None:
-    """The heap trimmer, its baseline the worker's RSS with its models loaded."""
+    """The heap trimmer, once the models are loaded (their load frees memory too)."""
     await first_done.wait()
     await trim_when_quiet()
 

@@ -230,8 +230,9 @@ class Settings(BaseSettings):
     # skip the models' hundreds of thousands of objects (30-80 ms pauses of served requests
     # with a 500-tree model otherwise). Off for processes that build many apps (tests).
     gc_freeze: bool = True
-    # Give the C heap's free memory back to the system once a worker is quiet after a burst
-    # (app.heap_trim): glibc kept 1-2.9 GB of freed request bodies resident after floods.
+    # Give the C heap's free memory back to the system once a worker answers nothing for a
+    # while after a burst (app.heap_trim): glibc kept 1-2.9 GB of freed request bodies
+    # resident after floods.
     heap_trim: bool = True
 
     # Redis (a soft dependency)

@@ -1,5 +1,5 @@
-"""The heap trimmer: only when the worker is quiet and has grown, and not again for what a trim
-could not give back."""
+"""The heap trimmer: only when the worker answers nothing and idles, and only when glibc holds
+enough free memory to give back."""
 
 from __future__ import annotations
 
@@ -8,41 +8,48 @@ import sys
 
 import pytest
 
-from app import heap_trim
-from app.heap_trim import TRIM_ABOVE_BYTES, rss_bytes, trim_when_quiet
+from app.heap_trim import TRIM_ABOVE_BYTES, glibc_heap, rss_bytes, trim_when_quiet
 
 MB = 2**20
 
 
 class Worker:
-    """A fake worker: its RSS, the CPU it burns per check, and the trims it got."""
+    """A fake worker going through `phases`, one per check: (busy, bytes free in its heap).
+    Busy: it burns a second of CPU and answers a request per check."""
 
-    def __init__(self, rss: int, busy: bool) -> None:
-        self.start_rss = 300 * MB
-        self.grown = rss
-        self.busy = busy
-        self.cpu_used = 0.0
+    def __init__(self, phases: list[tuple[bool, int]]) -> None:
+        self.phases = phases
         self.checks = 0
+        self.cpu_used = 0.0
+        self.sent = 0
         self.trims: list[int] = []
-        self.left = 300 * MB  # what a trim leaves
+        self.trimmed = False
 
-    def rss(self) -> int:
-        if self.checks == 0:
-            return self.start_rss
-        return self.left if self.trims else self.grown
+    def _phase(self) -> tuple[bool, int]:
+        """The phase of the check under way (the first is the trimmer's start)."""
+        return self.phases[min(max(self.checks - 1, 0), len(self.phases) - 1)]
+
+    def free_bytes(self) -> int:
+        return 0 if self.trimmed else self._phase()[1]
+
+    def trim(self) -> None:
+        self.trims.append(self.free_bytes())
+        self.trimmed = True
 
     def cpu(self) -> float:
         self.checks += 1
-        self.cpu_used += 1.0 if self.busy else 0.0
+        if self._phase()[0]:
+            self.cpu_used += 1.0
+            self.sent += 1
+            self.trimmed = False  # a burst frees memory again
         return self.cpu_used
 
-    def trim(self, _: int) -> int:
-        self.trims.append(self.rss())
-        return 1
+    def answered(self) -> float:
+        return float(self.sent)
 
     def run(self) -> list[int]:
         async def main() -> None:
-            task = asyncio.create_task(trim_when_quiet(0.001, self.rss, self.cpu, self.trim))
+            task = asyncio.create_task(trim_when_quiet(self, 0.001, self.cpu, self.answered))  # type: ignore[arg-type]
             await asyncio.sleep(0.1)
             task.cancel()
 
@@ -50,28 +57,37 @@ class Worker:
         return self.trims
 
 
-def test_trims_once_quiet_after_growing() -> None:
-    grown = 300 * MB + TRIM_ABOVE_BYTES + MB
-    assert Worker(grown, busy=False).run() == [grown]
+FREED = TRIM_ABOVE_BYTES + MB
+
+
+def test_trims_once_quiet_after_a_burst() -> None:
+    assert Worker([(False, 0), (True, FREED), (False, FREED)]).run() == [FREED]
 
 
 def test_never_while_busy() -> None:
-    assert Worker(300 * MB + 2 * TRIM_ABOVE_BYTES, busy=True).run() == []
+    assert Worker([(False, 0), (True, FREED)]).run() == []
 
 
-def test_never_when_not_grown() -> None:
-    assert Worker(300 * MB + MB, busy=False).run() == []
+def test_never_while_answering_even_on_little_cpu() -> None:
+    """Requests at a low rate: a trim would stall one (the heap locked for milliseconds)."""
+    worker = Worker([(False, FREED)])
+    answers = iter(range(1, 10_000))
+    worker.answered = lambda: float(next(answers))  # type: ignore[method-assign]
+    assert worker.run() == []
 
 
-def test_what_a_trim_left_is_the_new_baseline() -> None:
-    """A worker whose RSS stays up (a larger model) is trimmed once, not at every check."""
-    worker = Worker(300 * MB + 2 * TRIM_ABOVE_BYTES, busy=False)
-    worker.left = worker.grown  # the trim gave nothing back
-    assert len(worker.run()) == 1
+def test_never_for_little_free_memory() -> None:
+    assert Worker([(False, 0), (True, MB), (False, MB)]).run() == []
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
-def test_the_real_trim_runs_and_rss_is_read() -> None:
-    trim = heap_trim._malloc_trim()
-    assert trim is not None and trim(0) in (0, 1)
+def test_each_burst_is_trimmed_once() -> None:
+    phases = [(False, 0), (True, FREED), (False, FREED), (False, FREED), (True, FREED)]
+    assert Worker([*phases, (False, FREED)]).run() == [FREED, FREED]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_the_real_heap_is_read_and_trimmed() -> None:
+    heap = glibc_heap()
+    assert heap is not None and heap.free_bytes() >= 0
+    heap.trim()
     assert rss_bytes() > 10 * MB

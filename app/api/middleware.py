@@ -522,12 +522,27 @@ def _log_access(scope: Scope, status: int, elapsed: float, request_id: str) -> N
     target = scope.get("raw_path") or scope["path"].encode()
     if scope.get("query_string"):
         target += b"?" + scope["query_string"]
+    method, version = scope["method"], scope.get("http_version", "1.1")
+    access_line(where, method, target.decode("latin-1"), version, status, elapsed, request_id)
+
+
+def access_line(
+    where: str,
+    method: str,
+    target: str,
+    version: str,
+    status: int,
+    elapsed: float,
+    request_id: str,
+) -> None:
+    """One access-log line: uvicorn's (client, request line, status), the duration and the
+    request id; also for the answers the HTTP protocol writes itself (app.api.protocol_answers)."""
     access_log.info(
         '%s - "%s %s HTTP/%s" %d %.1f ms request_id=%s',
         where,
-        scope["method"],
-        target.decode("latin-1"),
-        scope.get("http_version", "1.1"),
+        method,
+        target,
+        version,
         status,
         elapsed * 1e3,
         request_id,

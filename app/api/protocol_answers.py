@@ -16,7 +16,7 @@ from typing import Any
 
 import httptools
 
-from app.api.middleware import UNMATCHED, RouteLabels, access_log, count_answer
+from app.api.middleware import UNMATCHED, RouteLabels, access_line, count_answer
 
 _WRAPPERS_MOST = 8  # uvicorn's own wrappers around the app (proxy headers, ASGI 2, trace log)
 
@@ -39,27 +39,20 @@ class ProtocolAnswers:
     ) -> None:
         """`target`: the request target as read, None unless read whole; `method`: None
         unless read; `client`: the peer's address, for the access log's line."""
-        label = UNMATCHED if target is None else self._label(app, target)
+        routed = _routed_app(app)
+        label = UNMATCHED if target is None else self._label(routed, target)
         name = "other" if method is None else method.decode("ascii", "replace")
         count_answer(label, name, status, seconds)
-        routed = _routed_app(app)
         settings = getattr(getattr(routed, "state", None), "settings", None)
-        if getattr(settings, "access_log", False):
-            # As the middleware's line (app.api.middleware), with "-" for what was not read.
+        if getattr(settings, "access_log", False):  # "-" for what was not read
             where = f"{client[0]}:{client[1]}" if client else "-"
             shown = "-" if target is None else target.decode("latin-1")
-            access_log.info(
-                '%s - "%s %s HTTP/1.1" %d %.1f ms request_id=-',
-                where,
-                "-" if method is None else name,
-                shown,
-                status,
-                seconds * 1e3,
-            )
+            verb = "-" if method is None else name
+            access_line(where, verb, shown, "1.1", status, seconds, "-")
 
-    def _label(self, app: Any, target: bytes) -> str:
+    def _label(self, routed: Any, target: bytes) -> str:
+        """`routed`: the app with the routes (None: not found under uvicorn's wrappers)."""
         path = _path(target)
-        routed = _routed_app(app)
         if path is None or routed is None:
             return UNMATCHED
         labels = self._labels

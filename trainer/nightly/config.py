@@ -24,7 +24,7 @@ from trainer.commands.errors import CommandError
 from trainer.dnn.options import DNNOptions
 from trainer.lambdamart.params import LambdaMARTParams
 from trainer.metrics.report import ranking_report
-from trainer.toml_lines import key_line
+from trainer.toml_lines import at_key, key_line
 
 
 def _quality_metrics() -> tuple[str, ...]:
@@ -270,18 +270,15 @@ def _config_error(
     exc: ValidationError, path: Path | None, text: str | None, overrides: dict[str, Any]
 ) -> str:
     """`file:line: key: what is wrong` for the first error (no line for a key the file does
-    not write, or that the command line set)."""
+    not write, or that the command line set); a check across keys names its keys itself."""
     first = exc.errors()[0]
     loc: tuple[str | int, ...] = tuple(first["loc"])
     error = first.get("ctx", {}).get("error")
-    keys_error = isinstance(error, _KeysError)
     if isinstance(error, _KeysError):
         loc = (*loc, *error.key)
-    given = ".".join(map(str, loc)) in overrides
-    line = None if text is None or given else key_line(text, loc)
-    source = f"{path or 'nightly config'}" + (f":{line}" if line is not None else "")
-    return (
-        f"{source}: {error}"
-        if keys_error
-        else f"{source}: {'.'.join(map(str, loc))}: {first['msg']}"
-    )
+    known = None if ".".join(map(str, loc)) in overrides else text
+    source = path or "nightly config"
+    if isinstance(error, _KeysError):
+        line = None if known is None else key_line(known, loc)
+        return f"{source}{'' if line is None else f':{line}'}: {error}"
+    return f"{at_key(source, known, loc)}: {first['msg']}"

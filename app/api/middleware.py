@@ -11,13 +11,15 @@ give room back (the waiting take it in arrival order, each that fits), until `bu
 seconds after it arrived; then 503. Under overload by well-behaved clients room comes back
 within milliseconds, as answers go out: 100 clients sending 1.8 MB bodies to one worker got
 96-179 answers 503 in 5 s when refused at once, none when let wait. Only bodies of up to
-`wait_most_bytes` (what the protocol reads ahead) wait, since a waiting body is read
-meanwhile: 40 clients uploading 32 MiB again and again, each let wait, took the worker's RSS
-up by 1.3 GB, where refused at once it grows ~175 MB. The metrics record the status that was
-really sent (nothing sent: 500 if the app failed, 499 if the client left); so does the access
-log, when on (`LTR_ACCESS_LOG`), with the request id the answer carried and its duration.
-The metrics label is the route's path template; an answer given before routing (413, 415, 408,
-501, a 400 for `Upgrade`, a 503, a shed /rerank) is labelled with the template its path
+`wait_most_bytes` (what the protocol reads ahead) wait: 40 clients uploading 32 MiB again
+and again, each let wait, took the worker's RSS up by 1.3 GB, where refused at once it grew
+~175 MB (measured while waiting bodies were still read on; the HTTP protocol now reads no
+more of a body than uvicorn would until it is reserved here, app.api.http_protocol). The
+metrics record the status that was really sent (nothing sent: 500 if the app failed, 499 if
+the client left); so does the access log, when on (`LTR_ACCESS_LOG`), with the request id
+the answer carried and its duration. The metrics label is the route's path template; an
+answer given before routing (413, 415, 408, 501, a 400 for `Upgrade`, a 503, a shed /rerank)
+is labelled with the template its path
 matches among the app's routes, and a path no route matches is "unmatched". The HTTP protocol
 counts the answers it writes itself the same way (app.api.protocol_answers).
 """
@@ -53,6 +55,10 @@ ARRIVED_STATE = "arrived"  # scope state: time.perf_counter() when the request b
 # until then the body waits in its socket, but for the first read, of at most FIRST_READ_BYTES.
 LANE_STATE = "reception_lane"
 FIRST_READ_BYTES = 256 * 1024
+# Scope state: a callable, called once the body's declared length is reserved against the
+# worker's buffer cap; until then the HTTP protocol reads no more of it than uvicorn would
+# (app.api.http_protocol).
+RESERVED_STATE = "body_reserved"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
@@ -295,6 +301,9 @@ class ServiceMiddleware:
             self._hold(held, min(declared, FIRST_READ_BYTES))
             await lane
         await self._hold_waiting(held, declared - held[0], scope["state"][ARRIVED_STATE])
+        reserved = scope["state"].get(RESERVED_STATE)
+        if reserved is not None:
+            reserved()
         chunks: list[bytes] = []
         size = 0
         try:

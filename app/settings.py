@@ -185,8 +185,9 @@ class Settings(BaseSettings):
     # A body (of up to `body_read_ahead_bytes`) that would pass the cap waits for room until
     # this long after its request arrived, then 503; 0: refused at once.
     body_buffer_wait_ms: Annotated[float, Field(ge=0)] = 50.0
-    # A body is read from its socket without waiting for the application up to this many bytes
-    # (app.api.http_protocol); uvicorn's own 64 KiB is the least.
+    # A body reserved against the cap is read from its socket without waiting for the
+    # application up to this many bytes (app.api.http_protocol); uvicorn's own 64 KiB is the
+    # least.
     body_read_ahead_bytes: Annotated[int, Field(ge=64 * 1024)] = 4 * 1024 * 1024
 
     # Scoring

@@ -16,12 +16,12 @@ those turns are slow, and bodies pile up in the socket buffers before the budget
 starts. Here a request's body is read ahead up to its declared length (at most
 `LTR_BODY_READ_AHEAD_BYTES`), in as few turns as the socket allows, once the service
 middleware has reserved that length against the worker's buffer cap; until then no more of it
-is read than uvicorn reads (what came with the head, then up to 64 KiB). Reading every body
-ahead as it came, before its reservation, let a flood of 1.7 MB bodies at 1,500/s (12x what
-one worker scores) hold 3.1-3.4 GB in one worker, the cap bounding only the bodies reserved,
-and answer in 4.6-6 s at the median (0.9-1.1 GB and 1.2-1.4 s held back); reading ahead before
-the reservation while such bodies totalled under the cap kept 1.4-1.6 GB and 2-3 s, and gained
-nothing at 3x.
+is read than uvicorn reads (what came with the head, then up to 64 KiB; with reception lanes,
+below, the lanes pace it instead, as before). Reading every body ahead as it came, before its
+reservation, let a flood of 1.7 MB bodies at 1,500/s (12x what one worker scores) hold 3.1-3.4
+GB in one worker, the cap bounding only the bodies reserved, and answer in 4.6-6 s at the
+median (0.9-1.1 GB and 1.2-1.4 s held back); reading ahead before the reservation while such
+bodies totalled under the cap kept 1.4-1.6 GB and 2-3 s, and gained nothing at 3x.
 
 A body of a declared length is also copied once, not four times: uvicorn has httptools copy
 every socket read's body bytes into a new object, appends that to a bytearray and copies the
@@ -173,8 +173,11 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._declared = declared or 0
         self._held_back = False
         if self.cycle is not None and self._granted > HIGH_WATER_LIMIT and not upgrade:
-            self._held_back = True
-            self.scope["state"][RESERVED_STATE] = _Reserved(self, self.cycle)
+            if LANES.enabled:  # the reception lanes pace the reading of large bodies
+                self._read_ahead = self._granted
+            else:
+                self._held_back = True
+                self.scope["state"][RESERVED_STATE] = _Reserved(self, self.cycle)
         if self.cycle is not None:
             self.cycle.transport = _LingeringClose(self.transport, self)  # type: ignore[assignment]
             if self.stopping:

@@ -192,6 +192,18 @@ def test_a_body_never_reserved_is_read_as_uvicorn_reads_it(
     assert b"".join(chunks) == body and len(chunks) >= 6
 
 
+def test_with_reception_lanes_a_body_is_read_ahead_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lanes pace the reading of large bodies themselves: nothing is held back for a
+    reservation there (the lanes' own benchmarks measured that path)."""
+    monkeypatch.setattr(http_protocol, "LANES", ReceptionLanes(oldest_slots=4))
+    body = bytes(range(256)) * (6 * KIB)
+    transport, chunks = asyncio.run(_exchange(body, 4 * KIB * KIB, monkeypatch, reserve_after=None))
+    assert transport.pauses == 0
+    assert len(chunks) == 1 and chunks[0] == body
+
+
 def test_a_small_body_is_read_as_it_comes(monkeypatch: pytest.MonkeyPatch) -> None:
     body = b"y" * (body_reader.MIN_BYTES // 2)
     transport, chunks = asyncio.run(_exchange(b"x" * 10 + body, 4 * KIB * KIB, monkeypatch))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import os
 import re
 import socket
 import subprocess
@@ -387,6 +388,59 @@ def test_uploads_past_the_buffer_cap_wait_for_room_instead_of_503(registry: Path
         assert statuses == [b"200"] * 12
     finally:
         srv.stop()
+
+
+def test_bodies_waiting_for_room_stay_in_their_sockets(registry: Path) -> None:
+    """The buffer cap bounds what a worker holds: a body waiting for room is not read past what
+    came with its head. Read ahead before they were reserved, 40 waiting 3 MiB bodies put about
+    120 MB into the worker (and a flood of 1.7 MB bodies at 12x what it scores, 3.1-3.4 GB);
+    once room comes back they are read, and every one is answered."""
+    candidate = orjson.dumps({"id": "d0", "features": [0.5] * NF})
+    content = b'{"candidates": [' + candidate + b"]}"
+    content += b" " * (3 * 2**20 - len(content))  # JSON whitespace: 3 MiB
+    srv = serve(
+        registry,
+        LTR_MAX_BODY_BYTES=str(4 * 2**20),
+        LTR_MAX_BUFFERED_BODY_BYTES=str(16 * 2**20),
+        LTR_BODY_BUFFER_WAIT_MS="8000",
+        LTR_BODY_READ_TIMEOUT_SECONDS="20",
+    )
+    head = b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    stalled = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
+    waiting = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(40)]
+    try:
+        for sock in stalled:  # 3 x 3.9 MiB reserved: the cap's share for large bodies is full
+            sock.sendall(head + b"content-length: %d\r\n\r\n" % (39 * 2**20 // 10) + b"[")
+        time.sleep(0.5)
+        assert srv.proc is not None
+        before = _rss_mb(srv.proc.pid)
+        senders = [
+            threading.Thread(
+                target=sock.sendall,
+                args=(head + b"content-length: %d\r\n\r\n" % len(content) + content,),
+            )
+            for sock in waiting
+        ]
+        for sender in senders:
+            sender.start()
+        time.sleep(2.0)
+        grown = _rss_mb(srv.proc.pid) - before
+        assert grown < 60, f"{grown:.0f} MB held for bodies waiting for room"
+        for sock in stalled:
+            sock.close()
+        for sender in senders:
+            sender.join(30)
+        statuses = [sock.recv(12)[9:12] for sock in waiting]
+        assert statuses == [b"200"] * 40
+    finally:
+        for sock in stalled + waiting:
+            sock.close()
+        srv.stop()
+
+
+def _rss_mb(pid: int) -> float:
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def test_stalled_uploads_hold_a_reception_lane_for_a_slice_only(registry: Path) -> None:

@@ -131,6 +131,9 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._waiting_lane = False  # ... and waits for a lane, its socket unread
         self._lane_open: asyncio.Future[None] | None = None  # done when its lane opens
         self._reader: BodyReader | None = None  # the connection's protocol while it reads
+        # A 400 for bytes after a request still being answered: (message, whether the error was
+        # in a request target), sent once the answers before it are out.
+        self._refused_later: tuple[str, bool] | None = None
         # The worker is stopping (app.stopping_connections): a request that begins is the
         # connection's last, answered with `Connection: close`.
         self.stopping = False
@@ -358,7 +361,23 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             self._stop_reading_directly()
             self._leave_lanes()
         self._disarm()  # the keep-alive timer takes over until the next request begins
+        refused = self._refused_later
+        if refused is not None and not self.pipeline and not self.transport.is_closing():
+            self._refused_later = None
+            self._refuse(*refused)  # the answers before it are out
         super().on_response_complete()
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's: bool | None
+        """A client that half-closes its connection once its request is sent (`nc -N`, some
+        proxies) gets its answer, then the close. uvicorn let the transport close at the FIN:
+        answers that took longer than the FIN to come were lost (every one from ~290 KB up in a
+        trial, where the body's rest is read into its own bytes). A FIN before the body is
+        complete still closes the connection: that body can no longer come."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or cycle.more_body:
+            return None
+        cycle.keep_alive = False  # the last request's answer closes the connection
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._reader = None
@@ -426,6 +445,17 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to bytes its parser refused (called while handling the error)."""
         cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            # The bytes follow a request received whole and not answered yet (pipelined after
+            # it, or past a Content-Length shorter than what was sent): its answer goes out
+            # first, then this 400, which closes the connection. uvicorn closed at once and
+            # that request's answer was lost (a trial: a valid request with stray bytes after
+            # it in the same write got only the 400).
+            if self._refused_later is None:
+                in_target = isinstance(sys.exc_info()[1], httptools.HttpParserInvalidURLError)
+                self._refused_later = (msg, in_target)
+            self.flow.pause_reading()
+            return
         if not self._head_open and cycle is not None and not cycle.response_complete:
             # A body the parser refused: its request's answer is this one (the connection
             # closes), unless the app's answer had begun.
@@ -435,8 +465,14 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             # The parser stopped at the error: a target it was reading is not handed over,
             # and an error in it is an invalid URL's, after the method.
             in_target = isinstance(sys.exc_info()[1], httptools.HttpParserInvalidURLError)
-            read = self._target_pieces > 0
-            self._count_own(400, read and not in_target, read or in_target)
+            self._refuse(msg, in_target)
+            return
+        super().send_400_response(msg)
+
+    def _refuse(self, msg: str, in_target: bool) -> None:
+        """The 400 for bytes that do not begin a request, counted, and the close."""
+        read = self._target_pieces > 0
+        self._count_own(400, read and not in_target, read or in_target)
         super().send_400_response(msg)
 
     def _count_own(self, status: int, target_read: bool, method_read: bool) -> None:

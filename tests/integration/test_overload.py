@@ -6,6 +6,7 @@ keep-alive timeout from the settings.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import os
@@ -388,6 +389,64 @@ def test_uploads_past_the_buffer_cap_wait_for_room_instead_of_503(registry: Path
         assert statuses == [b"200"] * 12
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("n", [100, 6000])
+def test_a_client_that_half_closes_after_its_request_gets_the_answer(
+    server: UvicornServer, n: int
+) -> None:
+    """`nc -N` and some proxies send their FIN once the request is out: the answer still
+    comes, then the server's close (no answer came from ~290 KB up, where it took longer than
+    the FIN)."""
+    content = body(n)
+    head = b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(head + b"content-length: %d\r\n\r\n" % len(content) + content)
+        conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert len(orjson.loads(rest.split(b"\r\n\r\n", 1)[1])["results"]) == n
+
+
+@pytest.mark.parametrize(
+    ("cut", "first"), [(0, b"HTTP/1.1 200"), (20, b"HTTP/1.1 422")], ids=["junk", "short"]
+)
+def test_bytes_after_a_request_are_refused_after_its_answer(
+    server: UvicornServer, cut: int, first: bytes
+) -> None:
+    """A request followed in the same write by bytes that do not begin one (stray bytes, or
+    the rest of a body past a Content-Length too short) is answered, then the 400 for those
+    bytes closes the connection: the 400 alone came back, the request's answer lost."""
+    content = body(100)
+    head = b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    declared = b"content-length: %d\r\n\r\n" % (len(content) - cut)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(head + declared + content + b'{"junk": 1}')
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := conn.recv(65536):
+                answer += chunk
+    assert answer.startswith(first), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 2 and b"HTTP/1.1 400 Bad Request" in answer
+
+
+def test_a_fin_before_the_body_is_in_closes_the_connection(server: UvicornServer) -> None:
+    """That body can no longer come: the server closes at once, as before (it does not hold
+    the connection until the body's read timeout)."""
+    content = body(6000)
+    head = b"POST /rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(head + b"content-length: %d\r\n\r\n" % len(content) + content[:500_000])
+        conn.shutdown(socket.SHUT_WR)
+        start = time.perf_counter()
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):  # closed with bytes unread: a reset
+            while chunk := conn.recv(65536):
+                answer += chunk
+        assert time.perf_counter() - start < 2.0 and answer == b""
 
 
 def test_bodies_waiting_for_room_stay_in_their_sockets(registry: Path) -> None:

@@ -41,15 +41,18 @@ def test_a_seeded_cache_is_what_numba_loads(tmp_path: Path) -> None:
     into another: a new process loads it from there and compiles nothing (a compile would
     save new files). The item lookup: the quickest of the service's kernels to compile."""
     baked, cache = tmp_path / "baked", tmp_path / "cache"
+    # numba's own count of the signatures it loaded from the cache and those it compiled.
     compile_it = (
-        "import time; from app.features.item_lookup import KERNEL; "
-        "t = time.perf_counter(); KERNEL.compile_now(); print(time.perf_counter() - t)"
+        "from app.features.item_lookup import KERNEL; KERNEL.compile_now(); "
+        "from app.features.item_lookup_kernel import find_rows as k; "
+        "print(len(k.stats.cache_hits), len(k.stats.cache_misses))"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(baked)}
     env.pop("LTR_KERNEL_WARMUP_LOCK", None)
     compiled = subprocess.run(
         [sys.executable, "-c", compile_it], env=env, check=True, timeout=600, capture_output=True
     )
+    assert compiled.stdout.split() == [b"0", b"2"]  # both index types compiled
     assert seed(baked, cache) > 0
     env["NUMBA_CACHE_DIR"] = str(cache)
     before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
@@ -58,6 +61,6 @@ def test_a_seeded_cache_is_what_numba_loads(tmp_path: Path) -> None:
     )
     after = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
     assert after == before, "the kernel was compiled again and saved"
-    # Against the compile in the same run, not a fixed time: a loaded CI machine took 3.3 s to
-    # load (and 8.3 s to compile) where a quiet one takes well under a second.
-    assert float(out.stdout) < 0.6 * float(compiled.stdout)
+    # Loaded, not compiled. (Timed against the compile instead, this failed on a loaded CI
+    # machine: 2.5 s to load against 3.6 s to compile.)
+    assert out.stdout.split() == [b"2", b"0"]

@@ -19,9 +19,9 @@ metrics record the status that was really sent (nothing sent: 500 if the app fai
 the client left); so does the access log, when on (`LTR_ACCESS_LOG`), with the request id
 the answer carried and its duration. The metrics label is the route's path template; an
 answer given before routing (413, 415, 408, 501, a 400 for `Upgrade`, a 503, a shed /rerank)
-is labelled with the template its path
-matches among the app's routes, and a path no route matches is "unmatched". The HTTP protocol
-counts the answers it writes itself the same way (app.api.protocol_answers).
+is labelled with the template its path matches among the app's routes, and a path no route
+matches is "unmatched". The HTTP protocol counts the answers it writes itself the same way
+(app.api.protocol_answers).
 """
 
 from __future__ import annotations

@@ -646,3 +646,114 @@ def test_over_budget_says_whether_a_retry_may_fit() -> None:
     with pytest.raises(Shed) as too_big:  # 10,000 rows alone: ~100 ms of a 50 ms budget
         asyncio.run(adm.acquire(10_000, Budget(clock.now, 0.05), b""))
     assert not too_big.value.retry_may_fit
+
+
+def _thread_job_slot(budget_s: float, **overrides: Any) -> tuple[AdmissionController, Clock, Any]:
+    from app.api.admission import Slot
+
+    adm, clock = controller(**overrides)
+    rows = 1000
+    admitted_at = asyncio.run(adm.acquire(rows, Budget(clock.now, 10.0), b""))
+    slot = Slot(adm, b"{}", Budget(clock.now, budget_s), rows, admitted_at)
+    return adm, clock, slot
+
+
+def test_a_thread_job_is_handed_over_before_the_loop_turns_and_its_result_used() -> None:
+    """A task around the job waited a turn before submitting it, and its result crossed
+    three more: on a loop saturated by shed answers, ~35 ms of a 100 ms budget (traced)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    adm, _, slot = _thread_job_slot(1.0, inline_scoring_max_rows=0)
+    pool = ThreadPoolExecutor(1)
+    submitted = threading.Event()
+
+    def submit() -> Any:
+        submitted.set()
+        return pool.submit(lambda: 42)
+
+    async def main() -> None:
+        job = asyncio.ensure_future(slot.bounded_job(submit))
+        await asyncio.sleep(0)  # the job's first step, not a turn more
+        assert submitted.is_set()
+        assert await job == 42
+
+    asyncio.run(main())
+    assert slot.done_at is not None  # a scored request: its service time teaches admission
+    slot.release()
+    assert adm.in_flight == 0
+    pool.shutdown()
+
+
+def test_a_thread_job_not_started_by_the_deadline_is_dropped() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    adm, _, slot = _thread_job_slot(0.05)  # 47 ms to the scoring deadline
+    pool = ThreadPoolExecutor(1)
+    hold = threading.Event()
+    pool.submit(hold.wait)  # the pool's only thread is busy
+    ran: list[int] = []
+
+    async def main() -> None:
+        with pytest.raises(Shed) as shed:
+            await slot.bounded_job(lambda: pool.submit(ran.append, 1))
+        assert shed.value.reason == OVER_BUDGET
+
+    asyncio.run(main())
+    slot.release()  # nothing of it will run: its rows go back with the request
+    assert adm.in_flight == 0
+    hold.set()
+    pool.shutdown()
+    assert ran == []
+
+
+def test_a_thread_job_running_at_the_deadline_keeps_its_rows_until_it_ends() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    adm, _, slot = _thread_job_slot(0.05)
+    pool = ThreadPoolExecutor(1)
+    started, hold = threading.Event(), threading.Event()
+
+    def work() -> int:
+        started.set()
+        hold.wait(5)
+        return 1
+
+    async def main() -> None:
+        job = asyncio.ensure_future(slot.bounded_job(lambda: pool.submit(work)))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait)
+        with pytest.raises(Shed):  # answered at its deadline, the work still running
+            await job
+        slot.release()
+        assert adm.in_flight == 1000  # the thread still works on it
+        hold.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if adm.in_flight == 0:
+                break
+        assert adm.in_flight == 0
+
+    asyncio.run(main())
+    pool.shutdown()
+
+
+def test_a_cancelled_request_is_not_answered_as_over_budget() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, _, slot = _thread_job_slot(10.0)
+    pool = ThreadPoolExecutor(1)
+    hold = threading.Event()
+
+    async def main() -> None:
+        job = asyncio.ensure_future(slot.bounded_job(lambda: pool.submit(hold.wait, 5)))
+        await asyncio.sleep(0.01)
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+
+    asyncio.run(main())
+    hold.set()
+    pool.shutdown()

@@ -26,15 +26,13 @@ ids with a scan of the raw bytes, and it is answered in the order the retrieval 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import re
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
@@ -629,57 +627,6 @@ class Slot:
         task.add_done_callback(self._late_done)
         fits = controller.fits_alone(self.rows, self.budget, self.rows)
         raise controller._shed(OVER_BUDGET, self.body, self.marks, fits)
-
-    async def bounded_job(self, submit: Callable[[], Future[T]]) -> T:
-        """The result of the thread job `submit()` starts, like `bounded`, but handed to its
-        pool now and awaited directly: a task around the job waits a turn of the loop before
-        it even submits it, and its result crosses three more (the task's wake-up, its done
-        callback, the waiter's) where a directly awaited job's crosses one. On a worker whose
-        loop is saturated by shed answers a turn lasts 8-15 ms, so those four turns were
-        ~35 ms of a 1,000-row request's 100 ms budget (traced at 3x overload). At the
-        deadline a job not yet started is dropped; one running keeps its rows counted until
-        it ends, as in `bounded`."""
-        controller = self.controller
-        if not controller.enabled:
-            return await asyncio.wrap_future(submit())
-        remaining = self.budget.scoring_deadline - controller.clock()
-        if remaining <= 0:
-            fits = controller.fits_alone(self.rows, self.budget, self.rows)
-            raise controller._shed(OVER_BUDGET, self.body, self.marks, fits)
-        loop = asyncio.get_running_loop()
-        job = submit()
-        result = asyncio.wrap_future(job, loop=loop)
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            if not result.done():  # a result already in is used, however late the turn
-                expired = True
-                result.cancel()  # also cancels the job if its thread has not taken it
-
-        timer = loop.call_later(remaining, expire)
-        try:
-            value = await result
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if not expired or (task is not None and task.cancelling()):
-                raise  # the request itself was cancelled (its client went away)
-            if not job.cancel():  # running, or just ended: counted until it ends
-                self._held = False
-                job.add_done_callback(partial(self._job_ended, loop))
-            fits = controller.fits_alone(self.rows, self.budget, self.rows)
-            raise controller._shed(OVER_BUDGET, self.body, self.marks, fits) from None
-        finally:
-            timer.cancel()
-        self.done_at = controller.clock()
-        return value
-
-    def _job_ended(self, loop: asyncio.AbstractEventLoop, job: Future[Any]) -> None:
-        """A job cut off at the deadline ended (on its thread): its rows go back on the loop."""
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to account
-            loop.call_soon_threadsafe(
-                self.controller.release, self.rows, self.admitted_at, self.budget.seconds
-            )
 
     def _late_done(self, task: asyncio.Future[Any]) -> None:
         if not task.cancelled():

@@ -266,7 +266,7 @@ async def _rank(
             )
         )
     if trial is None:
-        scores = await score.within(slot, model, features, user_vector)
+        scores = await slot.bounded(score(model, features, user_vector))
         body = _ranked(
             parsed.request_id, model, rows.ids, scores, envelope.top_k, rows.user, exploration
         )
@@ -382,15 +382,6 @@ class ModelScoring:
     def beside_pays(self, model: LoadedModel, rows: int) -> bool:
         expected = SCORING_COST.expected(model.scorer, rows)
         return expected >= self.beside_min_seconds and HEADROOM.spare_cores() >= SPARE_CORE
-
-    async def within(
-        self, slot: Slot, model: LoadedModel, features: np.ndarray, user: np.ndarray | None
-    ) -> np.ndarray:
-        """The scores within the slot's scoring deadline: a thread's job handed over now."""
-        if self.inline(features.shape[0]):
-            return await slot.bounded(self(model, features, user))
-        pool = thread_pool("ltr-score-request", self.threads)
-        return await slot.bounded_job(partial(pool.submit, self.now, model, features, user))
 
     async def __call__(
         self, model: LoadedModel, features: np.ndarray, user: np.ndarray | None

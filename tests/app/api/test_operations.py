@@ -41,14 +41,19 @@ def test_readyz_turns_200_once_a_model_is_loaded(
             time.sleep(0.05)
 
 
-@pytest.mark.parametrize("module", ["body_scan", "retrieval_order"])
+@pytest.mark.parametrize("module", ["body_scan", "retrieval_order", "item_lookup"])
 def test_readyz_waits_for_the_compiled_body_scans(
     make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
     """Their load holds the GIL in spurts: a worker is ready once they are done (or failed)."""
     from app.api import body_scan, retrieval_order
+    from app.features import item_lookup
 
-    kernel = {"body_scan": body_scan.KERNEL, "retrieval_order": retrieval_order.KERNEL}[module]
+    kernel = {
+        "body_scan": body_scan.KERNEL,
+        "retrieval_order": retrieval_order.KERNEL,
+        "item_lookup": item_lookup.KERNEL,
+    }[module]
     monkeypatch.setattr(kernel, "_settled", threading.Event())  # still loading
     monkeypatch.setattr(kernel, "_started", True)  # no second compile
     with make_client(ready=False) as client:

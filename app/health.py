@@ -13,9 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.api.admission import AdmissionController
-from app.api.body_marks import KERNEL as SHED_IDS
-from app.api.body_scan import KERNEL as BODY_SCAN
-from app.features.item_lookup import KERNEL as ITEM_LOOKUP
+from app.kernel_warmup import service_kernels
 from app.loop_lag import LoopLag
 from app.registry import NOTHING_LOADED, ModelRegistry
 from app.settings import Settings
@@ -35,8 +33,7 @@ def readiness(
     registry: ModelRegistry | None, admission: AdmissionController, settings: Settings
 ) -> Answer:
     if registry is not None and registry.ready:
-        kernels = (BODY_SCAN, SHED_IDS, ITEM_LOOKUP)  # the three app.main starts loading
-        if settings.body_scan and not all(kernel.settled for kernel in kernels):
+        if settings.body_scan and not all(kernel.settled for kernel in service_kernels()):
             # Their load holds the GIL in spurts for a second or two (a cold compile: longer):
             # ready is when requests see steady latency. 1,000-candidate requests sent while
             # they loaded took up to 134 ms against 5-6 ms once they were in (one client).

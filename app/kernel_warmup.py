@@ -31,6 +31,10 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.background_kernel import BackgroundKernel
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +112,22 @@ def wait_for_warmup(max_wait: float = MAX_WAIT_SECONDS) -> float:
         os.close(fd)
 
 
-def compile_all() -> None:
-    """Compiles (or loads from numba's cache) every kernel the workers compile at start."""
+def service_kernels() -> tuple[BackgroundKernel[Any], ...]:
+    """The kernels every worker loads at start (with LTR_BODY_SCAN): the body scan, a shed
+    request's ids and the in-process item lookup. This process compiles them, a worker loads
+    them in the background, and /readyz and a replacement worker's start wait for them: one
+    list, as a kernel left off one of those lists was served while it loaded (its load holds
+    the GIL in spurts)."""
     from app.api.body_marks import KERNEL as SHED_IDS
     from app.api.body_scan import KERNEL as BODY_SCAN
     from app.features.item_lookup import KERNEL as ITEM_LOOKUP
 
-    for kernel in (BODY_SCAN, SHED_IDS, ITEM_LOOKUP):  # the first two are what /readyz awaits
+    return (BODY_SCAN, SHED_IDS, ITEM_LOOKUP)
+
+
+def compile_all() -> None:
+    """Compiles (or loads from numba's cache) every kernel the workers compile at start."""
+    for kernel in service_kernels():
         started = time.perf_counter()
         kernel.compile_now()
         log.info("%s kernel compiled in %.1f s", kernel.name, time.perf_counter() - started)

@@ -25,7 +25,6 @@ from fastapi import FastAPI
 
 from app import metrics
 from app.api.admission import AdmissionController, Shed
-from app.api.body_marks import KERNEL as SHED_IDS
 from app.api.direct_rerank import DirectRerank
 from app.api.docs_pages import install_offline_docs
 from app.api.early_admission import admit_rerank, release_slot
@@ -37,10 +36,10 @@ from app.api.reception_lanes import LANES
 from app.api.retrieval_order import overload_response
 from app.api.routes import router
 from app.api.schemas import RerankRequest
-from app.features.item_lookup import KERNEL as ITEM_LOOKUP
 from app.health import liveness, readiness
 from app.heap_trim import trim_when_quiet
 from app.impressions import ImpressionLog
+from app.kernel_warmup import service_kernels
 from app.long_lived import freeze_long_lived
 from app.probe_server import ProbeServer
 from app.registry import ModelRegistry, sibling_reload
@@ -97,11 +96,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await app.state.impressions.start()
         app.state.admission.loop_lag.start()
         if settings.body_scan:
-            from app.api.body_scan import KERNEL as BODY_SCAN
-
-            BODY_SCAN.compile_later()
-            SHED_IDS.compile_later()  # a shed request's ids (app.api.ids_kernel)
-            ITEM_LOOKUP.compile_later()  # in-process item rows from those ids' bytes
+            for kernel in service_kernels():
+                kernel.compile_later()
         # A replacement worker listens for probes once it accepts requests (below): before,
         # the kernel gave it some of the pod's probes, answered /readyz 503 while it loaded.
         replacement = is_replacement()
@@ -223,9 +219,9 @@ async def _until_loaded(first_done: asyncio.Event, settings: Settings) -> None:
     as its load took (a trial: 15-17 requests in 0.3 s after a `kill -9` of a worker, 33 over
     a SIGHUP's restart; 176 and 494 with a model compiled in seconds). At most 80 % of the
     supervisor's wait for a new worker (SIGHUP's restart gives up on one not started by
-    then), so a load that hangs does not fail the restart. The compiled body scans too, which
-    /readyz waits for: a replacement that accepted before them answered /readyz 503 for about
-    0.7 s of every SIGHUP restart."""
+    then), so a load that hangs does not fail the restart. The compiled kernels too, which
+    /readyz waits for (app.kernel_warmup.service_kernels): a replacement that accepted before
+    them answered /readyz 503 for about 0.7 s of every SIGHUP restart."""
     wait = settings.worker_healthcheck_timeout_seconds * 0.8
     deadline = time.monotonic() + wait
     try:
@@ -234,12 +230,10 @@ async def _until_loaded(first_done: asyncio.Event, settings: Settings) -> None:
         log.warning("the models are not loaded after %.0f s: accepting requests anyway", wait)
         return
     if settings.body_scan:
-        from app.api.body_scan import KERNEL as BODY_SCAN
-
-        for kernel in (BODY_SCAN, SHED_IDS):
+        for kernel in service_kernels():
             remaining = deadline - time.monotonic()
             if not await asyncio.to_thread(kernel.wait_settled, max(remaining, 0.0)):
-                log.warning("the body scans are not loaded after %.0f s: accepting anyway", wait)
+                log.warning("the kernels are not loaded after %.0f s: accepting anyway", wait)
                 return
 
 

@@ -72,7 +72,9 @@ def _split(
     raw: bytes, marks: BodyMarks | None, max_envelope_bytes: int | None = None
 ) -> tuple[dict[str, Any], list[Any], RawIds | None] | None:
     """split_candidates, with the ids' own bytes when the compiled walk found them."""
-    if b"\\" in raw:
+    # An outline is only made of a body without backslashes (BodyMarks.outline): searching
+    # the body again cost a shed answer ~0.1 ms of a saturated loop per 954 KB (a profile).
+    if (marks is None or marks.complete) and b"\\" in raw:
         return None
     body = marks if marks is not None else BodyMarks.of(raw)
     kernels = KERNEL.ready()

@@ -23,6 +23,7 @@ float* thresholds, i32* leaf_numbers, double* leaf_values)`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +52,7 @@ def build_tables(trees: list[LoweredTree]) -> Tables:
     )
 
 
-def _splat(lines: list[str], name: str, elem: str, table: str, index: int, lanes: int) -> str:
+def splat(lines: list[str], name: str, elem: str, table: str, index: int, lanes: int) -> str:
     """Emit a broadcast of table[index] into `%name`; returns the vector's IR name."""
     lines.append(f"  %{name}.p = getelementptr inbounds {elem}, ptr %{table}, i64 {index}")
     lines.append(f"  %{name}.s = load {elem}, ptr %{name}.p, align 4")
@@ -63,31 +64,40 @@ def _splat(lines: list[str], name: str, elem: str, table: str, index: int, lanes
     return f"%{name}"
 
 
-def _tree_name(prefix: str, index: int) -> str:
+def tree_name(prefix: str, index: int) -> str:
     return f"{prefix}_tree_{index}"
+
+
+def tree_head(name: str, lanes: int) -> list[str]:
+    """A tree function's first lines: (x, split table, leaf numbers, leaf values) → scores."""
+    return [
+        f"define fastcc <{lanes} x double> @{name}(ptr noalias readonly %x, ptr noalias "
+        "readonly %thr, ptr noalias readonly %num, ptr noalias readonly %val) "
+        "noinline nounwind {\nentry:"
+    ]
+
+
+def single_leaf(lines: list[str], leaf_base: int, lanes: int) -> str:
+    """The rest of a tree without splits: its one leaf value for every row."""
+    leaf = splat(lines, "leaf", "double", "val", leaf_base, lanes)
+    lines.append(f"  ret <{lanes} x double> {leaf}\n}}\n")
+    return "\n".join(lines)
 
 
 def _gen_tree(
     tree: LoweredTree, name: str, thr_base: int, leaf_base: int, zero_slot: int, lanes: int
 ) -> str:
     vf, vi, vd = f"<{lanes} x float>", f"<{lanes} x i32>", f"<{lanes} x double>"
-    head = (
-        f"define fastcc {vd} @{name}(ptr noalias readonly %x, ptr noalias "
-        f"readonly %thr, ptr noalias readonly %num, ptr noalias readonly %val) "
-        f"noinline nounwind {{\nentry:"
-    )
-    lines = [head]
+    lines = tree_head(name, lanes)
     if tree.num_nodes == 0:
-        leaf = _splat(lines, "leaf", "double", "val", leaf_base, lanes)
-        lines.append(f"  ret {vd} {leaf}\n}}\n")
-        return "\n".join(lines)
+        return single_leaf(lines, leaf_base, lanes)
 
     loaded: set[int] = set()
     zero_tested: set[int] = set()
 
     def operand(child: int) -> str:
         if child < 0:
-            return _splat(lines, f"l{~child}", "i32", "num", leaf_base + ~child, lanes)
+            return splat(lines, f"l{~child}", "i32", "num", leaf_base + ~child, lanes)
         return f"%s{child}"
 
     for node in tree.postorder():
@@ -96,7 +106,7 @@ def _gen_tree(
             loaded.add(feat)
             lines.append(f"  %x{feat}.p = getelementptr inbounds float, ptr %x, i64 {feat * lanes}")
             lines.append(f"  %x{feat} = load {vf}, ptr %x{feat}.p, align 4")
-        thr = _splat(lines, f"t{node}", "float", "thr", thr_base + node, lanes)
+        thr = splat(lines, f"t{node}", "float", "thr", thr_base + node, lanes)
         default_left = bool(tree.default_left[node])
         # Unordered `<=` is also true for NaN (missing goes left); ordered is false (goes right).
         pred = "ule" if default_left else "ole"
@@ -105,7 +115,7 @@ def _gen_tree(
         if tree.missing_zero[node]:
             if feat not in zero_tested:
                 zero_tested.add(feat)
-                zero = _splat(lines, f"z{feat}.t", "float", "thr", zero_slot, lanes)
+                zero = splat(lines, f"z{feat}.t", "float", "thr", zero_slot, lanes)
                 lines.append(f"  %z{feat}.a = call {vf} @llvm.fabs.v{lanes}f32({vf} %x{feat})")
                 lines.append(f"  %z{feat} = fcmp ole {vf} %z{feat}.a, {zero}")
             vb = f"<{lanes} x i1>"
@@ -127,9 +137,12 @@ def _gen_tree(
     return "\n".join(lines)
 
 
-def _gen_entry(prefix: str, n_trees: int, num_features: int, lanes: int, chunk: int) -> str:
+def entry_function(
+    prefix: str, n_trees: int, block_elems: int, elem: str, lanes: int, chunk: int
+) -> str:
+    """The driver: for each chunk of trees, every block of `block_elems` `elem`s, the chunk's
+    trees' values added to the block's scores in order."""
     vd = f"<{lanes} x double>"
-    block_floats = num_features * lanes
     lines = [
         f"define void @{prefix}_{ENTRY}(ptr noalias readonly %x, ptr noalias %out, i64 %n_blocks, "
         "ptr noalias readonly %thr, ptr noalias readonly %num, ptr noalias readonly %val) "
@@ -146,8 +159,8 @@ def _gen_entry(prefix: str, n_trees: int, num_features: int, lanes: int, chunk: 
             f"  br label %chunk{ci}",
             f"chunk{ci}:",
             f"  %b{ci} = phi i64 [ 0, %chunk{ci}.pre ], [ %b{ci}.next, %chunk{ci} ]",
-            f"  %xo{ci} = mul i64 %b{ci}, {block_floats}",
-            f"  %xp{ci} = getelementptr inbounds float, ptr %x, i64 %xo{ci}",
+            f"  %xo{ci} = mul i64 %b{ci}, {block_elems}",
+            f"  %xp{ci} = getelementptr inbounds {elem}, ptr %x, i64 %xo{ci}",
             f"  %oo{ci} = mul i64 %b{ci}, {lanes}",
             f"  %op{ci} = getelementptr inbounds double, ptr %out, i64 %oo{ci}",
             f"  %a{ci}.0 = load {vd}, ptr %op{ci}, align 8",
@@ -155,7 +168,7 @@ def _gen_entry(prefix: str, n_trees: int, num_features: int, lanes: int, chunk: 
         acc = f"%a{ci}.0"
         for k in range(start, min(start + chunk, n_trees)):
             lines.append(
-                f"  %r{k} = call fastcc {vd} @{_tree_name(prefix, k)}(ptr %xp{ci}, ptr %thr, "
+                f"  %r{k} = call fastcc {vd} @{tree_name(prefix, k)}(ptr %xp{ci}, ptr %thr, "
                 "ptr %num, ptr %val)"
             )
             lines.append(f"  %a{ci}.{k + 1} = fadd {vd} {acc}, %r{k}")
@@ -168,6 +181,45 @@ def _gen_entry(prefix: str, n_trees: int, num_features: int, lanes: int, chunk: 
         ]
     lines += ["done:", "  ret void", "}", ""]
     return "\n".join(lines)
+
+
+# One tree's IR: (index, tree, its first split's and first leaf's global numbers) → text.
+TreeIR = Callable[[int, LoweredTree, int, int], str]
+
+
+def spread_modules(
+    trees: list[LoweredTree],
+    tree_ir: TreeIR,
+    *,
+    prefix: str,
+    lanes: int,
+    parts: int,
+    header: list[str],
+    driver: list[str],
+) -> list[str]:
+    """The tree functions `<prefix>_tree_<i>` spread over `parts` modules with about equal
+    numbers of splits (the loader links them), each module after `header`; part 0 also holds
+    the declarations of the others' trees and `driver`."""
+    vd = f"<{lanes} x double>"
+    total = max(sum(t.num_nodes + 1 for t in trees), 1)
+    bodies: list[list[str]] = [[] for _ in range(max(parts, 1))]
+    defined: list[set[int]] = [set() for _ in bodies]
+    split_base = leaf_base = done = 0
+    for i, tree in enumerate(trees):
+        part = min(done * len(bodies) // total, len(bodies) - 1)
+        bodies[part].append(tree_ir(i, tree, split_base, leaf_base))
+        defined[part].add(i)
+        done += tree.num_nodes + 1
+        split_base += tree.num_nodes
+        leaf_base += int(tree.leaf_value.shape[0])
+    signature = f"fastcc {vd} @{{}}(ptr, ptr, ptr, ptr)"
+    externs = [
+        "declare " + signature.format(tree_name(prefix, i))
+        for i in range(len(trees))
+        if i not in defined[0]
+    ]
+    bodies[0] += [*externs, "", *driver]
+    return ["\n".join(header + body) for body in bodies]
 
 
 def gen_modules(
@@ -194,25 +246,12 @@ def gen_modules(
         f"<{lanes} x i1>, {vd})",
         "",
     ]
-    total = max(sum(t.num_nodes + 1 for t in trees), 1)
-    bodies: list[list[str]] = [[] for _ in range(max(parts, 1))]
-    defined: list[set[int]] = [set() for _ in bodies]
-    thr_base = leaf_base = done = 0
     zero_slot = sum(t.num_nodes for t in trees)
-    for i, tree in enumerate(trees):
-        part = min(done * len(bodies) // total, len(bodies) - 1)
-        bodies[part].append(
-            _gen_tree(tree, _tree_name(prefix, i), thr_base, leaf_base, zero_slot, lanes)
-        )
-        defined[part].add(i)
-        done += tree.num_nodes + 1
-        thr_base += tree.num_nodes
-        leaf_base += int(tree.leaf_value.shape[0])
-    signature = f"fastcc {vd} @{{}}(ptr, ptr, ptr, ptr)"
-    externs = [
-        "declare " + signature.format(_tree_name(prefix, i))
-        for i in range(len(trees))
-        if i not in defined[0]
-    ]
-    bodies[0] += [*externs, "", _gen_entry(prefix, len(trees), num_features, lanes, chunk)]
-    return ["\n".join(header + body) for body in bodies]
+
+    def tree_ir(i: int, tree: LoweredTree, thr_base: int, leaf_base: int) -> str:
+        return _gen_tree(tree, tree_name(prefix, i), thr_base, leaf_base, zero_slot, lanes)
+
+    driver = entry_function(prefix, len(trees), num_features * lanes, "float", lanes, chunk)
+    return spread_modules(
+        trees, tree_ir, prefix=prefix, lanes=lanes, parts=parts, header=header, driver=[driver]
+    )

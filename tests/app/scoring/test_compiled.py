@@ -20,11 +20,14 @@ from tests.support import random_ensemble
 HYPOTHESIS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.parametrize("binned", [True, False], ids=["codes", "float32"])
 @HYPOTHESIS
-@given(ensemble_and_rows())
-def test_compiled_equals_reference_bit_for_bit(case: tuple[TreeEnsemble, np.ndarray]) -> None:
+@given(case=ensemble_and_rows())
+def test_compiled_equals_reference_bit_for_bit(
+    case: tuple[TreeEnsemble, np.ndarray], binned: bool
+) -> None:
     ensemble, rows = case
-    scorer = CompiledTreeScorer(ensemble)
+    scorer = CompiledTreeScorer(ensemble, binned=binned)
     np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
 
 
@@ -102,8 +105,10 @@ def _random_ensemble(num_features: int = 5, n_trees: int = 20) -> TreeEnsemble:
 def test_row_counts_around_blocks_and_tiles() -> None:
     ensemble = _random_ensemble()
     scorer = CompiledTreeScorer(ensemble, threads=2, parallel_min_rows=100)
+    assert scorer.lanes == 32
     rng = np.random.default_rng(1)
-    for n in [0, 1, LANES - 1, LANES, LANES + 1, 99, 100, 1023, 1024, 1025, 2500]:
+    # Blocks of 16 rows (float32 compares) and of 32 (int8 codes, this model's).
+    for n in [0, 1, LANES - 1, LANES, LANES + 1, 31, 32, 33, 99, 100, 1023, 1024, 1025, 2500]:
         rows = rng.normal(size=(n, 5)).astype(np.float32)
         got = scorer.score(rows)
         assert got.dtype == np.float64 and got.shape == (n,)

@@ -143,9 +143,13 @@ def build_engines(model_txt: Path, cache: Path, notes: list[str]) -> dict[str, C
         notes.append(f"our load from the object cache: {(time.perf_counter() - t0) * 1e3:.0f} ms")
     ours2 = CompiledTreeScorer(ensemble, threads=2)
     always2 = CompiledTreeScorer(ensemble, threads=2, parallel_min_rows=1)
+    floats = CompiledTreeScorer(ensemble, binned=False)
+    if ours.lanes == floats.lanes:
+        notes.append("this model keeps float32 compares (too many thresholds for int8 codes)")
     booster = lgb.Booster(model_file=str(model_txt))
     engines: dict[str, Callable] = {
         "ours (1 thread)": ours.score,
+        "ours, float32 compares (1 thread)": floats.score,
         "ours (2 threads)": ours2.score,
         "ours (2 threads, from 1 row)": always2.score,
         "LightGBM": lambda x: booster.predict(x, num_threads=1, raw_score=True),

@@ -1,8 +1,9 @@
 """The compiled tree scorer: a tree ensemble turned into native SIMD code at load time.
 
 See app/scoring/compiler/codegen.py for the generated code and nodes.py for why float32
-compares make exactly the reference scorer's decisions. Scores equal `app.scoring.reference`
-bit for bit (same decisions, same float64 summation order).
+compares make exactly the reference scorer's decisions; bins.py and binned_codegen.py for the
+int8 codes most models are scored on instead (the same decisions, fewer instructions). Scores
+equal `app.scoring.reference` bit for bit (same decisions, same float64 summation order).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from app.scoring.compiler.binned_codegen import (
 )
 from app.scoring.compiler.bins import bin_layout
 from app.scoring.compiler.codegen import ENTRY, build_tables, gen_modules
-from app.scoring.compiler.jit import CompiledModule, cache_key, compile_cached
+from app.scoring.compiler.jit import CompiledModule, cache_key, compile_cached, host_has
 from app.scoring.compiler.nodes import lower_ensemble
 from app.scoring.cpu_headroom import HEADROOM, CpuHeadroom
 from app.thread_pools import thread_pool
@@ -165,10 +165,22 @@ class CompiledTreeScorer:
         def build() -> list[str]:
             if layout is not None:
                 return gen_binned_modules(
-                    trees, layout, self.num_features, prefix=prefix, chunk=CHUNK_TREES, parts=parts
+                    trees,
+                    layout,
+                    self.num_features,
+                    prefix=prefix,
+                    chunk=CHUNK_TREES,
+                    parts=parts,
+                    avx2=host_has("avx2"),
                 )
             return gen_modules(
-                trees, self.num_features, prefix=prefix, lanes=LANES, chunk=CHUNK_TREES, parts=parts
+                trees,
+                self.num_features,
+                prefix=prefix,
+                lanes=LANES,
+                chunk=CHUNK_TREES,
+                parts=parts,
+                avx2=host_has("avx2"),
             )
 
         key = None

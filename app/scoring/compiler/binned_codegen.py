@@ -31,6 +31,7 @@ from app.scoring.compiler.codegen import (
     tree_head,
     tree_name,
 )
+from app.scoring.compiler.gathers import gather, gather_declarations
 from app.scoring.compiler.nodes import ZERO32, LoweredTree
 
 BIN_ENTRY = "bin_blocks"
@@ -51,7 +52,13 @@ def leaf_number_table(layout: BinLayout, trees: list[LoweredTree]) -> np.ndarray
 
 
 def _tree(
-    tree: LoweredTree, layout: BinLayout, index: int, name: str, code_base: int, leaf_base: int
+    tree: LoweredTree,
+    layout: BinLayout,
+    index: int,
+    name: str,
+    code_base: int,
+    leaf_base: int,
+    avx2: bool,
 ) -> str:
     lanes, ir = layout.code.lanes, layout.code.ir
     vc, vd = f"<{lanes} x {ir}>", f"<{lanes} x double>"
@@ -82,16 +89,12 @@ def _tree(
         lines.append(f"  %s{node} = select <{lanes} x i1> %c{node}, {vc} {right}, {vc} {left}")
     lines.append(f"  %leaf = zext {vc} %s0 to <{lanes} x i32>")
     lines.append(f"  %base = getelementptr inbounds double, ptr %val, i64 {leaf_base}")
-    lines.append(f"  %ptrs = getelementptr inbounds double, ptr %base, <{lanes} x i32> %leaf")
-    lines.append(
-        f"  %v = call {vd} @llvm.masked.gather.v{lanes}f64.v{lanes}p0(<{lanes} x ptr> %ptrs, "
-        f"i32 8, <{lanes} x i1> splat (i1 true), {vd} poison)"
-    )
-    lines.append(f"  ret {vd} %v\n}}\n")
+    values = gather(lines, "v", "double", "%base", "%leaf", lanes, avx2)
+    lines.append(f"  ret {vd} {values}\n}}\n")
     return "\n".join(lines)
 
 
-def _bin_function(prefix: str, layout: BinLayout, num_features: int) -> str:
+def _bin_function(prefix: str, layout: BinLayout, num_features: int, avx2: bool) -> str:
     """Codes for every column of every block (see the module docstring): a loop over blocks
     and, inside, over the used features (one body for all: a fully unrolled body per feature
     took LLVM ~7 s to compile for 136 features)."""
@@ -149,10 +152,10 @@ def _bin_function(prefix: str, layout: BinLayout, num_features: int) -> str:
             pos, half = f"%q{step + 1}", 1 << step
             lines += [
                 f"  %i{step} = add {vi} {pos}, splat (i32 {half - 1})",
-                f"  %p{step} = getelementptr inbounds float, ptr %tb, {vi} %i{step}",
-                f"  %t{step} = call {vf} @llvm.masked.gather.v{lanes}f32.v{lanes}p0("
-                f"<{lanes} x ptr> %p{step}, i32 4, {vb} splat (i1 true), {vf} poison)",
-                f"  %u{step} = fcmp olt {vf} %t{step}, %v",
+            ]
+            t = gather(lines, f"t{step}", "float", "%tb", f"%i{step}", lanes, avx2)
+            lines += [
+                f"  %u{step} = fcmp olt {vf} {t}, %v",
                 f"  %a{step} = add {vi} {pos}, splat (i32 {half})",
                 f"  %q{step} = select {vb} %u{step}, {vi} %a{step}, {vi} {pos}",
             ]
@@ -205,25 +208,20 @@ def gen_binned_modules(
     prefix: str,
     chunk: int = 8,
     parts: int = 1,
+    avx2: bool = False,
 ) -> list[str]:
-    """IR modules as codegen.gen_modules makes them (part 0 holds both entry points)."""
+    """IR modules as codegen.gen_modules makes them (part 0 holds both entry points).
+    `avx2`: gather with AVX2's own instructions (the host has them; see _gather)."""
     lanes, ir = layout.code.lanes, layout.code.ir
-    vf, vd = f"<{lanes} x float>", f"<{lanes} x double>"
-    header = [
-        f"declare {vf} @llvm.fabs.v{lanes}f32({vf})",
-        f"declare {vd} @llvm.masked.gather.v{lanes}f64.v{lanes}p0(<{lanes} x ptr>, i32, "
-        f"<{lanes} x i1>, {vd})",
-        f"declare {vf} @llvm.masked.gather.v{lanes}f32.v{lanes}p0(<{lanes} x ptr>, i32, "
-        f"<{lanes} x i1>, {vf})",
-        "",
-    ]
+    vf = f"<{lanes} x float>"
+    header = [f"declare {vf} @llvm.fabs.v{lanes}f32({vf})", *gather_declarations(lanes, avx2), ""]
 
     def tree_ir(i: int, tree: LoweredTree, code_base: int, leaf_base: int) -> str:
-        return _tree(tree, layout, i, tree_name(prefix, i), code_base, leaf_base)
+        return _tree(tree, layout, i, tree_name(prefix, i), code_base, leaf_base, avx2)
 
     driver = [
         entry_function(prefix, len(trees), layout.block_columns * lanes, ir, lanes, chunk),
-        _bin_function(prefix, layout, num_features),
+        _bin_function(prefix, layout, num_features, avx2),
     ]
     return spread_modules(
         trees, tree_ir, prefix=prefix, lanes=lanes, parts=parts, header=header, driver=driver

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.scoring.compiler.gathers import gather, gather_declarations
 from app.scoring.compiler.nodes import ZERO32, LoweredTree
 
 ENTRY = "score_blocks"
@@ -85,7 +86,13 @@ def single_leaf(lines: list[str], leaf_base: int, lanes: int) -> str:
 
 
 def _gen_tree(
-    tree: LoweredTree, name: str, thr_base: int, leaf_base: int, zero_slot: int, lanes: int
+    tree: LoweredTree,
+    name: str,
+    thr_base: int,
+    leaf_base: int,
+    zero_slot: int,
+    lanes: int,
+    avx2: bool,
 ) -> str:
     vf, vi, vd = f"<{lanes} x float>", f"<{lanes} x i32>", f"<{lanes} x double>"
     lines = tree_head(name, lanes)
@@ -128,12 +135,8 @@ def _gen_tree(
         left = operand(int(tree.left[node]))
         right = operand(int(tree.right[node]))
         lines.append(f"  %s{node} = select <{lanes} x i1> {cond}, {vi} {left}, {vi} {right}")
-    lines.append(f"  %ptrs = getelementptr inbounds double, ptr %val, {vi} %s0")
-    lines.append(
-        f"  %v = call {vd} @llvm.masked.gather.v{lanes}f64.v{lanes}p0(<{lanes} x ptr> %ptrs, "
-        f"i32 8, <{lanes} x i1> splat (i1 true), {vd} poison)"
-    )
-    lines.append(f"  ret {vd} %v\n}}\n")
+    values = gather(lines, "v", "double", "%val", "%s0", lanes, avx2)
+    lines.append(f"  ret {vd} {values}\n}}\n")
     return "\n".join(lines)
 
 
@@ -230,6 +233,7 @@ def gen_modules(
     lanes: int = 16,
     chunk: int = 8,
     parts: int = 1,
+    avx2: bool = False,
 ) -> list[str]:
     """IR modules for an ensemble, to compile separately (in parallel) and load together.
 
@@ -237,19 +241,15 @@ def gen_modules(
     (their code stays in the instruction cache) and, for each chunk, every block of rows, adding
     the chunk's trees to the block's scores in order. The tree functions `<prefix>_tree_<i>` are
     spread over `parts` modules with about equal numbers of splits; the loader links them.
-    `prefix` keeps the symbols of models loaded side by side apart.
+    `prefix` keeps the symbols of models loaded side by side apart. `avx2`: gather leaf
+    values with AVX2's own instructions (app.scoring.compiler.gathers).
     """
-    vf, vd = f"<{lanes} x float>", f"<{lanes} x double>"
-    header = [
-        f"declare {vf} @llvm.fabs.v{lanes}f32({vf})",
-        f"declare {vd} @llvm.masked.gather.v{lanes}f64.v{lanes}p0(<{lanes} x ptr>, i32, "
-        f"<{lanes} x i1>, {vd})",
-        "",
-    ]
+    vf = f"<{lanes} x float>"
+    header = [f"declare {vf} @llvm.fabs.v{lanes}f32({vf})", *gather_declarations(lanes, avx2), ""]
     zero_slot = sum(t.num_nodes for t in trees)
 
     def tree_ir(i: int, tree: LoweredTree, thr_base: int, leaf_base: int) -> str:
-        return _gen_tree(tree, tree_name(prefix, i), thr_base, leaf_base, zero_slot, lanes)
+        return _gen_tree(tree, tree_name(prefix, i), thr_base, leaf_base, zero_slot, lanes, avx2)
 
     driver = entry_function(prefix, len(trees), num_features * lanes, "float", lanes, chunk)
     return spread_modules(

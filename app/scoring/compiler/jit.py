@@ -52,6 +52,11 @@ def host_cpu() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), features
 
 
+def host_has(feature: str) -> bool:
+    """Whether this CPU has an instruction-set feature, by LLVM's name for it ("avx2")."""
+    return f"+{feature}" in host_cpu()[1].split(",")
+
+
 def cache_key(model_sha256: str, options: str) -> str:
     """Hex digest naming one compiled object: model bytes, generator, options and host CPU."""
     cpu, features = host_cpu()

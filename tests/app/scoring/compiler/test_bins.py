@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
-from app.scoring import reference
+from app.scoring import compiled, reference
 from app.scoring.compiled import CompiledTreeScorer
 from app.scoring.compiler.bins import INT8, bin_layout
 from app.scoring.compiler.nodes import lower_ensemble
@@ -88,4 +88,16 @@ def test_codes_make_the_float_decisions(thresholds: list[float], values: list[fl
     ensemble = TreeEnsemble(1, [_comb(np.array(thresholds))], 0.0)
     rows = np.array(values + thresholds, np.float32).reshape(-1, 1)
     scorer = CompiledTreeScorer(ensemble)
+    np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
+
+
+def test_without_avx2_gathers_the_portable_ones_score_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The code for hosts without AVX2 (LLVM's portable gather), built and run on this one.
+    monkeypatch.setattr(compiled, "host_has", lambda feature: False)
+    ensemble = _forest(120)
+    rows = _rows_around(ensemble)
+    scorer = CompiledTreeScorer(ensemble)
+    assert scorer.lanes == INT8.lanes
     np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))

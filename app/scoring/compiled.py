@@ -25,6 +25,7 @@ from app.artifacts.tree_dump import TreeEnsemble
 from app.scoring import beside
 from app.scoring.beside import ENTRY_ARGS, HELD_ENTRY_TYPE, NativeCall
 from app.scoring.compiler.binned_codegen import (
+    BIN_AND_SCORE,
     BIN_ENTRY,
     gen_binned_modules,
     leaf_number_table,
@@ -209,6 +210,8 @@ class CompiledTreeScorer:
             self._held_bin = _HELD_BIN_TYPE(address)
             self._bin_meta = layout.meta()  # kept alive with the pointer below
             self._bin_tables = (layout.thresholds.ctypes.data, self._bin_meta.ctypes.data)
+            self._bin_and_score_address = self._module.address(f"{prefix}_{BIN_AND_SCORE}")
+            self._all_tables = np.array([*self._table_ptrs, *self._bin_tables], dtype=np.int64)
 
     @classmethod
     def from_json_bytes(cls, data: bytes, **kwargs: object) -> CompiledTreeScorer:
@@ -293,8 +296,17 @@ class CompiledTreeScorer:
 
     def _pack(self, x: np.ndarray, hold_gil: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(the native code's input: rows float32 [n_blocks, n_features, lanes], the tail block
-        zero-padded, or with a bin layout their codes [n_blocks, n_columns, lanes]; scores
+        zero-padded, or with a bin layout their codes [n_blocks, n_columns + 1, lanes]; scores
         float64 [n_blocks * lanes] set to base_score, its output)."""
+        packed, out = self._pack_floats(x)
+        if self._layout is None:
+            return packed, out
+        codes = self._codes_for(packed)
+        binning = self._held_bin if hold_gil else self._bin
+        binning(packed.ctypes.data, codes.ctypes.data, packed.shape[0], *self._bin_tables)
+        return codes, out
+
+    def _pack_floats(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n, lanes = x.shape[0], self.lanes
         n_blocks = -(-n // lanes)
         packed = np.empty((n_blocks, self.num_features, lanes), dtype=np.float32)
@@ -305,14 +317,13 @@ class CompiledTreeScorer:
             tail = np.zeros((lanes, self.num_features), dtype=np.float32)
             tail[: n - full * lanes] = x[full * lanes :]
             packed[full] = tail.T
-        out = np.full(n_blocks * lanes, self.base_score, dtype=np.float64)
+        return packed, np.full(n_blocks * lanes, self.base_score, dtype=np.float64)
+
+    def _codes_for(self, packed: np.ndarray) -> np.ndarray:
         layout = self._layout
-        if layout is None:
-            return packed, out
-        codes = np.empty((n_blocks, layout.block_columns, lanes), dtype=layout.code.dtype)
-        binning = self._held_bin if hold_gil else self._bin
-        binning(packed.ctypes.data, codes.ctypes.data, n_blocks, *self._bin_tables)
-        return codes, out
+        assert layout is not None
+        shape = (packed.shape[0], layout.block_columns, self.lanes)
+        return np.empty(shape, dtype=layout.code.dtype)
 
     def prepare(self, features: np.ndarray) -> PreparedScoring | None:
         """The scoring of `features` (float32 [n, n_features]) as one native call, to run on
@@ -320,7 +331,20 @@ class CompiledTreeScorer:
         x = self._rows(features)
         if self._constant:
             return None
-        packed, out = self._pack(x, _hold_gil())
+        if self._layout is not None:  # binned by the call too, on the thread that runs it
+            packed, out = self._pack_floats(x)
+            codes = self._codes_for(packed)
+            args = (
+                packed.ctypes.data,
+                out.ctypes.data,
+                packed.shape[0],
+                codes.ctypes.data,
+                self._all_tables.ctypes.data,
+                0,
+            )
+            call = NativeCall(self._bin_and_score_address, args)
+            return PreparedScoring(call, packed, out, x.shape[0], codes)
+        packed, out = self._pack(x)
         thr, num, val = self._table_ptrs
         args = (packed.ctypes.data, out.ctypes.data, packed.shape[0], thr, num, val)
         return PreparedScoring(NativeCall(self._entry_address, args), packed, out, x.shape[0])
@@ -334,6 +358,7 @@ class PreparedScoring:
     packed: np.ndarray
     out: np.ndarray
     rows: int
+    codes: np.ndarray | None = None  # the bins the call writes and reads (int8 codes)
 
     def scores(self) -> np.ndarray:
         """float64 [rows], once the call has run."""

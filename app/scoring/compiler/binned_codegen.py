@@ -25,6 +25,7 @@ import numpy as np
 
 from app.scoring.compiler.bins import BinLayout
 from app.scoring.compiler.codegen import (
+    ENTRY,
     entry_function,
     single_leaf,
     spread_modules,
@@ -35,6 +36,7 @@ from app.scoring.compiler.gathers import gather, gather_declarations
 from app.scoring.compiler.nodes import ZERO32, LoweredTree
 
 BIN_ENTRY = "bin_blocks"
+BIN_AND_SCORE = "bin_and_score"
 PIVOT_LEVELS = 4  # a search's first halvings, done by counting pivots instead
 
 
@@ -194,6 +196,31 @@ def _bin_function(prefix: str, layout: BinLayout, num_features: int, avx2: bool)
     return "\n".join(lines)
 
 
+def _bin_and_score(prefix: str) -> str:
+    """Both entry points in one call of the scorers' six-argument shape, for another thread
+    (app.scoring.beside) to bin its rows too: (float rows, out, n_blocks, codes scratch,
+    tables: ptr [split codes, leaf numbers, leaf values, thresholds, meta], unused)."""
+    lines = [
+        f"define void @{prefix}_{BIN_AND_SCORE}(ptr %x, ptr %out, i64 %n_blocks, ptr %codes, "
+        "ptr readonly %tables, ptr %unused) nounwind {",
+        "entry:",
+    ]
+    names = ("k", "num", "val", "thr", "meta")
+    for i, name in enumerate(names):
+        lines.append(f"  %{name}.p = getelementptr inbounds ptr, ptr %tables, i64 {i}")
+        lines.append(f"  %{name} = load ptr, ptr %{name}.p, align 8")
+    lines += [
+        f"  call void @{prefix}_{BIN_ENTRY}(ptr %x, ptr %codes, i64 %n_blocks, ptr %thr, "
+        "ptr %meta)",
+        f"  call void @{prefix}_{ENTRY}(ptr %codes, ptr %out, i64 %n_blocks, ptr %k, "
+        "ptr %num, ptr %val)",
+        "  ret void",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def _float(value: float) -> str:
     """An IR float constant: LLVM spells float constants as the double's hex bits."""
     bits = int(np.float64(np.float32(value)).view(np.uint64))
@@ -222,6 +249,7 @@ def gen_binned_modules(
     driver = [
         entry_function(prefix, len(trees), layout.block_columns * lanes, ir, lanes, chunk),
         _bin_function(prefix, layout, num_features, avx2),
+        _bin_and_score(prefix),
     ]
     return spread_modules(
         trees, tree_ir, prefix=prefix, lanes=lanes, parts=parts, header=header, driver=driver

@@ -24,7 +24,7 @@ import llvmlite.binding as llvm
 log = logging.getLogger(__name__)
 
 # Bump when the generated code changes meaning or layout: old cache entries then miss.
-CODEGEN_VERSION = 3
+CODEGEN_VERSION = 4
 # Code generation at -O1: the IR is already minimal straight-line code, and -O2/-O3 only add
 # compile time (measured: same scoring speed, 1.5-2.5x longer compiles).
 CODEGEN_OPT = 1

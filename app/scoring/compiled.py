@@ -12,6 +12,7 @@ import contextvars
 import ctypes
 import hashlib
 import itertools
+import logging
 import os
 from asyncio import _get_running_loop
 from collections.abc import Iterator
@@ -99,6 +100,7 @@ def _hold_gil() -> bool:
     return _get_running_loop() is not None and not _BESIDE.get()
 
 
+log = logging.getLogger(__name__)
 _serial = itertools.count()
 
 
@@ -189,13 +191,23 @@ class CompiledTreeScorer:
             codes = "float32" if layout is None else layout.code.ir
             options = f"lanes={self.lanes},chunk={CHUNK_TREES},parts={parts},codes={codes}"
             key = cache_key(model_sha256, options)
+        in_children = splits >= MIN_SPLITS_PER_PROCESS
+        where = Path(cache_dir) if cache_dir is not None else None
         self._module: CompiledModule = compile_cached(
-            build,
-            key,
-            Path(cache_dir) if cache_dir is not None else None,
-            all_in_children=splits >= MIN_SPLITS_PER_PROCESS,
+            build, key, where, all_in_children=in_children
         )
-        address = self._module.address(f"{prefix}_{ENTRY}")
+        names = [ENTRY] if layout is None else [ENTRY, BIN_ENTRY, BIN_AND_SCORE]
+        try:
+            addresses = {name: self._module.address(f"{prefix}_{name}") for name in names}
+        except LookupError:
+            if key is None:
+                raise
+            # A cached object from code that named its entry points otherwise (a build whose
+            # CODEGEN_VERSION was not bumped): compiled afresh, the model still served.
+            log.warning("compiled object %s in %s lacks an entry point: compiling", key, where)
+            self._module = compile_cached(build, None, None, all_in_children=in_children)
+            addresses = {name: self._module.address(f"{prefix}_{name}") for name in names}
+        address = addresses[ENTRY]
         self._entry_address = address
         self._entry = _ENTRY_TYPE(address)
         self._held_entry = _HELD_ENTRY_TYPE(address)
@@ -205,12 +217,12 @@ class CompiledTreeScorer:
             self._tables[2].ctypes.data,
         )
         if layout is not None:
-            address = self._module.address(f"{prefix}_{BIN_ENTRY}")
+            address = addresses[BIN_ENTRY]
             self._bin = _BIN_TYPE(address)
             self._held_bin = _HELD_BIN_TYPE(address)
             self._bin_meta = layout.meta()  # kept alive with the pointer below
             self._bin_tables = (layout.thresholds.ctypes.data, self._bin_meta.ctypes.data)
-            self._bin_and_score_address = self._module.address(f"{prefix}_{BIN_AND_SCORE}")
+            self._bin_and_score_address = addresses[BIN_AND_SCORE]
             self._all_tables = np.array([*self._table_ptrs, *self._bin_tables], dtype=np.int64)
 
     @classmethod

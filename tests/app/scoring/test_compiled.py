@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
 from app.scoring import compiled, reference
 from app.scoring.compiled import LANES, CompiledTreeScorer, scoring_beside
-from app.scoring.compiler import jit
+from app.scoring.compiler import binned_codegen, jit
 from app.scoring.compiler.nodes import ZERO32, floor_float32
 from app.scoring.cpu_headroom import CpuHeadroom
 from tests.app.scoring.ensembles import ensemble_and_rows
@@ -270,3 +270,18 @@ def test_an_event_loop_thread_scores_without_giving_up_the_gil() -> None:
 
     np.testing.assert_array_equal(asyncio.run(beside()), on_the_loop)
     assert calls == ["free", "held", "free"]
+
+
+def test_a_cached_object_without_an_entry_point_is_compiled_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An object cached by code whose entry points had other names, under the same key.
+    ensemble = _random_ensemble()
+    rows = np.random.default_rng(4).normal(size=(40, 5)).astype(np.float32)
+    CompiledTreeScorer(ensemble, model_sha256="m", cache_dir=tmp_path)
+    monkeypatch.setattr(binned_codegen, "BIN_AND_SCORE", "bin_and_score_renamed")
+    monkeypatch.setattr(compiled, "BIN_AND_SCORE", "bin_and_score_renamed")
+    scorer = CompiledTreeScorer(ensemble, model_sha256="m", cache_dir=tmp_path)
+    np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
+    prepared = scorer.prepare(rows)
+    assert prepared is not None

@@ -41,7 +41,8 @@ PIVOT_LEVELS = 4  # a search's first halvings, done by counting pivots instead
 
 
 def split_code_table(layout: BinLayout) -> np.ndarray:
-    """iN [splits * lanes]: each split's code, `lanes` times."""
+    """iN [(splits + 1) * lanes]: each split's code, `lanes` times (one spare entry, so a
+    model of single-leaf trees still hands the code a table)."""
     codes = np.concatenate([*layout.node_code, np.zeros(1, np.int64)])
     return np.repeat(codes.astype(layout.code.dtype), layout.code.lanes)
 

@@ -117,17 +117,20 @@ class BinLayout:
 
 def bin_layout(trees: list[LoweredTree], num_features: int) -> BinLayout | None:
     """int8 codes when their bins hold every feature's thresholds and their leaf numbers
-    every tree's leaves; None otherwise (float compares then)."""
+    every tree's leaves; None otherwise (float compares then). Numpy over all splits at
+    once: a model is laid out on every load, compiled object cached or not."""
+    sizes = [t.num_nodes for t in trees]
+    feats = np.concatenate([t.feature for t in trees]) if trees else np.zeros(0, np.int32)
+    thr = np.concatenate([t.threshold32 for t in trees]) if trees else np.zeros(0, np.float32)
+    order = np.lexsort((thr, feats))
+    sorted_feats, sorted_thr = feats[order], thr[order]
     per_feature: dict[int, np.ndarray] = {}
-    if trees and any(t.num_nodes for t in trees):
-        feats = np.concatenate([t.feature for t in trees])
-        thr = np.concatenate([t.threshold32 for t in trees])
-        order = np.lexsort((thr, feats))
-        feats, thr = feats[order], thr[order]
-        for f in np.unique(feats).tolist():
-            lo, hi = np.searchsorted(feats, [f, f + 1])
-            # np.unique treats -0.0 and 0.0 as one value, as a float compare does.
-            per_feature[f] = np.unique(thr[lo:hi])
+    bins = np.empty(len(feats), dtype=np.int64)  # each split's k: its threshold's rank
+    for f in np.unique(feats).tolist():
+        lo, hi = np.searchsorted(sorted_feats, [f, f + 1])
+        # np.unique treats -0.0 and 0.0 as one value, as a float compare does.
+        per_feature[f] = np.unique(sorted_thr[lo:hi])
+        bins[order[lo:hi]] = np.searchsorted(per_feature[f], sorted_thr[lo:hi])
     most_thresholds = max((len(t) for t in per_feature.values()), default=0)
     most_leaves = max((int(t.leaf_value.shape[0]) for t in trees), default=1)
     code = INT8
@@ -138,20 +141,22 @@ def bin_layout(trees: list[LoweredTree], num_features: int) -> BinLayout | None:
     table = np.full((len(used), (1 << steps) - 1), np.inf, dtype=np.float32)
     for i, f in enumerate(used):
         table[i, : len(per_feature[f])] = per_feature[f]
-    columns: dict[Column, int] = {}
-    node_column: list[np.ndarray] = []
-    node_code: list[np.ndarray] = []
-    for tree in trees:
-        cols = np.empty(tree.num_nodes, dtype=np.int32)
-        codes = np.empty(tree.num_nodes, dtype=np.int64)
-        for node in range(tree.num_nodes):
-            f = int(tree.feature[node])
-            key = Column(f, bool(tree.missing_zero[node]), bool(tree.default_left[node]))
-            cols[node] = columns.setdefault(key, len(columns))
-            k = int(np.searchsorted(per_feature[f], tree.threshold32[node]))
-            codes[node] = k - code.bias
-        node_column.append(cols)
-        node_code.append(codes)
+    # Columns numbered in the order their (feature, missing rule) first appears, split by split.
+    if trees:
+        mz = np.concatenate([t.missing_zero for t in trees]).astype(np.int64)
+        right = ~np.concatenate([t.default_left for t in trees]).astype(bool)
+    else:
+        mz, right = np.zeros(0, np.int64), np.zeros(0, bool)
+    keys = feats.astype(np.int64) * RULES + 2 * mz + right
+    unique_keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    by_appearance = np.argsort(first, kind="stable")
+    number = np.empty(len(unique_keys), dtype=np.int32)
+    number[by_appearance] = np.arange(len(unique_keys), dtype=np.int32)
+    columns = tuple(
+        Column(int(key) // RULES, bool(key % RULES >= 2), not key % 2)
+        for key in unique_keys[by_appearance].tolist()
+    )
+    cuts = np.cumsum(sizes)[:-1]
     row = {f: i for i, f in enumerate(used)}
     feature_columns = np.full((len(used), RULES), len(columns), dtype=np.int32)
     for j, column in enumerate(columns):
@@ -161,8 +166,8 @@ def bin_layout(trees: list[LoweredTree], num_features: int) -> BinLayout | None:
         steps,
         np.asarray(used, dtype=np.int32),
         table,
-        tuple(columns),
+        columns,
         feature_columns,
-        node_column,
-        node_code,
+        np.split(number[inverse.ravel()], cuts),
+        np.split(bins - code.bias, cuts),
     )

@@ -101,3 +101,13 @@ def test_without_avx2_gathers_the_portable_ones_score_the_same(
     scorer = CompiledTreeScorer(ensemble)
     assert scorer.lanes == INT8.lanes
     np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))
+
+
+def test_leaf_numbers_up_to_256_in_one_tree_read_back_unsigned() -> None:
+    # Leaf numbers 128-255 wrap to negative int8 codes; the gather must read them unsigned.
+    ensemble = TreeEnsemble(1, [_comb(np.linspace(-1, 1, INT8.max_leaves - 1))], 0.0)
+    assert ensemble.trees[0].num_leaves == INT8.max_leaves
+    scorer = CompiledTreeScorer(ensemble)
+    assert scorer.lanes == INT8.lanes
+    rows = _rows_around(ensemble)
+    np.testing.assert_array_equal(scorer.score(rows), reference.predict(ensemble, rows))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -17,8 +19,11 @@ from hypothesis import strategies as st
 from app.api import body_scan
 from app.api.body_scan import (
     ABSENT,
+    BYTE_DIGITS,
     NULL,
+    WORD_DIGITS,
     ScannedCandidates,
+    digit_form,
     fnv1a,
     name_table,
     scan_body,
@@ -30,6 +35,18 @@ from app.api.request_matrix import RequestError, build_matrix
 @pytest.fixture(scope="module", autouse=True)
 def kernel() -> object:
     return body_scan.KERNEL.compile_now()
+
+
+# Both forms of the scan's digit loops (digit by digit, eight a word), whatever a body's
+# sample would pick.
+FORMS = pytest.mark.parametrize("form", [BYTE_DIGITS, WORD_DIGITS], ids=["bytes", "words"])
+
+
+@contextmanager
+def digits_read_as(form: np.integer[Any]) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(body_scan, "digit_form", lambda raw: form)
+        yield
 
 
 def reference(raw: bytes) -> tuple[dict[str, Any], list[Any], list[Any]]:
@@ -169,30 +186,81 @@ def bodies(draw: st.DrawFn, values: st.SearchStrategy[str] = value_text) -> byte
     return f"{ws()}{{{','.join(members)}}}{ws()}".encode()
 
 
+@FORMS
 @settings(max_examples=200, deadline=None)
 @given(bodies(exact_text))
-def test_the_scan_equals_orjson_and_the_float32_cast(raw: bytes) -> None:
-    assert_same(raw)
+def test_the_scan_equals_orjson_and_the_float32_cast(form: np.integer[Any], raw: bytes) -> None:
+    with digits_read_as(form):
+        assert_same(raw)
 
 
+@FORMS
 @settings(max_examples=150, deadline=None)
 @given(bodies())
-def test_any_number_is_read_bit_for_bit_or_given_up(raw: bytes) -> None:
-    if scan_body(raw, 10_000) is not None:
-        assert_same(raw)
+def test_any_number_is_read_bit_for_bit_or_given_up(form: np.integer[Any], raw: bytes) -> None:
+    with digits_read_as(form):
+        if scan_body(raw, 10_000) is not None:
+            assert_same(raw)
 
 
+@FORMS
 @settings(max_examples=150, deadline=None)
 @given(st.lists(value_text, min_size=1, max_size=40))
-def test_numbers_are_read_bit_for_bit_or_given_up(values: list[str]) -> None:
+def test_numbers_are_read_bit_for_bit_or_given_up(form: np.integer[Any], values: list[str]) -> None:
     raw = ('{"candidates":[{"id":"a","features":[' + ",".join(values) + "]}]}").encode()
-    if scan_body(raw, 10_000) is not None:
-        assert_same(raw)
+    with digits_read_as(form):
+        if scan_body(raw, 10_000) is not None:
+            assert_same(raw)
 
 
+@FORMS
+def test_digit_runs_of_every_length_are_read_exactly(form: np.integer[Any]) -> None:
+    """Runs of 1-26 digits before and after the point, after 0-10 leading zeros, with and
+    without an exponent, ending 0-8 bytes before the body's end: read bit for bit or given up,
+    and every one of at most 15 significant digits (the exact path) read."""
+    rng = np.random.default_rng(3)
+    texts = []
+    for length in range(1, 27):
+        digits = "".join(rng.choice(list("0123456789"), length))
+        head = str(rng.integers(1, 10)) + digits[1:]
+        for z in ("", "0", "0000000", "00000000", "0000000000"):
+            texts += [head, f"0.{z}{head}", f"-{head}.{digits}", f"{head}e-{len(z) + 3}"]
+            texts += [f"0.{z}{head}E+2", f"{head}.0{z}", f"-0.{z}{digits}", f"{head}{z}"]
+    texts += ["12345678", "123456789012345678", "1234567890123456789", "0.99999999999999999"]
+    with digits_read_as(form):
+        for text in texts:
+            significant = len(text.split("e")[0].split("E")[0].lstrip("-0.").replace(".", ""))
+            for pad in range(9):
+                raw = f'{{"candidates":[{{"id":1,"features":[{text}]}}]{" " * pad}}}'.encode()
+                if scan_body(raw, 10_000) is not None:
+                    assert_same(raw)
+                else:
+                    assert significant > 15, text
+
+
+def test_long_values_are_read_eight_digits_a_word() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.random((50, 20))
+
+    def body(rows: list[Any]) -> bytes:
+        return orjson.dumps({"candidates": [{"id": i, "features": r} for i, r in enumerate(rows)]})
+
+    def named(rows: list[Any]) -> bytes:
+        return body([{f"f{j}": v for j, v in enumerate(r)} for r in rows])
+
+    as_float32 = x.astype(np.float32).astype(np.float64).tolist()
+    mostly_long = np.hstack([np.round(x[:, :6], 4), x[:, 6:]]).tolist()
+    for raw in (body(as_float32), body(x.tolist()), named(x.tolist()), body(mostly_long)):
+        assert digit_form(raw) is WORD_DIGITS
+    short = [np.round(x, 4).tolist(), (x * 1000).astype(int).tolist(), [[None] * 20] * 50]
+    for raw in (*map(body, short), named(np.round(x, 4).tolist()), b"", b"{}"):
+        assert digit_form(raw) is BYTE_DIGITS
+
+
+@FORMS
 @settings(max_examples=150, deadline=None)
 @given(float32s.filter(lambda x: math.isfinite(x) and x != 0))
-def test_float32_rounding_midpoints_are_exact_or_given_up(x: float) -> None:
+def test_float32_rounding_midpoints_are_exact_or_given_up(form: np.integer[Any], x: float) -> None:
     """The value halfway between two float32 numbers, written out exactly: the float64 product
     of the approximate path may fall on either side, so it must give up there."""
     below = np.float32(x)
@@ -202,8 +270,9 @@ def test_float32_rounding_midpoints_are_exact_or_given_up(x: float) -> None:
     assume(math.isfinite(mid))
     for text in (repr(mid), f"{mid:.17e}", f"{mid:.25e}"):
         raw = f'{{"candidates":[{{"id":1,"features":[{text}]}}]}}'.encode()
-        if scan_body(raw, 10_000) is not None:
-            assert_same(raw)
+        with digits_read_as(form):
+            if scan_body(raw, 10_000) is not None:
+                assert_same(raw)
 
 
 def test_usual_bodies_take_the_scan() -> None:
@@ -224,6 +293,11 @@ def test_usual_bodies_take_the_scan() -> None:
     "body",
     [
         b'{"candidates":[{"id":"a","features":[01]}]}',
+        b'{"candidates":[{"id":"a","features":[012345678]}]}',
+        b'{"candidates":[{"id":"a","features":[123456789.]}]}',
+        b'{"candidates":[{"id":"a","features":[0.123456789e]}]}',
+        b'{"candidates":[{"id":"a","features":[0.12345678x]}]}',
+        b'{"candidates":[{"id":"a","features":[1234567812345678:]}]}',
         b'{"candidates":[{"id":"a","features":[1.]}]}',
         b'{"candidates":[{"id":"a","features":[.5]}]}',
         b'{"candidates":[{"id":"a","features":[1e]}]}',
@@ -263,13 +337,18 @@ def test_usual_bodies_take_the_scan() -> None:
         b"",
     ],
 )
-def test_what_it_does_not_read_is_left_to_orjson(body: bytes) -> None:
-    assert scan_body(body, 10_000) is None
+@FORMS
+def test_what_it_does_not_read_is_left_to_orjson(form: np.integer[Any], body: bytes) -> None:
+    with digits_read_as(form):
+        assert scan_body(body, 10_000) is None
 
 
+@FORMS
 @settings(max_examples=150, deadline=None)
 @given(bodies(), st.data())
-def test_a_damaged_body_is_never_read_as_valid(raw: bytes, data: st.DataObject) -> None:
+def test_a_damaged_body_is_never_read_as_valid(
+    form: np.integer[Any], raw: bytes, data: st.DataObject
+) -> None:
     at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
     mutation = data.draw(st.sampled_from(["drop", "insert", "replace"]))
     byte = data.draw(st.sampled_from(list(b'{}[],:"\\-+.eE0123456789 ntfalsux')))
@@ -279,14 +358,14 @@ def test_a_damaged_body_is_never_read_as_valid(raw: bytes, data: st.DataObject) 
         damaged = raw[:at] + bytes([byte]) + raw[at:]
     else:
         damaged = raw[:at] + bytes([byte]) + raw[at + 1 :]
-    got = scan_body(damaged, 10_000)
-    if got is None:
-        return
-    try:
-        orjson.loads(damaged)
-    except orjson.JSONDecodeError:
-        pytest.fail(f"read a body orjson refuses: {damaged[:300]!r}")
-    assert_same(damaged)
+    with digits_read_as(form):
+        if scan_body(damaged, 10_000) is None:
+            return
+        try:
+            orjson.loads(damaged)
+        except orjson.JSONDecodeError:
+            pytest.fail(f"read a body orjson refuses: {damaged[:300]!r}")
+        assert_same(damaged)
 
 
 def test_more_candidates_than_allowed_are_left_to_the_full_path() -> None:

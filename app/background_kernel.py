@@ -25,11 +25,12 @@ K = TypeVar("K")
 
 class BackgroundKernel(Generic[K]):
     """`load` compiles (or loads from numba's cache) and returns the kernel (or kernels);
-    `name` is what the log lines call it."""
+    `name` is what the log lines call it; `late`: one of the warm-up's late kernels."""
 
-    def __init__(self, name: str, load: Callable[[], K]) -> None:
+    def __init__(self, name: str, load: Callable[[], K], *, late: bool = False) -> None:
         self.name = name
         self._load = load
+        self.late = late  # compiled by the warm-up after the others (app.kernel_warmup)
         self._kernel: K | None = None
         self._started = False
         self._lock = threading.Lock()
@@ -70,7 +71,8 @@ class BackgroundKernel(Generic[K]):
         with contextlib.suppress(AttributeError, OSError):  # Linux nices single threads
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         started = time.perf_counter()
-        waited = wait_for_warmup()  # a warm-up process compiling it: then load its cache
+        # A warm-up process compiling it: then load what it wrote to numba's cache.
+        waited = wait_for_warmup(late=self.late)
         try:
             self.compile_now()
         except Exception:  # the Python path serves on; requests must not depend on this

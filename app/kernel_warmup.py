@@ -1,5 +1,5 @@
-"""The service's compiled kernels (body scan, shed ids, item lookup) compiled in a process of
-their own, before or while the server starts.
+"""The service's compiled kernels (body scan, shed ids, item lookup, then the body scan's word
+form) compiled in a process of their own, before or while the server starts.
 
 With numba's cache empty (a first `make run`, a fresh container), compiling them takes tens
 of seconds (45 s for the body scan alone on a slow 2-vCPU VM), and in the server that work
@@ -8,14 +8,18 @@ model want it too: /readyz waited for it 193 s after `make run` began on a fresh
 second process compiles them on the other core while the demo model trains; the workers then
 load them from numba's on-disk cache (`cache=True`) in a second or two.
 
-The process holds an exclusive `flock` on a lock file for as long as it runs (taken by its
-parent before it starts, so no worker can slip in first); a worker's `BackgroundKernel` waits
-for a shared lock on the same file, named by LTR_KERNEL_WARMUP_LOCK, before it compiles
-(`wait_for_warmup`). Locks go with the process, so a warm-up that dies frees the workers too.
+The process holds an exclusive `flock` on a lock file until the service kernels are compiled
+(taken by its parent before it starts, so no worker can slip in first); a worker's
+`BackgroundKernel` waits for a shared lock on the same file, named by LTR_KERNEL_WARMUP_LOCK,
+before it compiles (`wait_for_warmup`). Locks go with the process, so a warm-up that dies
+frees the workers too. Then it compiles the late kernels (`late_kernels`: no probe or request
+waits for them, their callers have another path meanwhile) under a second lock
+(LTR_KERNEL_WARMUP_LATE_LOCK), which their BackgroundKernels wait for instead.
 
-`python -m app.kernel_warmup LOCK_PATH` is that process (its lock arrives as an inherited
-descriptor); it removes the lock file when done, its parent when that did not happen. Without
-LOCK_PATH it only compiles: the serve image bakes numba's cache that way (app.numba_cache_seed).
+`python -m app.kernel_warmup LOCK_PATH LATE_LOCK_PATH` is that process (its locks arrive as
+inherited descriptors); it removes each lock file when its kernels are done, its parent those
+left. Without them it only compiles: the serve image bakes numba's cache that way
+(app.numba_cache_seed).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOCK_ENV = "LTR_KERNEL_WARMUP_LOCK"
-FD_ENV = "LTR_KERNEL_WARMUP_FD"
+LATE_LOCK_ENV = "LTR_KERNEL_WARMUP_LATE_LOCK"
+FD_ENV = "LTR_KERNEL_WARMUP_FD"  # the child's descriptors of the two locks, "main,late"
 POLL_SECONDS = 0.1
 # Past this a worker compiles on its own: a warm-up stuck for whatever reason must not keep
 # the compiled paths away for good (compiling twice costs time, never results).
@@ -48,30 +53,39 @@ MAX_WAIT_SECONDS = 600.0
 
 @contextlib.contextmanager
 def warmup_process() -> Iterator[subprocess.Popen[bytes]]:
-    """Starts the warm-up process and sets LTR_KERNEL_WARMUP_LOCK for the workers this
-    process starts; on leaving, stops the process if it still runs and removes the lock."""
-    fd, path = tempfile.mkstemp(prefix="ltr-kernel-warmup-", suffix=".lock")
+    """Starts the warm-up process and sets LTR_KERNEL_WARMUP_LOCK and
+    LTR_KERNEL_WARMUP_LATE_LOCK for the workers this process starts; on leaving, stops the
+    process if it still runs and removes the locks."""
+    locks: list[tuple[int, str]] = []
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # shared with the child: it holds it from its start
+        for _ in range(2):
+            fd, path = tempfile.mkstemp(prefix="ltr-kernel-warmup-", suffix=".lock")
+            locks.append((fd, path))
+            fcntl.flock(fd, fcntl.LOCK_EX)  # shared with the child: it holds it from its start
+        fds = [fd for fd, _ in locks]
         child = subprocess.Popen(
-            [sys.executable, "-m", __name__, path],
-            env={**os.environ, FD_ENV: str(fd)},
-            pass_fds=(fd,),
+            [sys.executable, "-m", __name__, *(path for _, path in locks)],
+            env={**os.environ, FD_ENV: ",".join(map(str, fds))},
+            pass_fds=fds,
             stdout=subprocess.DEVNULL,
         )
     except BaseException:
-        os.close(fd)
-        Path(path).unlink(missing_ok=True)
+        for fd, path in locks:
+            os.close(fd)
+            Path(path).unlink(missing_ok=True)
         raise
-    os.close(fd)  # the lock stays with the child's copy of the descriptor until it exits
-    os.environ[LOCK_ENV] = path
+    for fd, _ in locks:
+        os.close(fd)  # each lock stays with the child's copy of the descriptor
+    (_, path), (_, late_path) = locks
+    os.environ[LOCK_ENV], os.environ[LATE_LOCK_ENV] = path, late_path
     reap(child)
     try:
         yield child
     finally:
         stop(child)
-        os.environ.pop(LOCK_ENV, None)
-        Path(path).unlink(missing_ok=True)
+        for env, each in ((LOCK_ENV, path), (LATE_LOCK_ENV, late_path)):
+            os.environ.pop(env, None)
+            Path(each).unlink(missing_ok=True)
 
 
 def reap(child: subprocess.Popen[bytes]) -> None:
@@ -87,10 +101,10 @@ def stop(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
-def wait_for_warmup(max_wait: float = MAX_WAIT_SECONDS) -> float:
-    """Blocks while a warm-up process named by LTR_KERNEL_WARMUP_LOCK runs; the seconds
-    waited (0 when there is none)."""
-    path = os.environ.get(LOCK_ENV)
+def wait_for_warmup(max_wait: float = MAX_WAIT_SECONDS, *, late: bool = False) -> float:
+    """Blocks while a warm-up process named by LTR_KERNEL_WARMUP_LOCK (`late`: its
+    LTR_KERNEL_WARMUP_LATE_LOCK) compiles; the seconds waited (0 when there is none)."""
+    path = os.environ.get(LATE_LOCK_ENV if late else LOCK_ENV)
     if not path:
         return 0.0
     try:
@@ -125,27 +139,49 @@ def service_kernels() -> tuple[BackgroundKernel[Any], ...]:
     return (BODY_SCAN, SHED_IDS, ITEM_LOOKUP)
 
 
-def compile_all() -> None:
-    """Compiles (or loads from numba's cache) every kernel the workers compile at start."""
-    for kernel in service_kernels():
+def late_kernels() -> tuple[BackgroundKernel[Any], ...]:
+    """Kernels compiled after the service kernels, which nothing waits for: the body scan's
+    word form (app.api.body_scan.WORD_KERNEL; until it is ready, long numbers are read digit
+    by digit)."""
+    from app.api.body_scan import WORD_KERNEL
+
+    return (WORD_KERNEL,)
+
+
+def compile_all(kernels: tuple[BackgroundKernel[Any], ...] | None = None) -> None:
+    """Compiles (or loads from numba's cache) `kernels`, by default every kernel the workers
+    compile at start, the late ones included."""
+    for kernel in kernels if kernels is not None else (*service_kernels(), *late_kernels()):
         started = time.perf_counter()
         kernel.compile_now()
         log.info("%s kernel compiled in %.1f s", kernel.name, time.perf_counter() - started)
 
 
 def main(argv: list[str]) -> None:
-    # The inherited descriptor keeps the parent's exclusive lock for this process's lifetime.
-    held = os.environ.get(FD_ENV)
+    # The inherited descriptors keep the parent's exclusive locks: "main,late".
+    held = [int(fd) for fd in os.environ.get(FD_ENV, "").split(",") if fd]
     logging.basicConfig(level=logging.INFO, format="kernel warm-up: %(message)s")
-    try:
+    if not held:
         compile_all()
+        return
+    try:
+        compile_all(service_kernels())
+        _release(argv[0], held[0])
+        with contextlib.suppress(OSError):  # the late ones yield the CPU to anything else
+            os.setpriority(os.PRIO_PROCESS, 0, 19)
+        compile_all(late_kernels())
     finally:
-        if held is not None:
-            # Removed while still locked: a worker that opens it later finds nothing to wait
-            # for, and one already waiting on it is released by the close.
-            with contextlib.suppress(OSError):
-                os.unlink(argv[0])
-            os.close(int(held))
+        for path, fd in zip(argv, held, strict=False):
+            _release(path, fd)
+
+
+def _release(path: str, fd: int) -> None:
+    """Removed while still locked: a worker that opens it later finds nothing to wait for, and
+    one already waiting on it is released by the close (a second call does nothing)."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
 A fresh container starts with numba's cache empty, so every pod that starts (a rollout, the
 autoscaler adding replicas under load) compiled the body scan, the shed path's ids and the item
-lookup before /readyz answered 200: 45 s of CPU for the body scan alone on a 2-vCPU VM, spent
-when the pod is wanted most. The serve image compiles them once when it is built
-(`python -m app.kernel_warmup` with NUMBA_CACHE_DIR pointing into the image) and names that
-directory in LTR_NUMBA_CACHE_SEED; `ltr serve` copies what the process's own cache directory
-lacks before any worker starts. numba does not use a read-only cache directory, and Kubernetes
-mounts a fresh writable `/tmp` (where NUMBA_CACHE_DIR points) over the image's, hence a copy.
+lookup before /readyz answered 200 (and the body scan's word form after it): 45 s of CPU for
+the body scan alone on a 2-vCPU VM, spent when the pod is wanted most. The serve image compiles
+them once when it is built (`python -m app.kernel_warmup` with NUMBA_CACHE_DIR pointing into
+the image) and names that directory in LTR_NUMBA_CACHE_SEED; `ltr serve` copies what the
+process's own cache directory lacks before any worker starts. numba does not use a read-only
+cache directory, and Kubernetes mounts a fresh writable `/tmp` (where NUMBA_CACHE_DIR points)
+over the image's, hence a copy.
 
 numba keys each cached kernel by its source file's path, size and modification time, and by
 the CPU it was compiled for (its name and features): the image's files are the ones it was

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 from numba import njit, types  # helpers inline="always": app.numba_jit says why
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from app.numba_jit import nogil_jit
 
@@ -44,11 +44,14 @@ SIGNATURE = types.int64(
     types.int64[::1],
 )
 # The digit loops' two forms, by the type of the scan's last argument (app.api.body_scan
-# picks one per body): digit by digit (int32), or eight digits a word where they come in runs
-# (int64). Words cut a 17-digit value's cost by a third but slow a short one's by a fifth (the
-# larger loop holds fewer values in registers), so each form is compiled on its own.
+# picks one per body): digit by digit (None: numba prunes the `form is not None` branches
+# before typing them), or eight digits a word where they come in runs (int64). Words cut a
+# 17-digit value's cost by a third but slow a short one's by a fifth (the larger loop holds
+# fewer values in registers), so each form is compiled on its own: `scan` (digit by digit)
+# here, the word form by `compile_word_form` (16 s each cold on a Zen 4 VM, so no probe waits
+# for the second: app.kernel_warmup.late_kernels).
 SIGNATURES = [
-    types.int64(*SIGNATURE.args, types.int32),
+    types.int64(*SIGNATURE.args, types.none),
     types.int64(*SIGNATURE.args, types.int64),
 ]
 POW10_MIN, POW10_MAX = -345, 310
@@ -122,18 +125,6 @@ def _eight_value(word):  # type: ignore[no-untyped-def]
     v = (word & _NIBBLES) * _TEN + ((word & _NIBBLES) >> _U8)
     v = (v & _PAIRS) * _MUL1 + ((v >> _U16) & _PAIRS) * _MUL2
     return np.int64((v >> _U32) & _LOW32)
-
-
-def _word_digits(form: Any) -> bool:
-    """Whether the scan's `form` reads digits eight a word (see SIGNATURES); a constant
-    where it is compiled, so the other form's code is not there at all."""
-    raise NotImplementedError  # only ever compiled (below)
-
-
-@overload(_word_digits, inline="always")
-def _word_digits_typed(form):  # type: ignore[no-untyped-def]
-    words = isinstance(form, types.Integer) and getattr(form, "bitwidth", 0) == 64
-    return (lambda form: True) if words else (lambda form: False)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -337,10 +328,11 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                     return -1, count  # a leading zero
             else:
                 # (Word form) eight digits a word while they fit in w; then digit by digit.
-                while _word_digits(form) and digits <= _MAX_DIGITS - 8 and _eight_ahead(raw, i, n):
-                    w = w * 100000000 + _eight_value(_load_word(raw, i))
-                    digits += 8
-                    i += 8
+                if form is not None:
+                    while digits <= _MAX_DIGITS - 8 and _eight_ahead(raw, i, n):
+                        w = w * 100000000 + _eight_value(_load_word(raw, i))
+                        digits += 8
+                        i += 8
                 while i < n and 48 <= raw[i] <= 57:
                     if digits < _MAX_DIGITS:
                         w = w * 10 + (raw[i] - 48)
@@ -356,14 +348,15 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                     return -1, count
                 # (Word form) leading zeros only scale; then eight digits a word while they
                 # fit in w (the first, if w is still 0, a digit 1-9); then digit by digit.
-                while _word_digits(form) and w == 0 and i < n and raw[i] == 48:
-                    exp10 -= 1
-                    i += 1
-                while _word_digits(form) and digits <= _MAX_DIGITS - 8 and _eight_ahead(raw, i, n):
-                    w = w * 100000000 + _eight_value(_load_word(raw, i))
-                    digits += 8
-                    exp10 -= 8
-                    i += 8
+                if form is not None:
+                    while w == 0 and i < n and raw[i] == 48:
+                        exp10 -= 1
+                        i += 1
+                    while digits <= _MAX_DIGITS - 8 and _eight_ahead(raw, i, n):
+                        w = w * 100000000 + _eight_value(_load_word(raw, i))
+                        digits += 8
+                        exp10 -= 8
+                        i += 8
                 while i < n and 48 <= raw[i] <= 57:
                     if w == 0 and raw[i] == 48:
                         exp10 -= 1
@@ -572,4 +565,9 @@ def _scan(raw, values, counts, maps, keys, ids, out, form):  # type: ignore[no-u
     return OK
 
 
-scan = nogil_jit(_scan, SIGNATURES)
+scan = nogil_jit(_scan, SIGNATURES[0])
+
+
+def compile_word_form() -> Any:
+    """The scan in its word form (SIGNATURES[1]), compiled or loaded from numba's cache."""
+    return nogil_jit(_scan, SIGNATURES[1])

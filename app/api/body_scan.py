@@ -43,7 +43,7 @@ _FNV_OFFSET, _FNV_PRIME, _U64 = 14695981039346656037, 1099511628211, 2**64 - 1
 # digits per comma, 5 for `0.1234,`, 18 for `0.12340000271797180,` (a float32 written as a
 # double, as most clients write theirs), 8 for `"f12":0.1234,`. Words save ~11 ns on a long
 # value and cost a short one ~3 ns, so they pay from about a quarter of the values long.
-BYTE_DIGITS, WORD_DIGITS = np.int32(0), np.int64(1)
+BYTE_DIGITS, WORD_DIGITS = None, np.int64(1)  # the scan's last argument (its form's type)
 _SAMPLE_BYTES = 2048
 _WORD_DIGITS_PER_COMMA = 10
 _DIGIT_BYTES = b"0123456789"
@@ -74,7 +74,7 @@ def _load() -> Kernels:
 
     assert (body_kernel.OK, body_kernel.NULL, body_kernel.ABSENT) == (OK, NULL, ABSENT)
     forms = [str(signature.args[-1]) for signature in body_kernel.SIGNATURES]
-    assert forms == [str(BYTE_DIGITS.dtype), str(WORD_DIGITS.dtype)], forms
+    assert forms == ["none", str(WORD_DIGITS.dtype)], forms
     assert map_kernel.OK == OK
     # write_results is typed lazily: compiled here for the types answers pass (read-only
     # bytes from orjson, int64 order, a writable buffer), not in the first answer's request.
@@ -84,7 +84,16 @@ def _load() -> Kernels:
     return Kernels(body_kernel.scan, map_kernel.fill, answer_kernel.write_results)
 
 
+def _load_words() -> Callable[..., int]:
+    from app.api import body_kernel
+
+    return body_kernel.compile_word_form()
+
+
 KERNEL = BackgroundKernel("body-scan", _load)
+# The word form, for bodies of long numbers: compiled after the rest (app.kernel_warmup's late
+# kernels); until it is ready such bodies are scanned digit by digit, to the same values.
+WORD_KERNEL = BackgroundKernel("body-scan words", _load_words, late=True)
 
 
 def scan_body(raw: bytes, max_candidates: int) -> tuple[dict[str, Any], ScannedCandidates] | None:
@@ -102,8 +111,11 @@ def scan_body(raw: bytes, max_candidates: int) -> tuple[dict[str, Any], ScannedC
     keys = np.empty(2 * (len(raw) // _MIN_MAP_ENTRY_BYTES + 1), dtype=np.int64)
     ids = np.empty(len(raw) + 1, dtype=np.uint8)
     out = np.zeros(6, dtype=np.int64)
-    form = digit_form(raw)
-    if kernels.scan(data, values, counts, maps, keys, ids, out, form) != OK:
+    scan, form = kernels.scan, digit_form(raw)
+    if form is WORD_DIGITS:
+        words = WORD_KERNEL.ready()
+        scan, form = (kernels.scan, BYTE_DIGITS) if words is None else (words, form)
+    if scan(data, values, counts, maps, keys, ids, out, form) != OK:
         return None
     n, start, end, n_values, n_id_bytes, n_keys = out.tolist()
     try:
@@ -126,7 +138,7 @@ def scan_body(raw: bytes, max_candidates: int) -> tuple[dict[str, Any], ScannedC
     return envelope, scanned
 
 
-def digit_form(raw: bytes) -> np.integer[Any]:
+def digit_form(raw: bytes) -> np.integer[Any] | None:
     """WORD_DIGITS when the body's values are mostly long numbers (see _WORD_DIGITS_PER_COMMA),
     judged from up to _SAMPLE_BYTES of its middle (~1 us); BYTE_DIGITS otherwise."""
     middle = len(raw) // 2

@@ -34,6 +34,7 @@ from app.api.request_matrix import RequestError, build_matrix
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel() -> object:
+    body_scan.WORD_KERNEL.compile_now()
     return body_scan.KERNEL.compile_now()
 
 
@@ -43,7 +44,7 @@ FORMS = pytest.mark.parametrize("form", [BYTE_DIGITS, WORD_DIGITS], ids=["bytes"
 
 
 @contextmanager
-def digits_read_as(form: np.integer[Any]) -> Iterator[None]:
+def digits_read_as(form: Any) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(body_scan, "digit_form", lambda raw: form)
         yield
@@ -189,7 +190,7 @@ def bodies(draw: st.DrawFn, values: st.SearchStrategy[str] = value_text) -> byte
 @FORMS
 @settings(max_examples=200, deadline=None)
 @given(bodies(exact_text))
-def test_the_scan_equals_orjson_and_the_float32_cast(form: np.integer[Any], raw: bytes) -> None:
+def test_the_scan_equals_orjson_and_the_float32_cast(form: Any, raw: bytes) -> None:
     with digits_read_as(form):
         assert_same(raw)
 
@@ -197,7 +198,7 @@ def test_the_scan_equals_orjson_and_the_float32_cast(form: np.integer[Any], raw:
 @FORMS
 @settings(max_examples=150, deadline=None)
 @given(bodies())
-def test_any_number_is_read_bit_for_bit_or_given_up(form: np.integer[Any], raw: bytes) -> None:
+def test_any_number_is_read_bit_for_bit_or_given_up(form: Any, raw: bytes) -> None:
     with digits_read_as(form):
         if scan_body(raw, 10_000) is not None:
             assert_same(raw)
@@ -206,7 +207,7 @@ def test_any_number_is_read_bit_for_bit_or_given_up(form: np.integer[Any], raw: 
 @FORMS
 @settings(max_examples=150, deadline=None)
 @given(st.lists(value_text, min_size=1, max_size=40))
-def test_numbers_are_read_bit_for_bit_or_given_up(form: np.integer[Any], values: list[str]) -> None:
+def test_numbers_are_read_bit_for_bit_or_given_up(form: Any, values: list[str]) -> None:
     raw = ('{"candidates":[{"id":"a","features":[' + ",".join(values) + "]}]}").encode()
     with digits_read_as(form):
         if scan_body(raw, 10_000) is not None:
@@ -214,7 +215,7 @@ def test_numbers_are_read_bit_for_bit_or_given_up(form: np.integer[Any], values:
 
 
 @FORMS
-def test_digit_runs_of_every_length_are_read_exactly(form: np.integer[Any]) -> None:
+def test_digit_runs_of_every_length_are_read_exactly(form: Any) -> None:
     """Runs of 1-26 digits before and after the point, after 0-10 leading zeros, with and
     without an exponent, ending 0-8 bytes before the body's end: read bit for bit or given up,
     and every one of at most 15 significant digits (the exact path) read."""
@@ -236,6 +237,33 @@ def test_digit_runs_of_every_length_are_read_exactly(form: np.integer[Any]) -> N
                     assert_same(raw)
                 else:
                     assert significant > 15, text
+
+
+def test_long_values_take_the_word_form_once_it_is_compiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raw = orjson.dumps(
+        {
+            "candidates": [
+                {"id": i, "features": np.random.default_rng(i).random(30).tolist()}
+                for i in range(20)
+            ]
+        }
+    )
+    words = body_scan.WORD_KERNEL.ready()
+    assert words is not None and digit_form(raw) is WORD_DIGITS
+    forms: list[Any] = []
+
+    def spied(*args: Any) -> int:
+        forms.append(args[-1])
+        return int(words(*args))
+
+    monkeypatch.setattr(body_scan.WORD_KERNEL, "ready", lambda: spied)
+    assert_same(raw)
+    assert forms == [WORD_DIGITS]
+    monkeypatch.setattr(body_scan.WORD_KERNEL, "ready", lambda: None)  # not compiled yet
+    assert_same(raw)  # read digit by digit meanwhile
+    assert forms == [WORD_DIGITS]
 
 
 def test_long_values_are_read_eight_digits_a_word() -> None:
@@ -260,7 +288,7 @@ def test_long_values_are_read_eight_digits_a_word() -> None:
 @FORMS
 @settings(max_examples=150, deadline=None)
 @given(float32s.filter(lambda x: math.isfinite(x) and x != 0))
-def test_float32_rounding_midpoints_are_exact_or_given_up(form: np.integer[Any], x: float) -> None:
+def test_float32_rounding_midpoints_are_exact_or_given_up(form: Any, x: float) -> None:
     """The value halfway between two float32 numbers, written out exactly: the float64 product
     of the approximate path may fall on either side, so it must give up there."""
     below = np.float32(x)
@@ -338,7 +366,7 @@ def test_usual_bodies_take_the_scan() -> None:
     ],
 )
 @FORMS
-def test_what_it_does_not_read_is_left_to_orjson(form: np.integer[Any], body: bytes) -> None:
+def test_what_it_does_not_read_is_left_to_orjson(form: Any, body: bytes) -> None:
     with digits_read_as(form):
         assert scan_body(body, 10_000) is None
 
@@ -346,9 +374,7 @@ def test_what_it_does_not_read_is_left_to_orjson(form: np.integer[Any], body: by
 @FORMS
 @settings(max_examples=150, deadline=None)
 @given(bodies(), st.data())
-def test_a_damaged_body_is_never_read_as_valid(
-    form: np.integer[Any], raw: bytes, data: st.DataObject
-) -> None:
+def test_a_damaged_body_is_never_read_as_valid(form: Any, raw: bytes, data: st.DataObject) -> None:
     at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
     mutation = data.draw(st.sampled_from(["drop", "insert", "replace"]))
     byte = data.draw(st.sampled_from(list(b'{}[],:"\\-+.eE0123456789 ntfalsux')))

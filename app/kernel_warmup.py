@@ -148,6 +148,24 @@ def late_kernels() -> tuple[BackgroundKernel[Any], ...]:
     return (WORD_KERNEL,)
 
 
+def start_in_background() -> None:
+    """A worker's compiles (or cache loads) of the kernels, in background threads: the service
+    kernels at once, the late ones once those have settled. Without a warm-up process (uvicorn
+    run directly, numba's cache empty) the worker compiles them all itself, and numba compiles
+    one at a time: a late kernel first would hold /readyz back by its whole compile."""
+    services = service_kernels()
+    for kernel in services:
+        kernel.compile_later()
+
+    def after_services() -> None:
+        for kernel in services:
+            kernel.wait_settled()
+        for kernel in late_kernels():
+            kernel.compile_later()
+
+    threading.Thread(target=after_services, name="late-kernels", daemon=True).start()
+
+
 def compile_all(kernels: tuple[BackgroundKernel[Any], ...] | None = None) -> None:
     """Compiles (or loads from numba's cache) `kernels`, by default every kernel the workers
     compile at start, the late ones included."""

@@ -39,7 +39,7 @@ from app.api.schemas import RerankRequest
 from app.health import liveness, readiness
 from app.heap_trim import trim_when_quiet
 from app.impressions import ImpressionLog
-from app.kernel_warmup import late_kernels, service_kernels
+from app.kernel_warmup import service_kernels, start_in_background
 from app.long_lived import freeze_long_lived
 from app.probe_server import ProbeServer
 from app.registry import ModelRegistry, sibling_reload
@@ -96,8 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await app.state.impressions.start()
         app.state.admission.loop_lag.start()
         if settings.body_scan:
-            for kernel in (*service_kernels(), *late_kernels()):
-                kernel.compile_later()
+            start_in_background()
         # A replacement worker listens for probes once it accepts requests (below): before,
         # the kernel gave it some of the pod's probes, answered /readyz 503 while it loaded.
         replacement = is_replacement()

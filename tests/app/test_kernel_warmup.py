@@ -155,3 +155,34 @@ def test_a_late_kernel_waits_for_the_late_lock_only(
         late_holder.communicate("")
         assert late.wait_settled(10)
     assert late.ready() == "late"
+
+
+def test_a_worker_starts_the_late_kernels_after_the_service_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a warm-up process a worker compiles them all itself, one at a time: a late one
+    must not go first and hold /readyz back."""
+    monkeypatch.delenv(kernel_warmup.LOCK_ENV, raising=False)
+    monkeypatch.delenv(kernel_warmup.LATE_LOCK_ENV, raising=False)
+    release = threading.Event()
+    order: list[str] = []
+
+    def slow_service() -> str:
+        release.wait(10)
+        order.append("service")
+        return "service"
+
+    service = BackgroundKernel("service", slow_service)
+    late = BackgroundKernel("late", lambda: order.append("late") or "late", late=True)
+    monkeypatch.setattr(kernel_warmup, "service_kernels", lambda: (service,))
+    monkeypatch.setattr(kernel_warmup, "late_kernels", lambda: (late,))
+    kernel_warmup.start_in_background()
+    time.sleep(0.3)
+    assert order == [] and late.ready() is None
+    release.set()
+    assert service.wait_settled(10)
+    for _ in range(100):
+        if late.ready() is not None:
+            break
+        time.sleep(0.05)
+    assert order == ["service", "late"] and late.ready() == "late"

@@ -182,24 +182,25 @@ def main(argv: list[str]) -> None:
     if not held:
         compile_all()
         return
+    locks = list(zip(argv, held, strict=False))  # each released once, in order
     try:
         compile_all(service_kernels())
-        _release(argv[0], held[0])
+        _release(*locks.pop(0))
         with contextlib.suppress(OSError):  # the late ones yield the CPU to anything else
             os.setpriority(os.PRIO_PROCESS, 0, 19)
         compile_all(late_kernels())
     finally:
-        for path, fd in zip(argv, held, strict=False):
+        for path, fd in locks:
             _release(path, fd)
 
 
 def _release(path: str, fd: int) -> None:
     """Removed while still locked: a worker that opens it later finds nothing to wait for, and
-    one already waiting on it is released by the close (a second call does nothing)."""
+    one already waiting on it is released by the close. Once per lock: a second close could
+    close whatever file has since been given the same descriptor number."""
     with contextlib.suppress(OSError):
         os.unlink(path)
-    with contextlib.suppress(OSError):
-        os.close(fd)
+    os.close(fd)
 
 
 if __name__ == "__main__":

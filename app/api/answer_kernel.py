@@ -7,6 +7,11 @@ order, scores in rank order: C-speed), and one pass here cuts those two arrays i
 elements and writes `{"id":ID,"score":SCORE,"rank":R}` per result, joined by commas. Every id
 and score keeps the bytes orjson wrote for it, so the answer is byte for byte what orjson
 writes for the dicts (hypothesis-checked in tests/app/api/test_answer.py).
+
+Both passes go a word at a time (app.api.byte_words): element ends found eight bytes per test,
+ids and scores copied eight bytes per store, the constant parts one store each. 1,000 results
+in 28 us against 80 byte by byte (one process, Xeon VM); in a server 101 against 147 us for
+the whole answer's results.
 """
 
 from __future__ import annotations
@@ -14,11 +19,18 @@ from __future__ import annotations
 import numpy as np
 from numba import njit  # helpers inline="always": app.numba_jit says why
 
+from app.api.byte_words import copy_bytes, first_of, repeated, store_word
+
 _QUOTE, _BACKSLASH, _COMMA = 34, 92, 44
 _CLOSE_LIST, _CLOSE_OBJECT = 93, 125
-_ID = np.frombuffer(b'{"id":', dtype=np.uint8)
-_SCORE = np.frombuffer(b',"score":', dtype=np.uint8)
-_RANK = np.frombuffer(b',"rank":', dtype=np.uint8)
+_QUOTES, _BACKSLASHES = repeated(_QUOTE), repeated(_BACKSLASH)
+_COMMAS, _CLOSE_LISTS = repeated(_COMMA), repeated(_CLOSE_LIST)
+# A result's constant parts as little-endian words, each written by one store: `{"id":` (six
+# bytes; the id overwrites the word's last two), `,"score"` (then `:`), `,"rank":`.
+_ID_WORD = np.uint64(int.from_bytes(b'{"id":\0\0', "little"))
+_SCORE_WORD = np.uint64(int.from_bytes(b',"score"', "little"))
+_RANK_WORD = np.uint64(int.from_bytes(b',"rank":', "little"))
+_COLON = 58
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -32,23 +44,17 @@ def _bounds(array: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         starts[e] = i
         if array[i] == _QUOTE:
             i += 1
-            while array[i] != _QUOTE:
-                i += 2 if array[i] == _BACKSLASH else 1
+            while True:
+                i = first_of(array, i, _QUOTE, _BACKSLASH, _QUOTES, _BACKSLASHES)
+                if array[i] == _QUOTE:
+                    break
+                i += 2  # an escape: its second byte is never the string's end
             i += 1
         else:
-            while array[i] != _COMMA and array[i] != _CLOSE_LIST:
-                i += 1
+            i = first_of(array, i, _COMMA, _CLOSE_LIST, _COMMAS, _CLOSE_LISTS)
         ends[e] = i
         i += 1  # the comma (or the closing bracket after the last)
     return starts, ends
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _put(dest: np.ndarray, w: int, src: np.ndarray, start: int, stop: int) -> int:
-    for k in range(start, stop):
-        dest[w] = src[k]
-        w += 1
-    return w
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -82,12 +88,16 @@ def write_results(
         if r:
             dest[w] = _COMMA
             w += 1
-        w = _put(dest, w, _ID, 0, _ID.shape[0])
+        store_word(dest, w, _ID_WORD)
+        w += 6
         i = order[r]
-        w = _put(dest, w, ids, id_start[i], id_end[i])
-        w = _put(dest, w, _SCORE, 0, _SCORE.shape[0])
-        w = _put(dest, w, scores, score_start[r], score_end[r])
-        w = _put(dest, w, _RANK, 0, _RANK.shape[0])
+        w = copy_bytes(dest, w, ids, id_start[i], id_end[i])
+        store_word(dest, w, _SCORE_WORD)
+        dest[w + 8] = _COLON
+        w += 9
+        w = copy_bytes(dest, w, scores, score_start[r], score_end[r])
+        store_word(dest, w, _RANK_WORD)
+        w += 8
         w = put_digits(dest, w, r + 1, digits)
         dest[w] = _CLOSE_OBJECT
         w += 1

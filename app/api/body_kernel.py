@@ -28,6 +28,9 @@ from llvmlite import ir
 from numba import njit, types  # helpers inline="always": app.numba_jit says why
 from numba.extending import intrinsic
 
+from app.api.byte_words import HIGH_BITS as _HIGH_BITS
+from app.api.byte_words import LOW_BITS as _LOW_BITS
+from app.api.byte_words import load_word
 from app.numba_jit import nogil_jit
 
 OK, GIVE_UP, TOO_MANY = 0, 1, 2  # the scan's status
@@ -69,7 +72,6 @@ _MAX_DIGITS = 18
 # eight are digits (byte-wise compares in one register, SWAR), and the number they spell
 # (Lemire's eight-digit parse, as fast_float does it). A 17-digit value costs two word reads
 # and one byte step instead of 17 byte steps.
-_LOW_BITS, _HIGH_BITS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
 _ZEROS, _ABOVE_NINE = _LOW_BITS * np.uint64(0x30), _LOW_BITS * np.uint64(0x46)
 _NIBBLES = _LOW_BITS * np.uint64(0x0F)
 _PAIRS = np.uint64(0x000000FF000000FF)
@@ -89,21 +91,8 @@ def _float_bits_typed(typingctx, x):  # type: ignore[no-untyped-def]
     return types.uint64(types.float64), codegen
 
 
-def _load_word_typed(typingctx, arr, i):  # type: ignore[no-untyped-def]
-    """raw[i:i + 8] as one little-endian uint64 (any alignment; the caller keeps it in
-    bounds)."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        array = context.make_array(signature.args[0])(context, builder, value=args[0])
-        at = builder.gep(array.data, [args[1]])
-        return builder.load(builder.bitcast(at, ir.IntType(64).as_pointer()), align=1)
-
-    return types.uint64(arr, i), codegen
-
-
 # Called from compiled code only, as plain functions (numba's stubs type them otherwise).
 _float_bits: Any = intrinsic(_float_bits_typed)
-_load_word: Any = intrinsic(_load_word_typed)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -113,7 +102,7 @@ def _eight_ahead(raw, i, n):  # type: ignore[no-untyped-def]
     short number cost a 1-digit value 2-4 ns more)."""
     if i + 8 > n or raw[i + 7] < 48 or raw[i + 7] > 57:
         return False
-    word = _load_word(raw, i)
+    word = load_word(raw, i)
     below = (word - _ZEROS) & ~word  # the high bit set in a byte below '0'
     above = (word + _ABOVE_NINE) | word  # ... in a byte above '9'
     return ((below | above) & _HIGH_BITS) == 0
@@ -330,7 +319,7 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                 # (Word form) eight digits a word while they fit in w; then digit by digit.
                 if form is not None:
                     while digits <= _MAX_DIGITS - 8 and _eight_ahead(raw, i, n):
-                        w = w * 100000000 + _eight_value(_load_word(raw, i))
+                        w = w * 100000000 + _eight_value(load_word(raw, i))
                         digits += 8
                         i += 8
                 while i < n and 48 <= raw[i] <= 57:
@@ -353,7 +342,7 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                         exp10 -= 1
                         i += 1
                     while digits <= _MAX_DIGITS - 8 and _eight_ahead(raw, i, n):
-                        w = w * 100000000 + _eight_value(_load_word(raw, i))
+                        w = w * 100000000 + _eight_value(load_word(raw, i))
                         digits += 8
                         exp10 -= 8
                         i += 8

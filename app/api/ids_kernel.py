@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit  # helpers inline="always": app.numba_jit says why
 
 from app.api.answer_kernel import put_digits
+from app.api.byte_words import copy_bytes
 
 OK, FAIL = 0, 1
 # Positions in `result`: ids found, bytes written to `out`, the array's `[` and `]`.
@@ -354,13 +355,6 @@ _RESULT_HEAD = np.frombuffer(b'{"id":', dtype=np.uint8)
 _RESULT_MIDDLE = np.frombuffer(b',"score":null,"rank":', dtype=np.uint8)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _put(dest: np.ndarray, w: int, piece: np.ndarray) -> int:
-    for k in range(piece.shape[0]):
-        dest[w + k] = piece[k]
-    return w + piece.shape[0]
-
-
 @njit(cache=True, nogil=True)
 def write_results(
     out: np.ndarray, starts: np.ndarray, n_ids: int, out_len: int, k: int, dest: np.ndarray
@@ -374,12 +368,10 @@ def write_results(
         if i:
             dest[w] = _COMMA
             w += 1
-        w = _put(dest, w, _RESULT_HEAD)
+        w = copy_bytes(dest, w, _RESULT_HEAD, 0, _RESULT_HEAD.shape[0])
         stop = starts[i + 1] - 1 if i + 1 < n_ids else out_len - 1
-        for j in range(starts[i], stop):
-            dest[w] = out[j]
-            w += 1
-        w = _put(dest, w, _RESULT_MIDDLE)
+        w = copy_bytes(dest, w, out, starts[i], stop)
+        w = copy_bytes(dest, w, _RESULT_MIDDLE, 0, _RESULT_MIDDLE.shape[0])
         w = put_digits(dest, w, i + 1, digits)
         dest[w] = _CLOSE_OBJECT
         w += 1

@@ -18,6 +18,13 @@ from app.api.answer import RankedResults, answer_json
 
 ids_strategy = st.one_of(
     st.lists(st.text(), min_size=0, max_size=40, unique=True),
+    # Ids the kernel copies a word at a time, escapes (`"`, `\\`, control characters) across
+    # the words' edges.
+    st.lists(
+        st.text(st.sampled_from('ab"\\\x01\u00e9'), min_size=5, max_size=30),
+        max_size=40,
+        unique=True,
+    ),
     st.lists(st.integers(-(2**63), 2**64 - 1), min_size=0, max_size=40, unique=True),
     st.lists(st.one_of(st.text(max_size=5), st.integers(-5, 5)), max_size=40, unique=True),
 )

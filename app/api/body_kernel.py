@@ -257,7 +257,8 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
     (the index after its end or -1, values written). A map's names go to keys[2 (nk + j)]
     and keys[2 (nk + j) + 1] (start and end offsets): plain ASCII only, else -1. Per listed value
     (a Zen 4 VM) ~4 ns, and ~1.5 ns per digit read one by one: `0.1234` 14 ns, a 17-digit
-    value 35 ns digit by digit and 23 ns in the word form (`form`, see SIGNATURES)."""
+    value 35 ns digit by digit and 23 ns in the word form (`form`, see SIGNATURES); on an Intel
+    Xeon VM 14.7 and 31 ns digit by digit, 36 in the word form (app.api.word_form)."""
     n = raw.shape[0]
     close = 125 if is_map else 93
     i += 1
@@ -311,9 +312,11 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
             exp10 = 0
             is_float = False
             dropped = False
+            # No digit loop below compares i with n: the body's last byte is not part of a
+            # number (_scan checks it), so every run of digits ends inside the body.
             if raw[i] == 48:
                 i += 1
-                if i < n and 48 <= raw[i] <= 57:
+                if 48 <= raw[i] <= 57:
                     return -1, count  # a leading zero
             else:
                 # (Word form) eight digits a word while they fit in w; then digit by digit.
@@ -322,7 +325,7 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                         w = w * 100000000 + _eight_value(load_word(raw, i))
                         digits += 8
                         i += 8
-                while i < n and 48 <= raw[i] <= 57:
+                while 48 <= raw[i] <= 57:
                     if digits < _MAX_DIGITS:
                         w = w * 10 + (raw[i] - 48)
                         digits += 1
@@ -330,15 +333,15 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                         exp10 += 1  # past the 18th digit: only zeros are exact
                         dropped = dropped or raw[i] != 48
                     i += 1
-            if i < n and raw[i] == 46:
+            if raw[i] == 46:
                 is_float = True
                 i += 1
-                if i >= n or raw[i] < 48 or raw[i] > 57:
+                if raw[i] < 48 or raw[i] > 57:
                     return -1, count
                 # (Word form) leading zeros only scale; then eight digits a word while they
                 # fit in w (the first, if w is still 0, a digit 1-9); then digit by digit.
                 if form is not None:
-                    while w == 0 and i < n and raw[i] == 48:
+                    while w == 0 and raw[i] == 48:
                         exp10 -= 1
                         i += 1
                     while digits <= _MAX_DIGITS - 8 and _eight_ahead(raw, i, n):
@@ -346,7 +349,7 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                         digits += 8
                         exp10 -= 8
                         i += 8
-                while i < n and 48 <= raw[i] <= 57:
+                while 48 <= raw[i] <= 57:
                     if w == 0 and raw[i] == 48:
                         exp10 -= 1
                     elif digits < _MAX_DIGITS:
@@ -356,17 +359,17 @@ def _features(raw, i, values, nv, keys, nk, is_map, form):  # type: ignore[no-un
                     else:
                         dropped = dropped or raw[i] != 48
                     i += 1
-            if i < n and (raw[i] == 101 or raw[i] == 69):
+            if raw[i] == 101 or raw[i] == 69:
                 is_float = True
                 i += 1
                 exp_neg = False
-                if i < n and (raw[i] == 43 or raw[i] == 45):
+                if raw[i] == 43 or raw[i] == 45:
                     exp_neg = raw[i] == 45
                     i += 1
-                if i >= n or raw[i] < 48 or raw[i] > 57:
+                if raw[i] < 48 or raw[i] > 57:
                     return -1, count
                 e = 0
-                while i < n and 48 <= raw[i] <= 57:
+                while 48 <= raw[i] <= 57:
                     if e < 100000:
                         e = e * 10 + (raw[i] - 48)
                     i += 1
@@ -515,6 +518,11 @@ def _scan(raw, values, counts, maps, keys, ids, out, form):  # type: ignore[no-u
     (uint8 [>= len(raw) + 1]: each id's JSON text and a comma). `form`: how digits are read
     (SIGNATURES); the values are the same either way."""
     n = raw.shape[0]
+    # A body ends in `}` or whitespace, so no number runs to its end: _features's digit loops
+    # stop at a byte of the body without comparing their index with its length (5-12 % less
+    # per value, one process, Xeon VM).
+    if n == 0 or not (raw[n - 1] == 125 or raw[n - 1] <= 32):
+        return GIVE_UP
     i = _skip_ws(raw, 0)
     if i >= n or raw[i] != 123:
         return GIVE_UP

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.api import word_form
 from app.api.request_matrix import (
     CandidateMatrix,
     Loc,
@@ -29,6 +30,7 @@ from app.api.request_matrix import (
     duplicate_id,
     with_extra_columns,
 )
+from app.api.word_form import WordForm
 from app.background_kernel import BackgroundKernel
 from app.features.item_lookup import IdTokens
 
@@ -41,8 +43,9 @@ _FNV_OFFSET, _FNV_PRIME, _U64 = 14695981039346656037, 1099511628211, 2**64 - 1
 # The scan's digit loops (app.api.body_kernel.SIGNATURES): digit by digit, or eight digits a
 # word, for a body whose values are mostly long. Judged from a sample of the body's middle:
 # digits per comma, 5 for `0.1234,`, 18 for `0.12340000271797180,` (a float32 written as a
-# double, as most clients write theirs), 8 for `"f12":0.1234,`. Words save ~11 ns on a long
-# value and cost a short one ~3 ns, so they pay from about a quarter of the values long.
+# double, as most clients write theirs), 8 for `"f12":0.1234,`. On a Zen 4 VM words save ~11
+# ns on a long value and cost a short one ~3 ns, so they pay from about a quarter of the values
+# long; on other CPUs they may not pay at all (app.api.word_form times both once).
 BYTE_DIGITS, WORD_DIGITS = None, np.int64(1)  # the scan's last argument (its form's type)
 _SAMPLE_BYTES = 2048
 _WORD_DIGITS_PER_COMMA = 10
@@ -84,15 +87,17 @@ def _load() -> Kernels:
     return Kernels(body_kernel.scan, map_kernel.fill, answer_kernel.write_results)
 
 
-def _load_words() -> Callable[..., int]:
+def _load_words() -> WordForm:
     from app.api import body_kernel
 
-    return body_kernel.compile_word_form()
+    word = body_kernel.compile_word_form()
+    return word_form.chosen(word_form.timed(body_kernel.scan, word, WORD_DIGITS))
 
 
 KERNEL = BackgroundKernel("body-scan", _load)
-# The word form, for bodies of long numbers: compiled after the rest (app.kernel_warmup's late
-# kernels); until it is ready such bodies are scanned digit by digit, to the same values.
+# The word form, for bodies of long numbers where this CPU reads them faster so
+# (app.api.word_form): compiled after the rest (app.kernel_warmup's late kernels); until it is
+# ready such bodies are scanned digit by digit, to the same values.
 WORD_KERNEL = BackgroundKernel("body-scan words", _load_words, late=True)
 
 
@@ -114,7 +119,10 @@ def scan_body(raw: bytes, max_candidates: int) -> tuple[dict[str, Any], ScannedC
     scan, form = kernels.scan, digit_form(raw)
     if form is WORD_DIGITS:
         words = WORD_KERNEL.ready()
-        scan, form = (kernels.scan, BYTE_DIGITS) if words is None else (words, form)
+        if words is None or not words.faster:
+            form = BYTE_DIGITS
+        else:
+            scan = words.scan
     if scan(data, values, counts, maps, keys, ids, out, form) != OK:
         return None
     n, start, end, n_values, n_id_bytes, n_keys = out.tolist()

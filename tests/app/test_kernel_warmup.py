@@ -110,7 +110,7 @@ with kernel_warmup.warmup_process() as child:
 from app.api import answer_kernel, body_kernel, map_kernel
 from app.api.body_scan import KERNEL, WORD_KERNEL
 KERNEL.compile_now()  # from numba's cache now
-words = WORD_KERNEL.compile_now()
+words = WORD_KERNEL.compile_now().scan
 kernels = (body_kernel.scan, map_kernel.fill, answer_kernel.write_results, words)
 hits = sum(sum(f.stats.cache_hits.values()) for f in kernels)
 misses = sum(sum(f.stats.cache_misses.values()) for f in kernels)

@@ -30,6 +30,7 @@ from app.api.body_scan import (
     scanned_matrix,
 )
 from app.api.request_matrix import RequestError, build_matrix
+from app.api.word_form import WordForm
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -45,8 +46,12 @@ FORMS = pytest.mark.parametrize("form", [BYTE_DIGITS, WORD_DIGITS], ids=["bytes"
 
 @contextmanager
 def digits_read_as(form: Any) -> Iterator[None]:
+    """Every body read in `form`: the word form too where this CPU reads faster by bytes."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(body_scan, "digit_form", lambda raw: form)
+        words = body_scan.WORD_KERNEL.ready()
+        assert words is not None
+        patch.setattr(body_scan.WORD_KERNEL, "ready", lambda: WordForm(words.scan, 1.0, 0.0))
         yield
 
 
@@ -256,13 +261,17 @@ def test_long_values_take_the_word_form_once_it_is_compiled(
 
     def spied(*args: Any) -> int:
         forms.append(args[-1])
-        return int(words(*args))
+        return int(words.scan(*args))
 
-    monkeypatch.setattr(body_scan.WORD_KERNEL, "ready", lambda: spied)
+    faster = WordForm(spied, byte_ns=30.0, word_ns=24.0)
+    monkeypatch.setattr(body_scan.WORD_KERNEL, "ready", lambda: faster)
     assert_same(raw)
     assert forms == [WORD_DIGITS]
     monkeypatch.setattr(body_scan.WORD_KERNEL, "ready", lambda: None)  # not compiled yet
     assert_same(raw)  # read digit by digit meanwhile
+    slower = WordForm(spied, byte_ns=31.0, word_ns=36.0)  # a CPU where bytes are faster
+    monkeypatch.setattr(body_scan.WORD_KERNEL, "ready", lambda: slower)
+    assert_same(raw)  # digit by digit too
     assert forms == [WORD_DIGITS]
 
 
@@ -363,6 +372,16 @@ def test_usual_bodies_take_the_scan() -> None:
         b'{"model":"m"}',
         b'[{"candidates":[]}]',
         b"",
+        # Cut inside a number: the digit loops rely on the last byte being `}` or whitespace.
+        b'{"candidates":[{"id":"a","features":[1',
+        b'{"candidates":[{"id":"a","features":[0',
+        b'{"candidates":[{"id":"a","features":[-',
+        b'{"candidates":[{"id":"a","features":[1.',
+        b'{"candidates":[{"id":"a","features":[1.25',
+        b'{"candidates":[{"id":"a","features":[1e',
+        b'{"candidates":[{"id":"a","features":[1e-',
+        b'{"candidates":[{"id":"a","features":[1e5',
+        b'{"candidates":[{"id":"a","features":{"x":12345678901234567',
     ],
 )
 @FORMS
@@ -392,6 +411,16 @@ def test_a_damaged_body_is_never_read_as_valid(form: Any, raw: bytes, data: st.D
         except orjson.JSONDecodeError:
             pytest.fail(f"read a body orjson refuses: {damaged[:300]!r}")
         assert_same(damaged)
+
+
+@FORMS
+@pytest.mark.parametrize("tail", [b"", b" ", b"\n", b" \t\r\n"])
+def test_a_body_may_end_in_whitespace(form: Any, tail: bytes) -> None:
+    raw = b'{"candidates":[{"id":"a","features":[1.25,12345678901234567,3e2]}]}' + tail
+    with digits_read_as(form):
+        got = scan_body(raw, 10_000)
+    assert got is not None
+    assert got[1].values.tolist() == [1.25, np.float32(12345678901234567), 300.0]
 
 
 def test_more_candidates_than_allowed_are_left_to_the_full_path() -> None:

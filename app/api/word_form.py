@@ -2,11 +2,11 @@
 
 The word form (app.api.body_kernel.SIGNATURES) reads eight digits per step where the byte form
 reads one. On an AMD Zen 4 VM it read a 17-digit value in 24 ns against 36; on an Intel Xeon VM
-(Ice Lake class, AVX-512) in 35.5 ns against 31 for the byte form once its digit loops lost
-their bounds checks, and a body of 36 short and 100 long values per candidate in 32.4 against
-26.6 ns a value. Which form wins depends on the CPU, so once the word form is compiled both are
-timed on a body of long values (~40 KB, a few runs each, alternating: well under a
-millisecond), and the word form serves only where it is at least WORD_GAIN faster.
+(AVX-512) in 35.5 ns against 31 for the byte form once its digit loops lost their bounds
+checks, and a body of 36 short and 100 long values per candidate in 32.4 against 26.6 ns a
+value. Which form wins depends on the CPU, so once the word form is compiled both are timed on
+a body of long values (~40 KB, a few runs each, alternating: about a millisecond), and the
+word form serves only where it is at least WORD_GAIN faster.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.api import word_form
 from app.api.request_matrix import (
     CandidateMatrix,
     Loc,
@@ -30,7 +29,7 @@ from app.api.request_matrix import (
     duplicate_id,
     with_extra_columns,
 )
-from app.api.word_form import WordForm
+from app.api.word_form import WordForm, chosen, timed
 from app.background_kernel import BackgroundKernel
 from app.features.item_lookup import IdTokens
 
@@ -91,11 +90,11 @@ def _load_words() -> WordForm:
     from app.api import body_kernel
 
     word = body_kernel.compile_word_form()
-    return word_form.chosen(word_form.timed(body_kernel.scan, word, WORD_DIGITS))
+    return chosen(timed(body_kernel.scan, word, WORD_DIGITS))
 
 
 KERNEL = BackgroundKernel("body-scan", _load)
-# The word form, for bodies of long numbers where this CPU reads them faster so
+# The word form, used for bodies of long numbers where it reads them faster on this CPU
 # (app.api.word_form): compiled after the rest (app.kernel_warmup's late kernels); until it is
 # ready such bodies are scanned digit by digit, to the same values.
 WORD_KERNEL = BackgroundKernel("body-scan words", _load_words, late=True)

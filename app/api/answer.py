@@ -70,7 +70,10 @@ def _written_results(results: RankedResults) -> bytes | None:
     except orjson.JSONEncodeError:  # an id orjson cannot write: the dicts' path says so
         return None
     order = results.order
-    scores = orjson.dumps(results.scores[order].tolist())
+    # The same bytes as dumping the floats (orjson writes numpy's float64 as it writes float),
+    # without making 1,000 Python floats first: 18 against 30 us.
+    shown_scores = np.asarray(results.scores[order], dtype=np.float64)  # float32 would differ
+    scores = orjson.dumps(shown_scores, option=orjson.OPT_SERIALIZE_NUMPY)
     dest = np.empty(len(ids) + len(scores) + RESULT_BYTES * order.shape[0], dtype=np.uint8)
     data = np.frombuffer(ids, dtype=np.uint8)
     shown = np.frombuffer(scores, dtype=np.uint8)

@@ -77,3 +77,14 @@ def test_an_id_orjson_cannot_write_is_left_to_the_dicts() -> None:
 def test_a_body_without_ranked_results_is_dumped_as_it_is() -> None:
     body = {"request_id": "r", "results": [{"id": "a", "score": 1.0, "rank": 1}]}
     assert answer_json(body) == orjson.dumps(body)
+
+
+def test_float32_scores_are_written_as_their_float64_values() -> None:
+    """A scorer's float32 scores are shown as the doubles they convert to, as the dicts'
+    path writes them (0.1f is 0.10000000149011612), not float32's own shortest form."""
+    assert body_scan.KERNEL.compile_now() is not None
+    scores = np.array([0.1, 2.5, -1e-3], dtype=np.float32)
+    results = RankedResults(["a", "b", "c"], scores, np.array([1, 0, 2], dtype=np.int64))
+    body = {"results": results}
+    assert answer_json(body) == orjson.dumps({"results": results.dicts()})
+    assert b"0.10000000149011612" in answer_json(body)

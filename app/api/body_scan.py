@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from app.api.request_matrix import (
+    ID_TYPES,
     CandidateMatrix,
     Loc,
     check_count,
@@ -35,7 +36,6 @@ from app.features.item_lookup import IdTokens
 
 OK = 0
 NULL, ABSENT = -1, -2  # a candidate's count when its `features` is null, or not there
-_ID_TYPES = frozenset({str, int})
 _MIN_CANDIDATE_BYTES = 8  # {"id":1}
 _MIN_MAP_ENTRY_BYTES = 6  # "a":1,
 _FNV_OFFSET, _FNV_PRIME, _U64 = 14695981039346656037, 1099511628211, 2**64 - 1
@@ -130,7 +130,7 @@ def scan_body(raw: bytes, max_candidates: int) -> tuple[dict[str, Any], ScannedC
         envelope = orjson.loads(raw[:start] + b"null" + raw[end:])
     except orjson.JSONDecodeError:  # e.g. an id that is not UTF-8: the full decode says so
         return None
-    if type(envelope) is not dict or len(id_list) != n or not set(map(type, id_list)) <= _ID_TYPES:
+    if type(envelope) is not dict or len(id_list) != n or not set(map(type, id_list)) <= ID_TYPES:
         return None
     del envelope["candidates"]
     scanned = ScannedCandidates(

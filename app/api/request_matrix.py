@@ -29,7 +29,8 @@ from app.errors import LtrError, clipped, counted
 Loc = tuple[str | int, ...]
 _NUMERIC = frozenset({float, int, type(None)})  # bool is not a number; null is missing
 _CANDIDATE_KEYS = frozenset({"id", "features"})
-_ID_TYPES = frozenset({str, int})
+# The types an id may have (bool is a subclass of int, not an int: refused).
+ID_TYPES = frozenset({str, int})
 # JSON parsers read an integer past 64 bits as a float: the id then fails this check.
 ID_TYPE_MESSAGE = "must be a string or an integer of at most 64 bits (send larger ids as strings)"
 
@@ -313,7 +314,7 @@ def _plain_lists(candidates: list[Any], width: int) -> tuple[list[Any], list[Any
     except KeyError:
         return None
     id_types = set(map(type, ids))
-    if not id_types <= _ID_TYPES or set(map(type, rows)) != {list}:
+    if not id_types <= ID_TYPES or set(map(type, rows)) != {list}:
         return None
     if set(map(len, rows)) != {width}:
         return None
@@ -334,7 +335,7 @@ def _ids_only(candidates: list[Any]) -> list[Any] | None:
         ids = [c["id"] for c in candidates]
     except KeyError:
         return None
-    return ids if set(map(type, ids)) <= _ID_TYPES else None
+    return ids if set(map(type, ids)) <= ID_TYPES else None
 
 
 def _plain_matrix(

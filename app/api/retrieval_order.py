@@ -33,6 +33,7 @@ from app.api.errors import json_error
 from app.api.key_counts import check_envelope
 from app.api.middleware import safe_request_id
 from app.api.request_matrix import (
+    ID_TYPES,
     RequestError,
     candidate_id,
     check_count,
@@ -43,8 +44,6 @@ from app.api.request_matrix import (
 from app.api.schemas import RerankEnvelope
 from app.features.item_lookup import IdTokens
 from app.settings import Settings
-
-_ID_TYPES = frozenset({str, int})  # bool is an int's subclass, not an int: refused
 
 _QUOTE, _COMMA, _COLON = 34, 44, 58
 _OPEN = (123, 91)  # { [
@@ -179,7 +178,7 @@ def _kernel_split(
         ids = orjson.loads(out[:length].tobytes())
     except orjson.JSONDecodeError:  # not UTF-8, a control character, 01: the parser reports it
         return None
-    if len(ids) != result[N_IDS] or not set(map(type, ids)) <= _ID_TYPES:
+    if len(ids) != result[N_IDS] or not set(map(type, ids)) <= ID_TYPES:
         return None
     start, end = int(result[ARRAY_OPEN]), int(result[ARRAY_CLOSE])
     if _too_large(raw, start, end + 1, max_envelope_bytes):
@@ -299,7 +298,7 @@ def _id_values(
         ids = orjson.loads(b"[" + b",".join(pieces) + b"]")
     except orjson.JSONDecodeError:
         return None
-    if len(ids) != len(keys) or not set(map(type, ids)) <= _ID_TYPES:
+    if len(ids) != len(keys) or not set(map(type, ids)) <= ID_TYPES:
         return None
     return list(ids)
 

@@ -3,15 +3,14 @@ length around a word's edges, and write nothing outside their range."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-numba = pytest.importorskip("numba")
-
-from app.api.byte_words import copy_bytes, first_of, repeated  # noqa: E402
+from app.api.byte_words import copy_bytes, first_of, repeated
 
 _QUOTES, _BACKSLASHES = repeated(34), repeated(92)
 

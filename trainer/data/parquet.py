@@ -4,6 +4,7 @@ other column a numeric feature (column order and names kept). Rows in error mess
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 # `click`: logged clicks (ltr simulate --clicks) sit beside the labels, never among the features.
 RESERVED = ("qid", "label", "user_id", "position", "click")
+_ROW_LABELS = re.compile(r"__index_level_\d+__")
 
 
 def _at(path: str | Path, row: int | None, column: str, what: str) -> DataFormatError:
@@ -145,7 +147,23 @@ def open_table(path: Path) -> pa.Table:
         raise located(path, None, f"not a readable Parquet file ({exc})") from None
     if table is None:
         raise located(path, None, "duplicate column names")
-    return table
+    return table.drop_columns(row_label_columns(table.schema))
+
+
+def row_label_columns(schema: pa.Schema) -> list[str]:
+    """The columns holding a pandas DataFrame's unnamed index: pandas writes its row labels as
+    `__index_level_N__` when they are not a plain range (after filtering, sampling or
+    concatenating) and reads them back as the index. Read as features, they taught models the
+    rows' positions and asked clients for them."""
+    try:
+        index = (schema.pandas_metadata or {}).get("index_columns", [])
+    except ValueError:  # metadata that is not JSON: not pandas'
+        return []
+    return [
+        name
+        for name in index
+        if isinstance(name, str) and _ROW_LABELS.fullmatch(name) and name in schema.names
+    ]
 
 
 def query_runs(path: str | Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

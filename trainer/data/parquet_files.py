@@ -100,10 +100,11 @@ def _open(url: str) -> pq.ParquetFile:
 def survey_file(url: str, partition_rows: int) -> FileSurvey:
     """Check that `url` is a ranking file whose queries are contiguous, and find where it can be
     cut into partitions of about `partition_rows` rows without splitting a query."""
-    from trainer.data.parquet import query_runs
+    from trainer.data.parquet import query_runs, row_label_columns
 
     parquet = _open(url)
     schema = parquet.schema_arrow
+    row_labels = row_label_columns(schema)
     names = list(schema.names)
     if len(set(names)) != len(names):
         raise located(url, None, "duplicate column names")
@@ -125,7 +126,7 @@ def survey_file(url: str, partition_rows: int) -> FileSurvey:
     cuts = np.unique(np.concatenate([[0], inner, [num_rows]]))
     return FileSurvey(
         url=url,
-        columns={field.name: str(field.type) for field in schema},
+        columns={f.name: str(f.type) for f in schema if f.name not in row_labels},
         num_rows=num_rows,
         num_queries=int(query_ids.size),
         max_query_size=int(np.diff(offsets).max()),

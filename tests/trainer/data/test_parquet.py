@@ -12,6 +12,7 @@ import pytest
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
 from trainer.data.parquet import read_parquet, write_parquet
+from trainer.data.parquet_files import feature_columns, survey_file
 
 
 def sample() -> RankingDataset:
@@ -135,3 +136,30 @@ def test_a_text_label_column_is_refused_saying_what_a_label_is(tmp_path: Path) -
     with pytest.raises(DataFormatError, match=r"column 'label': .* \(a relevance grade") as info:
         read_parquet(path)
     assert "feature" not in str(info.value)
+
+
+def test_a_pandas_row_index_is_not_a_feature(tmp_path: Path) -> None:
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame(
+        {"qid": [1, 1, 2, 2], "label": [0, 1, 2, 0], "bm25": [0.5, 1.5, 2.5, 3.5]}
+    )
+    # Filtered rows keep their labels (0, 2, 3): pandas writes them as `__index_level_0__`.
+    frame[frame.bm25 != 1.5].to_parquet(tmp_path / "filtered.parquet")
+    assert "__index_level_0__" in pq.read_schema(tmp_path / "filtered.parquet").names
+    data = read_parquet(tmp_path / "filtered.parquet")
+    assert data.feature_names == ["bm25"]
+    np.testing.assert_array_equal(data.features[:, 0], [0.5, 2.5, 3.5])
+    # The cluster engine's survey (run on Dask workers) leaves it out too.
+    survey = survey_file(str(tmp_path / "filtered.parquet"), partition_rows=10)
+    assert feature_columns(survey.columns) == ["bm25"]
+    # A named index is the user's own column (an item id, say): kept.
+    frame.set_index("bm25").to_parquet(tmp_path / "named.parquet")
+    assert read_parquet(tmp_path / "named.parquet").feature_names == ["bm25"]
+
+
+def test_a_column_named_like_a_row_index_without_pandas_metadata_is_a_feature(
+    tmp_path: Path,
+) -> None:
+    table = pa.table({"qid": [1, 1], "label": [0, 1], "__index_level_0__": [5.0, 6.0]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    assert read_parquet(tmp_path / "d.parquet").feature_names == ["__index_level_0__"]

@@ -53,6 +53,7 @@ class Fetch:
 
     value: bytes | None
     error: str | None = None
+    cached: bool = False  # from the service's own cache: says nothing of what Redis holds now
 
 
 class TTLCache:
@@ -221,7 +222,7 @@ class RedisStore:
         found, value = self.cache.get(cache_key)
         if found:
             self._count("hits" if value is not None else "misses")
-            return Fetch(value)
+            return Fetch(value, cached=True)
         fetch = await self._call(deadline, call, key)
         if fetch.error is None:
             # Absent keys are cached too (most users have no override key), but briefly:

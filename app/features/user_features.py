@@ -166,7 +166,8 @@ class UserFeatureResolver:
                 key = f"{self.store.prefix}emb:{manifest.name}:{manifest.version}"
                 self.store.faults.embeddings_missing(manifest.name, manifest.version, key)
             else:
-                self.store.faults.embeddings_present(manifest.name, manifest.version)
+                if not fetch.cached:
+                    self.store.faults.embeddings_present(manifest.name, manifest.version)
                 remote = _parse_vector(fetch.value, uc.embedding_dim, table.redis_bound)
                 if remote is None:
                     reasons.append(EMBEDDING_MALFORMED_IN_REDIS)

@@ -429,3 +429,30 @@ def test_missing_embeddings_are_logged_when_they_go_and_when_they_are_back(
     assert logged[0].startswith("user embeddings of m/v1 are missing in Redis ('t:emb:m:v1'")
     assert "ltr redis restore" in logged[0]
     assert logged[1].startswith("embeddings of m/v1 are in Redis again after")
+
+
+def test_an_embedding_still_cached_is_not_taken_for_redis_having_them_again(
+    redis_server: RedisServer, manifest: Manifest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After Redis restarted empty, users of a cluster still in the service's cache alternated
+    with users of another: 52 "missing" / "in Redis again after 0 s" pairs in 10 s, while the
+    embeddings came back only with `ltr redis restore`."""
+    caplog.set_level(logging.INFO, "app.features.redis_store")
+    settings = _settings(redis_server.url, redis_cache_ttl_seconds=60.0)
+    other_user = {"id": "u2", "profile": {"country": "FR"}}
+
+    async def body(resolver: UserFeatureResolver) -> list[list[str]]:
+        _push(redis_server, manifest)
+        await resolver.resolve(manifest, US_USER)  # the US embedding is cached
+        with redis.Redis.from_url(redis_server.url) as client:
+            client.flushall()
+        reasons = []
+        for _ in range(4):
+            for user in (US_USER, other_user):
+                reasons.append((await resolver.resolve(manifest, user)).reasons)
+        return reasons
+
+    reasons = _with_resolver(settings, manifest, body)
+    assert reasons == [[], ["embedding_missing_in_redis"]] * 4
+    logged = [r.getMessage() for r in caplog.records if r.name == "app.features.redis_store"]
+    assert len(logged) == 1 and "are missing in Redis" in logged[0], logged

@@ -18,7 +18,12 @@ from app.api.dependencies import ImpressionsDep
 from app.api.errors import json_error
 from app.api.key_counts import check_feedback, fields
 from app.api.request_matrix import decode_body
-from app.api.schemas import BODY_ERRORS, MessageResponse, ValidationErrorResponse
+from app.api.schemas import (
+    BODY_ERRORS,
+    REQUEST_ID_PATTERN,
+    MessageResponse,
+    ValidationErrorResponse,
+)
 from app.impressions.feedback import LOGGING_OFF, FeedbackError, FeedbackUnavailable
 
 feedback_router = APIRouter()
@@ -58,7 +63,14 @@ class FeedbackRequest(BaseModel):
         },
     )
 
-    request_id: str = Field(min_length=1, max_length=128)
+    # Only what /rerank answers can name one of its requests: another string is a 422 (it
+    # was a 404, "unknown request id"), as /rerank gives for it.
+    request_id: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=REQUEST_ID_PATTERN,
+        description="The `request_id` of the /rerank answer: letters, digits and `._:-`.",
+    )
     events: list[FeedbackEvent] = Field(min_length=1, max_length=MAX_EVENTS)
 
 

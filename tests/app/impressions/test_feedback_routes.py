@@ -67,6 +67,10 @@ def test_accepts_and_deduplicates(client: TestClient) -> None:
         ({"request_id": "r1"}, 422),
         ({"request_id": "r1", "events": [{"id": "a", "type": "click", "extra": 1}]}, 422),
         ({"request_id": "", "events": [{"id": "a", "type": "click"}]}, 422),
+        # Never a /rerank request id: was 404 ("unknown request id").
+        ({"request_id": "a b", "events": [{"id": "a", "type": "click"}]}, 422),
+        ({"request_id": "r\u00e9", "events": [{"id": "a", "type": "click"}]}, 422),
+        ({"request_id": "r1\n", "events": [{"id": "a", "type": "click"}]}, 422),
         ([1, 2], 422),
     ],
 )

@@ -279,6 +279,11 @@ class Settings(BaseSettings):
     # (app.features.item_row_cache; ~0.5 KB a row at 100 features); 0, the default: read every
     # row. Pays when nearly every candidate's row repeats, or when Redis's CPU is the limit.
     item_row_cache_rows: Annotated[int, Field(ge=0)] = 0
+    # Snapshot files (items.npy, item_ids.npy) at least this large are memory-mapped: page
+    # cache, shared by the workers of a host. Smaller ones are read into each worker's memory,
+    # where a write into the registry's copy cannot reach them: truncated in place, a mapped
+    # file kills the worker reading the pages it lost (SIGBUS).
+    item_snapshot_map_min_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

@@ -4,10 +4,12 @@ Two `.npy` files a model version carries (`allow_pickle=False`): `items.npy`, fl
 [n_items, n_set_features] C-order, and `item_ids.npy`, the items' ids as a sorted, unique
 unicode array [n_items]. A lookup goes through a hash index built at load
 (`app.features.item_index`: one or two probes per id, where a binary search over a million
-memory-mapped ids touches twenty pages) and one fancy index of the rows; both files are opened
-with `mmap_mode="r"`, so a million-item snapshot costs page cache rather than private memory
-(the index is private: 4 bytes per slot, two slots per item) and is shared by every worker on
-the host.
+memory-mapped ids touches twenty pages) and one fancy index of the rows. Files of at least
+`map_min_bytes` are opened with `mmap_mode="r"`, so a million-item snapshot costs page cache
+rather than private memory (the index is private: 4 bytes per slot, two slots per item) and is
+shared by every worker on the host; smaller ones are read: a file truncated in place under a
+mapping kills the process that reads the pages it lost (SIGBUS), which a copy in memory
+survives.
 """
 
 from __future__ import annotations
@@ -46,19 +48,22 @@ class ItemSnapshot:
         # must hold the same rows, so one it lacks is one it lost.
         self.version = version
         self.index = ItemIndex(ids)
+        # Whether a file of the registry backs these rows (a write into it reaches them).
+        self.mapped = isinstance(matrix, np.memmap) or isinstance(ids, np.memmap)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
     @classmethod
-    def load(cls, directory: Path, items: ItemFeatureSet) -> ItemSnapshot:
-        """Open the snapshot files of a (verified) version directory."""
+    def load(cls, directory: Path, items: ItemFeatureSet, map_min_bytes: int = 0) -> ItemSnapshot:
+        """Open the snapshot files of a (verified) version directory: memory-mapped when at
+        least `map_min_bytes` long, else read."""
         if items.matrix_file is None or items.ids_file is None:
             raise SnapshotError(f"{directory}: the model names no item snapshot")
         matrix_path = Path(directory) / items.matrix_file
         ids_path = Path(directory) / items.ids_file
-        matrix = _load_npy(matrix_path)
-        ids = _load_npy(ids_path)
+        matrix = _load_npy(matrix_path, map_min_bytes)
+        ids = _load_npy(ids_path, map_min_bytes)
         if matrix.dtype != np.float32 or matrix.ndim != 2 or not matrix.flags.c_contiguous:
             raise SnapshotError(f"{matrix_path}: expected a C-order float32 matrix")
         if matrix.shape[1] != len(items.names):
@@ -131,9 +136,10 @@ def write_snapshot(
     return files, int(id_array.shape[0])
 
 
-def _load_npy(path: Path) -> np.ndarray:
+def _load_npy(path: Path, map_min_bytes: int) -> np.ndarray:
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        mapped = path.stat().st_size >= map_min_bytes
+        array = np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise SnapshotError(f"{path}: not a readable .npy file ({exc})") from None
     if not isinstance(array, np.ndarray):

@@ -492,7 +492,9 @@ class ModelRegistry:
         items = manifest.item_features
         snapshot: ItemSnapshot | None = None
         if items is not None and items.matrix_file is not None and items.ids_file is not None:
-            snapshot = ItemSnapshot.load(artifact.path, items)
+            snapshot = ItemSnapshot.load(
+                artifact.path, items, self.settings.item_snapshot_map_min_bytes
+            )
         # The verified files only: reports written beside a version later are not its own.
         verified = {MANIFEST_FILE, *manifest.files}
         files = tuple(entry for entry in on_disk if entry[0] in verified)
@@ -604,7 +606,7 @@ def _mapping_intact(served: LoadedModel) -> bool:
     they were or gone (a mapping keeps a removed or moved file's pages). One truncated in place
     would fault on access (SIGBUS); one rewritten in place gives other values."""
     items = served.manifest.item_features
-    if served.item_snapshot is None or items is None:
+    if served.item_snapshot is None or items is None or not served.item_snapshot.mapped:
         return True
     names = [n for n in (items.matrix_file, items.ids_file) if n is not None]
     recorded = {entry[0]: entry for entry in served.files}

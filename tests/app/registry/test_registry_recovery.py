@@ -329,10 +329,15 @@ def test_a_served_snapshot_written_in_place_is_checked_again(tmp_path: Path) -> 
     table = item_table(20, ["price", "ctr"], seed=1)
     publish_sourced(tmp_path, model, sources, table, feature_names=names, version="v1")
     publish_sourced(tmp_path, model, sources, table, feature_names=names, version="v2")
-    registry = make_registry(tmp_path)
+    # Mapped, however small: a snapshot read into memory is the next test's.
+    registry = ModelRegistry(
+        Settings(registry=tmp_path, parallel_min_rows=16, item_snapshot_map_min_bytes=0),
+        scorer_loader=reference_loader,
+    )
     reload(registry)
     served = registry.get()
     assert served.version == "v2" and served.item_snapshot is not None
+    assert served.item_snapshot.mapped
     matrix = tmp_path / "m" / "v2" / "items.npy"
     original = matrix.read_bytes()
     with open(matrix, "r+b") as f:  # one value, in place: the mapping shows it at once
@@ -358,6 +363,47 @@ def test_a_served_snapshot_written_in_place_is_checked_again(tmp_path: Path) -> 
     snapshot = registry.get().item_snapshot
     assert snapshot is not None
     assert not np.any(np.asarray(snapshot.matrix) == 999.0)
+
+
+def test_a_snapshot_read_into_memory_survives_its_file_truncated_in_place(
+    tmp_path: Path,
+) -> None:
+    """A held-out trial truncated a served version's items.npy in place: the next request
+    that read the mapping killed the worker (SIGBUS), and with one worker the service. A
+    snapshot below LTR_ITEM_SNAPSHOT_MAP_MIN_BYTES is read instead: the served rows stay as
+    they were verified until the poll refuses the version and the older one serves."""
+    import os
+
+    import numpy as np
+
+    from app.artifacts.manifest import FeatureSource
+    from tests.support.sourced_model import item_table, publish_sourced
+
+    names = ["bm25", "price", "ctr"]
+    sources: dict[str, FeatureSource] = {"price": "item", "ctr": "item"}
+    model = random_ensemble(len(names), seed=3)
+    table = item_table(20, ["price", "ctr"], seed=1)
+    for version in ("v1", "v2"):
+        publish_sourced(tmp_path, model, sources, table, feature_names=names, version=version)
+    registry = make_registry(tmp_path)  # the default threshold: 64 MiB
+    reload(registry)
+    served = registry.get()
+    snapshot = served.item_snapshot
+    assert served.version == "v2" and snapshot is not None and not snapshot.mapped
+    ids = list(np.asarray(snapshot.ids)[:5])
+    columns = np.arange(2)
+    before, found = snapshot.lookup(ids, columns)
+    assert found.all()
+    for name in ("items.npy", "item_ids.npy"):
+        path = tmp_path / "m" / "v2" / name
+        stat = path.stat()
+        os.truncate(path, 0)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    after, found = snapshot.lookup(ids, columns)  # mapped, this read was a SIGBUS
+    np.testing.assert_array_equal(after, before)
+    assert found.all()
+    reload(registry)
+    assert registry.get().version == "v1" and "version v2 refused" in registry.errors()["m"]
 
 
 def test_a_served_model_file_truncated_on_disk_is_refused_by_every_worker(

@@ -125,8 +125,28 @@ def main(args: list[str] | None = None) -> None:
         rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
     try:
         _run(args)
+    except SystemError as exc:
+        if not _interrupted(exc):
+            raise
+        # Ctrl-C inside compiled code (the native tree learner): numba hands the interrupt
+        # back wrapped in a SystemError, which click does not take for one, and a 65-line
+        # traceback was printed. Answered as click answers Ctrl-C elsewhere.
+        rich_utils.rich_abort_error()
+        sys.exit(1)
     finally:
         rich_utils.MAX_WIDTH = width
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among `exc`'s causes."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _run(args: list[str]) -> None:

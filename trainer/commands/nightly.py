@@ -18,6 +18,13 @@ log = logging.getLogger(__name__)
 # A refusal is not an error: the job did its work and kept the deployed model. Its own code
 # lets a scheduler tell it from bad input (2) and not retry it (deploy/k8s podFailurePolicy).
 EXIT_REFUSED = 3
+# The config keys these flags set: an error in a value a flag gave names the flag, not the file.
+NIGHTLY_FLAGS = {
+    "publish.registry": "--registry (or LTR_REGISTRY)",
+    "data.dir": "--data",
+    "gate.allow_feature_change": "--allow-feature-change",
+    "gate.allow_broken_deployed": "--allow-broken-deployed",
+}
 
 
 def seconds_until(at: str, now: dt.datetime) -> float:
@@ -159,7 +166,7 @@ def nightly_command(
     overrides["gate.allow_broken_deployed"] = True if allow_broken_deployed else None
     expected = (NightlyRefused, ArtifactError, DataFormatError, ConfigError, ValueError)
     with clear_errors(*expected):
-        cfg = load_config(config, overrides)
+        cfg = load_config(config, overrides, NIGHTLY_FLAGS)
         # run_nightly's own check, early and with the file's name (its warnings: run_nightly's).
         preflight(cfg, str(config or "nightly config"), warn=False)
         if bootstrap_demo:

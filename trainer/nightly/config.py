@@ -236,7 +236,13 @@ def _check_data_url(config: NightlyConfig) -> None:
         )
 
 
-def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> NightlyConfig:
+def load_config(
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    flags: dict[str, str] | None = None,
+) -> NightlyConfig:
+    """The config at `path` with `overrides` (dotted key -> value; None: not given), whose
+    errors name the command-line flag (`flags`: dotted key -> flag) that set the value."""
     raw: dict[str, Any] = {}
     text: str | None = None
     if path is not None:
@@ -260,24 +266,32 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> N
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
+    given = {k: flag for k, flag in (flags or {}).items() if (overrides or {}).get(k) is not None}
     try:
         return NightlyConfig.model_validate(raw)
     except ValidationError as exc:
-        raise CommandError(_config_error(exc, path, text, overrides or {})) from None
+        raise CommandError(_config_error(exc, path, text, overrides or {}, given)) from None
 
 
 def _config_error(
-    exc: ValidationError, path: Path | None, text: str | None, overrides: dict[str, Any]
+    exc: ValidationError,
+    path: Path | None,
+    text: str | None,
+    overrides: dict[str, Any],
+    flags: dict[str, str],
 ) -> str:
     """`file:line: key: what is wrong` for the first error (no line for a key the file does
-    not write, or that the command line set); a check across keys names its keys itself."""
+    not write; the flag instead of the file for one the command line set); a check across
+    keys names its keys itself."""
     first = exc.errors()[0]
     loc: tuple[str | int, ...] = tuple(first["loc"])
     error = first.get("ctx", {}).get("error")
     if isinstance(error, _KeysError):
         loc = (*loc, *error.key)
-    known = None if ".".join(map(str, loc)) in overrides else text
-    source = path or "nightly config"
+    dotted = ".".join(map(str, loc))
+    known = None if overrides.get(dotted) is not None else text
+    # `--data s3://...` was reported as the config file's data.dir.
+    source = flags.get(dotted) or path or "nightly config"
     if isinstance(error, _KeysError):
         line = None if known is None else key_line(known, loc)
         return f"{source}{'' if line is None else f':{line}'}: {error}"

@@ -57,6 +57,17 @@ def test_errors_name_the_line_of_the_key(tmp_path: Path) -> None:
     # a value set on the command line has no line in the file
     with pytest.raises(CommandError, match=r"n\.toml: model\.engine: "):
         load_config(_config(tmp_path, '[model]\nengine = "native"\n'), {"model.engine": "x"})
+    # ... and names the flag that set it: `--data s3://...` was blamed on the file
+    text = '[data]\nsource = "files"\ndir = "local"\n'
+    result = CliRunner().invoke(
+        app, ["nightly", "--config", str(_config(tmp_path, text)), "--data", "s3://b/x"]
+    )
+    assert result.exit_code == 2
+    assert "error: --data: data.dir is a s3:// URL: " in result.stderr
+    # a flag not given leaves the file's line
+    text = '[data]\nsource = "files"\ndir = "s3://bucket/ltr"\n'
+    result = CliRunner().invoke(app, ["nightly", "--config", str(_config(tmp_path, text))])
+    assert result.exit_code == 2 and "n.toml:3: data.dir is a s3:// URL: " in result.stderr
 
 
 def _no_training(*args: object, **kwargs: object) -> object:

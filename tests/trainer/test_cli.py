@@ -1,0 +1,38 @@
+"""The console script's own handling: Ctrl-C inside compiled code."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer import cli
+
+
+def _interrupted_in_compiled_code(args: list[str]) -> None:
+    # What numba raises when Ctrl-C lands in a compiled function (the tree learner's _grow).
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as interrupt:
+        raise SystemError(
+            "CPUDispatcher(<function _grow>) returned a result with an exception set"
+        ) from interrupt
+
+
+def test_ctrl_c_in_compiled_code_aborts_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A held-out review pressed Ctrl-C during `ltr train`: a 65-line SystemError traceback."""
+    monkeypatch.setattr(cli, "_run", _interrupted_in_compiled_code)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["train"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Aborted" in err and "Traceback" not in err and "SystemError" not in err
+
+
+def test_another_system_error_is_not_taken_for_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(args: list[str]) -> None:
+        raise SystemError("a real bug")
+
+    monkeypatch.setattr(cli, "_run", broken)
+    with pytest.raises(SystemError, match="a real bug"):
+        cli.main(["train"])

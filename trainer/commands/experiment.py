@@ -117,6 +117,8 @@ def status_command(
     refused: services do not serve it, and why), and EXPERIMENT files services refuse."""
     from trainer.experiments.status import registry_status
 
+    if not registry.is_dir():  # a mistyped path read as "no experiments", exit 0
+        fail(f"{registry}: no such registry directory")
     status = registry_status(registry)
     _echo(status.to_json(), as_json, "\n".join(status.lines()) or "no experiments")
 

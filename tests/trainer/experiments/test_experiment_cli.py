@@ -50,6 +50,13 @@ def test_start_status_stop(registry: Path) -> None:
     assert read_current(registry, "m") == "v1"
 
 
+def test_status_of_a_registry_that_is_not_there_is_an_error(tmp_path: Path) -> None:
+    """A held-out review's mistyped --registry printed no experiments and exited 0."""
+    code, out, err = ltr("status", "--registry", str(tmp_path / "nonexist"), "--json")
+    assert code == 2 and "no such registry directory" in err
+    assert read_json(out)["status"] == "error"
+
+
 def test_bad_input_is_refused_and_nothing_is_written(registry: Path) -> None:
     before = snapshot(registry)
     cases = [

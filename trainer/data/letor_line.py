@@ -15,8 +15,13 @@ from trainer.data.errors import clip, quote
 from trainer.data.float32 import BEYOND_FLOAT32, beyond_float32
 
 # Python's float() also accepts `1_000`, `infinity` and surrounding blanks; the format does not.
-_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf)", re.IGNORECASE)
-_INTEGER = re.compile(r"[+-]?\d+")
+# ASCII only: `\d` and str.split() also take other scripts' digits (`１`, read as 1) and blanks
+# (a no-break space), which no other reader of the format takes.
+_NUMBER = re.compile(
+    r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf)", re.IGNORECASE | re.ASCII
+)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+_BLANKS = " \t\r\n\v\f"
 # The reader builds a dense matrix, so ids are column numbers; larger ones are almost surely
 # hashed sparse features this format cannot hold (and would exhaust memory).
 MAX_FEATURE_ID = 100_000
@@ -56,7 +61,7 @@ def parse_line(text: str, max_id: int | None = None) -> ParsedLine | None:
 
     `max_id` is the forced feature width (ids above it are an error).
     """
-    tokens = text.split()
+    tokens = [token for token in re.split(f"[{_BLANKS}]+", text) if token]
     if not tokens:
         return None
     label = parse_number(tokens[0])

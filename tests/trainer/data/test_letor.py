@@ -172,6 +172,11 @@ GOOD = "1 qid:1 1:0.5 2:0.25\n"
         (GOOD + "1 qid:1 1:abc\n", r":2: value 'abc' of feature 1 is not a number"),
         (GOOD + "1 qid:1 1:\n", r":2: value '' of feature 1 is not a number"),
         (GOOD + "1 qid:1 1:1_0\n", r":2: value '1_0' of feature 1 is not a number"),
+        # Other scripts' digits and blanks: float() and str.split() took them (`１` read as 1).
+        (GOOD + "1 qid:1 1:\uff11\n", r":2: value '\uff11' of feature 1 is not a number"),
+        (GOOD + "1 qid:\u0661 1:1\n", r":2: qid '\u0661' is not an integer"),
+        (GOOD + "\u0661 qid:1 1:1\n", r":2: label '\u0661' is not a number"),
+        (GOOD + "1 qid:1 1:1\u00a02:1\n", r":2: value '1\\xa02:1' of feature 1 is not a number"),
         (GOOD + "1 qid:1 1:2:3\n", r":2: value '2:3' of feature 1 is not a number"),
         (GOOD + "1 qid:1 junk\n", r":2: malformed token 'junk' \(expected id:value\)"),
         (GOOD + "1 qid:1 :5\n", r":2: malformed token ':5'"),

@@ -1,5 +1,6 @@
 """Item features in Redis: one pipelined round trip per request, under the user features'
-deadline and circuit breaker (`RedisStore.run`).
+deadline and circuit breaker (`RedisStore.run`), and a breaker of the batches' own
+(app.features.kind_breaker).
 
 Keys (Redis contract): `{prefix}item:{set}:{set_version}:{item_id}` → the item's features as
 packed float32 little-endian in the set's order; `{prefix}itemset:{set}` → the live
@@ -28,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.artifacts.manifest import NAME_PATTERN
 from app.features.item_row_cache import ItemRowCache
+from app.features.kind_breaker import KindBreaker
 from app.features.redis_store import Deadline, RedisStore
 
 ITEM_SET_MISSING = "item_set_missing_in_redis"
@@ -87,6 +89,13 @@ class RedisItemBackend:
     def __init__(self, store: RedisStore, rows: ItemRowCache | None = None) -> None:
         self.store = store
         self.rows = rows if rows is not None else ItemRowCache(0)
+        settings = store.settings
+        self.breaker = KindBreaker(
+            "item_batches",
+            settings.breaker_failure_threshold,
+            settings.breaker_reset_seconds,
+            store.breaker.now,
+        )
         self._live: dict[str, SetVersion] = {}  # set -> the version the pointer named last
         self._meta: dict[tuple[str, str], SetVersion] = {}
 
@@ -104,7 +113,9 @@ class RedisItemBackend:
             if self.rows.enabled:
                 return await self._cached_fetch(set_name, known, ids, deadline)
             keys = item_keys(prefix, set_name, known.version, ids)
-            reply, error = await self.store.run(deadline, _pipelined(_pointer_read(pointer), keys))
+            reply, error = await self.store.run(
+                deadline, _pipelined(_pointer_read(pointer), keys), kind=self.breaker
+            )
             if error is not None:
                 return RedisItems(None, None, error)
             live = _version(reply[0])
@@ -123,7 +134,9 @@ class RedisItemBackend:
         keys = item_keys(prefix, set_name, live, ids)
         cached = self._meta.get((set_name, live))
         if cached is not None:
-            reply, error = await self.store.run(deadline, _pipelined(_pointer_read(pointer), keys))
+            reply, error = await self.store.run(
+                deadline, _pipelined(_pointer_read(pointer), keys), kind=self.breaker
+            )
             if error is not None:
                 return RedisItems(None, None, error)
             self._live[set_name] = cached
@@ -131,7 +144,7 @@ class RedisItemBackend:
             return RedisItems(reply[1], cached)
         meta = meta_key(prefix, set_name, live)
         read = ("GETRANGE", meta, "0", str(META_READ))  # one byte past the bound: over it
-        reply, error = await self.store.run(deadline, _pipelined(read, keys))
+        reply, error = await self.store.run(deadline, _pipelined(read, keys), kind=self.breaker)
         if error is not None:
             return RedisItems(None, None, error)
         if not reply[0]:  # the pointer names a version whose meta is gone: none is live
@@ -166,7 +179,9 @@ class RedisItemBackend:
         wanted = [names[j] for j in misses]
         pointer = pointer_key(self.store.prefix, set_name)
         reply, error = await self.store.run(
-            deadline, _pipelined(_pointer_read(pointer), [head + name for name in wanted])
+            deadline,
+            _pipelined(_pointer_read(pointer), [head + name for name in wanted]),
+            kind=self.breaker,
         )
         if error is not None:
             return RedisItems(None, None, error)

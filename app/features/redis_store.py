@@ -32,6 +32,7 @@ from app import metrics
 from app.errors import LtrError
 from app.features.circuit_breaker import CircuitBreaker, State
 from app.features.clusters import MAX_CLUSTER_ID_LENGTH
+from app.features.kind_breaker import KindBreaker
 from app.features.redis_fault_log import RedisFaultLog
 from app.loop_lag import LoopLag
 from app.redis_pool import waiting_client
@@ -255,17 +256,24 @@ class RedisStore:
         deadline: Deadline,
         call: Callable[[aioredis.Redis], Awaitable[Any]],
         key: str | None = None,
+        kind: KindBreaker | None = None,
     ) -> tuple[Any, str | None]:
         """(reply, None) or (None, reason): `call` under the deadline and the breaker, uncached.
         The item feature store sends its pipelined batches through here. `key`: what a bad
-        value's log line names."""
+        value's log line names; `kind`: a breaker of this kind of call besides the shared one
+        (told the same verdicts)."""
         if self._client is None:
             self._count("errors")
             return None, REDIS_UNAVAILABLE
-        if not self.breaker.allow():
+        if kind is not None and not kind.breaker.allow():
             self._count("errors")
             return None, CIRCUIT_OPEN
-        raw, error = await self._verdict(self._client, deadline, call, key)
+        if not self.breaker.allow():
+            if kind is not None:
+                kind.breaker.release_probe()  # not tried: no verdict
+            self._count("errors")
+            return None, CIRCUIT_OPEN
+        raw, error = await self._verdict(self._client, deadline, call, key, kind)
         if error is not None:
             self._count("errors")
         return raw, error
@@ -276,41 +284,51 @@ class RedisStore:
         deadline: Deadline,
         call: Callable[[aioredis.Redis], Awaitable[Any]],
         key: str | None,
+        kind: KindBreaker | None = None,
     ) -> tuple[Any, str | None]:
-        """run's call, the breaker allowing it, and what its outcome tells the breaker."""
+        """run's call, the breakers allowing it, and what its outcome tells them."""
         started = self.breaker.now()
         try:
             raw = await _within_redis_deadline(call(client), deadline, self.loop_lag, self.liveness)
         except LoopLagTimeout:
-            self.breaker.release_probe()  # the loop was late: no verdict on Redis
+            self._no_verdict(kind)  # the loop was late: no verdict on Redis
             return None, REDIS_TIMEOUT
         except BudgetTimeout:
-            self.breaker.release_probe()  # the request ran out of time: no verdict on Redis
+            self._no_verdict(kind)  # the request ran out of time: no verdict on Redis
             return None, REDIS_OVER_BUDGET
         except (TimeoutError, RedisTimeoutError):
-            return None, self._failed(REDIS_TIMEOUT, started)
+            return None, self._failed(REDIS_TIMEOUT, started, kind)
         except ResponseError as exc:
             # Redis answered (so it is healthy) but the key holds the wrong type of value.
-            self._answered()
+            self._answered(kind)
             self.faults.bad_value(key or "(a batch of item keys)", str(exc))
             return None, REDIS_BAD_VALUE
         except (RedisError, OSError):
-            return None, self._failed(REDIS_UNAVAILABLE, started)
-        self._answered()
+            return None, self._failed(REDIS_UNAVAILABLE, started, kind)
+        self._answered(kind)
         self.liveness.replied()
         return raw, None
 
-    def _answered(self) -> None:
+    def _no_verdict(self, kind: KindBreaker | None) -> None:
+        self.breaker.release_probe()
+        if kind is not None:
+            kind.breaker.release_probe()
+
+    def _answered(self, kind: KindBreaker | None = None) -> None:
         before = self.breaker.state
         self.breaker.record_success()
         self.faults.answered()
         self._breaker_moved(before)
+        if kind is not None:
+            kind.record(success=True)
 
-    def _failed(self, reason: str, started: float) -> str:
+    def _failed(self, reason: str, started: float, kind: KindBreaker | None = None) -> str:
         before = self.breaker.state
         self.breaker.record_failure(started)
         self.faults.failed(reason)
         self._breaker_moved(before)
+        if kind is not None:
+            kind.record(success=False, started=started)
         return reason
 
     def _breaker_moved(self, before: State) -> None:

@@ -111,11 +111,17 @@ class Refusal:
     signature: VersionSignature
     reason: str = ""
     older: str | None = None  # the older version served instead (a start-up's fallback)
+    kept: bool = False  # the served version's files failed: its loaded copy serves on
 
     @property
     def error(self) -> str:
         what = f"version {self.version}" if self.version else "CURRENT"
         text = f"{what} refused: {self.reason}"
+        if self.kept:
+            return (
+                f"{text}; its files changed on disk after it loaded, and the loaded copy still "
+                "serves (a restarted worker could not load it: publish the version again)"
+            )
         return text if self.older is None else f"{text}; serving the older version {self.older}"
 
 
@@ -411,6 +417,15 @@ class ModelRegistry:
                     self._refused.pop(name, None)
                     report.unchanged.append((name, version))
                     return None
+                refused = self._refused.get(name)
+                if (
+                    not force
+                    and refused is not None
+                    and refused.kept
+                    and refused.version == version
+                    and refused.signature == version_signature(current.path)
+                ):
+                    return None  # refused as its files are now; the loaded copy serves
                 await self._remap(current, report)
                 return None
             # Taken before the load: files that change meanwhile differ at the next poll.
@@ -447,16 +462,23 @@ class ModelRegistry:
         also after `ltr publish` had repaired the file, as the mapping kept the old one; another
         truncated model.json: nothing said so until a worker restarted and served the older
         version while the others kept the newer. Loaded (and verified) again: repaired files
-        serve; files that fail are refused and an older version that loads serves instead."""
+        serve. Files that fail are refused; the loaded copy serves on when nothing it reads
+        changed (its model is in memory, and its snapshot read or still mapped as it was),
+        said in /models and the log: falling back to an older version there rolled production
+        back to a model nobody chose (its features maybe others: 422s), and with no older one
+        answered 503 for a model intact in memory (a held-out trial). A mapping of changed
+        files would serve other values or fault: that copy goes, and an older version that
+        loads serves instead."""
         name, version = current.name, current.version
         signature = version_signature(current.path)
         try:
             loaded = await anyio.to_thread.run_sync(self._load, name, version)
         except Exception as exc:
             log.error("%s/%s: its files changed on disk and fail their check", name, version)
-            if not _mapping_intact(current):
+            intact = _mapping_intact(current)
+            if not intact:
                 self._drop(current)
-            await self._refuse(name, Refusal(version, signature, ""), exc, report, current)
+            await self._refuse(name, Refusal(version, signature, "", kept=intact), exc, report)
             return
         log.warning("%s/%s: its files changed on disk; loaded again", name, version)
         self._swap(loaded)
@@ -575,30 +597,25 @@ class ModelRegistry:
         refusal: Refusal,
         exc: Exception,
         report: ReloadReport,
-        broken: LoadedModel | None = None,
     ) -> None:
-        """Record a refusal; at start-up, or when the served version's own files failed
-        (`broken`), serve the newest older version that loads instead."""
+        """Record a refusal; with nothing serving (a start-up, or a served version whose
+        mapped files changed), serve the newest older version that loads instead."""
         full = f"{type(exc).__name__}: {exc}"
         message = self._public(full)
         version = refusal.version
         before = self._refused.get(name)
         # Refused again (a retry of a changed copy): the older version still serves instead.
         older = before.older if before is not None and before.version == version else None
-        refusal = replace(refusal, reason=message, older=older)
+        refusal = replace(refusal, reason=message, older=None if refusal.kept else older)
         self._refused[name] = refusal
         metrics.RELOAD_FAILURES.labels(name).inc()
         report.failed.append((name, version, message))
         serving = self._models.get(name)
-        if serving is None or serving is broken:
-            # A start-up, or a served version whose files failed: an older version may serve,
-            # said in one line. The broken one answers until it does (dropped first, its
-            # requests were answered 503 while the older one loaded: 12-18 in a trial).
-            await self._serve_older(name, refusal, full, report)
-            if broken is not None and self._models.get(name) is broken:
-                self._drop(broken)  # nothing older loads: as a restarted worker, none
+        if serving is None:
+            await self._serve_older(name, refusal, full, report)  # said in one line
             return
-        log.error("refused %s/%s (%s); still serving %s", name, version, full, serving.version)
+        what = "the copy loaded before" if refusal.kept else serving.version
+        log.error("refused %s/%s (%s); still serving %s", name, version, full, what)
 
 
 def _mapping_intact(served: LoadedModel) -> bool:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from app import metrics
 from app.artifacts.store import set_current
+from app.errors import LtrError
 from app.registry import ModelRegistry
 from app.settings import Settings
 from tests.support import publish, random_ensemble, reference_loader
@@ -403,27 +403,37 @@ def test_a_snapshot_read_into_memory_survives_its_file_truncated_in_place(
     np.testing.assert_array_equal(after, before)
     assert found.all()
     reload(registry)
-    assert registry.get().version == "v1" and "version v2 refused" in registry.errors()["m"]
+    # Refused, and reported; the copy in memory, read before the truncation, serves on.
+    assert registry.get() is served and "version v2 refused" in registry.errors()["m"]
 
 
-def test_a_served_model_file_truncated_on_disk_is_refused_by_every_worker(
-    tmp_path: Path,
+@pytest.mark.parametrize("versions", [("v1", "v2"), ("v2",)])
+def test_a_served_model_file_truncated_on_disk_is_reported_and_the_loaded_copy_serves_on(
+    tmp_path: Path, versions: tuple[str, ...]
 ) -> None:
     """An operations trial truncated a served version's model.json: nothing said so (/models
     without errors, /readyz 200) until a worker restarted, which then served the older version
-    while the others kept the newer one."""
-    for version in ("v1", "v2"):
+    while the others kept the newer one. Then every worker fell back to the older version
+    (production rolled back to a model nobody chose) or, with none, answered 503 for a model
+    intact in memory (a held-out trial). Now it is refused and said so, and serves on."""
+    for version in versions:
         publish(tmp_path, random_ensemble(NF, seed=1), version=version)
     registry = make_registry(tmp_path)
     reload(registry)
-    assert registry.get().version == "v2"
+    served = registry.get()
+    assert served.version == "v2"
     original = corrupt(tmp_path, "v2")
+    before = failures()
     reload(registry)
-    assert registry.get().version == "v1"  # as a restarted worker would serve
-    assert "version v2 refused" in registry.errors()["m"]
-    restarted = make_registry(tmp_path)
+    assert registry.get() is served and failures() == before + 1
+    error = registry.errors()["m"]
+    assert error.startswith("version v2 refused: ") and "the loaded copy still serves" in error
+    reload(registry)  # unchanged since: not loaded again, not counted again
+    assert registry.get() is served and failures() == before + 1
+    restarted = make_registry(tmp_path)  # as the error warns: a new worker cannot load it
     reload(restarted)
-    assert restarted.get().version == "v1"
+    with pytest.raises(LtrError) if versions == ("v2",) else contextlib.nullcontext():
+        assert restarted.get().version == "v1"
     (tmp_path / "m" / "v2" / "model.json").write_bytes(original)  # repaired
     reload(registry)
     assert registry.get().version == "v2" and registry.errors() == {}
@@ -439,44 +449,24 @@ def test_a_report_written_beside_the_served_version_does_not_reload_it(tmp_path:
     assert registry.get() is served
 
 
-def test_the_served_version_answers_until_the_older_one_is_in(tmp_path: Path) -> None:
+@pytest.mark.parametrize("versions", [("v1", "v2"), ("v2",)])
+def test_a_served_version_moved_away_serves_on_from_memory(
+    tmp_path: Path, versions: tuple[str, ...]
+) -> None:
     """A trial moved the served version's directory away under load: 12-18 requests were
-    answered 503 while the older version loaded, as the broken one was dropped first. Its
-    model is in memory (and nothing it maps was truncated): it answers until then."""
-    for version in ("v1", "v2"):
+    answered 503 while the older version loaded, as the broken one was dropped first; with no
+    older version, the model answered 503 from then on. Its model is in memory and nothing it
+    maps was truncated: it serves on, reported, as for a registry gone missing."""
+    for version in versions:
         publish(tmp_path, random_ensemble(NF, seed=1), version=version)
-    gate, loading = threading.Event(), threading.Event()
-
-    def slow_v1(artifact: Any) -> Any:
-        if artifact.path.name == "v1":
-            loading.set()
-            assert gate.wait(30)
-        return reference_loader(artifact)
-
-    registry = ModelRegistry(
-        Settings(registry=tmp_path, parallel_min_rows=16), scorer_loader=slow_v1
-    )
-    reload(registry)
-    assert registry.get().version == "v2" and not loading.is_set()
-    shutil.move(tmp_path / "m" / "v2", tmp_path / "moved-away")
-
-    async def during_the_fallback() -> str:
-        task = asyncio.create_task(registry.reload())
-        assert await asyncio.to_thread(loading.wait, 30)
-        served = registry.get().version
-        gate.set()
-        await task
-        return served
-
-    assert asyncio.run(during_the_fallback()) == "v2"
-    assert registry.get().version == "v1"
-    assert "serving the older version v1" in registry.errors()["m"]
-
-
-def test_a_served_version_gone_with_nothing_older_serves_nothing(tmp_path: Path) -> None:
-    publish(tmp_path, random_ensemble(NF, seed=1), version="v1")
     registry = make_registry(tmp_path)
     reload(registry)
-    shutil.move(tmp_path / "m" / "v1", tmp_path / "moved-away")
+    served = registry.get()
+    shutil.move(tmp_path / "m" / "v2", tmp_path / "moved-away")
     reload(registry)
-    assert "m" not in registry.models() and "version v1 refused" in registry.errors()["m"]
+    assert registry.get() is served
+    error = registry.errors()["m"]
+    assert "version v2 refused" in error and "the loaded copy still serves" in error
+    shutil.move(tmp_path / "moved-away", tmp_path / "m" / "v2")  # put back
+    reload(registry)
+    assert registry.get().version == "v2" and registry.errors() == {}

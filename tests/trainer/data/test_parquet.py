@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -139,7 +140,6 @@ def test_a_text_label_column_is_refused_saying_what_a_label_is(tmp_path: Path) -
 
 
 def test_a_pandas_row_index_is_not_a_feature(tmp_path: Path) -> None:
-    pandas = pytest.importorskip("pandas")
     frame = pandas.DataFrame(
         {"qid": [1, 1, 2, 2], "label": [0, 1, 2, 0], "bm25": [0.5, 1.5, 2.5, 3.5]}
     )

@@ -34,6 +34,17 @@ RedisUrl = Annotated[
 Prefix = Annotated[str | None, Opt(help="Redis key prefix [default: LTR_REDIS_PREFIX or ltr:].")]
 IdColumn = Annotated[str, Opt(help="Item id column of a Parquet table.")]
 AsJson = Annotated[bool, Opt("--json", help="Print one JSON object.")]
+OldTtl = Annotated[
+    int | None,
+    Opt(
+        "--old-ttl",
+        min=0,
+        envvar="LTR_ITEM_SET_OLD_TTL_SECONDS",
+        show_default=False,
+        help="Seconds a version switched over (neither live nor kept for a rollback) stays "
+        "in Redis; 0 removes it at once [default: LTR_ITEM_SET_OLD_TTL_SECONDS or 86400].",
+    ),
+]
 
 
 @features_app.command("push")
@@ -54,6 +65,7 @@ def push_command(
             envvar="LTR_REGISTRY",
         ),
     ] = Path("registry"),
+    old_ttl: OldTtl = None,
     as_json: AsJson = False,
 ) -> None:
     """Write a whole new version, verify it, then switch the live pointer (atomic); the live
@@ -82,7 +94,9 @@ def push_command(
             warnings += [w for w in (eviction_warning(client),) if w is not None]
             for warning in warnings:
                 echo_err(warning)
-            result = push_item_set(client, _prefix(prefix), set_name, table, version=version)
+            result = push_item_set(
+                client, _prefix(prefix), set_name, table, version=version, old_ttl=old_ttl
+            )
     summary = {
         "set": result.set,
         "version": result.version,
@@ -175,6 +189,7 @@ def rollback_command(
     to: Annotated[str, Opt(help="The version to make live again.")],
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
+    old_ttl: OldTtl = None,
     as_json: AsJson = False,
 ) -> None:
     """Point the set back at an earlier version, verified complete (every item, right size)."""
@@ -185,7 +200,7 @@ def rollback_command(
         check_name("item set", set_name)
         check_name("version", to)
         with connect(redis_url) as client:
-            previous = switch_version(client, _prefix(prefix), set_name, to)
+            previous = switch_version(client, _prefix(prefix), set_name, to, old_ttl)
     if as_json:
         typer.echo(orjson.dumps({"set": set_name, "live": to, "previous": previous}).decode())
     else:
@@ -198,6 +213,7 @@ def _inspect_redis(
     from app.features.item_redis import meta_key
     from trainer.features.redis_sets import live_version, read_meta, sample_items, versions_key
     from trainer.features.set_keys import item_counts
+    from trainer.features.set_retention import version_memory
 
     set_name, version = _redis_source(source)
     pre = _prefix(prefix)
@@ -219,6 +235,8 @@ def _inspect_redis(
                 "created_at": info.get("created_at"),
                 # Seconds until Redis drops it (pushed or rolled back over); None: kept.
                 "expires_in": _expires_in(client, meta_key(pre, set_name, v)),
+                # Estimated from a few keys (None where Redis refuses MEMORY USAGE).
+                "memory_bytes": version_memory(client, pre, set_name, v, present.get(v, 0)),
             }
             for v, info in metas.items()
         ]

@@ -53,6 +53,7 @@ def publish_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Publish a trained version (atomic install, embeddings to Redis, CURRENT, announce)."""
+    from trainer.features.set_retention import old_version_ttl
     from trainer.publish import (
         ItemSetUnreachable,
         experiment_pause_warning,
@@ -66,6 +67,7 @@ def publish_command(
         redis_url = redis_url or os.environ.get("LTR_REDIS_URL") or None
         if redis_url is not None:
             check_redis_url(redis_url)  # before anything is installed or moved
+            old_version_ttl()  # read when an item set is switched: its error comes first
         if rollback:
             if model is not None or candidate:
                 fail("--rollback takes --name, not --model or --candidate")

@@ -44,9 +44,11 @@ def restore_command(
 
     from trainer.commands.features import connect
     from trainer.features.redis_sets import eviction_warning
+    from trainer.features.set_retention import old_version_ttl
     from trainer.redis_restore import restore_redis
 
     with clear_errors(ValueError, redis.RedisError):
+        old_version_ttl()  # read at each item set's switch: a bad value is refused first
         url = redis_url or os.environ.get("LTR_REDIS_URL") or None
         with connect(url) as client:
             warning = eviction_warning(client)

@@ -24,16 +24,19 @@ import redis
 
 from app.features.item_redis import item_prefix, meta_key, pointer_key
 from trainer.features.item_table import ItemTable
-from trainer.features.set_keys import check_name, item_counts, scan_batches, version_pattern
+from trainer.features.set_keys import (
+    check_name,
+    item_counts,
+    scan_batches,
+    text_of,
+    version_pattern,
+)
+from trainer.features.set_retention import expire_old_versions, old_version_ttl
+from trainer.features.set_retention import versions_key as versions_key  # callers import it
 from trainer.features.set_writes import BATCH, PackedItems, mismatches, refused, repair, write_items
 from trainer.features.set_writes import PushError as PushError  # callers import it from here
 
-EXPIRE_SECONDS = 24 * 3600
-
-
-def versions_key(prefix: str, set_name: str) -> str:
-    """Sorted set of the set's versions (score: push time), for expiry and inspection."""
-    return f"{prefix}itemset:{set_name}:versions"
+_text = text_of
 
 
 class RedisStopped(PushError, redis.ConnectionError):
@@ -60,11 +63,14 @@ def push_item_set(
     table: ItemTable,
     *,
     version: str | None = None,
-    expire_seconds: int = EXPIRE_SECONDS,
+    old_ttl: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> PushResult:
-    """Write `table` as version `version` (default: its content id) and make it live."""
+    """Write `table` as version `version` (default: its content id) and make it live; versions
+    neither live nor kept for a rollback get a TTL of `old_ttl` seconds (default
+    LTR_ITEM_SET_OLD_TTL_SECONDS or a day; 0 removes them)."""
     started = time.perf_counter()
+    old_ttl = old_version_ttl(old_ttl)
     check_name("item set", set_name)
     version = check_name("version", version or table.version())
     pointer = pointer_key(prefix, set_name)
@@ -108,13 +114,17 @@ def push_item_set(
             f"is unknown (it named {served.live or 'no version'} before); `ltr features "
             f"inspect redis:{set_name}` says, and pushing again completes it"
         ) from None
-    expired = expire_old_versions(client, prefix, set_name, {version, previous}, expire_seconds)
+    expired = expire_old_versions(client, prefix, set_name, {version, previous}, old_ttl)
     seconds = time.perf_counter() - started
     return PushResult(set_name, version, previous, n, seconds, False, expired)
 
 
-def switch_version(client: redis.Redis, prefix: str, set_name: str, version: str) -> str | None:
-    """Point the set at an existing, complete `version` (a rollback); returns the previous one."""
+def switch_version(
+    client: redis.Redis, prefix: str, set_name: str, version: str, old_ttl: int | None = None
+) -> str | None:
+    """Point the set at an existing, complete `version` (a rollback); returns the previous one.
+    `old_ttl` as for push_item_set."""
+    old_ttl = old_version_ttl(old_ttl)
     check_name("item set", set_name)
     check_name("version", version)
     meta = _meta(client, prefix, set_name, version)
@@ -139,34 +149,8 @@ def switch_version(client: redis.Redis, prefix: str, set_name: str, version: str
     previous = _text(client.set(pointer_key(prefix, set_name), version, get=True))
     # As after a push: a version neither live nor kept for a rollback expires (one pushed
     # between them never did, rolled back over).
-    expire_old_versions(client, prefix, set_name, {version, previous}, EXPIRE_SECONDS)
+    expire_old_versions(client, prefix, set_name, {version, previous}, old_ttl)
     return previous
-
-
-def expire_old_versions(
-    client: redis.Redis, prefix: str, set_name: str, keep: set[str | None], seconds: int
-) -> list[str]:
-    """Give every version not in `keep` (and its meta) a TTL of `seconds`; the names of those
-    given one now. An expiring version stays in the versions list, so `inspect` shows what a
-    rollback can still reach, until its meta is gone."""
-    vkey = versions_key(prefix, set_name)
-    old = [v for v in (_text(x) for x in client.zrange(vkey, 0, -1)) if v and v not in keep]
-    expired = []
-    for version in old:
-        meta_ttl = client.ttl(meta_key(prefix, set_name, version))
-        if meta_ttl > 0:
-            continue  # expiring already
-        for batch in scan_batches(client, version_pattern(prefix, set_name, version)):
-            pipe = client.pipeline(transaction=False)
-            for k in batch:
-                pipe.expire(k, seconds, nx=True)
-            pipe.execute()
-        if meta_ttl == -2:  # expired, or a killed push's that never had one: not listed
-            client.zrem(vkey, version)
-            continue
-        client.expire(meta_key(prefix, set_name, version), seconds, nx=True)
-        expired.append(version)
-    return expired
 
 
 def live_version(client: redis.Redis, prefix: str, set_name: str) -> str | None:
@@ -386,9 +370,3 @@ def _meta(client: redis.Redis, prefix: str, set_name: str, version: str) -> dict
     except orjson.JSONDecodeError:
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("names"), list) else None
-
-
-def _text(raw: Any) -> str | None:
-    if raw is None:
-        return None
-    return (raw.decode() if isinstance(raw, bytes) else str(raw)).strip() or None

@@ -75,10 +75,11 @@ def _redis_lines(report: dict[str, Any]) -> list[str]:
             "yes" if v["complete"] else "NO",
             _created(v["created_at"]),
             _expiry(v.get("expires_in")),
+            _megabytes(v.get("memory_bytes")),
         )
         for v in report["versions"]
     ]
-    header = ("  version", "items", "present", "complete", "created (UTC)", "expires")
+    header = ("  version", "items", "present", "complete", "created (UTC)", "expires", "memory")
     lines += _columns(header, rows)
     if report["features"] is not None:
         count = len(report["features"])
@@ -97,6 +98,10 @@ def _created(epoch: float | str | None) -> str:
     if not isinstance(epoch, int | float):
         return epoch or "-"
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _megabytes(size: int | None) -> str:
+    return "-" if size is None else f"~{size / 2**20:,.0f} MB"
 
 
 def _expiry(seconds: int | None) -> str:

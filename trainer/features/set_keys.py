@@ -33,6 +33,13 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+def text_of(raw: Any) -> str | None:
+    """A Redis reply's text, stripped; None for no reply or an empty one."""
+    if raw is None:
+        return None
+    return (raw.decode() if isinstance(raw, bytes) else str(raw)).strip() or None
+
+
 def glob_escape(text: str) -> str:
     """`text` matched literally in a SCAN/KEYS pattern."""
     return _GLOB.sub(r"\\\1", text)

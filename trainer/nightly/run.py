@@ -28,6 +28,7 @@ from trainer.data.dataset import RankingDataset
 from trainer.data.loader import load_dataset
 from trainer.explain.versions import version_views
 from trainer.features.item_table import read_item_table
+from trainer.features.set_retention import old_version_ttl
 from trainer.features.sources import (
     FeatureSpec,
     SourcePlan,
@@ -435,6 +436,8 @@ def preflight(config: NightlyConfig, source: str = "nightly config", warn: bool 
     model_dir = registry / config.model.name
     if model_dir.is_dir() and not os.access(model_dir, os.W_OK | os.X_OK):
         raise CommandError(f"{source}: publish.registry: {model_dir} is not writable")
+    if config.publish.redis_url or os.environ.get("LTR_REDIS_URL"):
+        old_version_ttl()  # read when the publish switches the item set, after training
     logs = config.experiment.logs
     missing = bool(logs) and "://" not in str(logs) and not Path(str(logs)).exists()
     # With a model deployed this run may start an experiment; the next one decides it from

@@ -35,7 +35,8 @@ def test_a_redis_report_marks_the_live_version_and_an_incomplete_one() -> None:
             {"version": "v1", "live": False, "items": 10, "items_present": 7,
              "complete": False, "created_at": None, "expires_in": 5400},
             {"version": "v2", "live": True, "items": 1200, "items_present": 1200,
-             "complete": True, "created_at": 1796378400.0, "expires_in": None},
+             "complete": True, "created_at": 1796378400.0, "expires_in": None,
+             "memory_bytes": 612_000_000},
         ],
         "shown": "v2",
         "features": ["a"],
@@ -43,9 +44,9 @@ def test_a_redis_report_marks_the_live_version_and_an_incomplete_one() -> None:
     }  # fmt: skip
     assert inspect_lines(report) == [
         "item set s: live version v2",
-        "  version  items  present  complete  created (UTC)        expires",
-        "  v1       10     7        NO        -                    in 2 h",
-        "* v2       1,200  1,200    yes       2026-12-04 10:00:00  -",
+        "  version  items  present  complete  created (UTC)        expires  memory",
+        "  v1       10     7        NO        -                    in 2 h   -",
+        "* v2       1,200  1,200    yes       2026-12-04 10:00:00  -        ~584 MB",
         "features (1): a",
     ]
 

@@ -179,7 +179,7 @@ def test_inspect_and_diff_print_text_without_json(
         CliRunner().invoke(app, ["features", "inspect", "redis:s", *url, "--json"]).stdout
     )["live"]
     assert lines[0] == f"item set s: live version {version}"
-    header = ["version", "items", "present", "complete", "created", "(UTC)", "expires"]
+    header = ["version", "items", "present", "complete", "created", "(UTC)", "expires", "memory"]
     assert lines[1].split() == header
     assert lines[2].split()[:5] == ["*", version, "2", "2", "yes"]
     assert lines[3:] == [

@@ -13,6 +13,7 @@ import trainer.nightly.run as nightly_run
 from tests.trainer.nightly.conftest import write_config
 from trainer.cli import app
 from trainer.commands.errors import CommandError
+from trainer.features.set_retention import RetentionError
 from trainer.nightly.config import load_config
 from trainer.nightly.run import load_data, run_nightly
 
@@ -88,6 +89,22 @@ def test_a_registry_that_is_a_file_fails_before_training(
     (tmp_path / "parent-file").write_text("")
     with pytest.raises(CommandError, match=r"publish\.registry: cannot create"):
         run_nightly(load_config(path, {"publish.registry": tmp_path / "parent-file" / "reg"}))
+
+
+def test_a_bad_item_set_ttl_fails_before_training(
+    partitioned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It is read when the publish switches the item set in Redis: after training."""
+    monkeypatch.setattr(nightly_run, "train_candidate", _no_training)
+    monkeypatch.setenv("LTR_ITEM_SET_OLD_TTL_SECONDS", "a day")
+    path = write_config(tmp_path, partitioned)
+    overrides = {"publish.redis_url": "redis://127.0.0.1:1/0"}
+    with pytest.raises(RetentionError, match="LTR_ITEM_SET_OLD_TTL_SECONDS='a day'"):
+        run_nightly(load_config(path, overrides))
+    run = CliRunner().invoke(
+        app, ["nightly", "--config", str(path)], env={"LTR_REDIS_URL": "redis://127.0.0.1:1/0"}
+    )
+    assert run.exit_code == 2 and "LTR_ITEM_SET_OLD_TTL_SECONDS='a day'" in run.stderr
 
 
 def test_missing_experiment_logs_warn_before_training(

@@ -1,0 +1,138 @@
+"""How long item set versions switched over stay in Redis (LTR_ITEM_SET_OLD_TTL_SECONDS,
+--old-ttl), and what inspect says a version takes there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from tests.support.redis_server import RedisServer
+from tests.support.sourced_model import item_table
+from trainer.cli import app
+from trainer.features.redis_sets import push_item_set, switch_version
+from trainer.features.set_retention import OLD_TTL_ENV, RetentionError, old_version_ttl
+
+NAMES = ["x", "y"]
+
+
+def _keys(client: redis.Redis, version: str) -> list[bytes]:
+    return list(client.scan_iter(match=f"ltr:item:s:{version}:*"))
+
+
+def test_a_ttl_of_zero_removes_what_is_neither_live_nor_kept(redis_server: RedisServer) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    v1, v2 = (push_item_set(client, "ltr:", "s", item_table(40, NAMES, seed=k)) for k in (1, 2))
+    v3 = push_item_set(client, "ltr:", "s", item_table(40, NAMES, seed=3), old_ttl=0)
+    assert v3.expired == [v1.version]
+    assert _keys(client, v1.version) == []
+    assert client.exists(f"ltr:itemset:s:{v1.version}:meta") == 0
+    listed = {v.decode() for v in client.zrange("ltr:itemset:s:versions", 0, -1)}
+    assert listed == {v2.version, v3.version}
+    assert len(_keys(client, v2.version)) == 40  # kept for a rollback, without a TTL
+    assert client.ttl(f"ltr:item:s:{v2.version}:d0") == -1
+    # A rollback to v2 with 0 removes nothing it needs: v3 is the one now kept.
+    assert switch_version(client, "ltr:", "s", v2.version, old_ttl=0) == v3.version
+    assert len(_keys(client, v3.version)) == 40 and len(_keys(client, v2.version)) == 40
+
+
+def test_the_environment_sets_the_ttl_and_a_bad_value_changes_nothing(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    monkeypatch.setenv(OLD_TTL_ENV, "600")
+    v1 = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=1))
+    push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=2))
+    v3 = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=3))
+    assert 0 < client.ttl(f"ltr:item:s:{v1.version}:d0") <= 600
+    monkeypatch.setenv(OLD_TTL_ENV, "1h")
+    with pytest.raises(RetentionError, match=f"{OLD_TTL_ENV}='1h'"):
+        push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=4))
+    assert client.get("ltr:itemset:s") == v3.version.encode()
+    assert len(list(client.scan_iter(match="ltr:item:s:*"))) == 15  # nothing written
+
+
+@pytest.mark.parametrize(("text", "expected"), [("", 86400), (" 0 ", 0), ("3600", 3600)])
+def test_old_version_ttl_reads_the_environment(
+    monkeypatch: pytest.MonkeyPatch, text: str, expected: int
+) -> None:
+    monkeypatch.setenv(OLD_TTL_ENV, text)
+    assert old_version_ttl() == expected
+    assert old_version_ttl(7) == 7  # a flag's value wins
+    for bad in ("-5", "2.5", "day"):
+        monkeypatch.setenv(OLD_TTL_ENV, bad)
+        with pytest.raises(RetentionError, match="whole number of seconds >= 0"):
+            old_version_ttl()
+
+
+def test_cli_old_ttl_and_inspect_memory(redis_server: RedisServer, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    runner = CliRunner()
+    url = ["--redis-url", redis_server.url]
+    versions = []
+    for seed in (1, 2, 3):
+        table = item_table(300, NAMES, seed=seed)
+        path = tmp_path / f"items{seed}.parquet"
+        columns = {"doc_id": table.ids.tolist(), **dict(zip(NAMES, table.matrix.T, strict=True))}
+        pq.write_table(pa.table(columns), path)
+        pushed = runner.invoke(
+            app,
+            [
+                "features",
+                "push",
+                "--set",
+                "s",
+                "--items",
+                str(path),
+                "--old-ttl",
+                "0",
+                "--json",
+                *url,
+            ],
+        )
+        assert pushed.exit_code == 0, pushed.output
+        versions.append(json.loads(pushed.stdout)["version"])
+    assert _keys(client, versions[0]) == []
+    refused = runner.invoke(
+        app, ["features", "rollback", "--set", "s", "--to", versions[1], "--old-ttl", "-1", *url]
+    )
+    assert refused.exit_code == 2 and "--old-ttl" in refused.output
+    assert client.get("ltr:itemset:s") == versions[2].encode()
+    bad_env = runner.invoke(
+        app,
+        ["features", "rollback", "--set", "s", "--to", versions[1], *url],
+        env={OLD_TTL_ENV: "soon"},
+    )
+    assert bad_env.exit_code == 2 and OLD_TTL_ENV in bad_env.output
+    shown = runner.invoke(app, ["features", "inspect", "redis:s", "--json", *url])
+    memory = {v["version"]: v["memory_bytes"] for v in json.loads(shown.stdout)["versions"]}
+    assert set(memory) == set(versions[1:])
+    # 300 items of 8 bytes each and a key of ~80: more than the values, less than a KB each.
+    assert all(300 * 8 < m < 300 * 1024 for m in memory.values())
+    text = runner.invoke(app, ["features", "inspect", "redis:s", *url])
+    assert "memory" in text.stdout and " MB" in text.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["redis", "restore", "--registry", "{tmp}"],
+        ["publish", "--name", "m", "--rollback", "--registry", "{tmp}"],
+    ],
+)
+def test_a_bad_ttl_is_refused_before_anything_is_switched(
+    redis_server: RedisServer, tmp_path: Path, command: list[str]
+) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    done = CliRunner().invoke(
+        app,
+        [*args, "--redis-url", redis_server.url],
+        env={OLD_TTL_ENV: "-1"},
+    )
+    assert done.exit_code == 2
+    assert f"{OLD_TTL_ENV}='-1': expected a whole number of seconds >= 0" in done.output

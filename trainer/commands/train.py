@@ -441,6 +441,7 @@ def train_command(
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
             train, valid = _load(train_file, valid_file, spec, sourced)
+            _warn_never_present(train)
             table = None
             if users.enabled:
                 train, valid, table = _tree_user_features(train, valid, users, params, network)
@@ -753,6 +754,14 @@ def _tree_user_features(
         None if valid is None else with_user_vectors(valid, uc, files, profiles),
         TreeUserTable(uc, files, {**record, "user_profiles": str(profiles)}),
     )
+
+
+def _warn_never_present(train: RankingDataset) -> None:
+    from trainer.dnn.nothing_learned import never_present_warning
+
+    warning = never_present_warning(train, "trees")
+    if warning is not None:
+        echo_err(f"warning: {warning}")
 
 
 def _warn_nothing_learned(reason: str | None) -> None:

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from distributed import Client
 
 PARTITION_ROWS = 262_144  # about 140 MB of float32 at 136 features
-NUMERIC_TYPES = ("int", "uint", "float", "double", "halffloat", "bool", "decimal")
+# "null": a column whose every value is None (all missing), as trainer.data.parquet reads it
+NUMERIC_TYPES = ("int", "uint", "float", "double", "halffloat", "bool", "decimal", "null")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,20 @@ RESERVED = ("qid", "label", "user_id", "position", "click")
 _ROW_LABELS = re.compile(r"__index_level_\d+__")
 
 
+def is_numeric(kind: pa.DataType) -> bool:
+    """Whether a column of Arrow type `kind` reads as numbers: integers, floats, booleans, or
+    `null`, the type pyarrow gives a column whose every value is None (all missing, as a
+    float column of NaN is)."""
+    import pyarrow as pa
+
+    return (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_null(kind)
+    )
+
+
 def _at(path: str | Path, row: int | None, column: str, what: str) -> DataFormatError:
     where = f"row {row}, column {column!r}" if row is not None else f"column {column!r}"
     return DataFormatError(f"{path}: {where}: {what}")
@@ -54,9 +68,7 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
     def numeric(name: str) -> np.ndarray:
         column = table.column(name)
         kind = column.type
-        if not (
-            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-        ):
+        if not is_numeric(kind):
             hint = ""
             if name == "label":
                 hint = " (a relevance grade: 0, 1, 2, ...; map text grades to numbers first)"

@@ -24,7 +24,7 @@ from trainer.data.errors import (
     located,
 )
 from trainer.data.float32 import BEYOND_FLOAT32, to_float32
-from trainer.data.parquet import RESERVED
+from trainer.data.parquet import RESERVED, is_numeric
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,9 +160,7 @@ def read_rows(
     def numeric(name: str) -> np.ndarray:
         column = table.column(name)
         kind = column.type
-        if not (
-            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-        ):
+        if not is_numeric(kind):
             raise located(url, None, f"column {name!r}: has type {kind}, expected a number")
         cast = pc.cast(column, pa.float64(), safe=False).fill_null(np.nan)
         return np.asarray(cast.to_numpy(), dtype=np.float64)

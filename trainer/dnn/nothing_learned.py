@@ -1,5 +1,6 @@
 """Why a network could learn no ranking from its training data, for the warning `ltr train`
-prints (the tree engines' `_why_nothing_learned` in trainer.commands.train is the same idea).
+prints (the tree engines' `_why_nothing_learned` in trainer.commands.train is the same idea),
+and the features it learns nothing from (every engine warns of those).
 
 A network always trains and always writes a version, but some data gives its loss nothing to
 rank: a ranking loss (RankNet, LambdaRank: pairs of documents of one query with different
@@ -65,22 +66,31 @@ def missing_everywhere(features: np.ndarray) -> np.ndarray:
     return out
 
 
-def never_present_warning(train: RankingDataset) -> str | None:
-    """A warning naming the features missing in every training row: the network learns
-    nothing from them and serves them as missing whatever a request sends
-    (trainer.dnn.normalisation), which a client sending real values would not expect. None
-    when every feature is present somewhere (or every one is missing: why_nothing_learned
-    says that)."""
+def never_present_warning(train: RankingDataset, learner: str = "network") -> str | None:
+    """A warning naming the features missing in every training row: the model learns nothing
+    from them, which a client sending real values would not expect. A network (`learner`
+    "network") serves them as missing whatever a request sends (trainer.dnn.normalisation);
+    trees ("trees") never split on them, so a request's value is ignored. None when every
+    feature is present somewhere (or every one is missing: why_nothing_learned says that)."""
     missing = missing_everywhere(train.features)
     if not missing.any() or missing.all():
         return None
     names = [n for n, m in zip(train.names(), missing, strict=True) if m]
     shown = ", ".join(repr(n) for n in names[:NAMES_SHOWN])
     more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
-    which = f"feature {shown} is" if len(names) == 1 else f"features {shown}{more} are"
+    one = len(names) == 1
+    which = f"feature {shown} is" if one else f"features {shown}{more} are"
+    if learner == "trees":
+        effect = (
+            f"no tree can split on {'it' if one else 'them'}, so the model ignores whatever "
+            "value a request sends"
+        )
+    else:
+        effect = (
+            f"the network learns nothing from {'it' if one else 'them'} and scores every "
+            f"request as if {'it were' if one else 'they were'} missing, whatever value it sends"
+        )
     return (
-        f"{which} missing (NaN) in every training row: the network learns nothing from "
-        f"{'it' if len(names) == 1 else 'them'} and scores every request as if "
-        f"{'it were' if len(names) == 1 else 'they were'} missing, whatever value it sends; "
-        "fill the data in or leave the feature out"
+        f"{which} missing (NaN) in every training row: {effect}; fill the data in or leave "
+        f"the feature{'' if one else 's'} out"
     )

@@ -10,7 +10,7 @@ import numpy as np
 
 from trainer.data.errors import DataFormatError
 from trainer.data.float32 import BEYOND_FLOAT32, to_float32
-from trainer.data.parquet import RESERVED
+from trainer.data.parquet import RESERVED, is_numeric
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,7 +99,7 @@ def feature_values(path: Path, table: pa.Table, name: str) -> np.ndarray:
 
     column = table.column(name)
     kind = column.type
-    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+    if not is_numeric(kind):
         raise _at(path, None, name, f"has type {kind}, expected a number")
     wide = np.asarray(pc.cast(column, pa.float64(), safe=False).fill_null(np.nan).to_numpy())
     values, overflow = to_float32(wide)

@@ -231,3 +231,42 @@ def test_a_validation_file_naming_a_larger_feature_id_widens_both(
     result = runner.invoke(app, [*args, "--num-trees", "2", "--min-data-in-leaf", "1"])
     assert result.exit_code == 0, result.stderr
     assert load_version(out).manifest.feature_names == ["f1", "f2", "f3"]
+
+
+@pytest.mark.parametrize("engine", ["native", "lightgbm"])
+def test_features_missing_in_every_row_are_warned_of_by_tree_engines(
+    runner: CliRunner, tmp_path: Path, engine: str
+) -> None:
+    """The network trainer said so; the tree engines kept such a feature silently (clients
+    were asked to send it, and no tree ever read it). A column pyarrow types `null` (every
+    value None) is such a feature too: it was refused as 'has type null, expected a number'."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if engine == "lightgbm":
+        pytest.importorskip("lightgbm", reason="the train extra (lightgbm) is not installed")
+    rng = np.random.default_rng(0)
+    n = 60
+    columns = {
+        "qid": np.repeat(np.arange(6), 10),
+        "label": rng.integers(0, 3, n),
+        "good": rng.random(n),
+        "all_nan": np.full(n, np.nan),
+        "all_null": pa.nulls(n),
+    }
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.table(columns), data)
+    assert pq.read_schema(data).field("all_null").type == pa.null()
+    result = _train(
+        runner, data, tmp_path / "v", *FAST, "--engine", engine, "--min-data-in-leaf", "1"
+    )
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: features 'all_nan', 'all_null' are missing (NaN) in every training row: no "
+        "tree can split on them, so the model ignores whatever value a request sends; fill the "
+        "data in or leave the features out"
+    ]
+    manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
+    assert manifest["feature_names"] == ["good", "all_nan", "all_null"]

@@ -108,3 +108,15 @@ def test_train_refuses_a_bad_item_table_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.stderr.startswith(f"error: {items}: column 'doc_id': has type list")
+
+
+def test_a_column_of_nulls_only_is_a_feature_missing_for_every_item(tmp_path: Path) -> None:
+    """pyarrow types a column whose every value is None `null`; it was refused as 'has type
+    null, expected a number' where the same column of NaN was read."""
+    path = write(
+        tmp_path / "items.parquet",
+        {"doc_id": ["a", "b"], "price": [1.5, 2.0], "fresh": pa.nulls(2)},
+    )
+    table = read_item_table(path, "doc_id")
+    assert table.names == ["price", "fresh"]
+    assert np.isnan(table.matrix[:, 1]).all() and table.matrix[:, 0].tolist() == [1.5, 2.0]

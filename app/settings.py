@@ -33,6 +33,22 @@ def redis_url_problem(url: str) -> str | None:
     database = parts.path.strip("/") if parts.scheme != "unix" else ""
     if database and not database.isdigit():
         return f"the database {database!r} is not a number"
+    return _options_problem(url)
+
+
+def _options_problem(url: str) -> str | None:
+    """What redis-py refuses in the URL's query options (`?foo=1`: an unknown one; a timeout
+    that is not a number), found by building a connection, which connects nothing: at the
+    first command it was a traceback from inside redis-py."""
+    import redis
+
+    try:
+        redis.ConnectionPool.from_url(url).make_connection()
+    except TypeError as exc:  # "...__init__() got an unexpected keyword argument 'foo'"
+        name = str(exc).rpartition(" ")[2]
+        return f"the option {name} in its query is not one redis-py takes"
+    except ValueError as exc:  # 'Invalid value for "socket_timeout" in connection URL.'
+        return str(exc).rstrip(".")
     return None
 
 

@@ -17,19 +17,29 @@ from app.settings import redis_url_problem
 
 
 def redacted(url: str) -> str:
-    """`url` with its password (or a lone user part, which may be one) shown as `***`."""
+    """`url` with its password (or a lone user part, which may be one) shown as `***`, in the
+    address (`redis://:pw@host`) and in the query (`?password=pw`, how redis-py also takes one,
+    and the only way for a `unix://` socket)."""
     from urllib.parse import urlsplit
 
     try:
         parts = urlsplit(url)
     except ValueError:
         return "(an unparsable URL)"
-    if "@" not in parts.netloc:
-        return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    hidden = f"{user}:***" if colon else "***"
-    return parts._replace(netloc=f"{hidden}@{host}").geturl()
+    if "@" in parts.netloc:
+        userinfo, _, host = parts.netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        hidden = f"{user}:***" if colon else "***"
+        url = parts._replace(netloc=f"{hidden}@{host}").geturl()
+    # By hand: urlunsplit writes `unix:///x.sock` (no host) back as `unix:/x.sock`.
+    head, mark, rest = url.partition("?")
+    query, hash_mark, fragment = rest.partition("#")
+    fields = [
+        f"{name}=***" if sep and name.lower() == "password" else field
+        for field in query.split("&")
+        for name, sep, _ in (field.partition("="),)
+    ]
+    return head + mark + "&".join(fields) + hash_mark + fragment
 
 
 def check_redis_url(url: str, option: str = "--redis-url") -> str:

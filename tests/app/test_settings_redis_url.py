@@ -10,7 +10,14 @@ from app.settings import Settings
 
 
 @pytest.mark.parametrize(
-    "url", ["redis://localhost:6379/0", "rediss://:pw@cache:6380", "unix:///run/redis.sock"]
+    "url",
+    [
+        "redis://localhost:6379/0",
+        "rediss://:pw@cache:6380",
+        "unix:///run/redis.sock",
+        "unix:///run/redis.sock?password=pw&db=2",
+        "redis://cache/0?socket_timeout=1.5&health_check_interval=30",
+    ],
 )
 def test_usable_urls_are_taken(url: str) -> None:
     assert Settings(redis_url=url).redis_url == url
@@ -28,6 +35,10 @@ def test_a_blank_url_is_no_redis() -> None:
         ("redis://:hunter2@cache:6379/zero", "the database 'zero' is not a number"),
         ("redis://:hunter2@127.0.0.1:99999/0", "the port is not a number from 0 to 65535"),
         ("redis://cache:port/0", "the port is not a number from 0 to 65535"),
+        # redis-py took these until the first command, then raised from inside (a traceback
+        # and exit 3 from `ltr serve`).
+        ("redis://h/0?password=hunter2&foo=bar", "the option 'foo' in its query is not one"),
+        ("redis://h/0?socket_timeout=soon", "Invalid value for 'socket_timeout'"),
     ],
 )
 def test_a_malformed_url_is_refused_without_showing_it(url: str, problem: str) -> None:

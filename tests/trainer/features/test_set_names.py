@@ -85,3 +85,19 @@ def test_a_redis_that_wants_a_password_says_so(redis_server: RedisServer) -> Non
     result = CliRunner().invoke(app, ["features", "inspect", "redis:cat", "--redis-url", wrong])
     assert result.exit_code == 2 and "nope" not in result.stderr
     assert "invalid username-password pair" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://127.0.0.1:1/0?password=hunter2", "redis://127.0.0.1:1/0?password=***"),
+        ("unix:///run/r.sock?db=2&Password=hunter2", "unix:///run/r.sock?db=2&Password=***"),
+        ("redis://u:hunter2@h/0?password=hunter2#x", "redis://u:***@h/0?password=***#x"),
+        ("unix:///run/r.sock", "unix:///run/r.sock"),
+    ],
+)
+def test_a_password_in_the_query_is_hidden_too(url: str, shown: str) -> None:
+    """redis-py takes `?password=` (for a unix socket, the only way): it was printed whole."""
+    from trainer.redis_publish import redacted
+
+    assert redacted(url) == shown

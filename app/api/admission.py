@@ -521,8 +521,12 @@ class AdmissionController:
         self, reason: str, body: bytes, marks: BodyMarks | None = None, fits: bool = True
     ) -> Shed:
         # Counted in ltr_shed_requests_total once answered shed (app.api.retrieval_order): a
-        # request refused here may still get a 422 for its ids or top_k.
-        self.last_shed = self.clock()
+        # request refused here may still get a 422 for its ids or top_k. Only load makes the
+        # worker `shedding` (/readyz 503, shorter queues): a request over its budget on an
+        # idle worker (too many rows for its budget, or a slow send) is its client's doing,
+        # and a client sending `x-request-timeout-ms: 1` kept a pod out of its Service.
+        if reason == SHED:
+            self.last_shed = self.clock()
         return Shed(reason, body, marks, fits)
 
     def fits_alone(self, rows: int, budget: Budget, own: int = 0) -> bool:

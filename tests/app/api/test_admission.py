@@ -55,7 +55,8 @@ def test_a_budget_too_short_for_the_work_is_over_budget_at_once() -> None:
     with pytest.raises(Shed) as info:
         asyncio.run(adm.acquire(1000, Budget(clock.now, 0.05), b"body"))
     assert (info.value.reason, info.value.body) == (OVER_BUDGET, b"body")
-    assert adm.in_flight == 0 and adm.shedding
+    # The client's doing, not load: the worker is not `shedding` (/readyz stays ready).
+    assert adm.in_flight == 0 and not adm.shedding
 
 
 def test_an_estimate_that_only_refuses_is_probed_again_when_idle() -> None:
@@ -303,8 +304,14 @@ def test_503_mode_refuses_unread_while_busy_and_just_shedding() -> None:
     asyncio.run(adm.acquire(1000, Budget(clock.now, 1.0), b""))
     assert adm.refuse_early(scope) is None  # busy, but nothing shed
     adm.service = ServiceTime(intercept=0.0, slope=1.0)
-    with pytest.raises(Shed):
+    with pytest.raises(Shed) as over:  # more work than any budget: not load, nothing changes
         asyncio.run(adm.acquire(1000, Budget(clock.now, 1.0), b""))
+    assert over.value.reason == OVER_BUDGET and adm.refuse_early(scope) is None
+    adm.service = ServiceTime(intercept=0.0, slope=1e-4)  # 100 ms, but the loop lags 950
+    adm.loop_lag.recent = 0.95
+    with pytest.raises(Shed) as shed:
+        asyncio.run(adm.acquire(1000, Budget(clock.now, 1.0), b""))
+    assert shed.value.reason == SHED
     assert adm.refuse_early(scope) == "overloaded (shed); retry later"
     assert adm.refuse_early({"type": "http", "path": "/livez"}) is None
     clock.now += 0.1

@@ -167,3 +167,15 @@ def test_rerank_is_recognised_under_a_root_path() -> None:
     assert admission.is_rerank({"path": "/api/rerank", "root_path": "/api"})
     assert not admission.is_rerank({"path": "/api/rerank"})
     assert not admission.is_rerank({"path": "/rerank/x", "root_path": ""})
+
+
+def test_an_over_budget_request_on_an_idle_worker_does_not_make_it_shedding(
+    client: TestClient,
+) -> None:
+    """Before: any refused request set the shedding window, so one client sending
+    `x-request-timeout-ms: 1` about once a second kept /readyz at 503 (the pod out of its
+    Service) and shortened every other request's queue."""
+    resp = client.post("/rerank", json=body(4), headers=SHED_NOW)
+    assert resp.status_code == 200 and resp.json()["reasons"] == ["over_budget"]
+    assert client.app.state.admission.shedding is False  # type: ignore[attr-defined]
+    assert client.get("/readyz").json() == {"status": "ready"}

@@ -410,7 +410,24 @@ def test_a_damaged_body_is_never_read_as_valid(form: Any, raw: bytes, data: st.D
             orjson.loads(damaged)
         except orjson.JSONDecodeError:
             pytest.fail(f"read a body orjson refuses: {damaged[:300]!r}")
+        # A damaged name may repeat another of its map ("f1" -> "f0"): the scan keeps both
+        # entries, orjson the last; scanned_matrix's tests cover how those are read.
+        assume(not _repeats_a_name(damaged))
         assert_same(damaged)
+
+
+def _repeats_a_name(raw: bytes) -> bool:
+    import json
+
+    repeated = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeated
+        repeated |= len({k for k, _ in items}) < len(items)
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return repeated
 
 
 @FORMS

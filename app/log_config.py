@@ -31,4 +31,20 @@ def log_config(level: str = "info") -> dict[str, Any]:
         "level": LOG_LEVELS[level.lower()],
         "propagate": False,
     }
+    # One line per malformed request, which any client can send by the thousand: at most one
+    # a minute of each (app.log_throttle).
+    config.setdefault("filters", {})["client_repeats"] = {
+        "()": "app.log_throttle.ThrottleFilter",
+        "messages": CLIENT_REPEATED,
+    }
+    config["loggers"]["uvicorn.error"]["filters"] = ["client_repeats"]
     return config
+
+
+# uvicorn's warnings (uvicorn.protocols.http.httptools_impl) about what a client sent.
+CLIENT_REPEATED = [
+    "Invalid HTTP request received.",
+    "Unsupported upgrade request.",
+    "No supported WebSocket library detected. Please use \"pip install 'uvicorn[standard]'\", "
+    "or install 'websockets' or 'wsproto' manually.",
+]

@@ -33,6 +33,7 @@ from app.impressions.sink import (
     impression_record,
     make_writer,
 )
+from app.log_throttle import Throttle, held_note
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class ImpressionLog:
         self.ttl = settings.impressions_ttl_seconds
         self.index = TTLCache(float(self.ttl), LOCAL_INDEX_MAX)
         self.ring = ServedRing(settings.impressions_index_max_mb * 2**20)
+        self._refusals = Throttle()
         if self.sink is not None:
             self.sink.on_batch = self._batch_done
 
@@ -221,8 +223,15 @@ class ImpressionLog:
         if self.sink is None:
             raise FeedbackUnavailable(LOGGING_OFF)
         if not await self.sink.usable():
-            # The reason (a path, a Redis error) goes to the service log, not to clients.
-            log.warning("feedback refused: the impression log fails (%s)", self.sink.failing)
+            # The reason (a path, a Redis error) goes to the service log, not to clients; once
+            # a minute, not per call (the sink logs the outage itself).
+            held = self._refusals.admit("sink")
+            if held is not None:
+                log.warning(
+                    "feedback refused: the impression log fails (%s)%s",
+                    self.sink.failing,
+                    held_note(held, self._refusals.interval_s),
+                )
             raise FeedbackUnavailable(SINK_FAILING)
         served = await self._served(request_id)
         # Each unknown id once (a click and a dwell on it named it twice); 1 and "1" differ.

@@ -83,3 +83,18 @@ def test_what_the_protocol_answers_itself_is_counted_as_sent(tmp_path: Path, wor
     finally:
         server.stop()
     assert counted == expected
+
+
+def test_a_flood_of_malformed_requests_writes_one_log_line(tmp_path: Path) -> None:
+    """uvicorn warned once per malformed request: a client wrote 5,000 lines a second, and
+    only --log-level error (which hides the service's own warnings) quieted it."""
+    publish(tmp_path / "registry", random_ensemble(3, seed=0), version="v1")
+    env = {"LTR_REGISTRY": str(tmp_path / "registry"), "LTR_RELOAD_POLL_SECONDS": "0"}
+    server = product_server(env).start().wait_ready()
+    try:
+        for _ in range(200):
+            assert _answer(server.port, b"GET /livez\x7f HTTP/1.1\r\n\r\n") == "400"
+        assert httpx.get(server.url + "/livez", timeout=10).status_code == 200
+    finally:
+        server.stop()
+    assert server.log().count("Invalid HTTP request received.") == 1

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -241,6 +242,27 @@ def test_redis_down_is_503_for_ids_known_here_too(tmp_path: Path) -> None:
         await log.close()
 
     asyncio.run(go())
+
+
+def test_refusals_while_the_log_fails_are_logged_once_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One warning per call before: 500 lines for 500 clicks during a Redis outage."""
+    config = settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+
+    async def go() -> None:
+        log = ImpressionLog(config)
+        assert log.sink is not None
+        log.sink.failing = "Error 111"  # as a failed write leaves it: each call checks again
+        for _ in range(50):
+            with pytest.raises(FeedbackUnavailable):
+                await log.record_feedback("r1", [click("a")])
+        await log.close()
+
+    with caplog.at_level(logging.WARNING, logger="app.impressions.feedback"):
+        asyncio.run(go())
+    refused = [r for r in caplog.records if r.getMessage().startswith("feedback refused")]
+    assert len(refused) == 1 and "the impression log fails" in refused[0].getMessage()
 
 
 def test_a_paused_redis_is_named_in_the_503(redis_server: RedisServer) -> None:

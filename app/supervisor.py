@@ -183,10 +183,33 @@ class Supervisor(multiprocess.Multiprocess):
                 log.error("Child process [%s] failed to start, stopping the parent", process.pid)
                 self.should_exit.set()
                 return
-            log.info("Child process [%s] died", process.pid)
+            log.warning("Child process [%s] died%s", process.pid, death_cause(process.exitcode))
             replacement = Worker(self.config, self.sockets)
             replacement.start()
             self.processes[idx] = replacement
+
+
+# What most often sends these to a worker, for the line that says it died (it said nothing).
+_SIGNAL_CAUSES = {
+    signal.SIGBUS: "a memory-mapped file lost its backing: a full filesystem under "
+    "PROMETHEUS_MULTIPROC_DIR, or an item snapshot file changed in place (docs/OPERATIONS.md)",
+    signal.SIGKILL: "the kernel's out-of-memory killer, or kill -9",
+    signal.SIGSEGV: "a crash in native code",
+}
+
+
+def death_cause(exitcode: int | None) -> str:
+    """How a worker's exit code reads in the line saying it died ("" for a clean exit)."""
+    if not exitcode:
+        return ""
+    if exitcode > 0:
+        return f" (exit code {exitcode})"
+    try:
+        sig = signal.Signals(-exitcode)
+    except ValueError:
+        return f" (signal {-exitcode})"
+    cause = _SIGNAL_CAUSES.get(sig)
+    return f" ({sig.name}: {cause})" if cause else f" ({sig.name})"
 
 
 def die_with_parent(parent_pid: int) -> bool:

@@ -293,3 +293,20 @@ def test_workers_exit_when_the_supervisor_is_killed(tmp_path: Path) -> None:
         server.stop()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)  # orphans (its own session's group)
+
+
+@pytest.mark.parametrize(
+    ("exitcode", "said"),
+    [
+        (0, ""),
+        (None, ""),
+        (3, " (exit code 3)"),
+        (-signal.SIGBUS, " (SIGBUS: a memory-mapped file lost its backing: a full filesystem"),
+        (-signal.SIGKILL, " (SIGKILL: the kernel's out-of-memory killer, or kill -9)"),
+        (-signal.SIGUSR1, " (SIGUSR1)"),
+    ],
+)
+def test_the_line_saying_a_worker_died_says_why(exitcode: int | None, said: str) -> None:
+    from app.supervisor import death_cause
+
+    assert death_cause(exitcode).startswith(said) and (said or not death_cause(exitcode))

@@ -411,3 +411,21 @@ def test_the_serve_image_bakes_numbas_cache_and_seeds_it_at_start() -> None:
     env_keys = dict(re.findall(r"(\w+)=(\S+)", stages["serve"]))
     assert env_keys["LTR_NUMBA_CACHE_SEED"] == bake.group(1)
     assert env_keys["NUMBA_CACHE_DIR"].startswith("/tmp/")  # writable under the k8s emptyDir
+
+
+def test_the_api_pods_scratch_space_is_bounded_and_its_metrics_apart() -> None:
+    """A review filled the metrics directory (then in /tmp, beside the compiled-model cache
+    that nothing pruned): every worker died of SIGBUS. It is a volume of its own now, and the
+    rest of the pod's scratch space has a limit the kubelet enforces."""
+    pod = _k8s_docs()["Deployment/ltr-api"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    metrics = volumes[mounts[env["PROMETHEUS_MULTIPROC_DIR"]]]["emptyDir"]
+    assert metrics["medium"] == "Memory" and metrics["sizeLimit"]
+    assert volumes[mounts["/tmp"]]["emptyDir"]["sizeLimit"]
+    settings = _k8s_docs()["ConfigMap/ltr-settings"]["data"]
+    assert settings["LTR_COMPILED_CACHE_DIR"].startswith("/tmp/")
+    # Not in the ConfigMap the nightly jobs read too: their pods have no such volume.
+    assert "PROMETHEUS_MULTIPROC_DIR" not in settings

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -264,10 +265,47 @@ def compile_cached(
     with _compiling(path):
         cached = _read_cached(path)
         if cached is not None:
+            with contextlib.suppress(OSError):  # read-only: nothing is pruned there either
+                os.utime(path)  # used now: the pruning below keeps what is used
             return CompiledModule(cached)
         compiled = CompiledModule(emit_objects(build(), all_in_children=all_in_children))
         _write_cached(path, compiled.object_code)
+    prune_cache(path.parent)
     return compiled
+
+
+# Entries the cache keeps, the most recently used: an entry per model version compiled, and a
+# registry keeps a few versions per model, but nothing removed old ones (a review: 51 entries
+# after 45 publishes, ~1.3 MB each for 500 trees x 63 leaves, in a pod's /tmp). One pruned
+# while still served only costs a compile at the next start.
+CACHE_ENTRIES_KEPT = 64
+_STALE_TEMPORARY_S = 3600.0  # a write torn by a crash leaves its temporary file
+
+
+def prune_cache(directory: Path, keep: int | None = None) -> list[Path]:
+    """Remove all but the `keep` (default CACHE_ENTRIES_KEPT) most recently used entries (and
+    their lock files), and temporary files older than an hour; the entries removed."""
+    keep = CACHE_ENTRIES_KEPT if keep is None else keep
+    try:
+        entries = [(p.stat().st_mtime, p) for p in directory.glob("*.o")]
+    except OSError:
+        return []
+    now = time.time()
+    removed = []
+    for mtime, path in sorted(entries, reverse=True):
+        if path.name.startswith(".tmp-"):
+            if now - mtime >= _STALE_TEMPORARY_S:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            continue
+        if keep > 0:
+            keep -= 1
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            path.with_suffix(".lock").unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager

@@ -150,6 +150,36 @@ def test_compiled_code_is_cached_by_model_hash(tmp_path: Path) -> None:
     assert files[0].read_bytes() != b"" and len(list(tmp_path.glob("*.o"))) == 1
 
 
+def test_the_cache_keeps_the_most_recently_used_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing removed old entries: one per version compiled, ~1.3 MB each at 500 x 63."""
+    import os
+    import time
+
+    monkeypatch.setattr(jit, "CACHE_ENTRIES_KEPT", 2)
+    ensemble = _random_ensemble()
+    entry: dict[str, str] = {}
+    for tag in ("aa", "bb"):
+        before = {p.name for p in tmp_path.glob("*.o")}
+        CompiledTreeScorer(ensemble, model_sha256=tag * 32, cache_dir=tmp_path)
+        (entry[tag],) = {p.name for p in tmp_path.glob("*.o")} - before
+    old = time.time() - 7200
+    for name in entry.values():  # both used two hours ago...
+        os.utime(tmp_path / name, (old, old))
+    torn = tmp_path / ".tmp-torn.o"  # ...beside what a crash left mid-write then
+    torn.write_bytes(b"x")
+    os.utime(torn, (old, old))
+    (tmp_path / ".tmp-writing.o").write_bytes(b"x")  # a write going on now
+    CompiledTreeScorer(ensemble, model_sha256="aa" * 32, cache_dir=tmp_path)  # used again
+    CompiledTreeScorer(ensemble, model_sha256="cc" * 32, cache_dir=tmp_path)  # a new one
+    names = {p.name for p in tmp_path.iterdir()}
+    assert entry["aa"] in names and entry["bb"] not in names
+    assert entry["bb"].replace(".o", ".lock") not in names
+    assert len([n for n in names if n.endswith(".o") and not n.startswith(".")]) == 2
+    assert ".tmp-torn.o" not in names and ".tmp-writing.o" in names
+
+
 def test_unwritable_cache_only_costs_a_compile(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")

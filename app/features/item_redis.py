@@ -120,7 +120,7 @@ class RedisItemBackend:
                 return RedisItems(None, None, error)
             live = _version(reply[0])
             if live == known.version:
-                return RedisItems(reply[1], known)
+                return await self._unless_vanished(set_name, known, ids, reply[1], deadline)
         else:
             reply, error = await self.store.run(
                 deadline, lambda c: c.getrange(pointer, 0, POINTER_READ - 1)
@@ -141,7 +141,7 @@ class RedisItemBackend:
                 return RedisItems(None, None, error)
             self._live[set_name] = cached
             self._kept(set_name, cached, ids, reply[1])
-            return RedisItems(reply[1], cached)
+            return await self._unless_vanished(set_name, cached, ids, reply[1], deadline)
         meta = meta_key(prefix, set_name, live)
         read = ("GETRANGE", meta, "0", str(META_READ))  # one byte past the bound: over it
         reply, error = await self.store.run(deadline, _pipelined(read, keys), kind=self.breaker)
@@ -193,7 +193,32 @@ class RedisItemBackend:
             rows[j] = row
         self.rows.keep(set_name, known.version, wanted, fetched, 4 * len(known.names))
         self.rows.served(len(ids) - len(misses), len(misses))
-        return RedisItems(cast(list[bytes | None], rows), known)
+        values = cast(list[bytes | None], rows)
+        return await self._unless_vanished(set_name, known, ids, values, deadline)
+
+    async def _unless_vanished(
+        self,
+        set_name: str,
+        version: SetVersion,
+        ids: Sequence[Any],
+        values: list[bytes | None],
+        deadline: Deadline,
+    ) -> RedisItems:
+        """`values` of `version`, unless none of the ids was found and its meta is gone: the
+        version the pointer still names has vanished (expired, evicted, deleted), which is
+        no live set (degraded, from the snapshot), not every item missing. Its meta is
+        cached, so this asks Redis once more, and only when nothing was found: a race review
+        saw such a version served with every item feature missing, `degraded: false`, for as
+        long as the workers ran."""
+        if not ids or any(values):
+            return RedisItems(values, version)
+        meta = meta_key(self.store.prefix, set_name, version.version)
+        there, error = await self.store.run(deadline, lambda c: c.exists(meta), kind=self.breaker)
+        if error is not None or there:
+            return RedisItems(values, version)
+        self._live.pop(set_name, None)
+        self._meta.pop((set_name, version.version), None)
+        return RedisItems(None, None, ITEM_SET_MISSING)
 
 
 def decode_rows(values: Sequence[bytes | None], width: int) -> tuple[np.ndarray, np.ndarray, int]:

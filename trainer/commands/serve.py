@@ -250,9 +250,15 @@ def register(app: typer.Typer) -> None:
 
 def _unknown_settings(environ: Mapping[str, str]) -> list[str]:
     """`LTR_*` variables no setting reads (a misspelt one was ignored without a word); the
-    warm-up's own variables, which ltr serve sets for its workers, are not settings."""
+    warm-up's own variables, which ltr serve sets for its workers, are not settings, and the
+    trainer's commands read theirs from an environment they may share with the service."""
     from app.kernel_warmup import FD_ENV, LOCK_ENV
     from app.settings import Settings
+    from trainer.features.set_retention import OLD_TTL_ENV
 
-    known = {f"LTR_{name.upper()}" for name in Settings.model_fields} | {FD_ENV, LOCK_ENV}
+    known = {f"LTR_{name.upper()}" for name in Settings.model_fields} | {
+        FD_ENV,
+        LOCK_ENV,
+        OLD_TTL_ENV,
+    }
     return sorted(k for k in environ if k.startswith("LTR_") and k not in known)

@@ -5,7 +5,8 @@ Keys as `app.features.item_redis` reads them. A push writes every item of the ne
 version's meta, and only then points `{prefix}itemset:{set}` at it with one atomic `SET ... GET`.
 A push that fails or is killed before that last step leaves the pointer (what is served)
 untouched; a failed push deletes its partial keys (best effort), a killed one's (or one whose
-Redis stopped answering) are expired by the next push. Pushing the live version again verifies
+Redis stopped answering) are expired by a push once its marker of a write in progress
+has expired (two minutes: trainer.features.set_retention). Pushing the live version again verifies
 it and rewrites what is missing or wrong. After a switch (a push or a rollback), versions other
 than the live one and the one it replaced (kept for a rollback) get a TTL and vanish; they stay
 listed, with their expiry, until they are gone.
@@ -31,7 +32,12 @@ from trainer.features.set_keys import (
     text_of,
     version_pattern,
 )
-from trainer.features.set_retention import expire_old_versions, old_version_ttl
+from trainer.features.set_retention import (
+    expire_old_versions,
+    old_version_ttl,
+    switch_lock,
+    writing,
+)
 from trainer.features.set_retention import versions_key as versions_key  # callers import it
 from trainer.features.set_writes import BATCH, PackedItems, mismatches, refused, repair, write_items
 from trainer.features.set_writes import PushError as PushError  # callers import it from here
@@ -91,30 +97,39 @@ def push_item_set(
         return PushResult(set_name, version, live, n, seconds, True, [], repaired)
     meta = {"names": table.names, "count": n, "created_at": time.time(), "source": table.source}
 
-    def write() -> None:
-        client.zadd(versions_key(prefix, set_name), {version: time.time()})
-        write_items(client, packed, range(n), progress, 2 * n)
-        bad = mismatches(client, packed, range(n), progress, 2 * n)
-        if bad:
-            key = packed.keys[bad[0]]
-            gone = " (it is absent: evicted or deleted)" if not client.exists(key) else ""
-            raise PushError(f"item {key!r} did not read back as written{gone}")
-        client.set(meta_key(prefix, set_name, version), orjson.dumps(meta))
-
     # A version Redis already held (the one kept for rollback) is left as it was.
     discard = None if known else lambda: _discard(client, prefix, set_name, version, packed)
-    _guarded(write, served, discard)
-    try:
-        previous = _text(client.set(pointer, version, get=True))
-    except redis.ResponseError as exc:  # refused, so not run: nothing switched
-        raise _failed(exc, served, discard is not None and discard()) from None
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise RedisStopped(
-            f"Redis did not answer the switch to {version} ({exc}): whether the pointer moved "
-            f"is unknown (it named {served.live or 'no version'} before); `ltr features "
-            f"inspect redis:{set_name}` says, and pushing again completes it"
-        ) from None
-    expired = expire_old_versions(client, prefix, set_name, {version, previous}, old_ttl)
+    with writing(client, prefix, set_name, version) as marker:
+
+        def step(done: int, total: int) -> None:
+            marker.refresh()
+            if progress is not None:
+                progress(done, total)
+
+        def write() -> None:
+            client.zadd(versions_key(prefix, set_name), {version: time.time()})
+            write_items(client, packed, range(n), step, 2 * n)
+            bad = mismatches(client, packed, range(n), step, 2 * n)
+            if bad:
+                key = packed.keys[bad[0]]
+                gone = " (it is absent: evicted or deleted)" if not client.exists(key) else ""
+                raise PushError(f"item {key!r} did not read back as written{gone}")
+            client.set(meta_key(prefix, set_name, version), orjson.dumps(meta))
+
+        _guarded(write, served, discard)
+        with switch_lock(client, prefix, set_name):
+            try:
+                previous = _text(client.set(pointer, version, get=True))
+            except redis.ResponseError as exc:  # refused, so not run: nothing switched
+                raise _failed(exc, served, discard is not None and discard()) from None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                raise RedisStopped(
+                    f"Redis did not answer the switch to {version} ({exc}): whether the "
+                    f"pointer moved is unknown (it named {served.live or 'no version'} "
+                    f"before); `ltr features inspect redis:{set_name}` says, and pushing "
+                    "again completes it"
+                ) from None
+            expired = expire_old_versions(client, prefix, set_name, {version, previous}, old_ttl)
     seconds = time.perf_counter() - started
     return PushResult(set_name, version, previous, n, seconds, False, expired)
 
@@ -127,6 +142,13 @@ def switch_version(
     old_ttl = old_version_ttl(old_ttl)
     check_name("item set", set_name)
     check_name("version", version)
+    with switch_lock(client, prefix, set_name):
+        return _switch(client, prefix, set_name, version, old_ttl)
+
+
+def _switch(
+    client: redis.Redis, prefix: str, set_name: str, version: str, old_ttl: int
+) -> str | None:
     meta = _meta(client, prefix, set_name, version)
     if meta is None:
         raise PushError(f"item set {set_name!r} has no complete version {version!r} in Redis")
@@ -305,7 +327,7 @@ def _guarded(
     step: Callable[[], Any], served: Served, discard: Callable[[], bool] | None = None
 ) -> Any:
     """Run `step`; on failure delete the partial version when `discard` is given (best effort:
-    a killed push's keys are expired by the next push instead), and say what is served now."""
+    a killed push's keys are expired by a later push instead), and say what is served now."""
     try:
         return step()
     except (PushError, redis.ResponseError) as exc:
@@ -332,7 +354,8 @@ def _stopped(exc: Exception, served: Served, discard: Callable[[], bool] | None)
     except redis.RedisError:
         was = served.live or "no version"
         kept = (
-            "; the keys it wrote stay until the next push of this set expires them"
+            "; the keys it wrote stay until a push of this set two minutes or more later "
+            "expires them"
             if discard is not None
             else ""
         )

@@ -1,4 +1,5 @@
-"""How long an item set's versions pushed over stay in Redis, and what a version takes there.
+"""How long an item set's versions pushed over stay in Redis, what a version takes there, and
+how concurrent pushes keep off each other's versions.
 
 After a switch (a push or a rollback) Redis keeps the live version and the one it replaced (a
 rollback's target) without a TTL; every other version gets `LTR_ITEM_SET_OLD_TTL_SECONDS`
@@ -6,11 +7,22 @@ rollback's target) without a TTL; every other version gets `LTR_ITEM_SET_OLD_TTL
 once, each as large as the live one (about 535 MB for 1M items x 100 features), which a Redis
 sized for two versions refuses under `noeviction`: the setting is how an operator trades
 rollback reach for memory, and 0 removes such versions at the switch.
+
+Two pushes at once (a race review: 3 rounds in 36) could each expire the other's version: one
+that finished gave the other's, still being written or just made live, a TTL, and the set's
+live rows vanished a day (or `--old-ttl` seconds) later. So a version being written carries a
+marker key (refreshed while it is written, gone within WRITING_TTL_S of a killed push) that
+expiry leaves alone, and a switch with its expiry runs under the set's lock (redis-py's Lock),
+so the version a switch replaced is the one it keeps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 
@@ -21,10 +33,16 @@ from trainer.features.set_keys import scan_batches, text_of, version_pattern
 OLD_TTL_ENV = "LTR_ITEM_SET_OLD_TTL_SECONDS"
 DEFAULT_OLD_TTL_SECONDS = 24 * 3600
 _MEMORY_SAMPLE = 5  # item keys whose MEMORY USAGE estimates a version's
+WRITING_TTL_S = 120  # a killed push's marker goes within this
+_WRITING_REFRESH_S = 10.0
+# Held around a switch and its expiry: minutes at most (expiring a few old versions of ~1M keys).
+SWITCH_LOCK_TTL_S = 300
+SWITCH_WAIT_S = 300
 
 
 class RetentionError(LtrError, ValueError):
-    """A TTL for old versions that is not a whole number of seconds >= 0."""
+    """A TTL for old versions that is not a whole number of seconds >= 0, or a switch that
+    could not get the set's lock."""
 
 
 def old_version_ttl(seconds: int | None = None) -> int:
@@ -51,6 +69,56 @@ def versions_key(prefix: str, set_name: str) -> str:
     return f"{prefix}itemset:{set_name}:versions"
 
 
+def writing_key(prefix: str, set_name: str, version: str) -> str:
+    return f"{prefix}itemset:{set_name}:{version}:writing"
+
+
+class Writing:
+    """The marker of a version being written: `refresh()` it as the write goes on."""
+
+    def __init__(self, client: redis.Redis, key: str) -> None:
+        self.client, self.key = client, key
+        self._set_at = -float("inf")
+
+    def refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._set_at >= _WRITING_REFRESH_S:
+            self.client.set(self.key, b"1", ex=WRITING_TTL_S)
+            self._set_at = now
+
+
+@contextmanager
+def writing(client: redis.Redis, prefix: str, set_name: str, version: str) -> Iterator[Writing]:
+    """Marks `version` as being written (expiry leaves it alone) until the block ends."""
+    marker = Writing(client, writing_key(prefix, set_name, version))
+    marker.refresh()
+    try:
+        yield marker
+    finally:
+        with contextlib.suppress(redis.RedisError):  # else it expires by itself
+            client.delete(marker.key)
+
+
+@contextmanager
+def switch_lock(client: redis.Redis, prefix: str, set_name: str) -> Iterator[None]:
+    """The set's lock around a switch and its expiry (one at a time per set)."""
+    lock = client.lock(
+        f"{prefix}itemset:{set_name}:switch",
+        timeout=SWITCH_LOCK_TTL_S,
+        blocking_timeout=SWITCH_WAIT_S,
+    )
+    if not lock.acquire():
+        raise RetentionError(
+            f"item set {set_name!r}: another push or rollback held its switch for "
+            f"{SWITCH_WAIT_S} s; nothing was switched"
+        )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(redis.exceptions.LockError):  # held past its timeout
+            lock.release()
+
+
 def expire_old_versions(
     client: redis.Redis, prefix: str, set_name: str, keep: set[str | None], seconds: int
 ) -> list[str]:
@@ -62,6 +130,8 @@ def expire_old_versions(
     old = [v for v in (text_of(x) for x in client.zrange(vkey, 0, -1)) if v and v not in keep]
     expired = []
     for version in old:
+        if client.exists(writing_key(prefix, set_name, version)):
+            continue  # another push is writing it, to make it live
         meta = meta_key(prefix, set_name, version)
         meta_ttl = client.ttl(meta)
         if meta_ttl > 0 and seconds > 0:

@@ -65,3 +65,42 @@ def test_a_set_gone_from_redis_is_logged_when_it_goes_and_when_it_is_back(
     assert logged[1].startswith("item set t has no live version in Redis")
     assert logged[2].startswith("item set s is live in Redis again after")
     client.close()
+
+
+@pytest.mark.parametrize("cached_rows", [0, 1000])
+def test_a_live_version_whose_keys_vanished_is_no_live_set(
+    redis_server: RedisServer, tmp_path: Path, cached_rows: int
+) -> None:
+    """A race review: the pointer still named a version whose rows and meta had expired, and
+    workers that had read it before served every item feature missing, `degraded: false`,
+    for as long as they ran (workers started afterwards answered from the snapshot)."""
+    client = redis.Redis.from_url(redis_server.url)
+    table = item_table(20, NAMES, seed=4)
+    version = push_item_set(client, "ltr:", "s", table).version
+    snap = snapshot_of(table, tmp_path)
+    s = settings(redis_server.url, item_row_cache_rows=cached_rows)
+
+    async def scenario() -> list[tuple[list[str], bool]]:
+        store = RedisStore(s)
+        await store.start()
+        items = ItemFeatureStore(s, store)
+        wanted = ItemFeatureSet(set="s", names=NAMES)
+        seen = []
+        try:
+            got = await items.fetch(wanted, WANTED, snap, ["d1"])
+            seen.append((got.reasons, got.degraded))
+            for key in client.scan_iter(match=f"ltr:item*:s:{version}:*"):
+                client.delete(key)  # as its TTL would: the pointer stays
+            for _ in range(3):
+                got = await items.fetch(wanted, WANTED, snap, ["d2", "d3"])
+                seen.append((got.reasons, got.degraded))
+                assert got.missing == 0  # the snapshot's rows
+        finally:
+            await store.close()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen[0] == ([], False)
+    gone = (["item_set_missing_in_redis", "item_features_from_snapshot"], True)
+    assert seen[1:] == [gone] * 3
+    client.close()

@@ -136,3 +136,45 @@ def test_a_bad_ttl_is_refused_before_anything_is_switched(
     )
     assert done.exit_code == 2
     assert f"{OLD_TTL_ENV}='-1': expected a whole number of seconds >= 0" in done.output
+
+
+def test_a_push_finishing_during_anothers_write_leaves_that_one_alone(
+    redis_server: RedisServer,
+) -> None:
+    """A race review: push D finished while push C was writing; D's expiry gave C's version
+    a TTL (it was listed, without a meta yet), C then made it live, and the live rows
+    vanished when the TTL ran out (3 rounds in 36)."""
+    client = redis.Redis.from_url(redis_server.url)
+    push_item_set(client, "ltr:", "s", item_table(40, NAMES, seed=1))
+    push_item_set(client, "ltr:", "s", item_table(40, NAMES, seed=2))
+    other: list[str] = []
+
+    def midway(done: int, total: int) -> None:
+        if not other and done >= total // 4:  # D starts and finishes inside C's write
+            other.append(push_item_set(client, "ltr:", "s", item_table(40, NAMES, seed=4)).version)
+
+    c = push_item_set(client, "ltr:", "s", item_table(40, NAMES, seed=3), progress=midway)
+    assert other and c.previous == other[0]
+    assert client.get("ltr:itemset:s") == c.version.encode()
+    for version in (c.version, other[0]):  # live, and kept for a rollback
+        assert len(_keys(client, version)) == 40
+        assert {client.ttl(k) for k in _keys(client, version)} == {-1}
+        assert client.ttl(f"ltr:itemset:s:{version}:meta") == -1
+    assert client.exists(f"ltr:itemset:s:{c.version}:writing") == 0  # its marker gone
+
+
+def test_a_switch_waits_for_the_sets_lock_and_says_when_it_cannot_have_it(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainer.features import set_retention
+
+    client = redis.Redis.from_url(redis_server.url)
+    live = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=1)).version
+    held = client.lock("ltr:itemset:s:switch", timeout=30)
+    assert held.acquire()
+    monkeypatch.setattr(set_retention, "SWITCH_WAIT_S", 0.2)
+    with pytest.raises(RetentionError, match="held its switch for 0.2 s; nothing was switched"):
+        push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=2))
+    assert client.get("ltr:itemset:s") == live.encode()
+    held.release()
+    assert push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=2)).previous == live

@@ -173,7 +173,7 @@ def test_a_switch_waits_for_the_sets_lock_and_says_when_it_cannot_have_it(
     held = client.lock("ltr:itemset:s:switch", timeout=30)
     assert held.acquire()
     monkeypatch.setattr(set_retention, "SWITCH_WAIT_S", 0.2)
-    with pytest.raises(RetentionError, match="held its switch for 0.2 s; nothing was switched"):
+    with pytest.raises(RetentionError, match=r"held its switch for 0\.2 s; nothing was switched"):
         push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=2))
     assert client.get("ltr:itemset:s") == live.encode()
     held.release()

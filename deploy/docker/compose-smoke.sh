@@ -165,7 +165,7 @@ step "demo-items served, item set demo-catalog@$item_set live in Redis; rerankin
 rerank_items_from_redis
 
 config=$(redis_cli CONFIG GET '*' | paste -sd' ')
-for want in "appendonly yes" "appendfsync everysec" "dir /data" "maxmemory-policy noeviction"; do
+for want in "appendonly yes" "appendfsync everysec" "dir /data" "maxmemory-policy volatile-lru"; do
   case " $config " in *" $want "*) ;; *) echo "Redis runs without $want" >&2; exit 1 ;; esac
 done
 keys=$(redis_cli DBSIZE)

@@ -320,16 +320,17 @@ def test_kubernetes_deployments_under_an_autoscaler_leave_the_count_to_it() -> N
             assert "replicas" not in docs[f"{target['kind']}/{target['name']}"]["spec"], key
 
 
-def test_kubernetes_redis_keeps_its_data_and_never_evicts() -> None:
+def test_kubernetes_redis_keeps_its_data_and_evicts_only_what_expires() -> None:
     """Redis restarted without persistence lost the live item sets and every impression;
-    an allkeys-* eviction policy deletes item rows and pointers under a push."""
+    an allkeys-* eviction policy deletes item rows and pointers under a push; noeviction let a
+    day of impression ids fill it and refuse every write, pushes included."""
     deployment = _k8s_docs()["Deployment/ltr-redis"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     args = container["args"]
     option = {args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}
     assert option["--appendonly"] == "yes"
-    assert option["--maxmemory-policy"] == "noeviction"
+    assert option["--maxmemory-policy"] == "volatile-lru"
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[option["--dir"]] in _claims(pod)
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
@@ -339,7 +340,9 @@ def test_kubernetes_redis_keeps_its_data_and_never_evicts() -> None:
     assert {m["name"] for m in owner["volumeMounts"]} == {mounts[option["--dir"]]}
 
 
-def test_compose_redis_keeps_its_data_and_never_evicts(compose: dict[str, Any]) -> None:
+def test_compose_redis_keeps_its_data_and_evicts_only_what_expires(
+    compose: dict[str, Any],
+) -> None:
     """`docker compose up`'s Redis ran with `--appendonly no` and no volume: a restart of its
     container lost the live item sets, user embeddings and impression streams."""
     redis = compose["services"]["redis"]
@@ -350,7 +353,7 @@ def test_compose_redis_keeps_its_data_and_never_evicts(compose: dict[str, Any]) 
     assert len(args) == 2 * len(option), "every option with its value"
     assert option["--appendonly"] == "yes" and option["--appendfsync"] == "everysec"
     assert option["--save"] == ""  # no RDB snapshots beside the append-only file
-    assert option["--maxmemory-policy"] == "noeviction"
+    assert option["--maxmemory-policy"] == "volatile-lru"
     assert option["--protected-mode"] == "no"
     # --dir is a named volume of the file's own (a bind mount or an anonymous volume would not
     # carry the data to the next `docker compose up`).

@@ -222,6 +222,9 @@ def _inspect_redis(
         listed = [v.decode() for v in client.zrange(versions_key(pre, set_name), 0, -1)]
         known = sorted(set(listed) | ({live} if live else set()))
         metas = {v: read_meta(client, pre, set_name, v) or {} for v in known}
+        # A version whose TTL ran out stays listed until the next switch drops it: gone, it
+        # is nothing a rollback can reach (it showed as "- 0 NO"). The live one always shows.
+        metas = {v: m for v, m in metas.items() if m or v == live}
         widths = {v: 4 * len(m["names"]) for v, m in metas.items() if m}
         present = item_counts(client, pre, set_name, widths) if widths else {}
         versions = [

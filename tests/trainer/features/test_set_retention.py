@@ -178,3 +178,18 @@ def test_a_switch_waits_for_the_sets_lock_and_says_when_it_cannot_have_it(
     assert client.get("ltr:itemset:s") == live.encode()
     held.release()
     assert push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=2)).previous == live
+
+
+def test_inspect_leaves_out_a_version_whose_ttl_ran_out(redis_server: RedisServer) -> None:
+    """It stayed listed as '- 0 NO' until the next switch: nothing a rollback can reach."""
+    client = redis.Redis.from_url(redis_server.url)
+    v1, v2, v3 = (
+        push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=k)) for k in (1, 2, 3)
+    )
+    for key in [*_keys(client, v1.version), f"ltr:itemset:s:{v1.version}:meta"]:
+        client.delete(key)  # as its TTL does
+    shown = CliRunner().invoke(
+        app, ["features", "inspect", "redis:s", "--redis-url", redis_server.url, "--json"]
+    )
+    listed = [v["version"] for v in json.loads(shown.stdout)["versions"]]
+    assert sorted(listed) == sorted([v2.version, v3.version])

@@ -10,6 +10,7 @@ With one worker, or a `PROMETHEUS_MULTIPROC_DIR` left unset, `/metrics` is the p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -86,6 +87,10 @@ def forget_dead_workers(path: Path) -> set[int]:
     """Drop the gauge series of workers that died without their shutdown (killed, crashed):
     uvicorn replaces them, and their last values would otherwise be served for good. Returns
     the pids of the live workers, those whose gauge series are served."""
+    for empty in path.glob("*.db"):  # never valid (a file made on a full disk): unreadable
+        with contextlib.suppress(OSError):
+            if empty.stat().st_size == 0:
+                empty.unlink()
     pids = {int(m[1]) for f in os.listdir(path) if (m := _LIVE_GAUGE_FILE.fullmatch(f))}
     dead: set[int] = set()
     for pid in pids - {os.getpid()}:

@@ -16,6 +16,7 @@ cannot grow its file is not recorded, and each worker logs that once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any
@@ -46,11 +47,15 @@ class AllocatedMmapedDict(MmapedDict):
         if read_mode:
             super().__init__(filename, read_mode)  # type: ignore[no-untyped-call]
             return
+        size = -1
         try:
             with open(filename, "a+b") as file:
                 size = os.fstat(file.fileno()).st_size
                 os.posix_fallocate(file.fileno(), 0, max(size, INITIAL_BYTES))
         except OSError as exc:
+            if size == 0:  # made here, empty: the collector cannot read that (500 at /metrics)
+                with contextlib.suppress(OSError):
+                    os.unlink(filename)
             _full(f"{filename} cannot be made ({exc.strerror}): its values are kept in memory")
             memory = os.memfd_create("ltr-metrics")
             try:

@@ -95,3 +95,17 @@ def test_workers_make_their_files_allocated(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     made = list(tmp_path.glob("*.db"))
     assert made and all(_allocated(p) for p in made)
+
+
+def test_a_file_that_cannot_be_made_leaves_nothing_the_collector_trips_on(
+    tmp_path: Path, full_disk: None
+) -> None:
+    """A worker replaced while the directory was full left 0-byte files: every scrape then
+    failed (500) until the service restarted, space freed or not."""
+    from app import metrics
+
+    AllocatedMmapedDict(str(tmp_path / "counter_7.db")).close()
+    assert list(tmp_path.glob("*.db")) == []
+    (tmp_path / "histogram_8.db").write_bytes(b"")  # as a file made before this fix
+    metrics.forget_dead_workers(tmp_path)
+    assert list(tmp_path.glob("*.db")) == []

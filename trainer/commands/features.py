@@ -18,6 +18,7 @@ import typer
 from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
 from trainer.commands.json_values import json_value
 from trainer.features.report_text import diff_lines, inspect_lines
+from trainer.features.set_retention import MAX_OLD_TTL_SECONDS
 
 if TYPE_CHECKING:
     import redis
@@ -39,6 +40,7 @@ OldTtl = Annotated[
     Opt(
         "--old-ttl",
         min=0,
+        max=MAX_OLD_TTL_SECONDS,
         envvar="LTR_ITEM_SET_OLD_TTL_SECONDS",
         show_default=False,
         help="Seconds a version switched over (neither live nor kept for a rollback) stays "

@@ -149,6 +149,10 @@ def switch_version(
 def _switch(
     client: redis.Redis, prefix: str, set_name: str, version: str, old_ttl: int
 ) -> str | None:
+    if _text(client.get(pointer_key(prefix, set_name))) == version:
+        # Live already: nothing to switch, and expiring as after a switch would take the
+        # version kept for a rollback (both "live" and "previous" name this one).
+        return version
     meta = _meta(client, prefix, set_name, version)
     if meta is None:
         raise PushError(f"item set {set_name!r} has no complete version {version!r} in Redis")

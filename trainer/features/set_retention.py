@@ -32,6 +32,7 @@ from trainer.features.set_keys import scan_batches, text_of, version_pattern
 
 OLD_TTL_ENV = "LTR_ITEM_SET_OLD_TTL_SECONDS"
 DEFAULT_OLD_TTL_SECONDS = 24 * 3600
+MAX_OLD_TTL_SECONDS = 10 * 365 * 24 * 3600  # Redis refuses EXPIRE times past ~2^63 ms
 _MEMORY_SAMPLE = 5  # item keys whose MEMORY USAGE estimates a version's
 WRITING_TTL_S = 120  # a killed push's marker goes within this
 _WRITING_REFRESH_S = 10.0
@@ -49,8 +50,11 @@ def old_version_ttl(seconds: int | None = None) -> int:
     """`seconds` if given, else LTR_ITEM_SET_OLD_TTL_SECONDS, else a day; RetentionError for a
     value that is not a whole number >= 0 (naming the variable it came from)."""
     if seconds is not None:
-        if seconds < 0:
-            raise RetentionError(f"the TTL of old item set versions must be >= 0, not {seconds}")
+        if not 0 <= seconds <= MAX_OLD_TTL_SECONDS:
+            raise RetentionError(
+                f"the TTL of old item set versions must be 0 to {MAX_OLD_TTL_SECONDS} s, "
+                f"not {seconds}"
+            )
         return seconds
     text = os.environ.get(OLD_TTL_ENV, "").strip()
     if not text:
@@ -59,8 +63,11 @@ def old_version_ttl(seconds: int | None = None) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise RetentionError(f"{OLD_TTL_ENV}={text!r}: expected a whole number of seconds >= 0")
+    if not 0 <= value <= MAX_OLD_TTL_SECONDS:
+        raise RetentionError(
+            f"{OLD_TTL_ENV}={text!r}: expected a whole number of seconds >= 0 "
+            f"(at most {MAX_OLD_TTL_SECONDS})"
+        )
     return value
 
 
@@ -134,13 +141,13 @@ def expire_old_versions(
             continue  # another push is writing it, to make it live
         meta = meta_key(prefix, set_name, version)
         meta_ttl = client.ttl(meta)
-        if meta_ttl > 0 and seconds > 0:
-            continue  # expiring already
+        if 0 < meta_ttl <= seconds:
+            continue  # expiring already, as soon or sooner
         for batch in scan_batches(client, version_pattern(prefix, set_name, version)):
             pipe = client.pipeline(transaction=False)
             for k in batch:
-                if seconds:
-                    pipe.expire(k, seconds, nx=True)
+                if seconds:  # LT: never later than it is (no TTL counts as infinite)
+                    pipe.expire(k, seconds, lt=True)
                 else:
                     pipe.unlink(k)
             pipe.execute()
@@ -150,7 +157,7 @@ def expire_old_versions(
             if meta_ttl != -2:
                 expired.append(version)
             continue
-        client.expire(meta, seconds, nx=True)
+        client.expire(meta, seconds, lt=True)
         expired.append(version)
     return expired
 

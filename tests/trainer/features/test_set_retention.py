@@ -193,3 +193,37 @@ def test_inspect_leaves_out_a_version_whose_ttl_ran_out(redis_server: RedisServe
     )
     listed = [v["version"] for v in json.loads(shown.stdout)["versions"]]
     assert sorted(listed) == sorted([v2.version, v3.version])
+
+
+def test_a_rollback_to_the_live_version_keeps_the_one_kept(redis_server: RedisServer) -> None:
+    """It expired (with --old-ttl 0 deleted) the rollback target: 'live' and 'previous'
+    both named the live version."""
+    client = redis.Redis.from_url(redis_server.url)
+    a, b = (push_item_set(client, "ltr:", "s", item_table(20, NAMES, seed=k)) for k in (1, 2))
+    assert switch_version(client, "ltr:", "s", b.version, old_ttl=0) == b.version
+    assert len(_keys(client, a.version)) == 20
+    assert {client.ttl(k) for k in _keys(client, a.version)} == {-1}
+
+
+def test_a_lower_ttl_shortens_versions_expiring_already(redis_server: RedisServer) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    v1 = push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=1)).version
+    for seed in (2, 3):
+        push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=seed))
+    assert client.ttl(f"ltr:itemset:s:{v1}:meta") > 3600
+    push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=4), old_ttl=60)
+    assert 0 < client.ttl(f"ltr:itemset:s:{v1}:meta") <= 60
+    assert all(0 < client.ttl(k) <= 60 for k in _keys(client, v1))
+    push_item_set(client, "ltr:", "s", item_table(5, NAMES, seed=5), old_ttl=3600)
+    assert 0 < client.ttl(f"ltr:itemset:s:{v1}:meta") <= 60  # never later than it was
+
+
+def test_a_ttl_redis_cannot_take_is_refused_before_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for huge in ("99999999999999999999", "9223372036854775807"):
+        monkeypatch.setenv(OLD_TTL_ENV, huge)
+        with pytest.raises(RetentionError, match="at most"):
+            old_version_ttl()
+    with pytest.raises(RetentionError, match="must be 0 to"):
+        old_version_ttl(10**12)

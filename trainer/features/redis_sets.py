@@ -149,10 +149,7 @@ def switch_version(
 def _switch(
     client: redis.Redis, prefix: str, set_name: str, version: str, old_ttl: int
 ) -> str | None:
-    if _text(client.get(pointer_key(prefix, set_name))) == version:
-        # Live already: nothing to switch, and expiring as after a switch would take the
-        # version kept for a rollback (both "live" and "previous" name this one).
-        return version
+    live = _text(client.get(pointer_key(prefix, set_name)))
     meta = _meta(client, prefix, set_name, version)
     if meta is None:
         raise PushError(f"item set {set_name!r} has no complete version {version!r} in Redis")
@@ -172,6 +169,10 @@ def _switch(
             pipe.execute()
         client.persist(meta_key(prefix, set_name, version))
         client.zadd(versions_key(prefix, set_name), {version: time.time()})
+    if live == version:
+        # Live already (checked complete above): nothing to switch, and expiring as after a
+        # switch would take the version kept for a rollback ("live" and "previous" name this).
+        return version
     previous = _text(client.set(pointer_key(prefix, set_name), version, get=True))
     # As after a push: a version neither live nor kept for a rollback expires (one pushed
     # between them never did, rolled back over).

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,14 +84,27 @@ def exposition() -> tuple[bytes, str]:
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
 
 
+# A worker's new file is empty between its open and its allocation (app.metrics_files): only
+# one still empty after this long was left by a failed allocation, unreadable to the collector.
+EMPTY_FILE_GRACE_S = 10.0
+
+
+def drop_empty_files(path: Path) -> None:
+    """Remove the empty value files a worker left when its disk was full (or it died between
+    making one and sizing it): every scrape failed on them (500) until the service restarted."""
+    stale = time.time() - EMPTY_FILE_GRACE_S
+    for empty in path.glob("*.db"):
+        with contextlib.suppress(OSError):
+            info = empty.stat()
+            if info.st_size == 0 and info.st_mtime < stale:
+                empty.unlink()
+
+
 def forget_dead_workers(path: Path) -> set[int]:
     """Drop the gauge series of workers that died without their shutdown (killed, crashed):
     uvicorn replaces them, and their last values would otherwise be served for good. Returns
     the pids of the live workers, those whose gauge series are served."""
-    for empty in path.glob("*.db"):  # never valid (a file made on a full disk): unreadable
-        with contextlib.suppress(OSError):
-            if empty.stat().st_size == 0:
-                empty.unlink()
+    drop_empty_files(path)
     pids = {int(m[1]) for f in os.listdir(path) if (m := _LIVE_GAUGE_FILE.fullmatch(f))}
     dead: set[int] = set()
     for pid in pids - {os.getpid()}:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,11 @@ def test_a_file_that_cannot_be_made_leaves_nothing_the_collector_trips_on(
 
     AllocatedMmapedDict(str(tmp_path / "counter_7.db")).close()
     assert list(tmp_path.glob("*.db")) == []
-    (tmp_path / "histogram_8.db").write_bytes(b"")  # as a file made before this fix
+    left = tmp_path / "histogram_8.db"  # as a file made before this fix
+    left.write_bytes(b"")
+    making = tmp_path / f"gauge_livesum_{os.getpid()}.db"  # between open and allocation
+    making.write_bytes(b"")
+    old = time.time() - 2 * metrics.EMPTY_FILE_GRACE_S
+    os.utime(left, (old, old))
     metrics.forget_dead_workers(tmp_path)
-    assert list(tmp_path.glob("*.db")) == []
+    assert list(tmp_path.glob("*.db")) == [making]

@@ -36,6 +36,7 @@ def log_config(level: str = "info") -> dict[str, Any]:
     config.setdefault("filters", {})["client_repeats"] = {
         "()": "app.log_throttle.ThrottleFilter",
         "messages": CLIENT_REPEATED,
+        "dropped": MISLEADING,
     }
     config["loggers"]["uvicorn.error"]["filters"] = ["client_repeats"]
     return config
@@ -45,6 +46,10 @@ def log_config(level: str = "info") -> dict[str, Any]:
 CLIENT_REPEATED = [
     "Invalid HTTP request received.",
     "Unsupported upgrade request.",
+]
+# What uvicorn adds to an unsupported upgrade's warning when it serves no WebSocket protocol,
+# as the service chooses (app.api.http_protocol.uvicorn_options): not advice to follow.
+MISLEADING = [
     "No supported WebSocket library detected. Please use \"pip install 'uvicorn[standard]'\", "
     "or install 'websockets' or 'wsproto' manually.",
 ]

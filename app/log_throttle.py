@@ -48,15 +48,23 @@ def held_note(held: int, interval_s: float) -> str:
 
 class ThrottleFilter(logging.Filter):
     """A logging filter passing the records whose message is one of `messages` at most once
-    per interval each (the others untouched), the count of those held back added to it."""
+    per interval each (the others untouched), the count of those held back added to it, and
+    none of those whose message is one of `dropped`."""
 
-    def __init__(self, messages: Iterable[str], interval_s: float = INTERVAL_S) -> None:
+    def __init__(
+        self, messages: Iterable[str], interval_s: float = INTERVAL_S, dropped: Iterable[str] = ()
+    ) -> None:
         super().__init__()
         self.messages = frozenset(messages)
+        self.dropped = frozenset(dropped)
         self.throttle = Throttle(interval_s)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not isinstance(record.msg, str) or record.msg not in self.messages:
+        if not isinstance(record.msg, str):
+            return True
+        if record.msg in self.dropped:
+            return False
+        if record.msg not in self.messages:
             return True
         held = self.throttle.admit(record.msg)
         if held is None:

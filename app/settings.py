@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -43,12 +44,29 @@ def _options_problem(url: str) -> str | None:
     import redis
 
     try:
-        redis.ConnectionPool.from_url(url).make_connection()
+        pool = redis.ConnectionPool.from_url(url)
+        problem = _numbers_problem(pool.connection_kwargs)
+        if problem is None:
+            pool.make_connection()
     except TypeError as exc:  # "...__init__() got an unexpected keyword argument 'foo'"
         name = str(exc).rpartition(" ")[2]
         return f"the option {name} in its query is not one redis-py takes"
     except ValueError as exc:  # 'Invalid value for "socket_timeout" in connection URL.'
         return str(exc).rstrip(".")
+    return problem
+
+
+def _numbers_problem(options: dict[str, object]) -> str | None:
+    """A number among `options` that redis-py takes as it comes and fails with at the first
+    connect (a negative or NaN timeout: "Timeout value must be non-negative"; 0: a
+    non-blocking socket), else None."""
+    for name in ("socket_timeout", "socket_connect_timeout", "timeout", "socket_read_size"):
+        value = options.get(name)
+        if isinstance(value, int | float) and not (0 < value < math.inf):
+            return f"the option {name}={value} in its query is not a positive finite number"
+    interval = options.get("health_check_interval")
+    if isinstance(interval, int) and interval < 0:
+        return f"the option health_check_interval={interval} in its query is negative"
     return None
 
 

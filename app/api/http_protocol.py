@@ -584,10 +584,14 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     falls back to h11, which ignores the protocol's timeout); and the event loop that accepts
     every waiting connection (app.accept_loop); uvicorn's access log off (the service
     middleware writes its own, with request ids, when `LTR_ACCESS_LOG` asks for one); how long
-    the supervisor of several workers waits for one to answer its ping. The body's limits are
-    the service middleware's."""
+    the supervisor of several workers waits for one to answer its ping; no WebSocket protocol
+    (the service has no WebSocket route: uvicorn's upgraded every `Upgrade: websocket` request
+    and logged each one's refusal at info, which no throttle of its warnings reached; an
+    upgrade request is now answered as the plain HTTP request it also is). The body's limits
+    are the service middleware's."""
     return {
         "http": PROTOCOL,
+        "ws": "none",
         "loop": LOOP_FACTORY if settings.accept_greedily else "auto",
         "timeout_keep_alive": settings.keep_alive_timeout_seconds,
         "h11_max_incomplete_event_size": 64 * 1024,

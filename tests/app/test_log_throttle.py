@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from app.log_config import CLIENT_REPEATED, log_config
+from app.log_config import CLIENT_REPEATED, MISLEADING, log_config
 from app.log_throttle import Throttle, ThrottleFilter
 
 
@@ -55,6 +55,7 @@ def test_uvicorns_client_warnings_are_throttled_in_the_service_config() -> None:
     config = log_config()
     assert config["loggers"]["uvicorn.error"]["filters"] == ["client_repeats"]
     assert config["filters"]["client_repeats"]["messages"] == CLIENT_REPEATED
+    assert config["filters"]["client_repeats"]["dropped"] == MISLEADING
     # The messages as uvicorn writes them (a changed text would pass unthrottled).
     import inspect
 
@@ -63,3 +64,4 @@ def test_uvicorns_client_warnings_are_throttled_in_the_service_config() -> None:
     source = inspect.getsource(httptools_impl)
     assert '"Invalid HTTP request received."' in source
     assert '"Unsupported upgrade request."' in source
+    assert MISLEADING[0] in source.replace('\\"', '"')

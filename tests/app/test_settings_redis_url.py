@@ -39,6 +39,12 @@ def test_a_blank_url_is_no_redis() -> None:
         # and exit 3 from `ltr serve`).
         ("redis://h/0?password=hunter2&foo=bar", "the option 'foo' in its query is not one"),
         ("redis://h/0?socket_timeout=soon", "Invalid value for 'socket_timeout'"),
+        # Taken, then each first connect failed ("Timeout value must be non-negative").
+        ("redis://:hunter2@h/0?socket_timeout=-1", "socket_timeout=-1.0 in its query is not a"),
+        ("redis://h/0?socket_connect_timeout=nan", "socket_connect_timeout=nan in its query"),
+        ("redis://h/0?socket_timeout=0", "socket_timeout=0.0 in its query is not a positive"),
+        ("redis://h/0?socket_read_size=-5", "socket_read_size=-5 in its query is not a"),
+        ("redis://h/0?health_check_interval=-1", "health_check_interval=-1 in its query is neg"),
     ],
 )
 def test_a_malformed_url_is_refused_without_showing_it(url: str, problem: str) -> None:

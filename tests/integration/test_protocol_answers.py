@@ -57,6 +57,16 @@ def _answer(port: int, sent: bytes) -> str:
     return answer.split(b" ", 2)[1].decode() if answer else "nothing"
 
 
+def _first_status(port: int, sent: bytes) -> str:
+    """The status of the first answer to `sent` (the connection may stay open)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(sent)
+        answer = b""
+        while b"\r\n" not in answer and (chunk := conn.recv(65536)):
+            answer += chunk
+    return answer.split(b" ", 2)[1].decode() if answer else "nothing"
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_what_the_protocol_answers_itself_is_counted_as_sent(tmp_path: Path, workers: int) -> None:
     publish(tmp_path / "registry", random_ensemble(3, seed=0), version="v1")
@@ -98,3 +108,28 @@ def test_a_flood_of_malformed_requests_writes_one_log_line(tmp_path: Path) -> No
     finally:
         server.stop()
     assert server.log().count("Invalid HTTP request received.") == 1
+
+
+def test_websocket_upgrades_are_answered_as_http_and_logged_once(tmp_path: Path) -> None:
+    """The service has no WebSocket route: uvicorn upgraded each such request anyway and wrote
+    its refusal at info, once per request, past the throttle of its warnings."""
+    publish(tmp_path / "registry", random_ensemble(3, seed=0), version="v1")
+    env = {"LTR_REGISTRY": str(tmp_path / "registry"), "LTR_RELOAD_POLL_SECONDS": "0"}
+    server = product_server(env).start().wait_ready()
+    upgrade = (
+        b"GET /%s HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n"
+        b"sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"content-length: 0\r\n\r\n"
+    )
+    try:
+        statuses = Counter(
+            _first_status(server.port, upgrade.replace(b"%s", path))
+            for path in [b"livez", b"ws"] * 100
+        )
+        assert httpx.get(server.url + "/livez", timeout=10).status_code == 200
+    finally:
+        server.stop()
+    assert statuses == {"200": 100, "404": 100}
+    log = server.log()
+    assert "WebSocket" not in log  # nor uvicorn's advice to install a WebSocket library
+    assert log.count("Unsupported upgrade request.") == 1

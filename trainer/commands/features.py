@@ -360,9 +360,12 @@ def connect(redis_url: str | None) -> redis.Redis:
         raise CommandError("no Redis: give --redis-url or set LTR_REDIS_URL")
     from trainer.redis_publish import check_redis_url, redacted
 
+    try:
+        check_redis_url(url, "--redis-url" if redis_url else "LTR_REDIS_URL")
+    except ValueError as exc:  # not a matter of reaching it
+        raise CommandError(str(exc)) from None
     client: redis.Redis | None = None
     try:
-        check_redis_url(url)
         client = redis.Redis.from_url(url, socket_timeout=30)
         client.ping()
     except (redis.RedisError, ValueError) as exc:

@@ -101,3 +101,20 @@ def test_a_password_in_the_query_is_hidden_too(url: str, shown: str) -> None:
     from trainer.redis_publish import redacted
 
     assert redacted(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--redis-url", "redis://:hunter2@h/0?bogus=1"], "--redis-url: the option 'bogus'"),
+        ([], "LTR_REDIS_URL: the option socket_timeout=-1.0 in its query is not a positive"),
+    ],
+)
+def test_a_malformed_url_is_not_called_unreachable(
+    monkeypatch: pytest.MonkeyPatch, given: list[str], said: str
+) -> None:
+    """It read "cannot reach Redis at ...", as if Redis were down."""
+    monkeypatch.setenv("LTR_REDIS_URL", "redis://:hunter2@h/0?socket_timeout=-1")
+    result = CliRunner().invoke(app, ["features", "inspect", "redis:cat", *given])
+    assert result.exit_code == 2 and "hunter2" not in result.output
+    assert result.stderr.strip().startswith(f"error: {said}")

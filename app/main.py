@@ -161,7 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ServiceMiddleware,
         max_body_bytes=settings.max_body_bytes,
         body_read_timeout=settings.body_read_timeout_seconds,
-        max_buffered=max(settings.max_buffered_body_bytes, settings.max_body_bytes),
+        max_buffered=settings.max_buffered_body_bytes,
         refuse_early=admission.refuse_early,
         admit=admit_rerank,
         release=release_slot,

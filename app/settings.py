@@ -12,6 +12,17 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+# Bodies of LARGE_BODY_BYTES or more may together fill only LARGE_SHARE of a worker's body
+# buffer (app.api.middleware), so that stalled big uploads cannot lock out small requests.
+LARGE_BODY_BYTES = 1024 * 1024
+LARGE_SHARE = 0.75
+
+
+def buffer_for_one_body(max_body_bytes: int) -> int:
+    """The least body buffer that holds one body of `max_body_bytes`."""
+    if max_body_bytes < LARGE_BODY_BYTES:
+        return max_body_bytes
+    return math.ceil(max_body_bytes / LARGE_SHARE)
 
 
 def redis_url_problem(url: str) -> str | None:
@@ -337,6 +348,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"LTR_PROBE_PORT ({self.probe_port}) is the service's own port (LTR_PORT or "
                 "--port): give the probes another port, or leave it unset"
+            )
+        least = buffer_for_one_body(self.max_body_bytes)
+        if self.max_buffered_body_bytes < least:
+            # It was raised to LTR_MAX_BODY_BYTES silently, and bodies of that size were still
+            # refused (bodies of 1 MiB or more may fill three quarters of the buffer).
+            raise ValueError(
+                f"LTR_MAX_BUFFERED_BODY_BYTES ({self.max_buffered_body_bytes}) cannot hold one "
+                f"body of LTR_MAX_BODY_BYTES ({self.max_body_bytes}): it must be at least "
+                f"{least} (bodies of 1 MiB or more may fill three quarters of it)"
             )
         if self.item_store == "redis" and self.redis_url is None:
             raise ValueError(

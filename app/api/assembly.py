@@ -61,6 +61,10 @@ class FeatureLayout:
     user_cols: Columns
     query_index: dict[str, int]
     sourced: bool  # some feature comes from the query or the item store
+    # A candidate may be just its id: the item store has features for it, or the model takes
+    # none from the candidate. With query features alone, a bare id scored every candidate
+    # feature missing where a model without them answered 422.
+    features_optional: bool
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ def layout_of(manifest: Manifest) -> FeatureLayout:
         user_cols=cols("user"),
         query_index={name: j for j, name in enumerate(query)},
         sourced=manifest.has_sources,
+        features_optional=bool(manifest.names_from("item")) or not manifest.candidate_feature_names,
     )
     if len(_layouts) >= _LAYOUTS_MAX:
         _layouts.pop(next(iter(_layouts)))
@@ -252,7 +257,7 @@ def _candidate_matrix(
         "min_candidates": settings.min_candidates,
         "max_candidates": settings.max_candidates,
         "extra_columns": extra,
-        "features_optional": layout.sourced,
+        "features_optional": layout.features_optional,
         "ignore_unknown": settings.ignore_unknown_features,
     }
     if isinstance(candidates, ScannedCandidates):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.responses import Response
 
 from app.api.dependencies import ImpressionsDep
@@ -39,7 +39,10 @@ class FeedbackEvent(BaseModel):
     type: Literal["click", "purchase", "dwell"]
     value: float | None = Field(
         None,
-        description="Optional finite number >= 0, e.g. dwell seconds or purchase amount.",
+        description=(
+            "A finite number >= 0: a dwell's seconds (required for a dwell), a purchase's "
+            "amount (optional)."
+        ),
         # In the schema (a schema-driven fuzzer sent -2.4e-25, valid by it): the check is
         # _finite's, whose message says what is wrong.
         json_schema_extra={"minimum": 0},
@@ -52,6 +55,14 @@ class FeedbackEvent(BaseModel):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ValueError("must be a finite number >= 0")
         return value
+
+    @model_validator(mode="after")
+    def _dwell_has_its_time(self) -> FeedbackEvent:
+        # A dwell without one was kept as the candidate's dwell (value null), and the dwell
+        # sent with the time was then a duplicate: the label's evidence lost.
+        if self.type == "dwell" and self.value is None:
+            raise ValueError("a dwell needs its value: the visit's time in seconds")
+        return self
 
 
 class FeedbackRequest(BaseModel):

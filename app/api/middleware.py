@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
 from app.errors import LtrError
+from app.settings import LARGE_BODY_BYTES, LARGE_SHARE
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # bodies read (and reserved) here
 # HEAD is answered as GET without the body (RFC 9110 9.3.2) on the read-only routes that
@@ -60,8 +61,6 @@ FIRST_READ_BYTES = 256 * 1024
 # (app.api.http_protocol).
 RESERVED_STATE = "body_reserved"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-LARGE_BODY_BYTES = 1024 * 1024
-LARGE_SHARE = 0.75
 CLIENT_CLOSED = 499  # nginx's code for "client went away before the response", metrics only
 UNMATCHED = "unmatched"  # the metrics label of a path no route matches
 # Scope state: the status of an answer the HTTP protocol wrote itself for this request (a 400
@@ -177,7 +176,9 @@ class ServiceMiddleware:
                     headers["allow"] = "GET, HEAD"
                 if safe_request_id(headers.get("x-request-id", "")) is None:
                     del headers["x-request-id"]
-                    headers.append("x-request-id", request_id)
+                    # The body's request_id once it was read (an error answer's too), else
+                    # the header's, else the generated one.
+                    headers.append("x-request-id", state["request_id"])
                 sent_id = headers["x-request-id"]
                 await send(message)
                 status = message["status"]  # only once it was really sent

@@ -40,6 +40,7 @@ from app.api.dependencies import (
 from app.api.errors import json_error
 from app.api.exploration import EXPLORED, EXPLORED_ANSWERS, Exploration
 from app.api.key_counts import check_envelope
+from app.api.middleware import safe_request_id
 from app.api.query_errors import envelope_and_model
 from app.api.query_values import QUERY_NAMES
 from app.api.retrieval_order import split_candidates
@@ -167,6 +168,7 @@ async def _parse(
     try:
         early = await _early_items(raw, slot, registry, settings, item_store)
         doc, candidates = await decoding
+        _take_request_id(request, doc)
         # The model's query feature names, asked for only to name a bad value (error path).
         names = {QUERY_NAMES: partial(_query_names, registry, doc)} if "query" in doc else None
         check_envelope(doc)  # before pydantic: one error, not one per unknown key
@@ -189,6 +191,15 @@ async def _parse(
         request_id=envelope.request_id or request.scope["state"]["request_id"],
         user_columns=uc.embedding_dim if uc is not None and uc.input == "features" else 0,
     )
+
+
+def _take_request_id(request: Request, doc: object) -> None:
+    """The body's `request_id`, when valid, as the one every answer to it carries, errors
+    included (a 404 for an unknown model carried a generated id, which the client could not
+    match to its request)."""
+    given = doc.get("request_id") if isinstance(doc, dict) else None
+    if type(given) is str and safe_request_id(given) is not None:
+        request.scope["state"]["request_id"] = given
 
 
 def _query_names(registry: ModelRegistry, doc: dict[str, Any]) -> list[str]:

@@ -173,8 +173,9 @@ class Candidate(BaseModel):
     """One document: its id and its features, as a list in the model's candidate feature order
     or as a name → value map (names not given are missing). null is a missing value.
 
-    `features` may be left out when the model takes its other features from the query and the
-    item feature store (looked up by `id`); those are never sent per candidate."""
+    `features` may be left out when the model takes item features from the item feature store
+    (looked up by `id`), or none from the candidate; query and item features are never sent
+    per candidate."""
 
     id: str | int = Field(examples=["doc-3"])
     features: list[float | None] | dict[str, float | None] | None = Field(

@@ -46,3 +46,13 @@ def test_a_host_with_surrounding_spaces_is_read_without_them() -> None:
     """A templated env file's "0.0.0.0 " failed at bind with uvicorn's "Name or service not
     known", naming no setting."""
     assert Settings(host=" 0.0.0.0 ").host == "0.0.0.0"
+
+
+def test_a_body_buffer_too_small_for_one_largest_body_is_refused() -> None:
+    """8 MiB with 32 MiB bodies was raised to 32 MiB quietly, and a 32 MiB body still never
+    fitted (bodies of 1 MiB or more may fill three quarters of the buffer)."""
+    with pytest.raises(ValidationError, match=r"must be at least 44739243 \(bodies of 1 MiB"):
+        Settings(max_buffered_body_bytes=8 * 2**20)
+    assert Settings(max_buffered_body_bytes=44739243).max_buffered_body_bytes == 44739243
+    small = Settings(max_body_bytes=200_000, max_buffered_body_bytes=200_000)
+    assert small.max_buffered_body_bytes == 200_000  # no body of it is a large one

@@ -220,6 +220,31 @@ def test_old_models_still_need_candidate_features(make_client) -> None:  # type:
     assert resp.json()["detail"][0]["loc"] == ["body", "candidates", 0, "features"]
 
 
+@pytest.mark.parametrize(
+    ("sources", "status"),
+    [
+        ({"qlen": "query", "hour": "query"}, 422),  # candidate features to send: required
+        ({name: "query" for name in NAMES}, 200),  # none from the candidate: an id will do
+    ],
+)
+def test_a_bare_id_is_enough_only_where_the_candidate_has_nothing_to_send(
+    tmp_path: Path, model: TreeEnsemble, sources: dict[str, Any], status: int
+) -> None:
+    """A model with query features and no item features scored a bare id with every candidate
+    feature missing, where a model without query features answered 422."""
+    publish_sourced(tmp_path / "registry", model, sources, None, feature_names=NAMES)
+    query = {name: 1.0 for name, source in sources.items() if source == "query"}
+    body = {"query": {"features": query}, "candidates": [{"id": "a"}, {"id": "b"}]}
+    with TestClient(create_app(app_settings(registry=tmp_path / "registry"))) as c:
+        wait_ready(c)
+        resp = c.post("/rerank", json=body)
+    assert resp.status_code == status, resp.text
+    if status == 422:
+        detail = resp.json()["detail"][0]
+        assert detail["loc"] == ["body", "candidates", 0, "features"]
+        assert detail["msg"] == "field required"
+
+
 def test_models_lists_the_sources(client: TestClient) -> None:
     info = client.get("/models").json()["models"][0]
     assert info["feature_names"] == ["bm25", "title"]

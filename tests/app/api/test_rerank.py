@@ -62,6 +62,28 @@ def test_rerank_orders_as_offline_scoring(client: TestClient, ensemble, n: int) 
     assert resp.headers["x-request-id"] == body["request_id"]
 
 
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"request_id": "mine-1", "model": "nope", "candidates": [{"id": "a"}]}, 404),
+        ({"request_id": "mine-1", "candidates": [{"id": "a", "features": ["x"]}]}, 422),
+        ({"request_id": "mine-1", "top_k": 0, "candidates": [{"id": "a"}]}, 422),
+    ],
+)
+def test_an_error_answer_carries_the_bodys_request_id(
+    client: TestClient, body: dict[str, Any], status: int
+) -> None:
+    """It carried a generated id: the client could not match the error to its request."""
+    resp = client.post("/rerank", json=body, headers={"x-request-id": "from-header"})
+    assert resp.status_code == status, resp.text
+    assert resp.headers["x-request-id"] == "mine-1"
+    bad = {**body, "request_id": "not valid!"}  # never echoed: the header's stands
+    assert (
+        client.post("/rerank", json=bad, headers={"x-request-id": "h-1"}).headers["x-request-id"]
+        == "h-1"
+    )
+
+
 def test_maps_and_lists_score_the_same(client: TestClient) -> None:
     rows = random_rows(6)
     lists = as_lists(rows)

@@ -198,3 +198,17 @@ def test_feedback_integers_are_still_numbers(client: TestClient) -> None:
     body = {"request_id": "r1", "events": [{"id": 3, "type": "dwell", "value": 5}]}
     resp = client.post("/feedback", json=body)
     assert resp.status_code == 202, resp.text
+
+
+def test_a_dwell_without_its_time_is_refused_and_does_not_shadow_the_timed_one(
+    client: TestClient,
+) -> None:
+    """It was kept with value null, and the dwell sent with the time was then a duplicate."""
+    untimed = {"request_id": "r1", "events": [{"id": "a", "type": "dwell"}]}
+    refused = post(client, untimed)
+    assert refused.status_code == 422
+    assert "a dwell needs its value" in refused.text
+    timed = {"request_id": "r1", "events": [{"id": "a", "type": "dwell", "value": 40}]}
+    assert post(client, timed).json() == {"request_id": "r1", "accepted": 1, "duplicates": 0}
+    purchase = {"request_id": "r1", "events": [{"id": "a", "type": "purchase"}]}
+    assert post(client, purchase).status_code == 202  # an amount stays optional

@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+import orjson
 
 from app.artifacts.store import ArtifactError, load_version
 from app.artifacts.tree_dump import TreeDumpError, TreeEnsemble
@@ -93,32 +94,37 @@ def explain_rows(
     method, phi, _ = contributions(model, features, user)
     names = model.manifest.feature_names
     m = len(names)
+    values = shown_values(features[:, :m])
     out = []
-    for row, c, score in zip(features.tolist(), phi, scores.tolist(), strict=True):
+    for row, c, score in zip(values, phi, scores.tolist(), strict=True):
         shown = largest(c[:m], top)
+        parts = c[shown].tolist()
         expected = float(c[m])
         items = [
-            {
-                "name": names[j],
-                "value": _shown_value(row[j]),
-                "contribution": float(c[j]),
-            }
-            for j in shown
+            {"name": names[j], "value": row[j], "contribution": part}
+            for j, part in zip(shown, parts, strict=True)
         ]
-        rest = score - expected - sum(float(c[j]) for j in shown)
+        rest = score - expected - sum(parts)
         out.append({"method": method, "expected_value": expected, "features": items, "rest": rest})
     return out
 
 
-def _shown_value(value: float) -> float | str | None:
-    """The float32 value the model saw, printed as its shortest decimal (0.1, not 0.100000001);
-    None when missing, and "Infinity" / "-Infinity" for a value beyond float32's range (JSON
-    has no infinities, and null would say missing)."""
-    if np.isnan(value):
-        return None
-    if np.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return float(str(np.float32(value)))
+def shown_values(features: np.ndarray) -> list[list[float | str | None]]:
+    """The float32 values the model saw, float32 [n, m], each as its shortest decimal (0.1,
+    not 0.100000001); None when missing, and "Infinity" / "-Infinity" for a value beyond
+    float32's range (JSON has no infinities, and null would say missing).
+
+    orjson writes a float32 array's values as their shortest round-tripping decimals, as
+    numpy's str() of each does (equal on 2.1M random float32 bit patterns), at ~70 ns a value
+    against ~650: a hundred explained results of 300 features each took ~50 ms of Python
+    holding the GIL, which kept the event loop from answering on time."""
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    rows: list[list[float | str | None]] = orjson.loads(
+        orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)  # NaN and infinities: null
+    )
+    for i, j in zip(*np.nonzero(np.isinf(x)), strict=True):
+        rows[i][j] = "Infinity" if x[i, j] > 0 else "-Infinity"
+    return rows
 
 
 __all__ = [

@@ -144,6 +144,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        # `/rerank/` was a 307 to a Location built from the client's Host header; a client
+        # that follows it with a POST body sends the body twice. No route ends in a slash.
+        redirect_slashes=False,
     )
     install_offline_docs(app)
     app.state.settings = settings

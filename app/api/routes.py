@@ -171,7 +171,8 @@ async def _parse(
         _take_request_id(request, doc)
         # The model's query feature names, asked for only to name a bad value (error path).
         names = {QUERY_NAMES: partial(_query_names, registry, doc)} if "query" in doc else None
-        check_envelope(doc)  # before pydantic: one error, not one per unknown key
+        # Before pydantic: one error, not one per unknown key.
+        check_envelope(doc, candidates is not None)
         envelope, model, query_bad, bad = envelope_and_model(doc, names, registry)
         lookup = slot.lookup_time()
         args = (envelope, settings, resolver, item_store, lookup, early, query_bad, bad)

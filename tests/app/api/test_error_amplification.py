@@ -52,6 +52,15 @@ def test_unknown_top_level_keys_are_one_error(client: TestClient) -> None:
     assert sorted(d["loc"][-1] for d in detail) == ["modle", "topk"]
 
 
+def test_the_top_level_limit_counts_the_candidates_key(client: TestClient) -> None:
+    """8 fields + 8 of slack: 17 keys are too many. The candidates, read apart, were not
+    counted, and 17 keys gave 16 errors."""
+    detail = small_422(client, "/rerank", {"candidates": [CAND], **keys(16)})
+    assert detail[0]["type"] == "too_many_keys" and "16 unknown keys" in detail[0]["msg"]
+    detail = small_422(client, "/rerank", {"candidates": [CAND], **keys(15)})
+    assert [d["type"] for d in detail] == ["extra_forbidden"] * 15
+
+
 @pytest.mark.parametrize("field", ["user", "query", "explain"])
 def test_unknown_keys_of_nested_objects_are_one_error(client: TestClient, field: str) -> None:
     detail = small_422(client, "/rerank", {"candidates": [CAND], field: keys(N)})

@@ -84,6 +84,14 @@ def test_an_error_answer_carries_the_bodys_request_id(
     )
 
 
+@pytest.mark.parametrize("path", ["/rerank/", "/models/", "/livez/"])
+def test_a_trailing_slash_is_not_found_not_redirected(client: TestClient, path: str) -> None:
+    """It was a 307 to a Location built from the request's Host header."""
+    method = client.post if path == "/rerank/" else client.get
+    resp = method(path, headers={"host": "elsewhere.example"}, follow_redirects=False)
+    assert resp.status_code == 404 and "location" not in resp.headers
+
+
 def test_maps_and_lists_score_the_same(client: TestClient) -> None:
     rows = random_rows(6)
     lists = as_lists(rows)

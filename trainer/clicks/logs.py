@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 
 from trainer.data.errors import DataFormatError, located, quote
+from trainer.data.sniff import packed
 
 EVENT_TYPES = ("click", "purchase", "dwell")
 XRANGE_PAGE = 1000
@@ -176,6 +177,10 @@ def truncated_warnings(logs: ClickLogs) -> list[str]:
 def read_jsonl(path: Path, logs: ClickLogs | None = None) -> ClickLogs:
     logs = logs if logs is not None else ClickLogs([], [])
     data = path.read_bytes()
+    what = packed(data)
+    if what is not None:  # it read "line 1: bad log record: str is not valid UTF-8"
+        raise located(path, None, f"{what}; a log is JSON lines")
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a BOM, as the other readers take it
     lines = data.split(b"\n")
     # Without a final newline the last line may be a write in progress: kept if it parses,
     # else recorded, so that a log cut by a killed writer does not lose a record silently.

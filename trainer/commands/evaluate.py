@@ -11,7 +11,7 @@ import typer
 
 from app.artifacts.store import Artifact, ArtifactError, load_version
 from app.artifacts.tree_dump import TreeDumpError
-from trainer.commands.errors import CommandError, clear_errors, echo_err
+from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
 from trainer.commands.options import ItemsIdColumn
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
@@ -86,6 +86,14 @@ def evaluate_command(
                 f"{user_profiles} is not used"
             )
         rows = load_model_rows(artifact, data, items, items_id_column)
+        join = rows.items
+        if join is not None and join.found.size and not join.found.any():
+            # Scored with every item feature missing: the figures would be of another model.
+            # `ltr train` refuses the same files.
+            fail(
+                f"{data}: none of its {join.found.size:,} documents is in {join.source} (joined "
+                f"by {join.id_column!r}): check the data's document ids and --items-id-column"
+            )
         dataset = rows.data
         if propensities is not None:  # clicks, scored without the served ranking's bias
             from trainer.clicks.ipw_eval import ipw_relabel

@@ -401,13 +401,15 @@ def train_command(
             fail(f"--dask-listen-port applies to --engine lightgbm-dask, not {chosen}")
         source = str(config) if config is not None else "command line"
         label = f"--engine {chosen}"
+        read = _columns_read(flags, file_values, unbiased or propensities is not None)
         # Parameters are checked before the data is read: bad values fail before any work.
         if chosen == "dnn":
             from trainer.dnn.options import DNNOptions
 
             options = _params(DNNOptions, file_values, flags, source=source, label=label)
             _check_early_stopping(valid_file, early_stopping, file_values, source)
-            result = _train_dnn(*_load(train_file, valid_file, spec, sourced), options, out, name)
+            loaded = _load(train_file, valid_file, spec, sourced, id_column, read)
+            result = _train_dnn(*loaded, options, out, name)
         elif chosen == "lightgbm-dask":
             from trainer.lambdamart.params import LambdaMARTParams
 
@@ -440,7 +442,7 @@ def train_command(
                 )
             if chosen == "lightgbm-dask" and not dask_scheduler:
                 fail("--engine lightgbm-dask needs --dask-scheduler ADDRESS")
-            train, valid = _load(train_file, valid_file, spec, sourced)
+            train, valid = _load(train_file, valid_file, spec, sourced, id_column, read)
             _warn_never_present(train)
             table = None
             if users.enabled:
@@ -588,12 +590,21 @@ def _train_on_cluster(
 
 
 def _load(
-    train_file: Path, valid_file: Path | None, spec: Any = None, sourced: list[Any] | None = None
+    train_file: Path,
+    valid_file: Path | None,
+    spec: Any = None,
+    sourced: list[Any] | None = None,
+    id_column: str | None = None,
+    read: frozenset[str] = frozenset(),
 ) -> tuple[RankingDataset, RankingDataset | None]:
     """The data, with query columns checked and the item table joined when a spec says so
-    (the joined data is kept in `sourced` for the manifest)."""
+    (the joined data is kept in `sourced` for the manifest). Without one, a Parquet file's
+    document id column (`id_column`, else doc_id) is still read as ids, not a feature; `read`:
+    the reserved columns the run reads for what they are (the others are named in a note)."""
     if spec is None:
-        return _with_features(*_load_plain(train_file, valid_file), train_file)
+        ids = _id_column_present(train_file, id_column)
+        _note_set_apart(train_file, ids, read)
+        return _with_features(*_load_plain(train_file, valid_file, ids), train_file)
     from trainer.features.sources import load_sourced
 
     data = load_sourced(spec, train_file, valid_file)
@@ -617,13 +628,69 @@ def _with_features(
     return train, valid
 
 
+def _id_column_present(train_file: Path, id_column: str | None) -> str | None:
+    """`id_column` (else doc_id) when the Parquet file `train_file` has such a column: a
+    numeric doc_id was learned as a feature (a held-out trial), a text one refused."""
+    from trainer.data.loader import PARQUET_SUFFIXES
+    from trainer.features.spec import DEFAULT_ID_COLUMN
+
+    if train_file.suffix.lower() not in PARQUET_SUFFIXES:
+        return None
+    name = id_column or DEFAULT_ID_COLUMN
+    return name if name in _parquet_columns(train_file) else None
+
+
+def _parquet_columns(path: Path) -> list[str]:
+    """The column names of a Parquet file; none when it cannot be read (its reader says why)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except (OSError, pa.ArrowException):
+        return []
+
+
+def _columns_read(
+    flags: dict[str, Any], file_values: dict[str, Any], clicks: bool
+) -> frozenset[str]:
+    """The reserved columns a run reads for what they are: positions and clicks when it
+    debiases clicks, the user id when it learns user features (what enables them, as
+    TreeUserOptions.enabled says)."""
+    given = {**file_values, **{k: v for k, v in flags.items() if v is not None}}
+    enabling = ("user_profiles", "cluster_config", "user_embeddings_from")
+    users = any(given.get(k) is not None for k in enabling)
+    return frozenset({*(("position", "click") if clicks else ()), *(("user_id",) if users else ())})
+
+
+def _note_set_apart(train_file: Path, id_column: str | None, read: frozenset[str]) -> None:
+    """Say which columns of a Parquet file are read as something else than features and not
+    used by this run: a column named `position` was dropped from the features without a word
+    (a trial)."""
+    from trainer.data.loader import PARQUET_SUFFIXES
+
+    if train_file.suffix.lower() not in PARQUET_SUFFIXES:
+        return
+    roles = {
+        "position": "where each row was shown, for position-bias correction",
+        "click": "logged clicks",
+        "user_id": "the query's user, for user clusters",
+    }
+    if id_column is not None:
+        roles = {id_column: "the document id", **roles}
+    columns = set(_parquet_columns(train_file)) - read
+    found = [f"{name!r} ({role})" for name, role in roles.items() if name in columns]
+    if found:
+        echo_err(f"note: {train_file}: not features: {', '.join(found)}; rename one to train on it")
+
+
 def _load_plain(
-    train_file: Path, valid_file: Path | None
+    train_file: Path, valid_file: Path | None, id_column: str | None = None
 ) -> tuple[RankingDataset, RankingDataset | None]:
     """Training data and validation data lined up with its columns."""
     from trainer.data.loader import PARQUET_SUFFIXES, load_dataset
 
-    train = load_dataset(train_file)
+    train = load_dataset(train_file, id_column=id_column)
     if valid_file is None:
         return train, None
     if train.feature_names is None and valid_file.suffix.lower() not in PARQUET_SUFFIXES:

@@ -25,7 +25,7 @@ _ROW_LABELS = re.compile(r"__index_level_\d+__")
 def is_numeric(kind: pa.DataType) -> bool:
     """Whether a column of Arrow type `kind` reads as numbers: integers, floats, booleans, or
     `null`, the type pyarrow gives a column whose every value is None (all missing, as a
-    float column of NaN is)."""
+    float column of NaN is), or decimals (read as float64, then float32 as every feature)."""
     import pyarrow as pa
 
     return (
@@ -33,6 +33,7 @@ def is_numeric(kind: pa.DataType) -> bool:
         or pa.types.is_floating(kind)
         or pa.types.is_boolean(kind)
         or pa.types.is_null(kind)
+        or pa.types.is_decimal(kind)  # refused as "expected a number" (a trial's prices)
     )
 
 
@@ -103,6 +104,10 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
     if qids.dtype.kind == "f" and not np.all(np.isfinite(qids)):
         # NaN never equals itself: each such row became a query of its own, then "reappeared".
         raise _at(path, _first(~np.isfinite(qids)), "qid", "NaN or infinite; a query id is a value")
+    if qids.dtype.kind == "f" and np.any(qids != np.round(qids)):
+        # 10078.5 among 10078.0 rows was reported as "qid 10078.0 reappears" a row later.
+        row = _first(qids != np.round(qids))
+        raise _at(path, row, "qid", f"{float(qids[row - 1])!r} is not a whole number")
     offsets, query_ids = query_runs(path, qids)
     user_ids = _user_ids(path, table, offsets) if "user_id" in names else None
     positions = _positions(path, numeric("position")) if "position" in names else None

@@ -6,14 +6,24 @@ from __future__ import annotations
 import re
 
 # Magic bytes → what the file is and what to do with it.
-_MAGIC = (
+_PACKED = (
     (b"\x1f\x8b", "gzip-compressed: decompress it (gunzip)"),
     (b"BZh", "bzip2-compressed: decompress it (bunzip2)"),
     (b"\xfd7zXZ\x00", "xz-compressed: decompress it (unxz)"),
     (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it (unzstd)"),
     (b"PK\x03\x04", "a zip archive: extract it"),
-    (b"PAR1", "a Parquet file: name it .parquet or .pq"),
 )
+_MAGIC = (*_PACKED, (b"PAR1", "a Parquet file: name it .parquet or .pq"))
+
+
+def packed(data: bytes) -> str | None:
+    """What compressed or archived file `data` begins, and what to do with it; else None."""
+    for magic, what in _PACKED:
+        if data.startswith(magic):
+            return what
+    return None
+
+
 _ID_VALUE = re.compile(rb"(?:^|\s)\w+:")
 _SAMPLE_BYTES = 1 << 16
 

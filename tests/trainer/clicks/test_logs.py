@@ -163,3 +163,20 @@ def test_an_unreachable_redis_source_is_named_without_its_password() -> None:
         read_logs(url)
     assert "s3cret" not in str(info.value)
     assert f"redis://reader:***@127.0.0.1:{url.rsplit(':', 1)[1]}" in str(info.value)
+
+
+def test_a_compressed_log_is_named_as_such(tmp_path: Path) -> None:
+    """It read 'a.jsonl:1: bad log record: str is not valid UTF-8'."""
+    import gzip
+
+    plain = write_log(tmp_path / "plain.jsonl", [impression("r1", ["a"], 1.0)])
+    packed = tmp_path / "a.jsonl"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    with pytest.raises(DataFormatError, match=r"a.jsonl: gzip-compressed: decompress it"):
+        read_logs(packed)
+
+
+def test_a_byte_order_mark_is_taken_as_the_other_readers_take_it(tmp_path: Path) -> None:
+    path = write_log(tmp_path / "a.jsonl", [impression("r1", ["a"], 1.0)])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert [i.request_id for i in read_logs(path).impressions] == ["r1"]

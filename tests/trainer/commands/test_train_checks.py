@@ -269,3 +269,39 @@ def test_features_missing_in_every_row_are_warned_of_by_tree_engines(
     ]
     manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
     assert manifest["feature_names"] == ["good", "all_nan", "all_null"]
+
+
+@pytest.mark.parametrize("ids", ["numbers", "text"])
+def test_columns_set_apart_from_the_features_are_named(
+    runner: CliRunner, tmp_path: Path, ids: str
+) -> None:
+    """A numeric doc_id was learned as a feature without --items (a text one was refused),
+    and `position`, `click` and `user_id` left the features without a word (a held-out
+    trial): the id column is read as ids, and the note names them all."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    n = 60
+    doc_ids = np.arange(n) if ids == "numbers" else np.array([f"d{i}" for i in range(n)])
+    columns = {
+        "qid": np.repeat(np.arange(6), 10),
+        "label": rng.integers(0, 3, n),
+        "f1": rng.random(n),
+        "doc_id": doc_ids,
+        "position": np.tile(np.arange(1, 11), 6),
+        "click": rng.integers(0, 2, n),
+    }
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.table(columns), data)
+    result = _train(runner, data, tmp_path / "v", *FAST, "--min-data-in-leaf", "1")
+    assert result.exit_code == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert notes == [
+        f"note: {data}: not features: 'doc_id' (the document id), 'position' (where each row "
+        "was shown, for position-bias correction), 'click' (logged clicks); rename one to "
+        "train on it"
+    ]
+    manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
+    assert manifest["feature_names"] == ["f1"]

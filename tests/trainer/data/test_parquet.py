@@ -81,6 +81,11 @@ def write_table(tmp_path: Path, **columns: list[object]) -> Path:
             r"\(first seen at row 1\); queries must be contiguous",
         ),
         ({"qid": [1, None], "label": [1, 0]}, r"row 2, column 'qid': null"),
+        # It read "row 3: qid 10078.0 reappears", a row past the fault.
+        (
+            {"qid": [10078.0, 10078.5, 10078.0], "label": [1, 0, 1]},
+            r"row 2, column 'qid': 10078.5 is not a whole number",
+        ),
         (
             {"qid": pa.array([1.0, float("nan"), float("nan")]), "label": [1, 0, 1]},
             r"row 2, column 'qid': NaN or infinite",
@@ -163,3 +168,16 @@ def test_a_column_named_like_a_row_index_without_pandas_metadata_is_a_feature(
     table = pa.table({"qid": [1, 1], "label": [0, 1], "__index_level_0__": [5.0, 6.0]})
     pq.write_table(table, tmp_path / "d.parquet")
     assert read_parquet(tmp_path / "d.parquet").feature_names == ["__index_level_0__"]
+
+
+def test_a_decimal_column_is_a_number(tmp_path: Path) -> None:
+    """It was refused as "has type decimal128(10, 2), expected a number"."""
+    import decimal
+
+    prices = pa.array(
+        [decimal.Decimal("1.25"), None, decimal.Decimal("-3.50")], pa.decimal128(10, 2)
+    )
+    path = write_table(tmp_path, qid=[1, 1, 1], label=[1, 0, 2], price=prices)
+    data = read_parquet(path)
+    assert data.feature_names == ["price"]
+    np.testing.assert_array_equal(data.features[:, 0], np.array([1.25, np.nan, -3.5], np.float32))

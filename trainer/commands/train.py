@@ -602,7 +602,9 @@ def _load(
     document id column (`id_column`, else doc_id) is still read as ids, not a feature; `read`:
     the reserved columns the run reads for what they are (the others are named in a note)."""
     if spec is None:
-        ids = _id_column_present(train_file, id_column)
+        from trainer.data.loader import present_id_column
+
+        ids = present_id_column(train_file, id_column)
         _note_set_apart(train_file, ids, read)
         return _with_features(*_load_plain(train_file, valid_file, ids), train_file)
     from trainer.features.sources import load_sourced
@@ -628,29 +630,6 @@ def _with_features(
     return train, valid
 
 
-def _id_column_present(train_file: Path, id_column: str | None) -> str | None:
-    """`id_column` (else doc_id) when the Parquet file `train_file` has such a column: a
-    numeric doc_id was learned as a feature (a held-out trial), a text one refused."""
-    from trainer.data.loader import PARQUET_SUFFIXES
-    from trainer.features.spec import DEFAULT_ID_COLUMN
-
-    if train_file.suffix.lower() not in PARQUET_SUFFIXES:
-        return None
-    name = id_column or DEFAULT_ID_COLUMN
-    return name if name in _parquet_columns(train_file) else None
-
-
-def _parquet_columns(path: Path) -> list[str]:
-    """The column names of a Parquet file; none when it cannot be read (its reader says why)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return list(pq.read_schema(path).names)
-    except (OSError, pa.ArrowException):
-        return []
-
-
 def _columns_read(
     flags: dict[str, Any], file_values: dict[str, Any], clicks: bool
 ) -> frozenset[str]:
@@ -667,7 +646,7 @@ def _note_set_apart(train_file: Path, id_column: str | None, read: frozenset[str
     """Say which columns of a Parquet file are read as something else than features and not
     used by this run: a column named `position` was dropped from the features without a word
     (a trial)."""
-    from trainer.data.loader import PARQUET_SUFFIXES
+    from trainer.data.loader import PARQUET_SUFFIXES, parquet_columns
 
     if train_file.suffix.lower() not in PARQUET_SUFFIXES:
         return
@@ -678,7 +657,7 @@ def _note_set_apart(train_file: Path, id_column: str | None, read: frozenset[str
     }
     if id_column is not None:
         roles = {id_column: "the document id", **roles}
-    columns = set(_parquet_columns(train_file)) - read
+    columns = set(parquet_columns(train_file)) - read
     found = [f"{name!r} ({role})" for name, role in roles.items() if name in columns]
     if found:
         echo_err(f"note: {train_file}: not features: {', '.join(found)}; rename one to train on it")

@@ -57,6 +57,29 @@ def load_dataset(
     return dataset if feature_names is None else align_features(dataset, feature_names)
 
 
+def present_id_column(path: Path, id_column: str | None = None) -> str | None:
+    """`id_column` (else doc_id, the --id-column default) when the Parquet file `path` has
+    such a column: read as ids, never a feature (a numeric doc_id was learned as one, a text
+    one refused, when no item table was joined)."""
+    from trainer.features.spec import DEFAULT_ID_COLUMN
+
+    if path.suffix.lower() not in PARQUET_SUFFIXES:
+        return None
+    name = id_column or DEFAULT_ID_COLUMN
+    return name if name in parquet_columns(path) else None
+
+
+def parquet_columns(path: Path) -> list[str]:
+    """The column names of a Parquet file; none when it cannot be read (its reader says why)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except (OSError, pa.ArrowException):
+        return []
+
+
 def align_features(dataset: RankingDataset, feature_names: list[str]) -> RankingDataset:
     """The dataset with exactly the columns `feature_names`, in that order.
 

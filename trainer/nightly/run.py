@@ -25,7 +25,7 @@ from app.errors import LtrError
 from trainer.commands.errors import CommandError, os_error_text
 from trainer.data.concat import concat_datasets
 from trainer.data.dataset import RankingDataset
-from trainer.data.loader import load_dataset
+from trainer.data.loader import load_dataset, present_id_column
 from trainer.explain.versions import version_views
 from trainer.features.item_table import read_item_table
 from trainer.features.set_retention import old_version_ttl
@@ -182,7 +182,10 @@ def load_data(config: NightlyConfig) -> NightlyData:
         spec = _feature_spec(config)
         if spec is not None:
             return _sourced_data(config, spec, partitions)
-        loaded = [[load_dataset(f) for f in p.files] for p in partitions]
+        # A doc_id column is ids, not a feature, as `ltr train` reads it.
+        loaded = [
+            [load_dataset(f, id_column=present_id_column(f)) for f in p.files] for p in partitions
+        ]
         # Sparse LETOR files may stop short of the widest feature id: re-read them aligned.
         width = max(d.num_features for part in loaded for d in part)
         parts = [

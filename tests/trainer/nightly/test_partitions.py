@@ -94,3 +94,17 @@ def test_a_tiny_holdout_partition_warns(tmp_path: Path, caplog: pytest.LogCaptur
         load_data(load_config(write_config(tmp_path, root)))
     assert "held-out partition has 10 rows, under 10% of the median training" in caplog.text
     assert "partition's 200" in caplog.text
+
+
+def test_a_doc_id_column_is_not_a_feature(tmp_path: Path) -> None:
+    """As `ltr train` reads it: a numeric doc_id was learned as a feature."""
+    root = tmp_path / "data"
+    root.mkdir()
+    for seed, day in enumerate(DAYS):
+        path = root / f"{day}.parquet"
+        _parquet(path, ["f1", "f2"], seed=seed)
+        table = pq.read_table(path)
+        pq.write_table(table.append_column("doc_id", pa.array(np.arange(table.num_rows))), path)
+    data = load_data(load_config(write_config(tmp_path, root)))
+    assert data.train.feature_names == ["f1", "f2"]
+    assert data.holdout.feature_names == ["f1", "f2"]

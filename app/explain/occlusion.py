@@ -39,5 +39,10 @@ def occlusion(
     per_row = scores[:-1].reshape(n, m + 1)
     out = np.empty((n, m + 1), dtype=np.float64)
     out[:, :m] = per_row[:, :1] - per_row[:, 1:]
+    # A score that is NaN (a network fed a value far beyond its range: inf * 0 inside) made
+    # every contribution NaN, and the features listed were the first ones by index. Those
+    # whose blanking gives a finite score caused it: infinite, they are listed first.
+    caused = np.isnan(out[:, :m]) & np.isfinite(per_row[:, 1:])
+    out[:, :m][caused] = np.inf
     out[:, m] = baseline
     return out, per_row[:, 0].copy()

@@ -131,6 +131,24 @@ def test_network_explanations_are_occlusion_against_the_mean(
         assert "f3" not in [f["name"] for f in ex["features"]]  # zero weight: never shown
 
 
+def test_a_nan_score_is_explained_by_the_feature_that_caused_it(
+    make_client: ClientFactory, registry_dir: Path
+) -> None:
+    """inf * 0 inside the network: every contribution was NaN and the features listed were
+    the first ones by index, not the one whose value did it."""
+    weights = np.array([2.0, -1.0, 0.5, 0.0, 3.0], np.float32)
+    publish_linear_network(registry_dir, "net", weights, feature_names(NF))
+    candidates = [{"id": "d0", "features": [0.1, 0.2, 0.3, 1e300, 0.4]}]
+    with make_client(**LONG_BUDGET) as client:
+        body = {"model": "net", "candidates": candidates, "explain": {"top": 1}}
+        got = client.post("/rerank", json=body).json()
+    (result,) = got["results"]
+    assert result["score"] is None and "scores_not_finite" in got["reasons"]
+    assert result["explanation"]["features"] == [
+        {"name": feature_names(NF)[3], "value": "Infinity", "contribution": None}
+    ]
+
+
 def test_a_version_pruned_from_disk_still_ranks(
     make_client: ClientFactory, registry_dir: Path
 ) -> None:

@@ -145,7 +145,9 @@ class UserFeatureResolver:
             elif fetch.value:
                 raw_cid = fetch.value.decode("utf-8", "replace").strip() or None
         if raw_cid is None:
-            if profile:
+            if profile is not None:
+                # `{}` is a profile with every field missing (other / ax / px), as training
+                # reads a user whose fields are all null; it got the `unknown` row.
                 raw_cid = cluster_id(uc.scheme, profile)
             else:
                 reasons.append(NO_USER)
@@ -178,14 +180,15 @@ class UserFeatureResolver:
         return UserFeatures(vector, cluster, degraded, reasons)
 
 
-def _parse_user(user: Mapping[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
-    """(user id or None, profile) from `{"id": ..., "profile": {...}}`; junk counts as absent."""
+def _parse_user(user: Mapping[str, Any] | None) -> tuple[str | None, dict[str, Any] | None]:
+    """(user id or None, profile or None) from `{"id": ..., "profile": {...}}`; junk counts as
+    absent."""
     if not isinstance(user, Mapping):
-        return None, {}
+        return None, None
     raw_id = user.get("id")
     user_id = raw_id if isinstance(raw_id, str) and raw_id else None
     profile = user.get("profile")
-    return user_id, dict(profile) if isinstance(profile, Mapping) else {}
+    return user_id, dict(profile) if isinstance(profile, Mapping) else None
 
 
 def _parse_vector(raw: bytes, dim: int, bound: float) -> np.ndarray | None:

@@ -94,6 +94,15 @@ def _resolve_one(settings: Settings, manifest: Manifest, user: Any) -> UserFeatu
         (None, "unknown", 0, ["no_user"]),
         ({"id": "u1"}, "unknown", 0, ["no_user"]),
         ({"id": 5, "profile": "junk"}, "unknown", 0, ["no_user"]),
+        # An empty profile is one with every field missing (other_px, which this table
+        # lacks), as training reads a user whose fields are all null: it was "no user".
+        ({"id": "zz", "profile": {}}, "unknown", 0, ["unknown_cluster"]),
+        (
+            {"id": "zz", "profile": {"country": None, "price": None}},
+            "unknown",
+            0,
+            ["unknown_cluster"],
+        ),
     ],
 )
 def test_in_process_store(

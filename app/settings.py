@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -16,6 +16,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 # buffer (app.api.middleware), so that stalled big uploads cannot lock out small requests.
 LARGE_BODY_BYTES = 1024 * 1024
 LARGE_SHARE = 0.75
+MAX_READ_SIZE = 2**31 - 1  # what a socket read takes
 
 
 def buffer_for_one_body(max_body_bytes: int) -> int:
@@ -75,6 +76,12 @@ def _numbers_problem(options: dict[str, object]) -> str | None:
         value = options.get(name)
         if isinstance(value, int | float) and not (0 < value < math.inf):
             return f"the option {name}={value} in its query is not a positive finite number"
+    read_size = options.get("socket_read_size")
+    if isinstance(read_size, int) and read_size > MAX_READ_SIZE:  # OverflowError at connect
+        return f"the option socket_read_size={read_size} in its query is above {MAX_READ_SIZE}"
+    protocol = options.get("protocol")
+    if protocol is not None and protocol not in (2, 3):  # refused at connect, as a traceback
+        return f"the option protocol={protocol} in its query is not 2 or 3"
     interval = options.get("health_check_interval")
     if isinstance(interval, int) and interval < 0:
         return f"the option health_check_interval={interval} in its query is negative"
@@ -364,3 +371,13 @@ class Settings(BaseSettings):
                 "or use LTR_ITEM_STORE=auto (Redis when LTR_REDIS_URL is set, else the snapshot)"
             )
         return self
+
+
+def settings_problem(exc: ValidationError) -> str:
+    """The first thing wrong in the settings, in one line naming the variable the operator set
+    (LTR_REDIS_DEADLINE_MS, not redis_deadline_ms; a check of several settings has no loc and
+    names them itself), without the value: pydantic's own text shows it, and LTR_REDIS_URL's
+    may hold a password."""
+    first = exc.errors()[0]
+    where = "_".join(map(str, first["loc"])).upper()
+    return f"LTR_{where}: {first['msg']}" if where else first["msg"].removeprefix("Value error, ")

@@ -45,6 +45,9 @@ def test_a_blank_url_is_no_redis() -> None:
         ("redis://h/0?socket_timeout=0", "socket_timeout=0.0 in its query is not a positive"),
         ("redis://h/0?socket_read_size=-5", "socket_read_size=-5 in its query is not a"),
         ("redis://h/0?health_check_interval=-1", "health_check_interval=-1 in its query is neg"),
+        # An OverflowError and a ConnectionError traceback at the first connect.
+        ("redis://h/0?socket_read_size=99999999999999999999", "socket_read_size=9999999999"),
+        ("redis://h/0?protocol=4", "the option protocol=4 in its query is not 2 or 3"),
     ],
 )
 def test_a_malformed_url_is_refused_without_showing_it(url: str, problem: str) -> None:

@@ -62,18 +62,12 @@ def serve_command(
     if demo:
         # Two demo models: requests that name none go to `demo`, as the README shows.
         os.environ.setdefault("LTR_DEFAULT_MODEL", DEMO_NAME)
-    from app.settings import Settings
+    from app.settings import Settings, settings_problem
 
     try:
         settings = Settings()
     except ValidationError as exc:
-        first = exc.errors()[0]
-        # The variable the operator set, not the field: LTR_REDIS_DEADLINE_MS, not
-        # redis_deadline_ms (a check of several settings has no loc and names them itself).
-        where = "_".join(map(str, first["loc"])).upper()
-        fail(
-            f"LTR_{where}: {first['msg']}" if where else first["msg"].removeprefix("Value error, ")
-        )
+        fail(settings_problem(exc))
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options

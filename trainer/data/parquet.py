@@ -100,6 +100,8 @@ def read_parquet(path: str | Path, id_column: str | None = None) -> RankingDatas
     qid_column = table.column("qid")
     if qid_column.null_count:
         raise _at(path, _first(qid_column.is_null().to_numpy(zero_copy_only=False)), "qid", "null")
+    if pa.types.is_decimal(qid_column.type):
+        qid_column = _whole_decimals(path, qid_column)
     qids = np.asarray(qid_column.to_numpy(zero_copy_only=False))
     if qids.dtype.kind == "f" and not np.all(np.isfinite(qids)):
         # NaN never equals itself: each such row became a query of its own, then "reappeared".
@@ -181,6 +183,23 @@ def row_label_columns(schema: pa.Schema) -> list[str]:
         for name in index
         if isinstance(name, str) and _ROW_LABELS.fullmatch(name) and name in schema.names
     ]
+
+
+def _whole_decimals(path: Path, column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A decimal qid column as int64; a row whose qid is not a whole number is named (numpy
+    read decimals as objects, and 2.5 was a query of its own)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return pc.cast(column, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        values = column.to_pylist()
+        row = next((i + 1 for i, v in enumerate(values) if v != v.to_integral_value()), None)
+        what = (
+            "beyond 64-bit integers" if row is None else f"{values[row - 1]} is not a whole number"
+        )
+        raise _at(path, row, "qid", what) from None
 
 
 def query_runs(path: str | Path, qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

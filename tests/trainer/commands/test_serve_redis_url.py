@@ -32,3 +32,24 @@ def test_a_malformed_redis_url_stops_the_service_naming_the_variable(
     assert len(lines) == 1 and not started, result.stderr
     assert lines[0].startswith("error: LTR_REDIS_URL: ") and message in lines[0]
     assert "hunter2" not in result.stderr
+
+
+def test_python_m_app_refuses_it_in_one_line_without_the_password(tmp_path: Path) -> None:
+    """`python -m app` printed pydantic's traceback, whose input_value showed the URL."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "LTR_REGISTRY": str(tmp_path),
+        "LTR_REDIS_URL": "redis://:hunter2@127.0.0.1:1/0?socket_timeout=0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "error: LTR_REDIS_URL: the option socket_timeout=0.0 in its query is not "
+        "a positive finite number"
+    ]

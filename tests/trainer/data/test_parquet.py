@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal as D
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,10 @@ def write_table(tmp_path: Path, **columns: list[object]) -> Path:
         (
             {"qid": [10078.0, 10078.5, 10078.0], "label": [1, 0, 1]},
             r"row 2, column 'qid': 10078.5 is not a whole number",
+        ),
+        (
+            {"qid": pa.array([D("1"), D("1.5"), D("1")], pa.decimal128(5, 1)), "label": [1, 0, 1]},
+            r"row 2, column 'qid': 1.5 is not a whole number",
         ),
         (
             {"qid": pa.array([1.0, float("nan"), float("nan")]), "label": [1, 0, 1]},
@@ -181,3 +186,9 @@ def test_a_decimal_column_is_a_number(tmp_path: Path) -> None:
     data = read_parquet(path)
     assert data.feature_names == ["price"]
     np.testing.assert_array_equal(data.features[:, 0], np.array([1.25, np.nan, -3.5], np.float32))
+
+
+def test_whole_decimal_qids_are_query_ids(tmp_path: Path) -> None:
+    qids = pa.array([D("7.0"), D("7.0"), D("9.0")], pa.decimal128(5, 1))
+    data = read_parquet(write_table(tmp_path, qid=qids, label=[1, 0, 1], f=[0.5, 0.25, 1.0]))
+    assert data.query_ids.tolist() == [7, 9] and data.group_offsets.tolist() == [0, 2, 3]

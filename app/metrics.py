@@ -316,8 +316,9 @@ SHED_WAIT_SECONDS = Histogram(
 )
 SLOW_CLIENTS = Counter(
     "ltr_slow_client_rejections_total",
-    "Requests refused for their client: `header_timeout`, `body_timeout` (408) or "
-    "`buffer_full` (503: too many body bytes buffered by this worker).",
+    "Requests refused for their client: `header_timeout`, `body_timeout` (408), "
+    "`buffer_full` (503: too many body bytes buffered by this worker) or `pipelined` (a "
+    "connection closed with more unanswered requests queued than LTR_MAX_PIPELINED).",
     ["reason"],
 )
 
@@ -328,7 +329,7 @@ def start_series() -> None:
     earlier sample to increase from). Per-model series start when the model is first served."""
     for reason in ("shed", "over_budget"):
         SHED.labels(reason)
-    for reason in ("header_timeout", "body_timeout", "buffer_full"):
+    for reason in ("header_timeout", "body_timeout", "buffer_full", "pipelined"):
         SLOW_CLIENTS.labels(reason)
     for route in ("/livez", "/readyz"):
         for status in ("200", "503"):

@@ -225,6 +225,9 @@ class Settings(BaseSettings):
     header_read_timeout_seconds: Annotated[float, Field(gt=0)] = 5.0
     body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     keep_alive_timeout_seconds: Annotated[int, Field(ge=1)] = 5
+    # Requests one connection may queue (HTTP pipelining) while one of its own is answered;
+    # one more and the connection closes (app.api.http_protocol).
+    max_pipelined: Annotated[int, Field(ge=1)] = 100
     # An access log (app.api.middleware: uvicorn's line plus the duration and the request id),
     # a line per request on stderr: off by default, since every request
     # is already counted and timed in /metrics, and at a few hundred requests a second per

@@ -4,9 +4,12 @@ propensities.json (examination probability per position, EM under the position-b
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -125,6 +128,12 @@ def dataset_command(
     fraction = 0.2 if cutoff is None and valid_fraction is None else valid_fraction
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        # It was written over: another run's propensities.json stayed beside the new data.
+        fail(
+            f"--out {out}: not empty (a dataset is never written over another: give a new "
+            "directory)"
+        )
     for flag, grade in (("--click", click), ("--purchase", purchase), ("--dwell", dwell)):
         if not 0 <= grade <= MAX_LABEL:  # NaN fails too
             fail(f"{flag} {grade:g}: a relevance grade 0..{MAX_LABEL}, as training data takes")
@@ -142,9 +151,9 @@ def dataset_command(
             train, valid = split_by_time(joined, valid_after=cutoff, valid_fraction=fraction)
         except ValueError as exc:  # about what the logs hold: name them
             raise ValueError(f"{from_logs}: {exc}") from None
-        out.mkdir(parents=True, exist_ok=True)
-        write_parquet(train.dataset, out / "train.parquet")
-        write_parquet(valid.dataset, out / "valid.parquet")
+        staging = _staging(out)
+        write_parquet(train.dataset, staging / "train.parquet")
+        write_parquet(valid.dataset, staging / "valid.parquet")
         summary: dict[str, Any] = {
             "out": str(out),
             **joined.stats,
@@ -159,11 +168,13 @@ def dataset_command(
             "valid_from": float(valid.times[0]),
         }
         if propensities:
-            summary["propensities"] = _propensities(train.dataset, out / "propensities.json")
+            summary["propensities"] = _propensities(train.dataset, staging / "propensities.json")
+            summary["propensities"]["file"] = str(out / "propensities.json")
             variation = position_variation(logs.impressions)
             summary["propensities"]["position_variation"] = variation.to_json()
             if (confounded := variation.warning()) is not None:
                 echo_err(f"warning: {confounded}")
+        _finish(staging, out)
     if sourced:
         echo_err(SOURCED_NOTE.format(model=model_name))
     if as_json:
@@ -192,6 +203,23 @@ def dataset_command(
                 if known >= 2
                 else f"{answers:,} explored answers, too few clicks for a ratio: EM alone"
             )
+
+
+def _staging(out: Path) -> Path:
+    """A hidden directory beside `out` that the dataset is written into, then renamed: a run
+    stopped half-way leaves no `out` that a training run would take for a whole dataset."""
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    staging = out.absolute().parent / f".{out.name}.writing-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    atexit.register(shutil.rmtree, staging, True)  # gone if the run stops before the rename
+    return staging
+
+
+def _finish(staging: Path, out: Path) -> None:
+    if out.is_dir():
+        out.rmdir()  # empty, as checked at the start
+    staging.rename(out)
 
 
 def _propensities(train: Any, path: Path) -> dict[str, Any]:

@@ -66,6 +66,26 @@ def test_writes_parquet_split_by_time_and_propensities(runner: CliRunner, tmp_pa
     assert theta[0] == 1.0 and len(theta) == 3
 
 
+def test_a_dataset_is_never_written_over_another(runner: CliRunner, tmp_path: Path) -> None:
+    """A second run into the same --out wrote over the data and left the first run's
+    propensities.json beside it (a held-out trial): it is refused, and nothing half-written is
+    left under --out's parent."""
+    _logs(tmp_path)
+    out = tmp_path / "data"
+    args = ["dataset", "--from-logs", str(tmp_path / "logs"), "--out", str(out)]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    again = runner.invoke(app, [*args, "--no-propensities"])
+    assert again.exit_code == 2
+    assert again.stderr.startswith(f"error: --out {out}: not empty")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+    (tmp_path / "empty").mkdir()
+    args[-1] = str(tmp_path / "empty")
+    assert runner.invoke(app, args).exit_code == 0  # an empty directory is taken
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "empty", "logs"]
+
+
 def test_a_model_with_query_features_is_told_how_to_keep_them(
     runner: CliRunner, tmp_path: Path
 ) -> None:

@@ -99,6 +99,16 @@ def evaluate_command(
             from trainer.clicks.ipw_eval import ipw_relabel
             from trainer.clicks.propensity import load_propensities
 
+            clicks = _clicks_beside(data)
+            if clicks is not None:
+                # `ltr simulate`'s layout: the labels are true grades. They were re-weighted
+                # as if they were clicks and reported as "clicks, IPW".
+                fail(
+                    f"{data}: its labels are relevance grades, its clicks are in {clicks}: "
+                    "--propensities re-weights click labels (ltr dataset --from-logs writes "
+                    "them); leave it out to evaluate on the grades"
+                )
+
             dataset = ipw_relabel(dataset, load_propensities(propensities)[0])
         # An overflow is reported below, as the documents it concerns, not as numpy's warning.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -212,3 +222,14 @@ def _scores(artifact: Artifact, features: np.ndarray) -> np.ndarray:
 
 def register(app: typer.Typer) -> None:
     app.command("evaluate")(evaluate_command)
+
+
+def _clicks_beside(data: Path) -> str | None:
+    """Where `data` keeps clicks apart from its labels (a `.click` side file, a Parquet
+    `click` column, as `ltr simulate` writes them), else None."""
+    from trainer.data.loader import PARQUET_SUFFIXES, parquet_columns
+
+    if data.suffix.lower() in PARQUET_SUFFIXES:
+        return "its `click` column" if "click" in parquet_columns(data) else None
+    side = Path(f"{data}.click")
+    return str(side) if side.exists() else None

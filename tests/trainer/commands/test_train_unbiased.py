@@ -170,3 +170,25 @@ def test_evaluate_on_clicks_with_ipw_labels(
     missing = runner.invoke(app, [*args, "--propensities", str(tmp_path / "none.json")])
     assert missing.exit_code == 2
     assert "none.json: no such file" in one_error_line(missing.stderr)
+
+
+def test_evaluate_refuses_ipw_on_grades_whose_clicks_are_kept_apart(
+    runner: CliRunner, click_data: Path, tmp_path: Path
+) -> None:
+    """`ltr simulate` writes true grades as labels and the clicks beside them: --propensities
+    re-weighted the grades and reported "clicks, IPW" (a held-out trial)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    trained = orjson.loads(_train(runner, click_data, tmp_path / "m").stdout)
+    table = pq.read_table(click_data / "valid.parquet")
+    graded = tmp_path / "graded.parquet"
+    pq.write_table(table.append_column("click", pa.array([0] * table.num_rows)), graded)
+    args = ["evaluate", "--model", trained["model_dir"], "--data", str(graded)]
+    props = str(click_data / "propensities.json")
+    result = runner.invoke(app, [*args, "--propensities", props])
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr).startswith(
+        f"error: {graded}: its labels are relevance grades, its clicks are in its `click` column"
+    )
+    assert runner.invoke(app, args).exit_code == 0  # on the grades, as given

@@ -30,6 +30,13 @@ DEMO_NAME = "demo"
 DEMO_DATA = Path(__file__).resolve().parents[1] / "demo_data"
 DEMO_TREES = 100
 DEMO_EVAL_AT = 10  # LambdaMARTParams' default eval_at: the NDCG@k the progress lines show
+# The settings the flags set, by the variable each stands for.
+FLAGS = {
+    "LTR_HOST": "--host",
+    "LTR_PORT": "--port",
+    "LTR_WORKERS": "--workers",
+    "LTR_REGISTRY": "--registry",
+}
 LOG_LEVEL_NAMES = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 
 
@@ -67,7 +74,18 @@ def serve_command(
     try:
         settings = Settings()
     except ValidationError as exc:
-        fail(settings_problem(exc))
+        problem = settings_problem(exc)
+        for variable, flag in FLAGS.items():
+            if overrides.get(variable) is not None and problem.startswith(f"{variable}:"):
+                problem = flag + problem.removeprefix(variable)  # what was given, not the env
+        fail(problem)
+    if settings.registry.exists() and not settings.registry.is_dir():
+        # It served with a warning and no model.
+        fail(f"{settings.registry}: the registry is a directory, and this is a file")
+    taken = _port_taken(settings.host, settings.port)
+    if taken is not None:
+        # uvicorn found out after loading every model, and exited 3 (the nightly's "refused").
+        fail(f"{_flag_or_variable('LTR_PORT', overrides)} {settings.port}: {taken}")
     import uvicorn
 
     from app.api.http_protocol import uvicorn_options
@@ -123,6 +141,31 @@ def serve_command(
             log_config=log_config(log_level),
             **uvicorn_options(settings),
         )
+
+
+def _flag_or_variable(variable: str, overrides: Mapping[str, object]) -> str:
+    return FLAGS[variable] if overrides.get(variable) is not None else variable
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """Why `host`:`port` cannot be listened on now (another server has it), else None."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return None  # uvicorn says what is wrong with the host
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"address already in use on {host} (another server listens there)"
+            return None
+    return None
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

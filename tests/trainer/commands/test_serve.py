@@ -132,3 +132,46 @@ def test_the_kernels_compile_in_a_process_of_their_own_not_in_the_workers(
     assert LOCK_ENV not in os.environ
     if seen[0] is not None:
         assert not Path(seen[0]).exists()  # removed once the server stopped
+
+
+def test_a_port_in_use_is_refused_before_the_models_load(
+    tmp_path: Path, started: list[dict[str, Any]]
+) -> None:
+    """uvicorn found out after loading every model and exited 3 (the nightly's "refused")."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--registry", str(tmp_path), "--port", str(port)]
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and not started
+    assert result.stderr.startswith(f"error: --port {port}: address already in use")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--port", "70000"], "error: --port: Input should be less than or equal to 65535"),
+        (["--workers", "0"], "error: --workers: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_bad_flag_is_named_as_the_flag(
+    tmp_path: Path, started: list[dict[str, Any]], args: list[str], said: str
+) -> None:
+    """They were named LTR_PORT and LTR_WORKERS, which the operator had not set."""
+    result = CliRunner().invoke(app, ["serve", "--registry", str(tmp_path), *args])
+    assert result.exit_code == 2 and not started
+    assert result.stderr.strip() == said
+
+
+def test_a_registry_that_is_a_file_is_refused(
+    tmp_path: Path, started: list[dict[str, Any]]
+) -> None:
+    """It served with a warning and no model."""
+    path = tmp_path / "train.txt"
+    path.write_text("1 qid:1 1:0.5\n")
+    result = CliRunner().invoke(app, ["serve", "--registry", str(path), "--port", "1"])
+    assert result.exit_code == 2 and not started
+    assert "the registry is a directory, and this is a file" in result.stderr

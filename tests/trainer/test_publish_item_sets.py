@@ -80,7 +80,7 @@ def test_publish_without_redis_says_the_item_set_was_not_pushed(tmp_path: Path) 
     args = ["publish", "--model", str(source), "--registry", str(registry)]
     result = CliRunner().invoke(app, args, env={"LTR_REDIS_URL": None})
     assert result.exit_code == 0, result.output
-    assert result.stdout == "published m v1 (previous: None)\n"
+    assert result.stdout == "published m v1 (previous: none)\n"
     label = f"catalog@{table.version()}"
     # A service reading items from Redis keeps the set's live version there (a held-out trial
     # found the note saying every service used the snapshot).

@@ -103,9 +103,14 @@ def dataset_command(
             show_default="off",
         ),
     ] = False,
-    click: Annotated[float, Opt(rich_help_panel=LABELS)] = 1.0,
-    purchase: Annotated[float, Opt(rich_help_panel=LABELS)] = 2.0,
-    dwell: Annotated[float, Opt(rich_help_panel=LABELS)] = 1.0,
+    click: Annotated[float, Opt(rich_help_panel=LABELS, help="Grade of a clicked result.")] = 1.0,
+    purchase: Annotated[
+        float, Opt(rich_help_panel=LABELS, help="Grade of a purchased result.")
+    ] = 2.0,
+    dwell: Annotated[
+        float,
+        Opt(rich_help_panel=LABELS, help="Grade of a result dwelt on --dwell-seconds or more."),
+    ] = 1.0,
     dwell_seconds: Annotated[
         float, Opt(rich_help_panel=LABELS, help="Shortest dwell that counts.")
     ] = 30.0,

@@ -11,6 +11,7 @@ import typer
 
 from app.registry.experiments import ExperimentError
 from trainer.commands.errors import clear_errors, echo_err, fail
+from trainer.commands.options import RedisPrefix
 
 experiment_app = typer.Typer(
     help="Interleaving and A/B experiments between CURRENT and a candidate version.",
@@ -22,7 +23,6 @@ ModelOpt = Annotated[str, typer.Option("--name", help="Model name (as in `ltr pu
 RedisOpt = Annotated[
     str | None, typer.Option(help="Announce changes here.", envvar="LTR_REDIS_URL")
 ]
-PrefixOpt = Annotated[str, typer.Option(envvar="LTR_REDIS_PREFIX")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 LogsOpt = Annotated[
     str | None,
@@ -45,12 +45,20 @@ def _echo(out: Mapping[str, Any], as_json: bool, text: str) -> None:
 def start_command(
     name: ModelOpt,
     candidate: Annotated[str, typer.Option(help="Version to serve beside CURRENT.")],
-    mode: Annotated[Literal["interleave", "ab"], typer.Option()] = "interleave",
-    traffic: Annotated[float, typer.Option(help="Share of users (or requests) in it.")] = 0.1,
+    mode: Annotated[
+        Literal["interleave", "ab"],
+        typer.Option(
+            help="interleave: both versions rank every request in it, merged by team draft; "
+            "ab: each user (or request) gets one arm."
+        ),
+    ] = "interleave",
+    traffic: Annotated[
+        float, typer.Option(help="Share of users (or requests) in it, in (0, 1].")
+    ] = 0.1,
     experiment: Annotated[str | None, typer.Option(help="Experiment name.")] = None,
     registry: RegistryOpt = Path("registry"),
     redis_url: RedisOpt = None,
-    redis_prefix: PrefixOpt = "ltr:",
+    redis_prefix: RedisPrefix = "ltr:",
     as_json: JsonOpt = False,
 ) -> None:
     """Serve CANDIDATE beside CURRENT to a stable share of users."""
@@ -81,7 +89,7 @@ def stop_command(
     reason: Annotated[str, typer.Option(help="Why (kept in the record).")] = "stopped by hand",
     registry: RegistryOpt = Path("registry"),
     redis_url: RedisOpt = None,
-    redis_prefix: PrefixOpt = "ltr:",
+    redis_prefix: RedisPrefix = "ltr:",
     as_json: JsonOpt = False,
 ) -> None:
     """Stop the running experiment; CURRENT serves alone again. An EXPERIMENT file services
@@ -174,13 +182,21 @@ def report_command(
 def decide_command(
     name: ModelOpt,
     logs: LogsOpt = None,
-    min_impressions: Annotated[int, typer.Option(min=1)] = 1000,
-    alpha: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.05,
-    ab_metric: Annotated[Literal["clicks", "dcg"], typer.Option()] = "clicks",
+    min_impressions: Annotated[
+        int, typer.Option(min=1, help="Decide nothing before this many impressions.")
+    ] = 1000,
+    alpha: Annotated[
+        float,
+        typer.Option(min=0.0, max=1.0, help="Significance: act when the always-valid p < it."),
+    ] = 0.05,
+    ab_metric: Annotated[
+        Literal["clicks", "dcg"],
+        typer.Option(help="A/B: compare clicks per impression, or the clicks' DCG."),
+    ] = "clicks",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say, do not act.")] = False,
     registry: RegistryOpt = Path("registry"),
     redis_url: RedisOpt = None,
-    redis_prefix: PrefixOpt = "ltr:",
+    redis_prefix: RedisPrefix = "ltr:",
     as_json: JsonOpt = False,
 ) -> None:
     """Promote the candidate if it wins significantly, roll it back if it loses."""

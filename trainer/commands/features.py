@@ -32,7 +32,14 @@ features_app = typer.Typer(
 RedisUrl = Annotated[
     str | None, Opt("--redis-url", help="Redis URL [default: LTR_REDIS_URL].", show_default=False)
 ]
-Prefix = Annotated[str | None, Opt(help="Redis key prefix [default: LTR_REDIS_PREFIX or ltr:].")]
+Prefix = Annotated[
+    str | None,
+    Opt(
+        "--redis-prefix",
+        "--prefix",  # its first name here; the other commands' is --redis-prefix
+        help="Redis key prefix [default: LTR_REDIS_PREFIX or ltr:].",
+    ),
+]
 IdColumn = Annotated[str, Opt(help="Item id column of a Parquet table.")]
 AsJson = Annotated[bool, Opt("--json", help="Print one JSON object.")]
 OldTtl = Annotated[
@@ -121,7 +128,7 @@ def push_command(
     else:
         typer.echo(
             f"{set_name}: {result.version} live ({result.items} items x {len(table.names)} "
-            f"features, {result.seconds:.1f} s); was {result.previous}"
+            f"features, {result.seconds:.1f} s); was {result.previous or 'none'}"
         )
 
 
@@ -206,7 +213,8 @@ def rollback_command(
     if as_json:
         typer.echo(orjson.dumps({"set": set_name, "live": to, "previous": previous}).decode())
     else:
-        typer.echo(f"{set_name}: {to} live again (was {previous})")
+        was = "already live" if previous == to else f"was {previous or 'none'}"
+        typer.echo(f"{set_name}: {to} live again ({was})")
 
 
 def _inspect_redis(

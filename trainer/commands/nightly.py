@@ -12,7 +12,7 @@ import orjson
 import typer
 
 from app.artifacts.store import ArtifactError, read_current
-from trainer.commands.errors import CommandError, clear_errors, echo_err
+from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
 
 log = logging.getLogger(__name__)
 # A refusal is not an error: the job did its work and kept the deployed model. Its own code
@@ -95,7 +95,8 @@ def summary(result: dict[str, Any]) -> str:
     if result.get("data_source"):
         done += f" trained on {result['data_source']}"
     if result["status"] == "published":
-        return f"published {done} (previous: {result['previous']}{items}; {result['report']})"
+        previous = result["previous"] or "none"
+        return f"published {done} (previous: {previous}{items}; {result['report']})"
     started = (result["experiment"] or {}).get("started")
     role = (
         f"as the candidate of experiment {started['name']}"
@@ -142,7 +143,10 @@ def nightly_command(
         ),
     ] = False,
     loop: Annotated[bool, typer.Option("--loop", help="Run every day at --at, forever.")] = False,
-    at: Annotated[str, typer.Option(help="Local time of the daily run with --loop.")] = "02:00",
+    at: Annotated[
+        str | None,
+        typer.Option(help="Local time of the daily run with --loop.", show_default="02:00"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Train, gate against the deployed model, and publish only a candidate that passes.
@@ -165,6 +169,10 @@ def nightly_command(
     overrides["gate.allow_feature_change"] = True if allow_feature_change else None
     overrides["gate.allow_broken_deployed"] = True if allow_broken_deployed else None
     expected = (NightlyRefused, ArtifactError, DataFormatError, ConfigError, ValueError)
+    if at is not None and not loop:
+        # It ran at once and published, the time ignored.
+        fail("--at goes with --loop (without it the run is now)")
+    at = at or "02:00"
     with clear_errors(*expected):
         cfg = load_config(config, overrides, NIGHTLY_FLAGS)
         # run_nightly's own check, early and with the file's name (its warnings: run_nightly's).
@@ -172,7 +180,11 @@ def nightly_command(
         if bootstrap_demo:
             current = read_current(cfg.publish.registry, cfg.model.name)
             if current is not None:
-                typer.echo(f"{cfg.model.name}: {current} is deployed; nothing to bootstrap")
+                if as_json:  # one object on stdout, as every --json run prints
+                    done = {"status": "nothing_to_bootstrap", "model": cfg.model.name}
+                    typer.echo(orjson.dumps({**done, "deployed": current}).decode())
+                else:
+                    typer.echo(f"{cfg.model.name}: {current} is deployed; nothing to bootstrap")
                 return
             cfg = cfg.model_copy(
                 update={"data": cfg.data.model_copy(update={"bundled_demo": True})}

@@ -14,3 +14,13 @@ ItemsIdColumn = Annotated[
         "column (as `ltr train --items-id-column`).",
     ),
 ]
+# `--prefix` too: the `ltr features` commands named it so, the others `--redis-prefix`.
+RedisPrefix = Annotated[
+    str,
+    typer.Option(
+        "--redis-prefix",
+        "--prefix",
+        envvar="LTR_REDIS_PREFIX",
+        help="Prefix of every Redis key, as the service's LTR_REDIS_PREFIX.",
+    ),
+]

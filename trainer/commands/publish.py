@@ -14,6 +14,7 @@ import typer
 
 from app.artifacts.store import ArtifactError
 from trainer.commands.errors import clear_errors, echo_err, fail
+from trainer.commands.options import RedisPrefix
 
 if TYPE_CHECKING:  # imported when the command runs: `ltr --help` stays quick
     from trainer.publish import ItemSetUnreachable
@@ -42,7 +43,7 @@ def publish_command(
     redis_url: Annotated[
         str | None, typer.Option(help="Push embeddings and announce here.", envvar="LTR_REDIS_URL")
     ] = None,
-    redis_prefix: Annotated[str, typer.Option(envvar="LTR_REDIS_PREFIX")] = "ltr:",
+    redis_prefix: RedisPrefix = "ltr:",
     candidate: Annotated[
         bool,
         typer.Option(
@@ -136,12 +137,12 @@ def publish_command(
     elif candidate:
         typer.echo(
             f"installed {out['name']} {out['version']} as a candidate; CURRENT stays "
-            f"{out['previous']} (start it: ltr experiment start --name {out['name']} "
+            f"{out['previous'] or 'none'} (start it: ltr experiment start --name {out['name']} "
             f"--candidate {out['version']}{_registry_option(registry)}){_item_set_part(out)}"
         )
     else:
         typer.echo(
-            f"published {out['name']} {out['version']} (previous: {out['previous']})"
+            f"published {out['name']} {out['version']} (previous: {out['previous'] or 'none'})"
             f"{_item_set_part(out)}"
         )
 

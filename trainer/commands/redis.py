@@ -12,6 +12,7 @@ import orjson
 import typer
 
 from trainer.commands.errors import CommandError, clear_errors, echo_err
+from trainer.commands.options import RedisPrefix
 
 if TYPE_CHECKING:
     from trainer.redis_restore import Restored, RestoreReport
@@ -27,7 +28,7 @@ def restore_command(
         str | None,
         Opt("--redis-url", help="Redis URL [default: LTR_REDIS_URL].", show_default=False),
     ] = None,
-    redis_prefix: Annotated[str, Opt(envvar="LTR_REDIS_PREFIX")] = "ltr:",
+    redis_prefix: RedisPrefix = "ltr:",
     name: Annotated[
         list[str] | None, Opt("--name", help="Only this model (repeatable) [default: every one].")
     ] = None,

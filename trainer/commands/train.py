@@ -85,8 +85,9 @@ def train_command(
         Path | None,
         Opt(
             help="Params TOML file: top-level keys named as the flags with underscores "
-            '(num_trees = 200, learning_rate = 0.05, engine = "lightgbm"), the keys of a '
-            "nightly config's model.lambdamart / model.dnn table; flags override it.",
+            '(num_trees = 200, learning_rate = 0.05, engine = "lightgbm"; --early-stopping is '
+            "early_stopping_rounds), the keys of a nightly config's model.lambdamart / "
+            "model.dnn table; flags override it.",
             show_default="none",
         ),
     ] = None,

@@ -101,6 +101,17 @@ def test_bootstrap_only_when_the_registry_is_empty(tmp_path: Path) -> None:
     assert f"published nightly {version} trained on bundled demo data" in first.stdout
     again = runner.invoke(app, ["nightly", "--config", str(config), "--bootstrap-demo"])
     assert again.exit_code == 0 and "nothing to bootstrap" in again.output
+    # With --json, one object (it was the text line).
+    args = ["nightly", "--config", str(config), "--bootstrap-demo", "--json"]
+    as_json = runner.invoke(app, args)
+    assert json.loads(as_json.stdout) == {
+        "status": "nothing_to_bootstrap",
+        "model": "nightly",
+        "deployed": version,
+    }
+    # --at without --loop ran at once and published.
+    at = runner.invoke(app, ["nightly", "--config", str(config), "--at", "03:00"])
+    assert at.exit_code == 2 and "--at goes with --loop" in at.stderr
     assert read_current(tmp_path / "registry", "nightly") == version
     missing = runner.invoke(app, ["nightly", "--config", str(config)])
     assert missing.exit_code != 0 and "no-data-yet" in missing.output

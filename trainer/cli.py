@@ -130,9 +130,9 @@ def main(args: list[str] | None = None) -> None:
             raise
         # Ctrl-C inside compiled code (the native tree learner): numba hands the interrupt
         # back wrapped in a SystemError, which click does not take for one, and a 65-line
-        # traceback was printed. Answered as click answers Ctrl-C elsewhere.
+        # traceback was printed. Answered as Ctrl-C elsewhere.
         rich_utils.rich_abort_error()
-        sys.exit(1)
+        sys.exit(INTERRUPTED)
     finally:
         rich_utils.MAX_WIDTH = width
 
@@ -149,9 +149,15 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+# Ctrl-C: the shell's 128 + SIGINT, as typer answers it. Inside compiled code it was 1, which
+# `ltr nightly` documents as an unexpected crash (a held-out trial: train and nightly exited 1
+# when interrupted in the tree learner, simulate 130).
+INTERRUPTED = 130
+
+
 def _run(args: list[str]) -> None:
     if "--json" not in args:
-        app(args)
+        app(args)  # typer answers a KeyboardInterrupt with exit 130
         return
     try:
         code = app(args, standalone_mode=False)  # returns exit codes instead of exiting
@@ -161,7 +167,7 @@ def _run(args: list[str]) -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         rich_utils.rich_abort_error()
-        sys.exit(1)
+        sys.exit(INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -24,7 +24,7 @@ def test_ctrl_c_in_compiled_code_aborts_without_a_traceback(
     monkeypatch.setattr(cli, "_run", _interrupted_in_compiled_code)
     with pytest.raises(SystemExit) as exited:
         cli.main(["train"])
-    assert exited.value.code == 1
+    assert exited.value.code == 130  # 128 + SIGINT, as every command answers Ctrl-C
     err = capsys.readouterr().err
     assert "Aborted" in err and "Traceback" not in err and "SystemError" not in err
 
@@ -36,3 +36,25 @@ def test_another_system_error_is_not_taken_for_ctrl_c(monkeypatch: pytest.Monkey
     monkeypatch.setattr(cli, "_run", broken)
     with pytest.raises(SystemError, match="a real bug"):
         cli.main(["train"])
+
+
+def test_ctrl_c_anywhere_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In Python code typer answers 130; inside compiled code (above) it was 1, which `ltr
+    nightly` documents as an unexpected crash."""
+    import typer
+
+    interrupted = typer.Typer()
+
+    @interrupted.command()
+    def train(as_json: bool = typer.Option(False, "--json")) -> None:
+        raise KeyboardInterrupt
+
+    @interrupted.command()
+    def other() -> None:
+        pass
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    for args in (["train"], ["train", "--json"]):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(args)
+        assert exited.value.code == 130, args

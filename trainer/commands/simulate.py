@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -60,6 +61,23 @@ def _progress(rows: int) -> Iterator[Callable[[int, int], None] | None]:
             next_report[0] = done / total + 0.1
 
     yield report
+
+
+@contextmanager
+def _whole_or_nothing(out: Path) -> Iterator[None]:
+    """A run stopped part-way (Ctrl-C, a full disk) leaves `out` empty: its files were cut
+    short, and `ltr train` took a cut train.txt for a dataset (a held-out trial). `out` holds
+    nothing but this simulation's files (_check_out_dir), which a rerun writes again."""
+    try:
+        yield
+    except BaseException:
+        if out.is_dir():
+            for path in out.iterdir():
+                if path.is_file() or path.is_symlink():
+                    path.unlink(missing_ok=True)
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _check_out_dir(out: Path, config: dict[str, object]) -> None:
@@ -153,7 +171,7 @@ def simulate_command(
     if rows < min_docs:
         fail(f"--rows {rows}: fewer than --min-docs {min_docs}, not one whole query")
     _check_out_dir(out, config.model_dump(mode="json"))
-    with clear_errors(OSError), _progress(rows) as progress:
+    with clear_errors(OSError), _progress(rows) as progress, _whole_or_nothing(out):
         summary = simulate(config, out, progress=progress)
     report = summary.model_dump()
     if sessions is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from trainer.cli import app
@@ -81,3 +82,26 @@ def test_fewer_rows_than_one_query_are_refused_and_empty_splits_named(tmp_path: 
     small = runner.invoke(app, ["simulate", "--out", str(tmp_path / "b"), "--rows", "12"])
     assert small.exit_code == 0, small.output
     assert "warning: vali got no queries" in small.stderr
+
+
+def test_a_run_stopped_part_way_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C left a cut train.txt (56 MB, no truth.json) that `ltr train` took for a dataset
+    (a held-out trial)."""
+    from trainer.simulate import generator
+
+    real = generator.open_split_writer
+    calls = {"n": 0}
+
+    def stopping(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first split's file is open and written to
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generator, "open_split_writer", stopping)
+    out = tmp_path / "sim"
+    result = runner.invoke(app, ["simulate", "--out", str(out), "--rows", "2000"])
+    assert result.exit_code != 0
+    assert not out.exists() or not any(out.iterdir())

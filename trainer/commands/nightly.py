@@ -155,7 +155,7 @@ def nightly_command(
     0 published or installed as a candidate (or nothing to bootstrap);
     3 refused: not published (the gate, or CURRENT moved during the run);
     2 bad input or an expected error: nothing published;
-    1 unexpected crash.
+    1 unexpected crash; 130 interrupted (Ctrl-C).
     A refusal leaves the deployed model serving; with --json it prints its summary.
     """
     from trainer.config import ConfigError

@@ -168,7 +168,24 @@ class Tree:
             raise TreeDumpError(f"{where}: leaves are not referenced exactly once")
         if n > 1 and not _all_reach_root(self.left, self.right):
             raise TreeDumpError(f"{where}: nodes are not a tree (some unreachable from the root)")
+        if n > MAX_SPLITS:
+            raise TreeDumpError(
+                f"{where}: {n:,} splits; at most {MAX_SPLITS:,} (LightGBM's most leaves, less one)"
+            )
+        depth = _depth(self.left, self.right)
+        if depth > MAX_DEPTH:
+            raise TreeDumpError(
+                f"{where}: {depth:,} splits deep; at most {MAX_DEPTH:,} (a chain of 200,000 "
+                "splits took the compiler past 2 GB and its explanations minutes of CPU)"
+            )
 
+
+# Bounds on one tree, far beyond what the trainers write (LightGBM's num_leaves is at most
+# 131,072; depth-wise trees of depth 20 have a million leaves): past them a dump is not a model
+# to serve. A crafted chain of 200,000 splits passed validation, and its compile grew past 2 GB
+# while TreeSHAP's tables (cost ~ leaves x depth^2) took minutes (a held-out security review).
+MAX_SPLITS = 131_071
+MAX_DEPTH = 1_024
 
 # JSON has no infinities (orjson writes null, which reads back as NaN). LightGBM writes a
 # threshold of inf for a split that sends every number left and only missing values right;
@@ -192,6 +209,24 @@ def _thresholds_from_json(raw: Any) -> np.ndarray:
                 f'threshold {exc.args[0]!r} is not a number, "Infinity" or "-Infinity"'
             ) from None
     return np.asarray(raw, dtype=np.float64)
+
+
+def _depth(left: np.ndarray, right: np.ndarray) -> int:
+    """Splits on the longest path from the root to a leaf, for a valid tree (pointer jumping,
+    as _all_reach_root: after k rounds `steps[i]` counts min(depth(i), 2^k) edges up)."""
+    n = left.shape[0]
+    if n == 0:
+        return 0
+    parent = np.zeros(n, dtype=np.int64)
+    for children in (left, right):
+        inner = children >= 0
+        parent[children[inner]] = np.flatnonzero(inner)
+    steps = (np.arange(n) != 0).astype(np.int64)
+    up = parent
+    for _ in range(int(n).bit_length()):
+        steps = steps + steps[up]
+        up = up[up]
+    return int(steps.max()) + 1
 
 
 def _all_reach_root(left: np.ndarray, right: np.ndarray) -> bool:

@@ -107,3 +107,46 @@ def test_a_threshold_string_other_than_the_infinities_is_refused(bad: str) -> No
     }
     with pytest.raises(TreeDumpError, match="not a number"):
         TreeEnsemble.from_json_bytes(orjson.dumps(doc))
+
+
+def _chain(splits: int) -> bytes:
+    """One tree whose every split sends one side to a leaf: `splits` deep."""
+    tree = {
+        "split_feature": [0] * splits,
+        "threshold": [float(i) for i in range(splits)],
+        "left": [i + 1 for i in range(splits - 1)] + [~splits],
+        "right": [~i for i in range(splits)],
+        "default_left": [True] * splits,
+        "leaf_value": [0.0] * (splits + 1),
+    }
+    doc = {"format": "ltr-tree-dump", "format_version": 1, "num_features": 1, "trees": [tree]}
+    return orjson.dumps(doc)
+
+
+def test_a_tree_too_deep_to_serve_is_refused() -> None:
+    """A crafted chain of 200,000 splits passed: its compile grew past 2 GB and its TreeSHAP
+    tables took minutes (a held-out security review)."""
+    from app.artifacts.tree_dump import MAX_DEPTH
+
+    assert TreeEnsemble.from_json_bytes(_chain(MAX_DEPTH)).trees[0].num_nodes == MAX_DEPTH
+    with pytest.raises(TreeDumpError, match=f"{MAX_DEPTH + 1:,} splits deep; at most"):
+        TreeEnsemble.from_json_bytes(_chain(MAX_DEPTH + 1))
+
+
+def test_a_tree_of_more_splits_than_lightgbm_writes_is_refused() -> None:
+    from app.artifacts.tree_dump import MAX_SPLITS
+
+    n = MAX_SPLITS + 1  # a balanced tree: node i's children are 2i+1 and 2i+2
+    left = [2 * i + 1 if 2 * i + 1 < n else ~(2 * i + 1 - n) for i in range(n)]
+    right = [2 * i + 2 if 2 * i + 2 < n else ~(2 * i + 2 - n) for i in range(n)]
+    tree = {
+        "split_feature": [0] * n,
+        "threshold": [0.5] * n,
+        "left": left,
+        "right": right,
+        "default_left": [True] * n,
+        "leaf_value": [0.0] * (n + 1),
+    }
+    doc = {"format": "ltr-tree-dump", "format_version": 1, "num_features": 1, "trees": [tree]}
+    with pytest.raises(TreeDumpError, match=f"{n:,} splits; at most {MAX_SPLITS:,}"):
+        TreeEnsemble.from_json_bytes(orjson.dumps(doc))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.artifacts.tree_dump import ZERO_THRESHOLD, Tree, TreeEnsemble
+from app.artifacts.tree_dump import MAX_DEPTH, ZERO_THRESHOLD, Tree, TreeEnsemble
 from app.scoring import compiled, reference
 from app.scoring.compiled import LANES, CompiledTreeScorer, scoring_beside
 from app.scoring.compiler import binned_codegen, jit
@@ -91,7 +91,8 @@ def _chain(depth: int, num_features: int) -> Tree:
 def test_deep_trees_and_single_leaf_trees() -> None:
     empty = np.zeros(0, np.int32)
     stump = Tree(empty, np.zeros(0), empty, empty, np.zeros(0, bool), np.array([0.25]))
-    ensemble = TreeEnsemble(3, [_chain(1100, 3), stump, _chain(7, 3)], base_score=-1.5)
+    # As deep as a dump may be: past Python's default recursion limit (1,000).
+    ensemble = TreeEnsemble(3, [_chain(MAX_DEPTH, 3), stump, _chain(7, 3)], base_score=-1.5)
     rows = np.random.default_rng(0).normal(size=(100, 3)).astype(np.float32)
     rows[::7, 1] = np.nan
     scorer = CompiledTreeScorer(ensemble)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import signal
 import sys
 import typing
 from collections.abc import Iterator
@@ -117,6 +118,11 @@ def main(args: list[str] | None = None) -> None:
     """The console script. With `--json`, a command line that does not parse (an unknown
     option, `--keep abc`) prints its JSON failure on stdout too, beside typer's usage box."""
     args = sys.argv[1:] if args is None else args
+    # SIGTERM (`timeout`, `docker stop`, `kill`) as an exception, so that what a command was
+    # writing is cleaned up as after Ctrl-C (trainer.staged_dir; the version directories'
+    # hidden temporaries): Python's default ended the process where it stood. `ltr serve`
+    # sets its own.
+    signal.signal(signal.SIGTERM, _terminated)
     width = rich_utils.MAX_WIDTH
     if width is None and not sys.stdout.isatty():
         # Piped or redirected, rich assumes 80 columns and cut long option names in `--help`
@@ -135,6 +141,10 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(INTERRUPTED)
     finally:
         rich_utils.MAX_WIDTH = width
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _interrupted(exc: BaseException) -> bool:

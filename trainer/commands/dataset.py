@@ -4,12 +4,9 @@ propensities.json (examination probability per position, EM under the position-b
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime as dt
 import math
-import os
-import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +15,7 @@ import typer
 
 from trainer.commands.errors import CommandError, clear_errors, echo_err, fail
 from trainer.data.errors import MAX_LABEL, DataFormatError
+from trainer.staged_dir import staged_dir
 
 Opt = typer.Option
 LABELS = "Labels"
@@ -145,7 +143,7 @@ def dataset_command(
     if not 0 <= dwell_seconds < math.inf:
         fail(f"--dwell-seconds {dwell_seconds:g}: a number of seconds >= 0")
     rules = LabelRules(click=click, purchase=purchase, dwell=dwell, dwell_seconds=dwell_seconds)
-    with clear_errors(DataFormatError, ValueError, OSError):
+    with clear_errors(DataFormatError, ValueError, OSError), contextlib.ExitStack() as stack:
         names, model_name, sourced = manifest_names(manifest) if manifest else (None, None, False)
         logs = read_logs(from_logs)
         for warning in truncated_warnings(logs):
@@ -156,7 +154,7 @@ def dataset_command(
             train, valid = split_by_time(joined, valid_after=cutoff, valid_fraction=fraction)
         except ValueError as exc:  # about what the logs hold: name them
             raise ValueError(f"{from_logs}: {exc}") from None
-        staging = _staging(out)
+        staging = stack.enter_context(staged_dir(out))  # renamed into place at the end
         write_parquet(train.dataset, staging / "train.parquet")
         write_parquet(valid.dataset, staging / "valid.parquet")
         summary: dict[str, Any] = {
@@ -179,7 +177,6 @@ def dataset_command(
             summary["propensities"]["position_variation"] = variation.to_json()
             if (confounded := variation.warning()) is not None:
                 echo_err(f"warning: {confounded}")
-        _finish(staging, out)
     if sourced:
         echo_err(SOURCED_NOTE.format(model=model_name))
     if as_json:
@@ -208,23 +205,6 @@ def dataset_command(
                 if known >= 2
                 else f"{answers:,} explored answers, too few clicks for a ratio: EM alone"
             )
-
-
-def _staging(out: Path) -> Path:
-    """A hidden directory beside `out` that the dataset is written into, then renamed: a run
-    stopped half-way leaves no `out` that a training run would take for a whole dataset."""
-    out.absolute().parent.mkdir(parents=True, exist_ok=True)
-    staging = out.absolute().parent / f".{out.name}.writing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    atexit.register(shutil.rmtree, staging, True)  # gone if the run stops before the rename
-    return staging
-
-
-def _finish(staging: Path, out: Path) -> None:
-    if out.is_dir():
-        out.rmdir()  # empty, as checked at the start
-    staging.rename(out)
 
 
 def _propensities(train: Any, path: Path) -> dict[str, Any]:

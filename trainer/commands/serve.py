@@ -82,9 +82,12 @@ def serve_command(
     if settings.registry.exists() and not settings.registry.is_dir():
         # It served with a warning and no model.
         fail(f"{settings.registry}: the registry is a directory, and this is a file")
+    # uvicorn found these out after loading every model, and exited 3 (the nightly's "refused").
+    unknown_host = _host_problem(settings.host)
+    if unknown_host is not None:
+        fail(f"{_flag_or_variable('LTR_HOST', overrides)} {settings.host}: {unknown_host}")
     taken = _port_taken(settings.host, settings.port)
     if taken is not None:
-        # uvicorn found out after loading every model, and exited 3 (the nightly's "refused").
         fail(f"{_flag_or_variable('LTR_PORT', overrides)} {settings.port}: {taken}")
     import uvicorn
 
@@ -147,6 +150,17 @@ def _flag_or_variable(variable: str, overrides: Mapping[str, object]) -> str:
     return FLAGS[variable] if overrides.get(variable) is not None else variable
 
 
+def _host_problem(host: str) -> str | None:
+    """Why `host` cannot be listened on (no such name), else None."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"not an address or a name this machine resolves ({exc.strerror})"
+    return None
+
+
 def _port_taken(host: str, port: int) -> str | None:
     """Why `host`:`port` cannot be listened on now (another server has it), else None."""
     import errno
@@ -155,10 +169,14 @@ def _port_taken(host: str, port: int) -> str | None:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError:
-        return None  # uvicorn says what is wrong with the host
+        return None  # _host_problem says what is wrong with the host
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        if family == socket.AF_INET6:
+            # IPv6 only, as asyncio's server binds `::`: a dual-stack probe clashed with a
+            # server on 127.0.0.1 that the service would not have clashed with.
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
             probe.bind(address)
         except OSError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from trainer.commands.errors import clear_errors, echo_err, fail
+from trainer.staged_dir import staged_dir
 
 CLICK_LOG = "click_logs.jsonl"  # --sessions: the service's impression + feedback log format
 # Runs smaller than this finish in a couple of seconds: no progress output.
@@ -61,23 +61,6 @@ def _progress(rows: int) -> Iterator[Callable[[int, int], None] | None]:
             next_report[0] = done / total + 0.1
 
     yield report
-
-
-@contextmanager
-def _whole_or_nothing(out: Path) -> Iterator[None]:
-    """A run stopped part-way (Ctrl-C, a full disk) leaves `out` empty: its files were cut
-    short, and `ltr train` took a cut train.txt for a dataset (a held-out trial). `out` holds
-    nothing but this simulation's files (_check_out_dir), which a rerun writes again."""
-    try:
-        yield
-    except BaseException:
-        if out.is_dir():
-            for path in out.iterdir():
-                if path.is_file() or path.is_symlink():
-                    path.unlink(missing_ok=True)
-                else:
-                    shutil.rmtree(path, ignore_errors=True)
-        raise
 
 
 def _check_out_dir(out: Path, config: dict[str, object]) -> None:
@@ -171,21 +154,22 @@ def simulate_command(
     if rows < min_docs:
         fail(f"--rows {rows}: fewer than --min-docs {min_docs}, not one whole query")
     _check_out_dir(out, config.model_dump(mode="json"))
-    with clear_errors(OSError), _progress(rows) as progress, _whole_or_nothing(out):
-        summary = simulate(config, out, progress=progress)
-    report = summary.model_dump()
-    if sessions is not None:
-        from trainer.simulate.sessions import write_session_logs
+    # Written beside `out` and renamed into place (trainer.staged_dir): a run stopped
+    # part-way leaves `out` as it was, an earlier run of the same simulation included.
+    with clear_errors(OSError, ValueError), staged_dir(out) as into:
+        with _progress(rows) as progress:
+            summary = simulate(config, into, progress=progress)
+        report = {**summary.model_dump(), "out_dir": str(out)}  # not the staging directory
+        if sessions is not None:
+            from trainer.simulate.sessions import write_session_logs
 
-        log_file = out / CLICK_LOG
-        with clear_errors(OSError, ValueError):
-            logs = write_session_logs(out, fmt, sessions, seed, log_file)
-        report["click_log"] = {
-            "file": CLICK_LOG,
-            "sessions": sessions,
-            "impressions": logs.impressions,
-            "clicks": logs.clicks,
-        }
+            logs = write_session_logs(into, fmt, sessions, seed, into / CLICK_LOG)
+            report["click_log"] = {
+                "file": CLICK_LOG,
+                "sessions": sessions,
+                "impressions": logs.impressions,
+                "clicks": logs.clicks,
+            }
     if as_json:
         typer.echo(orjson.dumps(report).decode())
         return

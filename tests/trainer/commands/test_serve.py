@@ -134,18 +134,23 @@ def test_the_kernels_compile_in_a_process_of_their_own_not_in_the_workers(
         assert not Path(seen[0]).exists()  # removed once the server stopped
 
 
-def test_a_port_in_use_is_refused_before_the_models_load(
-    tmp_path: Path, started: list[dict[str, Any]]
-) -> None:
-    """uvicorn found out after loading every model and exited 3 (the nightly's "refused")."""
+def _serve_beside_a_listener(tmp_path: Path, *extra: str) -> tuple[int, Any]:
+    """(the port, `ltr serve`'s result on it) while another socket listens on 127.0.0.1."""
     import socket
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = ["serve", "--registry", str(tmp_path), "--port", str(port)]
-        result = CliRunner().invoke(app, args)
+        args = ["serve", "--registry", str(tmp_path), "--port", str(port), *extra]
+        return port, CliRunner().invoke(app, args)
+
+
+def test_a_port_in_use_is_refused_before_the_models_load(
+    tmp_path: Path, started: list[dict[str, Any]]
+) -> None:
+    """uvicorn found out after loading every model and exited 3 (the nightly's "refused")."""
+    port, result = _serve_beside_a_listener(tmp_path)
     assert result.exit_code == 2 and not started
     assert result.stderr.startswith(f"error: --port {port}: address already in use")
 
@@ -175,3 +180,21 @@ def test_a_registry_that_is_a_file_is_refused(
     result = CliRunner().invoke(app, ["serve", "--registry", str(path), "--port", "1"])
     assert result.exit_code == 2 and not started
     assert "the registry is a directory, and this is a file" in result.stderr
+
+
+def test_an_ipv6_host_is_not_refused_for_a_server_on_ipv4(
+    tmp_path: Path, started: list[dict[str, Any]]
+) -> None:
+    """`--host ::` binds IPv6 only (asyncio): the probe, dual-stack, clashed with 127.0.0.1."""
+    _, result = _serve_beside_a_listener(tmp_path, "--host", "::")
+    assert result.exit_code == 0, result.stderr
+    assert started and started[0]["host"] == "::"
+
+
+def test_a_host_that_does_not_resolve_is_refused_before_the_models_load(
+    tmp_path: Path, started: list[dict[str, Any]]
+) -> None:
+    args = ["serve", "--registry", str(tmp_path), "--host", "nonexistent.invalid", "--port", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and not started
+    assert result.stderr.startswith("error: --host nonexistent.invalid: not an address or a name")

@@ -84,13 +84,18 @@ def test_fewer_rows_than_one_query_are_refused_and_empty_splits_named(tmp_path: 
     assert "warning: vali got no queries" in small.stderr
 
 
-def test_a_run_stopped_part_way_leaves_nothing(
+def test_a_run_stopped_part_way_leaves_out_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C left a cut train.txt (56 MB, no truth.json) that `ltr train` took for a dataset
-    (a held-out trial)."""
+    (a held-out trial); an interrupted rerun of the same simulation then removed the whole
+    earlier one. Now the run writes beside --out and renames at the end."""
     from trainer.simulate import generator
 
+    out = tmp_path / "sim"
+    args = ["simulate", "--out", str(out), "--rows", "2000"]
+    assert runner.invoke(app, args).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     real = generator.open_split_writer
     calls = {"n": 0}
 
@@ -101,7 +106,34 @@ def test_a_run_stopped_part_way_leaves_nothing(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(generator, "open_split_writer", stopping)
+    assert runner.invoke(app, args).exit_code != 0  # a rerun of the same simulation, stopped
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    calls["n"] = -100
+    fresh = tmp_path / "fresh"
+    assert runner.invoke(app, ["simulate", "--out", str(fresh), "--rows", "2000"]).exit_code == 0
+    calls["n"] = 1
+    assert runner.invoke(app, ["simulate", "--out", str(tmp_path / "new")]).exit_code != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "sim"]  # nothing hidden
+
+
+def test_sigterm_leaves_nothing_half_written(tmp_path: Path) -> None:
+    """`timeout`, `docker stop` and `kill` send SIGTERM, which ended the process where it
+    stood: cut split files, no truth.json."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
     out = tmp_path / "sim"
-    result = runner.invoke(app, ["simulate", "--out", str(out), "--rows", "2000"])
-    assert result.exit_code != 0
-    assert not out.exists() or not any(out.iterdir())
+    args = ["simulate", "--out", str(out), "--rows", "3000000", "--format", "letor"]
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", *args], stderr=subprocess.PIPE)
+    hidden = tmp_path / f".sim.writing-{proc.pid}"
+    deadline = time.monotonic() + 60
+    while not (hidden / "train.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "finished before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert b"Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -105,8 +105,13 @@ def report_failures_as_json(cli: typer.Typer) -> None:
             command.callback = json_aware(command.callback)
 
 
-for _module in COMMAND_MODULES:
-    importlib.import_module(f"trainer.commands.{_module}").register(app)
+try:
+    for _module in COMMAND_MODULES:
+        importlib.import_module(f"trainer.commands.{_module}").register(app)
+except KeyboardInterrupt:
+    # Ctrl-C while the commands' modules load (the first second of any `ltr`): a traceback of
+    # the import that was running (a held-out trial); answered as Ctrl-C anywhere else.
+    sys.exit(130)
 show_help_as_written(app)
 report_failures_as_json(app)
 

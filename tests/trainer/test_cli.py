@@ -58,3 +58,22 @@ def test_ctrl_c_anywhere_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(SystemExit) as exited:
             cli.main(args)
         assert exited.value.code == 130, args
+
+
+def test_ctrl_c_while_the_commands_load_is_not_a_traceback() -> None:
+    """Ctrl-C in the first second of `ltr` printed the traceback of the import it stopped."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib\n"
+        "real = importlib.import_module\n"
+        "def stopped(name, *args):\n"
+        "    if name.startswith('trainer.commands.'):\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args)\n"
+        "importlib.import_module = stopped\n"
+        "import trainer.cli\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr

@@ -38,9 +38,15 @@ def serving(registry: Path, workers: int, **settings: str) -> UvicornServer:
     other, so 20 fresh connections (spread over the workers by the kernel) in a row."""
     server = ltr_serve(registry, workers, **settings).start()
     deadline = time.monotonic() + 120
-    while not all(httpx.get(f"{server.url}/readyz").status_code == 200 for _ in range(20)):
-        assert time.monotonic() < deadline, server.log()
-        time.sleep(0.2)
+    try:
+        while not all(httpx.get(f"{server.url}/readyz").status_code == 200 for _ in range(20)):
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.2)
+    except httpx.HTTPError as exc:
+        # Once (of four fresh-clone runs, under the parallel suite's load) a connection was
+        # refused here, by a server that had answered /livez: its log says why, next time.
+        alive = server.proc is not None and server.proc.poll() is None
+        raise AssertionError(f"{exc!r} (server running: {alive}):\n{server.log()}") from exc
     return server
 
 

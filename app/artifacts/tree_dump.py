@@ -217,12 +217,8 @@ def _depth(left: np.ndarray, right: np.ndarray) -> int:
     n = left.shape[0]
     if n == 0:
         return 0
-    parent = np.zeros(n, dtype=np.int64)
-    for children in (left, right):
-        inner = children >= 0
-        parent[children[inner]] = np.flatnonzero(inner)
     steps = (np.arange(n) != 0).astype(np.int64)
-    up = parent
+    up = _parents(left, right)
     for _ in range(int(n).bit_length()):
         steps = steps + steps[up]
         up = up[up]
@@ -233,15 +229,19 @@ def _all_reach_root(left: np.ndarray, right: np.ndarray) -> bool:
     """Whether every node's parent chain ends at node 0, for nodes each referenced exactly
     once. Then the nodes form one tree: no cycle, every node reachable from the root once.
     Pointer jumping: after k rounds `up[i]` is i's 2^k-th ancestor (the root is its own)."""
-    n = left.shape[0]
-    parent = np.zeros(n, dtype=np.int64)
+    up = _parents(left, right)
+    for _ in range(int(left.shape[0]).bit_length()):
+        up = up[up]
+    return bool(np.all(up == 0))
+
+
+def _parents(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Each node's parent, int64 [n] (the root, node 0, its own)."""
+    parent = np.zeros(left.shape[0], dtype=np.int64)
     for children in (left, right):
         inner = children >= 0
         parent[children[inner]] = np.flatnonzero(inner)
-    up = parent
-    for _ in range(int(n).bit_length()):
-        up = up[up]
-    return bool(np.all(up == 0))
+    return parent
 
 
 @dataclass(frozen=True)

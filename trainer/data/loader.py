@@ -76,7 +76,7 @@ def parquet_columns(path: Path) -> list[str]:
 
     try:
         return list(pq.read_schema(path).names)
-    except (OSError, pa.ArrowException):
+    except (OSError, ValueError, pa.ArrowException):
         return []
 
 

@@ -22,7 +22,7 @@ from app.artifacts.store import load_version, write_version_dir
 from app.features.item_snapshot import write_snapshot
 from trainer.data.dataset import RankingDataset
 from trainer.data.errors import DataFormatError
-from trainer.data.loader import align_features, load_dataset
+from trainer.data.loader import align_features, load_dataset, present_id_column
 from trainer.features.item_table import ItemTable, as_snapshot, read_item_table
 from trainer.features.source_checks import ItemCoverage, check_query_names
 
@@ -65,7 +65,7 @@ def load_sourced(spec: FeatureSpec, train_file: Path, valid_file: Path | None) -
 
 def data_id_column(spec: FeatureSpec, data_file: Path) -> str | None:
     """The id column to read from a data file: needed to join items, skipped as a feature."""
-    if spec.items is not None or _has_column(data_file, spec.id_column):
+    if spec.items is not None or present_id_column(data_file, spec.id_column) is not None:
         return spec.id_column
     return None
 
@@ -95,19 +95,6 @@ def source_plan(spec: FeatureSpec, table: ItemTable | None) -> SourcePlan:
             set=spec.item_set, version=table.version(), names=table.names, id_column=spec.id_column
         )
     return SourcePlan(sources, table, item_set)
-
-
-def _has_column(path: Path, column: str) -> bool:
-    """Whether Parquet data has `column` (a document id column is not a feature even when no
-    item table is joined)."""
-    if Path(path).suffix.lower() not in (".parquet", ".pq"):
-        return False
-    import pyarrow.parquet as pq
-
-    try:
-        return column in pq.read_schema(path).names
-    except (OSError, ValueError):
-        return False  # the loader reports the unreadable file
 
 
 def _joined(
